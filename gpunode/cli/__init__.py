@@ -1,0 +1,48 @@
+"""The `gpunode` command line. Each command lives in its own module; this file only composes them."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from gpunode import __version__
+from gpunode.cli.doctor import doctor
+from gpunode.cli.facts import facts
+from gpunode.cli.not_built import compat, verify
+from gpunode.cli.pipeline import install, plan
+
+app = typer.Typer(
+    name="gpunode",
+    help="Turn a Linux box with NVIDIA GPUs into a working GPU container host, locally or over SSH.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,  # locals may hold passwords
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"gpunode {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """gpunode: plan, install, doctor, verify, compat."""
+
+
+app.command()(plan)
+app.command()(install)
+app.command()(doctor)
+app.command()(verify)
+app.command()(compat)
+app.command()(facts)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,22 @@
+"""Commands whose implementation has not landed yet. They say so and exit 2; they never pretend."""
+
+from __future__ import annotations
+
+import typer
+
+from gpunode.ui import err
+
+
+def _not_built(what: str) -> None:
+    err.print(f"[bold red]error:[/] {what} is not built yet in gpunode.")
+    raise typer.Exit(2)
+
+
+def verify(ctx: typer.Context) -> None:
+    """Run nvidia-smi in a container on the node (not built yet)."""
+    _not_built("`gpunode verify`")
+
+
+def compat(ctx: typer.Context) -> None:
+    """CUDA / driver / GPU compatibility questions (not built yet)."""
+    _not_built("`gpunode compat`")

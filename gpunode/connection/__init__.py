@@ -1,0 +1,37 @@
+"""Connections: the only way gpunode reaches a node (local, SSH, fake)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpunode.connection.base import Connection, Result, WriteOutcome
+from gpunode.shell import Secret
+
+__all__ = ["Connection", "ConnectionSpec", "Result", "WriteOutcome", "open_connection"]
+
+
+@dataclass
+class ConnectionSpec:
+    """How the user asked to reach the node. host None means this machine."""
+
+    host: str | None = None
+    identity: list[str] = field(default_factory=list)
+    known_hosts: list[str] = field(default_factory=list)
+    accept_new_host_key: bool = False
+    ssh_config: str | None = None
+    password: Secret | None = None
+    become_password: Secret | None = None
+    connect_timeout: float = 15.0
+
+
+def open_connection(spec: ConnectionSpec) -> Connection:
+    if spec.host is None or spec.host in ("local", "localhost-direct"):
+        from gpunode.connection.local import LocalConnection
+
+        return LocalConnection(become_password=spec.become_password)
+    from gpunode.connection.ssh import SSHConnection, SSHOptions
+
+    options = SSHOptions(identity=spec.identity, known_hosts=spec.known_hosts,
+                         accept_new_host_key=spec.accept_new_host_key, ssh_config=spec.ssh_config,
+                         password=spec.password, connect_timeout=spec.connect_timeout)
+    return SSHConnection(spec.host, options, become_password=spec.become_password).connect()

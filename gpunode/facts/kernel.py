@@ -1,0 +1,200 @@
+"""Kernel-side facts: loaded modules, modprobe.d configuration, the kernel command line, Secure Boot,
+the NVIDIA kernel module's own version file, and NVIDIA PCI functions. All parsers are pure."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from gpunode.facts.probe import MODPROBE_DIRS
+
+
+def parse_modules(text: str) -> frozenset[str]:
+    """/proc/modules (or lsmod) -> module names. modprobe treats '-' and '_' alike; we keep '_'."""
+    names = set()
+    for line in text.splitlines():
+        word = line.split(" ", 1)[0].strip()
+        if word and word != "Module":
+            names.add(word.replace("-", "_"))
+    return frozenset(names)
+
+
+def parse_modprobe_directives(text: str) -> list[tuple[str, ...]]:
+    """modprobe.d syntax: '#' comments, trailing-backslash continuation, whitespace-separated words."""
+    directives: list[tuple[str, ...]] = []
+    pending = ""
+    for raw in text.splitlines():
+        line = pending + raw
+        pending = ""
+        if line.rstrip().endswith("\\"):
+            pending = line.rstrip()[:-1] + " "
+            continue
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        directives.append(tuple(stripped.split()))
+    if pending.strip() and not pending.strip().startswith("#"):
+        directives.append(tuple(pending.split()))
+    return directives
+
+
+def effective_modprobe_files(files: Mapping[str, str]) -> dict[str, str]:
+    """kmod's rule: a file in an earlier directory hides a file with the same name in a later one
+    (/etc/modprobe.d/x.conf overrides /usr/lib/modprobe.d/x.conf). Returned in kmod's read order."""
+    chosen: dict[str, tuple[int, str]] = {}
+    for path in files:
+        directory, _, name = path.rpartition("/")
+        rank = MODPROBE_DIRS.index(directory) if directory in MODPROBE_DIRS else len(MODPROBE_DIRS)
+        if name not in chosen or rank < chosen[name][0]:
+            chosen[name] = (rank, path)
+    return {chosen[name][1]: files[chosen[name][1]] for name in sorted(chosen)}
+
+
+_DISABLING_INSTALL = {"/bin/false", "/usr/bin/false", "/bin/true", "/usr/bin/true", "false", "true"}
+
+
+@dataclass(frozen=True)
+class ModuleBlock:
+    """How a kernel module is kept from loading, from modprobe.d and the kernel command line."""
+
+    module: str
+    blacklisted: bool = False  # `blacklist M` (stops alias auto-loading) or modprobe.blacklist=M
+    modeset_off: bool = False  # `options M modeset=0` or M.modeset=0: inert even if loaded by hand
+    install_disabled: bool = False  # `install M /bin/false`: never loads at all
+    sources: tuple[str, ...] = ()
+
+    @property
+    def effective(self) -> bool:
+        return (self.blacklisted and self.modeset_off) or self.install_disabled
+
+
+def module_block(module: str, modprobe_files: Mapping[str, str], cmdline: str = "") -> ModuleBlock:
+    blacklisted = modeset_off = install_disabled = False
+    sources: list[str] = []
+    for path, text in effective_modprobe_files(modprobe_files).items():
+        for words in parse_modprobe_directives(text):
+            if len(words) < 2 or words[1].replace("-", "_") != module:
+                continue
+            if words[0] == "blacklist":
+                blacklisted = True
+                sources.append(f"{path}: blacklist {module}")
+            elif words[0] == "options" and "modeset=0" in words[2:]:
+                modeset_off = True
+                sources.append(f"{path}: options {module} modeset=0")
+            elif words[0] == "install" and len(words) >= 3 and words[2] in _DISABLING_INSTALL:
+                install_disabled = True
+                sources.append(f"{path}: install {module} {words[2]}")
+    for arg in cmdline.split():
+        key, _, value = arg.partition("=")
+        if key in ("modprobe.blacklist", "module_blacklist") and module in value.split(","):
+            blacklisted = True
+            sources.append(f"kernel command line: {arg}")
+        elif key == f"{module}.modeset" and value == "0":
+            modeset_off = True
+            sources.append(f"kernel command line: {arg}")
+    return ModuleBlock(module, blacklisted, modeset_off, install_disabled, tuple(sources))
+
+
+@dataclass(frozen=True)
+class SecureBoot:
+    efi: bool
+    enabled: bool | None  # None: could not tell
+    evidence: str = ""
+
+
+def parse_secure_boot(text: str) -> SecureBoot:
+    """Probe lines: 'efi'|'bios', optional 'efivar <bytes>' (4 attribute bytes then the value),
+    optional 'mokutil <first line of mokutil --sb-state>'."""
+    efi = False
+    enabled: bool | None = None
+    evidence: list[str] = []
+    for line in text.splitlines():
+        word, _, rest = line.strip().partition(" ")
+        if word == "efi":
+            efi = True
+        elif word == "efivar":
+            values = rest.split()
+            if len(values) >= 5 and values[4].isdigit():
+                enabled = values[4] == "1"
+                evidence.append(f"SecureBoot efivar = {values[4]}")
+        elif word == "mokutil":
+            low = rest.lower()
+            if "secureboot enabled" in low:
+                enabled = True
+            elif "secureboot disabled" in low:
+                enabled = False if enabled is None else enabled
+            elif "not supported" in low:
+                efi = efi and enabled is not None
+            evidence.append(f"mokutil: {rest.strip()}")
+    if not efi and enabled is None:
+        return SecureBoot(False, False, "legacy BIOS boot: no Secure Boot")
+    return SecureBoot(efi, enabled, "; ".join(evidence) or "UEFI, Secure Boot state unreadable")
+
+
+@dataclass(frozen=True)
+class LoadedDriver:
+    """/proc/driver/nvidia/version: exists only while the nvidia module is loaded."""
+
+    version: str
+    flavour: str  # "open" | "proprietary"
+    raw: str = field(default="", compare=False)
+
+
+_NVRM = re.compile(r"NVRM version:\s*NVIDIA UNIX\s+(?P<open>Open\s+)?.*?Kernel Module(?:\s+for\s+\S+)?\s+"
+                   r"(?P<version>\d+\.\d+(?:\.\d+)?)")
+
+
+def parse_nvidia_version(text: str) -> LoadedDriver | None:
+    match = _NVRM.search(text)
+    if not match:
+        return None
+    return LoadedDriver(match["version"], "open" if match["open"] else "proprietary", text)
+
+
+@dataclass(frozen=True)
+class PciDevice:
+    address: str  # 0000:3b:00.0
+    vendor: int
+    device: int
+    pci_class: int  # 0x030200
+
+    @property
+    def device_id(self) -> str:
+        return f"{self.device:04x}"
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.pci_class >> 16 == 0x03  # display controller: VGA 0x0300, 3D 0x0302
+
+    @property
+    def is_nvswitch(self) -> bool:
+        return self.pci_class >> 8 == 0x0680  # "Bridge: other", how NVSwitches enumerate
+
+
+def parse_pci(text: str) -> tuple[PciDevice, ...]:
+    """Probe lines '<address> <vendor> <device> <class>' in sysfs hex form (0x10de 0x2330 0x030200)."""
+    devices = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) != 4:
+            continue
+        try:
+            vendor, device, cls = (int(p, 16) for p in parts[1:])
+        except ValueError:
+            continue
+        devices.append(PciDevice(parts[0], vendor, device, cls))
+    return tuple(sorted(devices, key=lambda d: d.address))
+
+
+def parse_tools(text: str) -> dict[str, str]:
+    tools = {}
+    for line in text.splitlines():
+        name, _, path = line.strip().partition(" ")
+        if name and path:
+            tools[name] = path
+    return tools
+
+
+def loaded(modules: Iterable[str], name: str) -> bool:
+    return name.replace("-", "_") in set(modules)

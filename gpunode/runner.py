@@ -1,0 +1,246 @@
+"""Runs the pipeline on one node: plan (dry run) or apply.
+
+Apply follows plan -> apply -> re-gather facts -> re-plan: a step that does not come back `ok` (or waiting
+only for a reboot) fails loudly. Nothing here prints: every event goes to a Reporter, so many nodes can run in
+worker threads later while one reporter draws from the main thread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from gpunode import __version__
+from gpunode.connection.base import Connection
+from gpunode.errors import CommandError, GpunodeError
+from gpunode.facts import Facts, gather
+from gpunode.options import Options
+from gpunode.plan import (
+    Action,
+    InstallPackages,
+    Reboot,
+    RestartService,
+    RunCommand,
+    Status,
+    StepPlan,
+    WriteFile,
+)
+from gpunode.shell import Script
+from gpunode.steps import NOT_BUILT
+from gpunode.steps.base import Step
+
+SCHEMA_VERSION = 1
+
+
+class Reporter(Protocol):
+    def node(self, host: str, facts: Facts) -> None: ...
+    def planned(self, host: str, step: Step, plan: StepPlan) -> None: ...
+    def action(self, host: str, step: Step, action: Action, state: str, detail: str = "") -> None: ...
+    def message(self, host: str, text: str) -> None: ...
+
+
+class NullReporter:
+    def node(self, host: str, facts: Facts) -> None: ...
+    def planned(self, host: str, step: Step, plan: StepPlan) -> None: ...
+    def action(self, host: str, step: Step, action: Action, state: str, detail: str = "") -> None: ...
+    def message(self, host: str, text: str) -> None: ...
+
+
+@dataclass
+class StepOutcome:
+    step: str
+    title: str
+    plan: StepPlan  # as planned when the step came up
+    result: str  # ok | changed | planned | blocked | unknown | failed | reboot-pending | not-run
+    error: str | None = None
+    backups: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"title": self.title, "result": self.result, "error": self.error, "backups": self.backups,
+                **self.plan.to_dict()}
+
+
+@dataclass
+class RunReport:
+    host: str
+    mode: str  # plan | install
+    node: dict[str, object] = field(default_factory=dict)
+    outcomes: list[StepOutcome] = field(default_factory=list)
+    reboots: int = 0
+    error: str | None = None
+    facts: Facts | None = field(default=None, repr=False)  # the latest facts, for human output
+
+    @property
+    def reboot_pending(self) -> bool:
+        return any(o.result == "reboot-pending" for o in self.outcomes) or (
+            self.mode == "plan" and any(o.plan.reboot_required for o in self.outcomes))
+
+    @property
+    def exit_code(self) -> int:
+        """0 done (or plan computed), 1 failed or blocked, 3 a reboot is needed before going on."""
+        if self.error or any(o.result in ("failed", "blocked") for o in self.outcomes):
+            return 1
+        if self.mode == "install" and any(o.result == "reboot-pending" for o in self.outcomes):
+            return 3
+        return 0
+
+    def to_dict(self) -> dict[str, object]:
+        counts = {s.value: sum(1 for o in self.outcomes if o.plan.status is s) for s in Status}
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "gpunode_version": __version__,
+            "host": self.host,
+            "mode": self.mode,
+            "node": self.node,
+            "steps": [o.to_dict() for o in self.outcomes],
+            "not_built": list(NOT_BUILT),
+            "summary": {**counts, "changes_pending": counts["change"] > 0, "reboot_required": self.reboot_pending,
+                        "reboots": self.reboots},
+            "error": self.error,
+        }
+
+
+def plan_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
+                  reporter: Reporter | None = None) -> RunReport:
+    """Dry run: plan every step against the current facts. Nothing on the node changes."""
+    reporter = reporter or NullReporter()
+    report = RunReport(conn.name, "plan")
+    facts = gather(conn)
+    report.node, report.facts = facts.summary(), facts
+    reporter.node(conn.name, facts)
+    earlier: dict[str, StepPlan] = {}
+    for step in steps:
+        plan = step.plan(facts, options, earlier)
+        earlier[step.name] = plan
+        reporter.planned(conn.name, step, plan)
+        result = {"ok": "ok", "change": "planned", "blocked": "blocked", "unknown": "unknown"}[plan.status.value]
+        report.outcomes.append(StepOutcome(step.name, step.title, plan, result))
+    return report
+
+
+def apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
+                   reporter: Reporter | None = None) -> RunReport:
+    """Apply the pipeline in order, converging each step before the next one starts."""
+    reporter = reporter or NullReporter()
+    report = RunReport(conn.name, "install")
+    facts = gather(conn)
+    report.node, report.facts = facts.summary(), facts
+    reporter.node(conn.name, facts)
+    earlier: dict[str, StepPlan] = {}
+    stopped: str | None = None
+    for step in steps:
+        if stopped:
+            plan = step.plan(facts, options, earlier)
+            report.outcomes.append(StepOutcome(step.name, step.title, plan, "not-run", stopped))
+            continue
+        plan = step.plan(facts, options, earlier)
+        earlier[step.name] = plan
+        reporter.planned(conn.name, step, plan)
+        outcome = StepOutcome(step.name, step.title, plan, "ok")
+        report.outcomes.append(outcome)
+        if plan.status is Status.OK:
+            continue
+        if plan.status is Status.BLOCKED:
+            outcome.result = "blocked"
+            stopped = f"not run: step {step.name} is blocked"
+            continue
+        if plan.status is Status.UNKNOWN:
+            outcome.result, outcome.error = "failed", f"could not decide what to do: {plan.reason}"
+            stopped = f"not run: step {step.name} failed"
+            continue
+        try:
+            facts = _converge(conn, step, plan, facts, options, earlier, reporter, report, outcome)
+        except GpunodeError as exc:
+            outcome.result, outcome.error = "failed", exc.message
+            stopped = f"not run: step {step.name} failed"
+            continue
+        if outcome.result == "reboot-pending":
+            stopped = "not run: waiting for the reboot"
+    report.facts = facts
+    return report
+
+
+def _converge(conn: Connection, step: Step, plan: StepPlan, facts: Facts, options: Options,
+              earlier: dict[str, StepPlan], reporter: Reporter, report: RunReport, outcome: StepOutcome) -> Facts:
+    for action in plan.actions:
+        if isinstance(action, Reboot):
+            continue
+        reporter.action(conn.name, step, action, "start")
+        try:
+            detail = execute(conn, action)
+        except GpunodeError as exc:
+            reporter.action(conn.name, step, action, "failed", exc.message)
+            raise
+        if detail:
+            outcome.backups.append(detail)
+        reporter.action(conn.name, step, action, "done", detail or "")
+    facts = gather(conn)
+    after = step.plan(facts, options, earlier)
+    while after.status is not Status.OK:
+        if not after.only_reboot_left:
+            left = "; ".join(a.summary for a in after.actions) or after.reason
+            raise CommandError(f"step {step.name} did not converge: still {after.status} ({left})",
+                               fix="see the output above; fix the cause, then run the same command again")
+        if not options.reboot:
+            outcome.result = "reboot-pending"
+            outcome.error = "reboot required, then run the same command again (or pass --reboot)"
+            reporter.message(conn.name, f"{step.name}: {outcome.error}")
+            return facts
+        if report.reboots >= options.max_reboots:
+            raise CommandError(f"step {step.name} still needs a reboot after {report.reboots} reboots",
+                               fix="look at the node's console or logs; something undoes the change at boot")
+        facts = reboot_and_wait(conn, facts, options, reporter)
+        report.reboots += 1
+        after = step.plan(facts, options, earlier)
+    outcome.result = "changed"
+    return facts
+
+
+def execute(conn: Connection, action: Action) -> str | None:
+    """Carry out one action on the node. Returns a note worth keeping (a backup path), if any."""
+    if isinstance(action, WriteFile):
+        written = conn.write_file(action.path, action.after, mode=action.mode)
+        return f"backup of {action.path}: {written.backup}" if written.backup else None
+    if isinstance(action, RunCommand):
+        conn.run(action.cmd, sudo=action.sudo, timeout=action.timeout).check(action.summary)
+        return None
+    if isinstance(action, InstallPackages):
+        conn.run(action.argv(), sudo=True, timeout=1800).check(action.summary)
+        return None
+    if isinstance(action, RestartService):
+        conn.run(("systemctl", "restart", action.unit), sudo=True, timeout=300).check(action.summary)
+        return None
+    raise TypeError(f"no executor for {type(action).__name__}")
+
+
+_REBOOT = Script(
+    name="reboot",
+    body='nohup sh -c "sleep 1; systemctl reboot || reboot" >/dev/null 2>&1 </dev/null &',
+)
+
+
+def reboot_and_wait(conn: Connection, facts: Facts, options: Options, reporter: Reporter) -> Facts:
+    """Reboot the node and wait until it answers with a NEW boot id (Ansible's reboot pattern)."""
+    if conn.is_local:
+        raise CommandError("a reboot of this machine is required",
+                           fix="reboot it yourself, then run the same command again")
+    old = facts.boot_id
+    reporter.message(conn.name, f"rebooting (boot id {old[:8]}), waiting up to {options.reboot_timeout:.0f}s")
+    conn.run(_REBOOT, sudo=True, timeout=60).check("starting the reboot")
+    deadline = time.monotonic() + options.reboot_timeout
+    time.sleep(2)
+    while time.monotonic() < deadline:
+        try:
+            conn.reconnect(max(1.0, deadline - time.monotonic()))
+            fresh = gather(conn)
+        except GpunodeError:
+            time.sleep(2)
+            continue
+        if fresh.boot_id and fresh.boot_id != old:
+            reporter.message(conn.name, f"back up (boot id {fresh.boot_id[:8]})")
+            return fresh
+        time.sleep(2)
+    raise CommandError(f"{conn.name} did not come back with a new boot id within {options.reboot_timeout:.0f}s",
+                       fix="check the node's console; raise --reboot-timeout if it boots slowly")
