@@ -14,7 +14,7 @@ from typing import Protocol
 
 from gpunode import __version__
 from gpunode.connection.base import Connection
-from gpunode.errors import CommandError, GpunodeError
+from gpunode.errors import CommandError, ConnectError, GpunodeError
 from gpunode.facts import Facts, gather
 from gpunode.options import Options
 from gpunode.plan import (
@@ -188,6 +188,13 @@ def _converge(conn: Connection, step: Step, plan: StepPlan, facts: Facts, option
             outcome.error = "reboot required, then run the same command again (or pass --reboot)"
             reporter.message(conn.name, f"{step.name}: {outcome.error}")
             return facts
+        if conn.is_local:
+            # The user asked for --reboot on the machine gpunode itself runs on: reboot, and say how to resume.
+            conn.run(_REBOOT, sudo=True, timeout=60).check("starting the reboot")
+            outcome.result = "reboot-pending"
+            outcome.error = "this machine is rebooting now; run the same command again once it is back"
+            reporter.message(conn.name, f"{step.name}: {outcome.error}")
+            return facts
         if report.reboots >= options.max_reboots:
             raise CommandError(f"step {step.name} still needs a reboot after {report.reboots} reboots",
                                fix="look at the node's console or logs; something undoes the change at boot")
@@ -215,32 +222,36 @@ def execute(conn: Connection, action: Action) -> str | None:
     raise TypeError(f"no executor for {type(action).__name__}")
 
 
+# systemd queues the reboot and returns at once, so the command finishes before the connection drops;
+# without systemd, a detached subshell reboots a second later.
 _REBOOT = Script(
     name="reboot",
-    body='nohup sh -c "sleep 1; systemctl reboot || reboot" >/dev/null 2>&1 </dev/null &',
+    body='if command -v systemctl >/dev/null 2>&1; then systemctl --no-block reboot; '
+         'else (sleep 1; reboot) >/dev/null 2>&1 </dev/null & fi',
 )
+REBOOT_POLL_SECONDS = 2.0
 
 
 def reboot_and_wait(conn: Connection, facts: Facts, options: Options, reporter: Reporter) -> Facts:
     """Reboot the node and wait until it answers with a NEW boot id (Ansible's reboot pattern)."""
-    if conn.is_local:
-        raise CommandError("a reboot of this machine is required",
-                           fix="reboot it yourself, then run the same command again")
     old = facts.boot_id
     reporter.message(conn.name, f"rebooting (boot id {old[:8]}), waiting up to {options.reboot_timeout:.0f}s")
-    conn.run(_REBOOT, sudo=True, timeout=60).check("starting the reboot")
+    try:
+        conn.run(_REBOOT, sudo=True, timeout=60).check("starting the reboot")
+    except ConnectError:
+        pass  # the node went down before the command could report back: that is the reboot
     deadline = time.monotonic() + options.reboot_timeout
-    time.sleep(2)
+    time.sleep(REBOOT_POLL_SECONDS)
     while time.monotonic() < deadline:
         try:
             conn.reconnect(max(1.0, deadline - time.monotonic()))
             fresh = gather(conn)
         except GpunodeError:
-            time.sleep(2)
+            time.sleep(REBOOT_POLL_SECONDS)
             continue
         if fresh.boot_id and fresh.boot_id != old:
             reporter.message(conn.name, f"back up (boot id {fresh.boot_id[:8]})")
             return fresh
-        time.sleep(2)
+        time.sleep(REBOOT_POLL_SECONDS)
     raise CommandError(f"{conn.name} did not come back with a new boot id within {options.reboot_timeout:.0f}s",
                        fix="check the node's console; raise --reboot-timeout if it boots slowly")

@@ -96,10 +96,10 @@ class Connection(ABC):
     def _exec(self, line: str, stdin: bytes, timeout: float | None) -> tuple[int, bytes, bytes, bool]:
         """Run one shell command line. Returns (exit code, stdout, stderr, timed_out)."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: only SSH holds a transport
         """Release the transport. Safe to call twice."""
 
-    def reconnect(self, timeout: float) -> None:
+    def reconnect(self, timeout: float) -> None:  # noqa: B027 - optional hook
         """Open the transport again (after a reboot). Local and fake connections need nothing."""
 
     def __enter__(self) -> Connection:

@@ -219,7 +219,7 @@ class SSHConnection(Connection):
         try:
             client.connect(
                 r.host, port=r.port, username=r.user,
-                key_filename=r.identities or None,
+                key_filename=r.identities or None,  # type: ignore[arg-type]  # paramiko takes a list too
                 password=password,
                 allow_agent=not use_keys and password is None,
                 look_for_keys=not use_keys and password is None,
@@ -252,7 +252,7 @@ class SSHConnection(Connection):
             client.close()
             raise ConnectError(f"{self.name}: cannot resolve host name {r.host}",
                                fix="check the host name or your ~/.ssh/config HostName") from None
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             client.close()
             raise ConnectError(f"{self.name}: timed out after {self.options.connect_timeout:.0f}s connecting "
                                f"to {r.host}:{r.port}",

@@ -1,0 +1,91 @@
+"""The CLI through typer's runner, with fake nodes. The one local run (doctor) only reads this machine."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from gpunode import connection
+from gpunode.cli import app
+from gpunode.connection.fake import FakeConnection, FakeNode
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def fake_node(monkeypatch):
+    node = FakeNode(tools={"update-initramfs", "modprobe"}, modules={"nouveau"})
+    node.add_gpu(0x1EB8)
+    monkeypatch.setattr(connection, "open_connection", lambda spec: FakeConnection(node, name=spec.host or "local"))
+    return node
+
+
+def test_version():
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.stdout.startswith("gpunode 0.")
+
+
+def test_doctor_on_this_machine_reports_no_gpu_and_changes_nothing(tmp_path):
+    # This machine has no NVIDIA GPU. doctor only reads (a probe with no sudo and no writes).
+    result = runner.invoke(app, ["doctor", "--json"])
+    data = json.loads(result.stdout)
+    checks = {c["id"]: c for c in data["checks"]}
+    assert checks["hw.gpu-present"]["status"] == "fail"
+    assert "no NVIDIA GPU was found" in checks["hw.gpu-present"]["evidence"]
+    assert result.exit_code == 1
+    human = runner.invoke(app, ["doctor"])
+    assert "no NVIDIA GPU was found" in human.stdout
+
+
+def test_plan_human_output_shows_status_commands_and_diff(fake_node):
+    result = runner.invoke(app, ["plan", "--host", "gpu-01"])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "nouveau" in out and "change" in out
+    assert "+blacklist nouveau" in out and "$ sudo update-initramfs -u" in out
+    assert "reboot is required" in out
+    assert fake_node.files == {}
+
+
+def test_plan_json_is_valid_json_on_stdout(fake_node):
+    result = runner.invoke(app, ["plan", "--host", "gpu-01", "--json"])
+    data = json.loads(result.stdout)
+    assert data["host"] == "gpu-01" and data["steps"][0]["status"] == "change"
+
+
+def test_install_dry_run_equals_plan(fake_node):
+    a = json.loads(runner.invoke(app, ["plan", "--host", "n", "--json"]).stdout)
+    b = json.loads(runner.invoke(app, ["install", "--dry-run", "--host", "n", "--json"]).stdout)
+    assert a["steps"] == b["steps"]
+    assert fake_node.files == {}
+
+
+def test_install_applies_and_asks_for_reboot(fake_node):
+    result = runner.invoke(app, ["install", "--host", "n", "--only", "nouveau"])
+    assert result.exit_code == 3, result.output
+    assert "reboot required, then run the same command again" in result.output
+    assert "blacklist nouveau" in fake_node.files["/etc/modprobe.d/blacklist-nouveau.conf"]
+
+
+def test_only_and_skip(fake_node):
+    data = json.loads(runner.invoke(app, ["plan", "--host", "n", "--json", "--skip", "nouveau"]).stdout)
+    assert data["steps"] == []
+    bad = runner.invoke(app, ["plan", "--host", "n", "--only", "nuveau"])
+    assert bad.exit_code == 2 and "unknown step 'nuveau'" in bad.output
+
+
+@pytest.mark.parametrize("args", [["verify"], ["install", "--driver", "535.129.03", "--host", "n"]])
+def test_unbuilt_parts_say_so_and_exit_2(fake_node, args):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "not built yet" in result.output
+
+
+def test_bad_driver_version_is_a_usage_error(fake_node):
+    result = runner.invoke(app, ["plan", "--host", "n", "--driver", "535.12x"])
+    assert result.exit_code == 2 and "is not an NVIDIA driver version" in result.output
+
+
+def test_unreachable_host_is_one_line_and_exit_2():
+    result = runner.invoke(app, ["plan", "--host", "127.0.0.1:1", "--connect-timeout", "3"])
+    assert result.exit_code == 2
+    assert "cannot connect to 127.0.0.1:1" in result.output and "Traceback" not in result.output

@@ -1,0 +1,53 @@
+from gpunode.connection.local import LocalConnection
+from gpunode.facts import facts_from_probe_output, gather
+from gpunode.facts.probe import SECTIONS, build_probe, split_files, split_sections
+
+
+def test_sections_are_framed_by_the_nonce_and_keep_exit_status():
+    out = "@ab@begin kernel\n5.15.0\n@ab@end kernel 0\n@ab@begin nvidia_version\n@ab@end nvidia_version 1\n"
+    sections = split_sections(out, "ab")
+    assert sections["kernel"].text == "5.15.0" and sections["kernel"].ok
+    assert not sections["nvidia_version"].ok
+
+
+def test_a_file_cannot_forge_a_section_with_another_nonce():
+    out = "@ab@begin modprobe_d\n@zz@end modprobe_d 0\nblacklist x\n@ab@end modprobe_d 0\n"
+    assert split_sections(out, "ab")["modprobe_d"].text == "@zz@end modprobe_d 0\nblacklist x"
+
+
+def test_split_files_keeps_exact_content_with_and_without_final_newline():
+    text = "@n@file 5 /etc/a.conf\nblacklist a\n\n@n@file 7 /etc/b.conf\nno-newline\n@n@file 9 /etc/c.conf\n"
+    files = split_files(text, "n")
+    assert files == {"/etc/a.conf": (5, "blacklist a\n"), "/etc/b.conf": (7, "no-newline"), "/etc/c.conf": (9, "")}
+
+
+def test_probe_is_one_script_with_every_section():
+    script, nonce = build_probe("feed")
+    for name in SECTIONS:
+        assert f"@feed@begin {name}" in script.body
+    assert script.name == "probe"
+
+
+def test_probe_runs_under_a_real_posix_shell_here_read_only():
+    # Reads only (uname, /proc, /sys, /etc): safe on this machine; checks the script is valid sh.
+    facts = gather(LocalConnection())
+    assert facts.kernel and facts.arch and facts.os.id != "unknown"
+    assert facts.uid is not None
+
+
+def test_facts_from_full_probe_output():
+    out = "\n".join([
+        "@n@begin os_release", 'ID=ubuntu\nVERSION_ID="22.04"\nPRETTY_NAME="Ubuntu 22.04.5 LTS"', "@n@end os_release 0",
+        "@n@begin kernel", "5.15.0-91-generic", "@n@end kernel 0",
+        "@n@begin uid", "1000", "@n@end uid 0",
+        "@n@begin modules", "nouveau 2797568 1 - Live 0xffffffffc0a00000", "@n@end modules 0",
+        "@n@begin pci", "0000:00:1e.0 0x10de 0x1eb8 0x030200", "@n@end pci 0",
+        "@n@begin secure_boot", "efi", "efivar 6 0 0 0 1", "@n@end secure_boot 0",
+        "@n@begin nvidia_version", "", "@n@end nvidia_version 1",
+    ])
+    facts = facts_from_probe_output(out, "n")
+    assert facts.os.id == "ubuntu" and facts.kernel == "5.15.0-91-generic" and facts.uid == 1000
+    assert facts.module_loaded("nouveau")
+    assert [g.device for g in facts.gpus] == [0x1EB8]
+    assert facts.secure_boot.enabled is True
+    assert facts.loaded_driver is None

@@ -1,0 +1,128 @@
+"""The pipeline against a fake node: the converge quartet, reboots, failures."""
+
+import pytest
+
+from gpunode import runner
+from gpunode.connection.fake import ROCKY_9, FakeConnection, FakeNode
+from gpunode.options import Options
+from gpunode.plan import RunCommand, Status, change
+from gpunode.runner import apply_pipeline, plan_pipeline
+from gpunode.steps import PIPELINE, nouveau
+from gpunode.steps.base import Step
+
+
+@pytest.fixture(autouse=True)
+def _fast_reboots(monkeypatch):
+    monkeypatch.setattr(runner, "REBOOT_POLL_SECONDS", 0.0)
+
+
+def gpu_node(**kw) -> FakeNode:
+    node = FakeNode(tools={"update-initramfs", "modprobe", "systemctl"}, **kw)
+    node.add_gpu(0x1EB8)
+    return node
+
+
+def test_four_runs_plan_apply_plan_apply():
+    node = gpu_node()
+    conn = FakeConnection(node)
+    first = plan_pipeline(conn, PIPELINE, Options())
+    assert first.outcomes[0].plan.status is Status.CHANGE
+    assert node.files == {}  # planning wrote nothing
+
+    applied = apply_pipeline(conn, PIPELINE, Options())
+    assert applied.outcomes[0].result == "changed" and applied.exit_code == 0
+    assert "blacklist nouveau" in node.files[nouveau.PATH]
+    assert len(node.ran("update-initramfs")) == 1
+
+    second = plan_pipeline(conn, PIPELINE, Options())
+    assert second.outcomes[0].plan.status is Status.OK
+
+    calls_before = len(node.calls)
+    again = apply_pipeline(conn, PIPELINE, Options())
+    assert again.outcomes[0].result == "ok"
+    new_calls = node.calls[calls_before:]
+    assert all(c[3] == "gpunode-probe" for c in new_calls), new_calls  # only the read-only probe ran
+
+
+def test_loaded_nouveau_without_reboot_flag_stops_with_reboot_pending():
+    node = gpu_node(modules={"nouveau"})
+    report = apply_pipeline(FakeConnection(node), PIPELINE, Options())
+    assert report.outcomes[0].result == "reboot-pending"
+    assert "reboot required, then run the same command again" in (report.outcomes[0].error or "")
+    assert report.exit_code == 3
+    assert node.reboots == 0  # never reboots unless asked
+
+
+def test_reboot_flag_reboots_waits_for_new_boot_id_and_converges():
+    node = gpu_node(modules={"nouveau"})
+    old_boot = node.boot_id
+    report = apply_pipeline(FakeConnection(node), PIPELINE, Options(reboot=True))
+    assert report.outcomes[0].result == "changed" and report.reboots == 1
+    assert node.boot_id != old_boot and "nouveau" not in node.modules
+    assert report.exit_code == 0
+
+
+def test_reboot_budget_stops_a_loop():
+    node = gpu_node(modules={"nouveau"})
+    node.handlers["update-initramfs"] = lambda n, argv, stdin: (0, "", "")  # "forgets" the blacklist
+    report = apply_pipeline(FakeConnection(node), PIPELINE, Options(reboot=True, max_reboots=2))
+    assert report.outcomes[0].result == "failed"
+    assert "still needs a reboot after 2 reboots" in (report.outcomes[0].error or "")
+    assert node.reboots == 2
+
+
+class LocalFake(FakeConnection):
+    is_local = True
+
+
+def test_the_machine_gpunode_runs_on_is_not_rebooted_without_the_flag():
+    node = gpu_node(modules={"nouveau"})
+    report = apply_pipeline(LocalFake(node), PIPELINE, Options())
+    assert report.outcomes[0].result == "reboot-pending" and node.reboots == 0
+
+
+def test_the_machine_gpunode_runs_on_reboots_only_when_asked_and_then_stops():
+    node = gpu_node(modules={"nouveau"})
+    report = apply_pipeline(LocalFake(node), PIPELINE, Options(reboot=True))
+    assert node.reboots == 1  # the explicit request was honoured once...
+    assert report.outcomes[0].result == "reboot-pending"  # ...and gpunode does not pretend to resume
+    assert "run the same command again" in (report.outcomes[0].error or "")
+    assert report.exit_code == 3
+
+
+def test_rocky_uses_dracut_end_to_end():
+    node = gpu_node(os_release=ROCKY_9)
+    node.tools = {"dracut", "modprobe"}
+    apply_pipeline(FakeConnection(node), PIPELINE, Options())
+    assert node.ran("dracut") == [["dracut", "-f"]]
+
+
+def test_a_failing_command_fails_the_step_and_stops_the_pipeline():
+    node = gpu_node()
+    node.handlers["update-initramfs"] = lambda n, argv, stdin: (1, "", "update-initramfs: disk full\n")
+    later = Step("later", "Later", lambda f, o, e: change("later", "x", [RunCommand("x", ("true",))]))
+    report = apply_pipeline(FakeConnection(node), (*PIPELINE, later), Options())
+    assert report.outcomes[0].result == "failed" and "disk full" in (report.outcomes[0].error or "")
+    assert report.outcomes[1].result == "not-run"
+    assert report.exit_code == 1
+
+
+def test_a_step_that_does_not_converge_fails_loudly():
+    stubborn = Step("stubborn", "Stubborn", lambda f, o, e: change("stubborn", "never done",
+                                                                     [RunCommand("noop", ("true",))]))
+    report = apply_pipeline(FakeConnection(gpu_node()), (stubborn,), Options())
+    assert report.outcomes[0].result == "failed"
+    assert "did not converge" in (report.outcomes[0].error or "")
+
+
+def test_plan_json_shape():
+    data = plan_pipeline(FakeConnection(gpu_node(modules={"nouveau"})), PIPELINE, Options()).to_dict()
+    assert data["schema_version"] == 1 and data["mode"] == "plan"
+    step = data["steps"][0]
+    assert step["step"] == "nouveau" and step["status"] == "change" and step["reboot_required"] is True
+    kinds = [a["kind"] for a in step["actions"]]
+    assert kinds == ["file", "command", "reboot"]
+    assert step["actions"][0]["diff"].startswith("--- /dev/null\n+++ /etc/modprobe.d/blacklist-nouveau.conf")
+    assert step["actions"][1]["commands"] == ["sudo update-initramfs -u"]
+    assert data["summary"]["changes_pending"] is True and data["summary"]["reboot_required"] is True
+    assert data["node"]["gpus"] == [{"pci": "0000:17:00.0", "device_id": "10de:1eb8"}]
