@@ -4,6 +4,7 @@ anything else fails loudly unless a handler is registered, so a test cannot sile
 
 from __future__ import annotations
 
+import fnmatch
 import re
 import shlex
 import uuid
@@ -11,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpunode.connection.base import Connection
-from gpunode.facts.probe import EFI_SECURE_BOOT_VAR, MODPROBE_DIRS, SECTIONS, TOOLS
+from gpunode.facts.probe import COMMANDS, EFI_SECURE_BOOT_VAR, FILE_GROUPS, TOOLS, all_sections
 
 Handler = Callable[["FakeNode", list[str], bytes], tuple[int, str, str]]
 
@@ -52,6 +53,7 @@ class FakeNode:
     clock: int = 1_700_000_000
     calls: list[list[str]] = field(default_factory=list)
     handlers: dict[str, Handler] = field(default_factory=dict)
+    outputs: dict[str, tuple[str, int]] = field(default_factory=dict)  # probe COMMANDS: name -> (text, status)
     reboots: int = 0
     initramfs_blacklist: bool = False  # whether the initramfs image carries a nouveau blacklist
 
@@ -153,7 +155,7 @@ class FakeConnection(Connection):
         nonce = match.group(1)
         renderers = _section_renderers(self.node, nonce)
         parts = []
-        for name in SECTIONS:
+        for name in all_sections():
             if name not in renderers:
                 raise AssertionError(f"FakeNode cannot answer probe section {name!r}: teach fake.py")
             text, status = renderers[name]
@@ -174,11 +176,13 @@ def _strip_wrappers(argv: list[str]) -> list[str]:
 
 
 def _section_renderers(node: FakeNode, nonce: str) -> dict[str, tuple[str, int]]:
-    def file_section(prefixes: tuple[str, ...]) -> str:
+    def file_section(patterns: tuple[str, ...]) -> str:
         out = []
-        for directory in prefixes:
-            for path in sorted(p for p in node.files if p.rpartition("/")[0] == directory and p.endswith(".conf")):
-                out.append(f"@{nonce}@file {node.mtimes.get(path, 0)} {path}\n{node.files[path]}\n")
+        for pattern in patterns:
+            directory = pattern.rpartition("/")[0]
+            for path in sorted(node.files):
+                if path.rpartition("/")[0] == directory and fnmatch.fnmatch(path, pattern):
+                    out.append(f"@{nonce}@file {node.mtimes.get(path, 0)} {path}\n{node.files[path]}\n")
         return "".join(out)
 
     sb = "efi\n" if node.efi else "bios\n"
@@ -191,7 +195,7 @@ def _section_renderers(node: FakeNode, nonce: str) -> dict[str, tuple[str, int]]
                  if node.initramfs_path in node.files else "")
     nvidia = (f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {node.nvidia_version}  Thu Oct 19 18:56:32 UTC 2023\n"
               if node.nvidia_version else "")
-    return {
+    sections = {
         "os_release": (node.os_release, 0),
         "kernel": (node.kernel + "\n", 0),
         "arch": (node.arch + "\n", 0),
@@ -203,9 +207,11 @@ def _section_renderers(node: FakeNode, nonce: str) -> dict[str, tuple[str, int]]
         "pci": ("".join(f"{a} 0x{v:04x} 0x{d:04x} 0x{c:06x}\n" for a, v, d, c in node.pci), 0),
         "tools": ("".join(f"{t} /usr/bin/{t}\n" for t in TOOLS if t in node.tools), 0),
         "secure_boot": (sb, 0),
-        "modprobe_d": (file_section(MODPROBE_DIRS), 0),
         "initramfs": (initramfs, 0),
     }
+    sections.update({f"files:{name}": (file_section(p), 0) for name, p in FILE_GROUPS.items()})
+    sections.update({f"cmd:{name}": node.outputs.get(name, ("", 127)) for name in COMMANDS})
+    return sections
 
 
 __all__ = ["FakeConnection", "FakeNode", "UBUNTU_2204", "ROCKY_9", "EFI_SECURE_BOOT_VAR"]

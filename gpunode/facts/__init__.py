@@ -13,6 +13,7 @@ from gpunode.connection.base import Connection
 from gpunode.errors import CommandError
 from gpunode.facts.kernel import (
     LoadedDriver,
+    ModuleBlock,
     PciDevice,
     SecureBoot,
     module_block,
@@ -23,7 +24,15 @@ from gpunode.facts.kernel import (
     parse_tools,
 )
 from gpunode.facts.osinfo import UNKNOWN_OS, OsInfo, parse_os_release
-from gpunode.facts.probe import Section, build_probe, split_files, split_sections
+from gpunode.facts.probe import (
+    COMMANDS,
+    FILE_GROUPS,
+    MODPROBE_DIRS,
+    Section,
+    build_probe,
+    split_files,
+    split_sections,
+)
 
 __all__ = ["Facts", "gather", "facts_from_probe_output"]
 
@@ -41,8 +50,9 @@ class Facts:
     loaded_driver: LoadedDriver | None = None
     tools: Mapping[str, str] = field(default_factory=dict)
     secure_boot: SecureBoot = SecureBoot(False, False, "")
-    modprobe_files: Mapping[str, str] = field(default_factory=dict)
-    modprobe_mtimes: Mapping[str, int] = field(default_factory=dict)
+    files: Mapping[str, str] = field(default_factory=dict)  # every file of probe.FILE_GROUPS: path -> text
+    mtimes: Mapping[str, int] = field(default_factory=dict)  # path -> mtime (seconds since the epoch)
+    outputs: Mapping[str, Section] = field(default_factory=dict)  # probe.COMMANDS: name -> raw output
     initramfs_mtime: int | None = None  # newest initramfs image for the running kernel; None: not found
 
     @property
@@ -59,7 +69,16 @@ class Facts:
     def module_loaded(self, name: str) -> bool:
         return name.replace("-", "_") in self.modules
 
-    def nouveau_block(self):  # -> ModuleBlock
+    @property
+    def modprobe_files(self) -> dict[str, str]:
+        return {p: t for p, t in self.files.items() if p.rpartition("/")[0] in MODPROBE_DIRS}
+
+    def output(self, name: str) -> str | None:
+        """Output of an extra probe command, or None when it failed (tool missing, file absent)."""
+        section = self.outputs.get(name)
+        return section.text if section is not None and section.ok else None
+
+    def nouveau_block(self) -> ModuleBlock:
         return module_block("nouveau", self.modprobe_files, self.cmdline)
 
     def summary(self) -> dict[str, object]:
@@ -82,7 +101,10 @@ def facts_from_sections(sections: Mapping[str, Section], nonce: str) -> Facts:
         return section.text if section is not None and section.ok else ""
 
     uid_text = text("uid").strip()
-    modprobe = split_files(sections["modprobe_d"].text if "modprobe_d" in sections else "", nonce)
+    files: dict[str, tuple[int, str]] = {}
+    for name in FILE_GROUPS:
+        section = sections.get(f"files:{name}")
+        files.update(split_files(section.text if section is not None else "", nonce))
     return Facts(
         os=parse_os_release(text("os_release")),
         kernel=text("kernel").strip(),
@@ -95,8 +117,9 @@ def facts_from_sections(sections: Mapping[str, Section], nonce: str) -> Facts:
         loaded_driver=parse_nvidia_version(text("nvidia_version")),
         tools=parse_tools(text("tools")),
         secure_boot=parse_secure_boot(sections["secure_boot"].text if "secure_boot" in sections else ""),
-        modprobe_files={path: content for path, (_, content) in modprobe.items()},
-        modprobe_mtimes={path: mtime for path, (mtime, _) in modprobe.items()},
+        files={path: content for path, (_, content) in files.items()},
+        mtimes={path: mtime for path, (mtime, _) in files.items()},
+        outputs={name: sections[f"cmd:{name}"] for name in COMMANDS if f"cmd:{name}" in sections},
         initramfs_mtime=_newest_initramfs(text("initramfs")),
     )
 

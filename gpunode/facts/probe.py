@@ -45,16 +45,35 @@ SECTIONS: dict[str, str] = {
         f'[ -r {EFI_SECURE_BOOT_VAR} ] && echo "efivar $(od -An -tu1 {EFI_SECURE_BOOT_VAR} | tr -s " \\n" " ")"; '
         'command -v mokutil >/dev/null 2>&1 && echo "mokutil $(mokutil --sb-state 2>&1 | head -n 1)"; true'
     ),
-    "modprobe_d": (
-        'for f in ' + " ".join(f"{d}/*.conf" for d in MODPROBE_DIRS) + '; do [ -f "$f" ] || continue; '
-        'echo "@FILE@ $(stat -c %Y "$f" 2>/dev/null || echo 0) $f"; cat "$f"; echo; done; true'
-    ),
     # initramfs images for the running kernel, with their modification time (seconds since the epoch)
     "initramfs": (
         'k=$(uname -r); for f in "/boot/initrd.img-$k" "/boot/initramfs-$k.img" /boot/initramfs-linux.img; do '
         '[ -e "$f" ] && echo "$(stat -c %Y "$f") $f"; done; true'
     ),
 }
+
+
+# Files to read whole, by glob: name -> patterns. Every file found is framed with its mtime and path and
+# lands in Facts.files. Steps add their config files here (daemon.json, containerd config, ...).
+FILE_GROUPS: dict[str, tuple[str, ...]] = {
+    "modprobe_d": tuple(f"{d}/*.conf" for d in MODPROBE_DIRS),
+}
+
+# Extra commands whose raw output steps parse themselves: name -> snippet. Lands in Facts.outputs.
+COMMANDS: dict[str, str] = {}
+
+
+def _file_group_snippet(patterns: tuple[str, ...]) -> str:
+    return ('for f in ' + " ".join(patterns) + '; do [ -f "$f" ] || continue; '
+            'echo "@FILE@ $(stat -c %Y "$f" 2>/dev/null || echo 0) $f"; cat "$f"; echo; done; true')
+
+
+def all_sections() -> dict[str, str]:
+    """Core sections, then file groups (prefixed files:), then extra commands (prefixed cmd:)."""
+    sections = dict(SECTIONS)
+    sections.update({f"files:{name}": _file_group_snippet(p) for name, p in FILE_GROUPS.items()})
+    sections.update({f"cmd:{name}": snippet for name, snippet in COMMANDS.items()})
+    return sections
 
 
 @dataclass(frozen=True)
@@ -71,7 +90,7 @@ def build_probe(nonce: str | None = None) -> tuple[Script, str]:
     """The probe script and the nonce that frames its sections."""
     nonce = nonce or secrets.token_hex(8)
     parts = []
-    for name, snippet in SECTIONS.items():
+    for name, snippet in all_sections().items():
         body = snippet.replace("@FILE@", f"@{nonce}@file")
         parts.append(f'echo "@{nonce}@begin {name}"\n( {body}\n) 2>/dev/null\necho "@{nonce}@end {name} $?"')
     return Script(body="\n".join(parts) + "\n", name="probe"), nonce

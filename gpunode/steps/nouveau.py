@@ -63,7 +63,7 @@ def plan(facts: Facts, options: Options, earlier: Mapping[str, StepPlan] | None 
                                   timeout=900))
         reason = "nouveau is not blacklisted"
     else:
-        newest_block = max((facts.modprobe_mtimes.get(s.split(":", 1)[0], 0) for s in block.sources), default=0)
+        newest_block = max((facts.mtimes.get(s.split(":", 1)[0], 0) for s in block.sources), default=0)
         stale = facts.initramfs_mtime is not None and facts.initramfs_mtime < newest_block
         if stale and rebuild is not None:
             actions.append(RunCommand("rebuild the initramfs: it is older than the blacklist", rebuild, timeout=900))

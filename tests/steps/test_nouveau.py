@@ -37,13 +37,13 @@ def test_not_blacklisted_writes_the_file_and_rebuilds_initramfs():
 
 def test_modprobe_dir_missing_is_just_a_new_file():
     # No modprobe.d file at all on the node: the write creates the directory (write-file does mkdir -p).
-    p = plan(facts(modprobe_files={}))
+    p = plan(facts(files={}))
     assert p.actions[0].before is None
 
 
 def test_blacklisted_under_another_file_name_is_ok():
-    f = facts(modprobe_files={"/usr/lib/modprobe.d/nvidia-installer-disable-nouveau.conf": BLOCK},
-              modprobe_mtimes={"/usr/lib/modprobe.d/nvidia-installer-disable-nouveau.conf": 100},
+    f = facts(files={"/usr/lib/modprobe.d/nvidia-installer-disable-nouveau.conf": BLOCK},
+              mtimes={"/usr/lib/modprobe.d/nvidia-installer-disable-nouveau.conf": 100},
               initramfs_mtime=200)
     p = plan(f)
     assert p.status is Status.OK and "nvidia-installer-disable-nouveau.conf" in p.reason
@@ -58,14 +58,14 @@ def test_nouveau_loaded_requires_a_reboot():
 
 
 def test_blacklisted_but_still_loaded_only_reboots_when_initramfs_is_fresh():
-    f = facts(modules=frozenset({"nouveau"}), modprobe_files={nouveau.PATH: BLOCK},
-              modprobe_mtimes={nouveau.PATH: 100}, initramfs_mtime=150)
+    f = facts(modules=frozenset({"nouveau"}), files={nouveau.PATH: BLOCK},
+              mtimes={nouveau.PATH: 100}, initramfs_mtime=150)
     p = plan(f)
     assert p.only_reboot_left
 
 
 def test_stale_initramfs_is_rebuilt():
-    f = facts(modprobe_files={nouveau.PATH: BLOCK}, modprobe_mtimes={nouveau.PATH: 300}, initramfs_mtime=150)
+    f = facts(files={nouveau.PATH: BLOCK}, mtimes={nouveau.PATH: 300}, initramfs_mtime=150)
     p = plan(f)
     assert p.status is Status.CHANGE and [a.commands() for a in p.actions] == [["sudo update-initramfs -u"]]
 
@@ -88,7 +88,7 @@ def test_unknown_distro_without_initramfs_tool_is_blocked():
 
 def test_user_lines_in_our_file_are_kept():
     mine = "# my notes\nblacklist nouveau\nblacklist floppy\n"
-    p = plan(facts(modprobe_files={nouveau.PATH: mine}))
+    p = plan(facts(files={nouveau.PATH: mine}))
     write = p.actions[0]
     assert write.after == mine + "options nouveau modeset=0\n"
     assert write.before == mine

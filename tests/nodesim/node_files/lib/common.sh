@@ -1,0 +1,330 @@
+# Sourced by every simulator shim inside a node (POSIX sh, run by dash).  State lives in plain files:
+#   /var/lib/nodesim/*      simulator state (see README in tests/nodesim)
+#   /proc/*, /sys/*         plain files kept consistent with that state (the chroot has no procfs/sysfs)
+NS=/var/lib/nodesim
+NSLIB=/opt/nodesim/lib
+NSDATA=/opt/nodesim/data
+NSSHIMS=/opt/nodesim/shims
+NSPY=/opt/nodesim/python/bin/python3
+EFIVAR_SB=/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c
+. "$NS/profile.env"
+
+# ---- call log -------------------------------------------------------------------------------------------
+# One record per invocation: fields separated by \037, record ended by \036 (arguments may hold newlines).
+ns_log() {
+    [ -n "$NODESIM_NOLOG" ] && return 0
+    { printf '%s' "$1"; shift; for _a in "$@"; do printf '\037%s' "$_a"; done; printf '\036'; } >> "$NS/calls.log"
+}
+
+ns_err() { printf '%s\n' "$*" >&2; }
+
+# ---- small helpers ----------------------------------------------------------------------------------------
+ns_kernel() { cat "$NS/kernel"; }
+ns_has_gpu() { [ -s "$NS/gpus" ]; }
+ns_uuid() {
+    od -An -tx1 -N16 /dev/urandom | tr -d ' \n' |
+        sed 's/^\(........\)\(....\)\(....\)\(....\)\(............\)$/\1-\2-\3-\4-\5/'
+}
+ns_py() {  # ns_py SCRIPT ARGS... : the private interpreter (not on PATH) running /opt/nodesim/py/SCRIPT.py
+    _s=$1; shift
+    PYTHONHOME=/opt/nodesim/python PYTHONDONTWRITEBYTECODE=1 PYTHONPATH= "$NSPY" -S -B "/opt/nodesim/py/$_s.py" "$@"
+}
+ns_branch() { echo "${1%%.*}"; }
+ns_cuda_for() {  # driver version -> highest CUDA version
+    _b=$(ns_branch "$1")
+    awk -v b="$_b" '$1 <= b { c = $2 } END { print c }' "$NSLIB/cuda.tab"
+}
+ns_ver_ge() {  # ns_ver_ge A B : A >= B (dotted numeric)
+    [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | tail -n1)" = "$1" ]
+}
+
+# ---- secure boot / MOK -------------------------------------------------------------------------------------
+ns_efi() { [ -d /sys/firmware/efi ]; }
+ns_sb_enabled() {
+    [ -r "$EFIVAR_SB" ] || return 1
+    [ "$(od -An -tu1 -j4 -N1 "$EFIVAR_SB" | tr -d ' ')" = 1 ]
+}
+ns_key_id() { sha256sum "$1" | cut -c1-16; }
+ns_key_trusted() {  # ns_key_trusted KEYID : modules signed with it load under Secure Boot
+    case "$1" in
+        distro) return 0 ;;
+        ""|none) return 1 ;;
+    esac
+    [ -e "$NS/mok/enrolled/$1" ]
+}
+
+# ---- driver state -----------------------------------------------------------------------------------------
+ns_driver_load_env() {
+    DRIVER_VERSION=; DRIVER_FLAVOR=; DRIVER_METHOD=; DRIVER_PKG=; DRIVER_DKMS=0; DRIVER_KERNELS=; DRIVER_SIGNKEY=none
+    [ -r "$NS/driver.env" ] && . "$NS/driver.env"
+    :
+}
+ns_driver_installed() { ns_driver_load_env; [ -n "$DRIVER_VERSION" ]; }
+ns_driver_write_env() {
+    cat > "$NS/driver.env" <<EOF
+DRIVER_VERSION='$DRIVER_VERSION'
+DRIVER_FLAVOR='$DRIVER_FLAVOR'
+DRIVER_METHOD='$DRIVER_METHOD'
+DRIVER_PKG='$DRIVER_PKG'
+DRIVER_DKMS='$DRIVER_DKMS'
+DRIVER_KERNELS='$DRIVER_KERNELS'
+DRIVER_SIGNKEY='$DRIVER_SIGNKEY'
+EOF
+}
+ns_driver_built_for() {  # ns_driver_built_for KVER
+    ns_driver_load_env
+    case " $DRIVER_KERNELS " in *" $1 "*) return 0 ;; esac
+    return 1
+}
+ns_headers_present() { [ -d "/lib/modules/${1:-$(ns_kernel)}/build" ]; }
+
+# Why the nvidia module would not bind right now: prints ok | notfound | nodevice | keyrejected
+ns_nvidia_probe() {
+    ns_driver_load_env
+    if [ -z "$DRIVER_VERSION" ] || ! ns_driver_built_for "$(ns_kernel)"; then echo notfound; return; fi
+    if ns_sb_enabled && ! ns_key_trusted "$DRIVER_SIGNKEY"; then echo keyrejected; return; fi
+    if ! ns_has_gpu; then echo nodevice; return; fi
+    if ns_loaded nouveau; then echo nodevice; return; fi
+    _br=$(ns_branch "$DRIVER_VERSION")
+    if awk -F'\t' -v br="$_br" -v fl="$DRIVER_FLAVOR" '
+        ($16 + 0) > br { bad = 1 }
+        $17 == "1" && fl != "open" { bad = 1 }
+        END { exit bad ? 0 : 1 }' "$NS/gpus"; then
+        echo nodevice; return
+    fi
+    echo ok
+}
+
+# ---- kernel modules -----------------------------------------------------------------------------------------
+ns_loaded() { grep -q "^$1 " /proc/modules 2>/dev/null; }
+ns_loaded_list() { [ -r /proc/modules ] && awk '{ print $1 }' /proc/modules; }
+ns_module_known() {  # does a .ko exist for the running kernel?
+    case "$1" in
+        nvidia|nvidia_uvm|nvidia_modeset|nvidia_drm|nvidia_peermem|nvidia-uvm|nvidia-modeset|nvidia-drm)
+            ns_driver_built_for "$(ns_kernel)" ;;
+        *) awk -v m="$1" '$1 == m { f = 1 } END { exit f ? 0 : 1 }' "$NSLIB/modules.tab" ;;
+    esac
+}
+ns_module_deps() { awk -v m="$1" '$1 == m { if ($3 != "-") { gsub(",", " ", $3); print $3 } }' "$NSLIB/modules.tab"; }
+
+# Rewrite /proc/modules from a list of names (most recently loaded first), then the derived files.
+ns_write_modules() {
+    ns_driver_load_env
+    _taint="(OE)"
+    [ "$DRIVER_FLAVOR" = proprietary ] && _taint="(POE)"
+    printf '%s\n' "$@" | awk -v taint="$_taint" -v tab="$NSLIB/modules.tab" '
+        BEGIN { while ((getline l < tab) > 0) { split(l, f, " "); size[f[1]] = f[2]; deps[f[1]] = f[3]; kind[f[1]] = f[4] } }
+        NF { if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 } }
+        END {
+            for (i = 1; i <= n; i++) { users[order[i]] = ""; cnt[order[i]] = 0 }
+            for (i = n; i >= 1; i--) {
+                m = order[i]
+                if (deps[m] == "-" || deps[m] == "") continue
+                k = split(deps[m], d, ",")
+                for (j = 1; j <= k; j++) if (d[j] in seen) { users[d[j]] = users[d[j]] m ","; cnt[d[j]]++ }
+            }
+            for (i = 1; i <= n; i++) {
+                m = order[i]; u = users[m]; if (u == "") u = "-"
+                c = cnt[m]; if (m == "nouveau" && c == 0) c = 1
+                t = (kind[m] == "nvidia") ? " " taint : ""
+                printf "%s %s %d %s Live 0x0000000000000000%s\n", m, (m in size ? size[m] : 16384), c, u, t
+            }
+        }' > /proc/modules.new
+    mv /proc/modules.new /proc/modules
+    ns_sync_derived
+}
+
+# Load one module (and its dependencies).  Prints a modprobe-style error and returns 1 on failure.
+ns_load_module() {
+    _m=$(echo "$1" | tr - _)
+    ns_loaded "$_m" && return 0
+    if ! ns_module_known "$_m"; then
+        ns_err "modprobe: FATAL: Module $1 not found in directory /lib/modules/$(ns_kernel)"
+        return 1
+    fi
+    for _d in $(ns_module_deps "$_m"); do
+        ns_load_module "$_d" || return 1
+    done
+    if [ "$_m" = nvidia ]; then
+        case "$(ns_nvidia_probe)" in
+            keyrejected) ns_err "modprobe: ERROR: could not insert 'nvidia': Key was rejected by service"; return 1 ;;
+            nodevice) ns_err "modprobe: ERROR: could not insert 'nvidia': No such device"; return 1 ;;
+            notfound) ns_err "modprobe: FATAL: Module nvidia not found in directory /lib/modules/$(ns_kernel)"; return 1 ;;
+        esac
+        ns_driver_load_env
+        printf 'LOADED_VERSION=%s\nLOADED_FLAVOR=%s\n' "$DRIVER_VERSION" "$DRIVER_FLAVOR" > "$NS/loaded.env"
+    fi
+    if [ "$_m" = nouveau ] && ! ns_has_gpu; then
+        # the module loads, binds nothing (real nouveau stays loaded with refcount 0)
+        :
+    fi
+    ns_write_modules "$_m" $(ns_loaded_list)
+}
+
+ns_module_users() { awk -v m="$1" '$1 == m { if ($4 != "-") { gsub(",", " ", $4); print $4 } }' /proc/modules; }
+ns_module_busy() {  # held by something other than a module?
+    case "$1" in
+        nouveau) [ "$NOUVEAU_BUSY" = 1 ] ;;
+        nvidia) ns_unit_active nvidia-persistenced.service || ns_unit_active nvidia-fabricmanager.service ;;
+        *) return 1 ;;
+    esac
+}
+
+# Unload one module.  $2 = "rmmod" or "modprobe" selects the error wording.
+ns_unload_module() {
+    _m=$(echo "$1" | tr - _)
+    _how=${2:-modprobe}
+    if ! ns_loaded "$_m"; then
+        if [ "$_how" = rmmod ]; then ns_err "rmmod: ERROR: Module $_m is not currently loaded"; return 1; fi
+        return 0
+    fi
+    if [ -n "$(ns_module_users "$_m")" ] || ns_module_busy "$_m"; then
+        if [ "$_how" = rmmod ]; then
+            _users=$(ns_module_users "$_m" | tr ' ' ',' | sed 's/,$//')
+            ns_err "rmmod: ERROR: Module $_m is in use${_users:+ by: $_users}"
+        else ns_err "modprobe: FATAL: Module $_m is in use."; fi
+        return 1
+    fi
+    ns_write_modules $(ns_loaded_list | grep -vx "$_m")
+    [ "$_m" = nvidia ] && rm -f "$NS/loaded.env"
+    return 0
+}
+
+# ---- derived /proc, /sys and /dev files ------------------------------------------------------------------
+ns_version_file() {  # contents of /proc/driver/nvidia/version for LOADED_VERSION/LOADED_FLAVOR
+    if [ "$LOADED_FLAVOR" = open ]; then
+        printf 'NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  %s  Release Build  (dvs-builder@U16-I3-B03-4-3)  Thu Oct 19 18:56:32 UTC 2023\n' "$LOADED_VERSION"
+    else
+        printf 'NVRM version: NVIDIA UNIX x86_64 Kernel Module  %s  Thu Oct 19 18:56:32 UTC 2023\n' "$LOADED_VERSION"
+    fi
+    printf 'GCC version:  %s\n' "$GCC_VERSION"
+}
+
+ns_sync_derived() {
+    LOADED_VERSION=; LOADED_FLAVOR=
+    [ -r "$NS/loaded.env" ] && . "$NS/loaded.env"
+    for _m in nouveau nvidia nvidia_uvm nvidia_modeset nvidia_drm nvidia_peermem; do
+        if ns_loaded "$_m"; then
+            mkdir -p "/sys/module/$_m"
+        else
+            rm -rf "/sys/module/$_m"
+        fi
+    done
+    _bind=
+    if ns_loaded nvidia && [ -n "$LOADED_VERSION" ]; then
+        _bind=nvidia
+        mkdir -p /proc/driver/nvidia/gpus /sys/bus/pci/drivers/nvidia
+        ns_version_file > /proc/driver/nvidia/version
+        echo "$LOADED_VERSION" > /sys/module/nvidia/version
+        : > /dev/nvidiactl
+        rm -rf /proc/driver/nvidia/gpus/*
+        _i=0
+        while IFS='	' read -r _idx _bus _dev _name _rest; do
+            mkdir -p "/proc/driver/nvidia/gpus/$_bus"
+            printf 'Model: \t\t %s\nIRQ:   \t\t 0\nGPU UUID: \t %s\nBus Location: \t %s\n' \
+                "$_name" "$(awk -F'\t' -v b="$_bus" '$2 == b { print $18 }' "$NS/gpus")" "$_bus" \
+                > "/proc/driver/nvidia/gpus/$_bus/information"
+            : > "/dev/nvidia$_i"
+            _i=$((_i + 1))
+        done < "$NS/gpus"
+        if ns_loaded nvidia_uvm; then : > /dev/nvidia-uvm; : > /dev/nvidia-uvm-tools; else rm -f /dev/nvidia-uvm /dev/nvidia-uvm-tools; fi
+        if ns_loaded nvidia_modeset; then : > /dev/nvidia-modeset; else rm -f /dev/nvidia-modeset; fi
+        if [ -s "$NS/switches" ]; then
+            mkdir -p /proc/driver/nvidia-nvswitch/devices /sys/bus/pci/drivers/nvidia-nvswitch
+            rm -f /proc/driver/nvidia-nvswitch/devices/*
+            _i=0
+            while IFS='	' read -r _bus _dev; do
+                printf 'Device Instance: %d\nPCI Address: %s\n' "$_i" "$_bus" > "/proc/driver/nvidia-nvswitch/devices/$_bus"
+                : > "/dev/nvidia-nvswitch$_i"
+                ln -sfn /sys/bus/pci/drivers/nvidia-nvswitch "/sys/bus/pci/devices/$_bus/driver"
+                _i=$((_i + 1))
+            done < "$NS/switches"
+            : > /dev/nvidia-nvswitchctl
+        fi
+    else
+        rm -rf /proc/driver/nvidia /proc/driver/nvidia-nvswitch /sys/bus/pci/drivers/nvidia /sys/bus/pci/drivers/nvidia-nvswitch
+        rm -f /dev/nvidia*
+        if [ -s "$NS/switches" ]; then
+            while IFS='	' read -r _bus _dev; do rm -f "/sys/bus/pci/devices/$_bus/driver"; done < "$NS/switches"
+        fi
+    fi
+    if [ -z "$_bind" ] && ns_loaded nouveau && ns_has_gpu; then
+        _bind=nouveau
+        mkdir -p /sys/bus/pci/drivers/nouveau
+    fi
+    ns_loaded nouveau || rm -rf /sys/bus/pci/drivers/nouveau
+    if ns_has_gpu; then
+        while IFS='	' read -r _idx _bus _rest; do
+            if [ -n "$_bind" ]; then
+                ln -sfn "/sys/bus/pci/drivers/$_bind" "/sys/bus/pci/devices/$_bus/driver"
+            else
+                rm -f "/sys/bus/pci/devices/$_bus/driver"
+            fi
+        done < "$NS/gpus"
+    fi
+}
+
+# ---- modprobe configuration (what blocks nouveau) ---------------------------------------------------------
+ns_modprobe_conf_files() {
+    for _d in /etc/modprobe.d /run/modprobe.d /usr/local/lib/modprobe.d /usr/lib/modprobe.d; do
+        for _f in "$_d"/*.conf; do [ -f "$_f" ] && echo "$_f"; done
+    done
+    [ -f /etc/modprobe.conf ] && echo /etc/modprobe.conf
+    :
+}
+# Lines that keep a module from being autoloaded (blacklist / install ... /bin/false) or, for dracut,
+# omit_drivers; printed in a canonical form for snapshots.
+ns_blacklist_lines() {
+    ns_modprobe_conf_files | while read -r _f; do
+        sed -e 's/#.*//' -e 's/^[ 	]*//' "$_f" | awk '
+            $1 == "blacklist" && NF >= 2 { print "blacklist " $2 }
+            $1 == "install" && NF >= 3 && ($3 == "/bin/false" || $3 == "/bin/true" || $3 == "/usr/bin/false" || $3 == "/usr/bin/true") { print "blacklist " $2 }'
+    done
+    for _f in /etc/dracut.conf /etc/dracut.conf.d/*.conf; do
+        [ -f "$_f" ] || continue
+        sed -n 's/^[ 	]*omit_drivers+\{0,1\}=["'"'"']\(.*\)["'"'"'].*/\1/p' "$_f" | tr ' ' '\n' | sed -n 's/^\(..*\)$/omit \1/p'
+    done
+}
+ns_blocked_in_modprobe_d() { ns_blacklist_lines | grep -qx "blacklist $1"; }
+ns_blocked_in_initramfs() {  # ns_blocked_in_initramfs MOD KVER
+    _snap="$NS/initramfs/$2"
+    [ -f "$_snap" ] || return 1
+    grep -qx "blacklist $1" "$_snap" || grep -qx "omit $1" "$_snap"
+}
+ns_blocked_on_cmdline() {
+    tr ' ' '\n' < /proc/cmdline | grep -Eq "^(modprobe\.blacklist|rd\.driver\.blacklist|module_blacklist)=(.*,)?$1(,.*)?$"
+}
+ns_snapshot_initramfs() {  # record what an initramfs built now for KVER would contain
+    mkdir -p "$NS/initramfs"
+    ns_blacklist_lines | sort -u > "$NS/initramfs/$1"
+}
+
+# ---- systemd units ------------------------------------------------------------------------------------------
+ns_unit_name() { case "$1" in *.service|*.socket|*.target|*.timer|*.path|*.mount) echo "$1" ;; *) echo "$1.service" ;; esac; }
+ns_unit_exists() { [ -f "$NS/units/$(ns_unit_name "$1")" ]; }
+ns_unit_get() {  # ns_unit_get UNIT ACTIVE|ENABLED
+    _u=$(ns_unit_name "$1")
+    [ -f "$NS/units/$_u" ] || { [ "$2" = ACTIVE ] && echo inactive || echo not-found; return; }
+    sed -n "s/^$2=//p" "$NS/units/$_u"
+}
+ns_unit_set() {  # ns_unit_set UNIT ACTIVE|ENABLED VALUE
+    _u=$(ns_unit_name "$1")
+    [ -f "$NS/units/$_u" ] || printf 'ACTIVE=inactive\nENABLED=disabled\nDESC=%s\n' "$_u" > "$NS/units/$_u"
+    sed "s/^$2=.*/$2=$3/" "$NS/units/$_u" > "$NS/units/$_u.new" && mv "$NS/units/$_u.new" "$NS/units/$_u"
+}
+ns_unit_create() {  # ns_unit_create UNIT DESCRIPTION [ACTIVE] [ENABLED]
+    _u=$(ns_unit_name "$1")
+    mkdir -p "$NS/units"
+    printf 'ACTIVE=%s\nENABLED=%s\nDESC=%s\n' "${3:-inactive}" "${4:-disabled}" "$2" > "$NS/units/$_u"
+}
+ns_unit_remove() { rm -f "$NS/units/$(ns_unit_name "$1")"; }
+ns_unit_active() { [ "$(ns_unit_get "$1" ACTIVE)" = active ]; }
+
+# ---- files dropped by packages / installers ----------------------------------------------------------------
+ns_link_tool() {  # ns_link_tool /usr/bin/nvidia-smi nvidia-smi [owner-record-file]
+    mkdir -p "$(dirname "$1")"
+    rm -f "$1"
+    ln -s "$NSSHIMS/$2" "$1"
+    [ -n "$3" ] && echo "$1" >> "$3"
+    :
+}
