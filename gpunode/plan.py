@@ -25,6 +25,9 @@ class Status(str, Enum):
 
 @dataclass(frozen=True)
 class Action:
+    """One thing a step will do. Built-in kinds are executed by the runner; a kind defined next to its
+    step may add `apply(self, conn) -> str | None` (the optional note is kept in the report)."""
+
     summary: str
 
     kind = "action"

@@ -219,6 +219,10 @@ def execute(conn: Connection, action: Action) -> str | None:
     if isinstance(action, RestartService):
         conn.run(("systemctl", "restart", action.unit), sudo=True, timeout=300).check(action.summary)
         return None
+    apply = getattr(action, "apply", None)
+    if callable(apply):  # actions defined next to their step carry their own executor
+        note = apply(conn)
+        return note if isinstance(note, str) else None
     raise TypeError(f"no executor for {type(action).__name__}")
 
 
