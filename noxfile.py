@@ -1,0 +1,24 @@
+"""Developer sessions: `nox` runs lint, typecheck and tests; `nox -s tests -- -k nouveau` passes args to pytest."""
+
+import nox
+
+nox.options.sessions = ["lint", "typecheck", "tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    session.install("-e", ".[test]")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("ruff")
+    session.run("ruff", "check", "gpunode", "tests", "benchmarks", "noxfile.py")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    session.install("-e", ".", "mypy", "types-requests", "types-paramiko")
+    session.run("mypy")

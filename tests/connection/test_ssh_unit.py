@@ -1,0 +1,94 @@
+"""SSH pieces that need no server: target parsing, ssh_config resolution, host-key policy."""
+
+import paramiko
+import pytest
+
+from gpunode.connection.ssh import (
+    SSHOptions,
+    SSHTarget,
+    _HostKeyPolicy,
+    _load_known_hosts,
+    _resolve,
+    _UnknownHostKey,
+    fingerprint,
+)
+from gpunode.errors import UsageError
+
+
+@pytest.mark.parametrize("text,host,user,port", [
+    ("gpu-01", "gpu-01", None, None),
+    ("ubuntu@gpu-01", "gpu-01", "ubuntu", None),
+    ("ubuntu@gpu-01:2222", "gpu-01", "ubuntu", 2222),
+    ("10.0.0.5:22", "10.0.0.5", None, 22),
+    ("[fe80::1]:2200", "fe80::1", None, 2200),
+    ("root@[::1]", "::1", "root", None),
+    ("fe80::1", "fe80::1", None, None),
+])
+def test_target_parse(text, host, user, port):
+    t = SSHTarget.parse(text)
+    assert (t.host, t.user, t.port) == (host, user, port)
+
+
+@pytest.mark.parametrize("text", ["", "a b", "@host", "host:99999", "host:abc", "[::1", "user@"])
+def test_bad_targets_are_usage_errors(text):
+    with pytest.raises(UsageError):
+        SSHTarget.parse(text)
+
+
+def test_ssh_config_alias_hostname_user_port_identity_proxyjump(tmp_path):
+    key = tmp_path / "id_gpu"
+    key.write_text("not read here")
+    config = tmp_path / "config"
+    config.write_text(f"""Host gpu-*
+    User ops
+Host gpu-a
+    HostName 10.1.2.3
+    Port 2222
+    IdentityFile {key}
+    ProxyJump bastion.example
+    UserKnownHostsFile {tmp_path}/kh
+""")
+    r = _resolve(SSHTarget.parse("gpu-a"), SSHOptions(ssh_config=str(config)))
+    assert (r.host, r.port, r.user) == ("10.1.2.3", 2222, "ops")
+    assert r.identities == [str(key)] and r.proxy_jump == "bastion.example"
+    assert r.known_hosts[0] == tmp_path / "kh"
+    # What the user typed wins over the config.
+    r2 = _resolve(SSHTarget.parse("root@gpu-a:22"), SSHOptions(ssh_config=str(config)))
+    assert (r2.user, r2.port) == ("root", 22)
+
+
+def test_missing_explicit_ssh_config_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError, match="does not exist"):
+        _resolve(SSHTarget.parse("h"), SSHOptions(ssh_config=str(tmp_path / "nope")))
+
+
+def test_unknown_host_key_is_refused_by_default(tmp_path):
+    host_key = paramiko.RSAKey.generate(1024)
+    policy = _HostKeyPolicy(accept_new=False, save_to=tmp_path / "known_hosts")
+    with pytest.raises(_UnknownHostKey):
+        policy.missing_host_key(paramiko.SSHClient(), "[10.0.0.1]:2222", host_key)
+    assert not (tmp_path / "known_hosts").exists()
+
+
+def test_accept_new_records_the_key(tmp_path):
+    host_key = paramiko.RSAKey.generate(1024)
+    client = paramiko.SSHClient()
+    policy = _HostKeyPolicy(accept_new=True, save_to=tmp_path / "sub" / "known_hosts")
+    policy.missing_host_key(client, "[10.0.0.1]:2222", host_key)
+    line = (tmp_path / "sub" / "known_hosts").read_text()
+    assert line.startswith("[10.0.0.1]:2222 ssh-rsa ")
+    assert client.get_host_keys().lookup("[10.0.0.1]:2222") is not None
+
+
+def test_known_hosts_with_a_malformed_line_still_loads_the_rest(tmp_path):
+    good = paramiko.RSAKey.generate(1024)
+    kh = tmp_path / "known_hosts"
+    kh.write_text(f"garbage line without a key\n@cert-authority * ssh-rsa AAAA\n"
+                  f"[127.0.0.1]:2222 ssh-rsa {good.get_base64()}\n")
+    client = paramiko.SSHClient()
+    _load_known_hosts(client, [kh, tmp_path / "missing"])
+    assert client.get_host_keys().lookup("[127.0.0.1]:2222") is not None
+
+
+def test_fingerprint_format():
+    assert fingerprint(paramiko.RSAKey.generate(1024)).startswith("SHA256:")

@@ -1,0 +1,50 @@
+# What happens when a simulated node boots (run by the reboot shims, and by the host at creation).
+. /opt/nodesim/lib/common.sh
+. /opt/nodesim/lib/units.sh
+
+[ -s "$NS/next-kernel" ] && mv "$NS/next-kernel" "$NS/kernel"
+K=$(ns_kernel)
+mkdir -p /proc/sys/kernel/random
+ns_uuid > /proc/sys/kernel/random/boot_id
+echo $(( $(cat "$NS/boots" 2>/dev/null || echo 0) + 1 )) > "$NS/boots"
+
+# Machine-owner keys queued with `mokutil --import` are enrolled by the operator in MokManager at boot.
+if [ -d "$NS/mok/pending" ]; then
+    mkdir -p "$NS/mok/enrolled"
+    for _k in "$NS"/mok/pending/*; do [ -e "$_k" ] && mv "$_k" "$NS/mok/enrolled/"; done
+fi
+
+# DKMS rebuilds registered modules for a new kernel when its headers are present.
+ns_driver_load_env
+if [ -n "$DRIVER_VERSION" ] && [ "$DRIVER_DKMS" = 1 ] && ! ns_driver_built_for "$K" && ns_headers_present "$K"; then
+    DRIVER_KERNELS="$DRIVER_KERNELS $K"
+    ns_driver_write_env
+fi
+
+rm -f "$NS/loaded.env" "$NS/smi.persistence"
+ns_write_modules $(cat "$NS/base-modules" 2>/dev/null)
+
+if ns_has_gpu; then
+    if ns_driver_installed; then
+        if ns_driver_built_for "$K" && ns_load_module nvidia 2>/dev/null; then
+            for _m in nvidia_modeset nvidia_drm nvidia_uvm; do ns_load_module "$_m" 2>/dev/null; done
+        fi
+    elif ! { ns_blocked_in_modprobe_d nouveau && ns_blocked_in_initramfs nouveau "$K"; } && ! ns_blocked_on_cmdline nouveau; then
+        ns_load_module nouveau 2>/dev/null
+    fi
+fi
+
+# units: enabled ones start, the rest are stopped
+if [ -d "$NS/units" ]; then
+    for _f in "$NS"/units/*; do
+        [ -f "$_f" ] || continue
+        _u=${_f##*/}
+        if [ "$(sed -n 's/^ENABLED=//p' "$_f")" = enabled ]; then
+            ns_unit_start "$_u" || true
+        else
+            ns_unit_set "$_u" ACTIVE inactive
+        fi
+    done
+fi
+rm -f "$NS/apt.lock"
+:

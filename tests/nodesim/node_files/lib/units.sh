@@ -1,0 +1,52 @@
+# Unit start/stop with the side effects the simulator cares about.  Sourced after common.sh.
+
+# ns_unit_start UNIT : returns 0 when the unit ends up active, 1 when it fails (state "failed").
+ns_unit_start() {
+    _unit=$(ns_unit_name "$1")
+    case "$_unit" in
+        docker.service)
+            mkdir -p "$NS/engines"
+            if [ -f /etc/docker/daemon.json ] && ! ns_py engines docker-validate /etc/docker/daemon.json >/dev/null 2>&1; then
+                ns_unit_set "$_unit" ACTIVE failed; return 1
+            fi
+            if [ -f /etc/docker/daemon.json ]; then cp /etc/docker/daemon.json "$NS/engines/docker.json"; else rm -f "$NS/engines/docker.json"; fi
+            # moby registers the "nvidia" --gpus device driver at daemon start when the hook is on PATH
+            if command -v nvidia-container-runtime-hook >/dev/null 2>&1; then echo 1 > "$NS/engines/docker.hook"; else echo 0 > "$NS/engines/docker.hook"; fi
+            ;;
+        containerd.service)
+            mkdir -p "$NS/engines"
+            if ! ns_py engines containerd-effective /etc/containerd/config.toml "$NS/engines/containerd.json" >/dev/null 2>&1; then
+                ns_unit_set "$_unit" ACTIVE failed; return 1
+            fi
+            ;;
+        nvidia-persistenced.service)
+            if ! ns_loaded nvidia; then ns_unit_set "$_unit" ACTIVE failed; return 1; fi
+            ;;
+        nvidia-fabricmanager.service)
+            LOADED_VERSION=; [ -r "$NS/loaded.env" ] && . "$NS/loaded.env"
+            _fmv=$(cat "$NS/fabricmanager.version" 2>/dev/null)
+            _ts=$(date '+[%b %d %Y %H:%M:%S]')
+            if ! ns_loaded nvidia; then
+                echo "$_ts [ERROR] [tid 1] Fabric Manager failed to open the NVIDIA driver: driver not loaded" >> /var/log/fabricmanager.log
+                ns_unit_set "$_unit" ACTIVE failed; return 1
+            fi
+            if [ "$_fmv" != "$LOADED_VERSION" ]; then
+                echo "$_ts [ERROR] [tid 1] fabric manager NVIDIA GPU driver interface version $LOADED_VERSION don't match with driver version $_fmv. Please update with matching NVIDIA driver package." >> /var/log/fabricmanager.log
+                ns_unit_set "$_unit" ACTIVE failed; return 1
+            fi
+            if [ ! -s "$NS/switches" ] && [ "$NVLINK5" != 1 ]; then
+                echo "$_ts [INFO] [tid 1] No NVSwitch devices found: NV_WARN_NOTHING_TO_DO" >> /var/log/fabricmanager.log
+                ns_unit_set "$_unit" ACTIVE failed; return 1
+            fi
+            echo "$_ts [INFO] [tid 1] Successfully configured all the available NVSwitches to route GPU NVLink traffic." >> /var/log/fabricmanager.log
+            ;;
+    esac
+    ns_unit_set "$_unit" ACTIVE active
+    return 0
+}
+
+ns_unit_stop() {
+    _unit=$(ns_unit_name "$1")
+    ns_unit_exists "$_unit" && ns_unit_set "$_unit" ACTIVE inactive
+    :
+}
