@@ -20,5 +20,5 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
-    session.install("-e", ".", "mypy", "types-requests", "types-paramiko")
+    session.install("-e", ".", "mypy", "types-requests", "types-paramiko", "types-PyYAML")
     session.run("mypy")
