@@ -16,6 +16,7 @@ from gpunode import __version__
 from gpunode.connection.base import Connection
 from gpunode.errors import CommandError, ConnectError, GpunodeError
 from gpunode.facts import Facts, gather
+from gpunode.journal import Journal
 from gpunode.options import Options
 from gpunode.plan import (
     Action,
@@ -121,13 +122,28 @@ def plan_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
 
 
 def apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
-                   reporter: Reporter | None = None) -> RunReport:
-    """Apply the pipeline in order, converging each step before the next one starts."""
+                   reporter: Reporter | None = None, *, journal: bool = True) -> RunReport:
+    """Apply the pipeline in order, converging each step before the next one starts.
+    Progress is recorded in the node's journal (gpunode/journal.py) unless `journal` is False."""
     reporter = reporter or NullReporter()
     report = RunReport(conn.name, "install")
     facts = gather(conn)
     report.node, report.facts = facts.summary(), facts
     reporter.node(conn.name, facts)
+    record = Journal(conn, "install " + " ".join(s.name for s in steps)) if journal else None
+    if record is not None and record.interrupted:
+        reporter.message(conn.name, f"the run started {record.interrupted['started']} was interrupted; "
+                                    "resuming from the node's current state")
+    try:
+        _apply_steps(conn, steps, options, reporter, report, facts, record)
+    finally:
+        if record is not None:
+            record.finish({0: "done", 3: "reboot-pending"}.get(report.exit_code, "failed"))
+    return report
+
+
+def _apply_steps(conn: Connection, steps: Sequence[Step], options: Options, reporter: Reporter,
+                 report: RunReport, facts: Facts, record: Journal | None) -> None:
     earlier: dict[str, StepPlan] = {}
     stopped: str | None = None
     for step in steps:
@@ -140,26 +156,31 @@ def apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
         reporter.planned(conn.name, step, plan)
         outcome = StepOutcome(step.name, step.title, plan, "ok")
         report.outcomes.append(outcome)
-        if plan.status is Status.OK:
-            continue
-        if plan.status is Status.BLOCKED:
-            outcome.result = "blocked"
-            stopped = f"not run: step {step.name} is blocked"
-            continue
-        if plan.status is Status.UNKNOWN:
-            outcome.result, outcome.error = "failed", f"could not decide what to do: {plan.reason}"
-            stopped = f"not run: step {step.name} failed"
-            continue
         try:
-            facts = _converge(conn, step, plan, facts, options, earlier, reporter, report, outcome)
-        except GpunodeError as exc:
-            outcome.result, outcome.error = "failed", exc.message
-            stopped = f"not run: step {step.name} failed"
-            continue
+            if plan.status is Status.OK:
+                continue
+            if plan.status is Status.BLOCKED:
+                outcome.result = "blocked"
+                stopped = f"not run: step {step.name} is blocked"
+                continue
+            if plan.status is Status.UNKNOWN:
+                outcome.result, outcome.error = "failed", f"could not decide what to do: {plan.reason}"
+                stopped = f"not run: step {step.name} failed"
+                continue
+            if record is not None:
+                record.begin()
+            try:
+                facts = _converge(conn, step, plan, facts, options, earlier, reporter, report, outcome)
+            except GpunodeError as exc:
+                outcome.result, outcome.error = "failed", exc.message
+                stopped = f"not run: step {step.name} failed"
+                continue
+        finally:
+            if record is not None and outcome.result != "ok":
+                record.step(step.name, outcome.result, plan.reason, outcome.backups, outcome.error)
         if outcome.result == "reboot-pending":
             stopped = "not run: waiting for the reboot"
     report.facts = facts
-    return report
 
 
 def _converge(conn: Connection, step: Step, plan: StepPlan, facts: Facts, options: Options,

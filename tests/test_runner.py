@@ -41,7 +41,8 @@ def test_four_runs_plan_apply_plan_apply():
     again = apply_pipeline(conn, PIPELINE, Options())
     assert again.outcomes[0].result == "ok"
     new_calls = node.calls[calls_before:]
-    assert all(c[3] == "gpunode-probe" for c in new_calls), new_calls  # only the read-only probe ran
+    # Only reads: the probe and the journal lookup. No write, no command, not even a journal entry.
+    assert {c[3] for c in new_calls} == {"gpunode-probe", "gpunode-read-file"}, new_calls
 
 
 def test_loaded_nouveau_without_reboot_flag_stops_with_reboot_pending():
@@ -126,3 +127,32 @@ def test_plan_json_shape():
     assert step["actions"][1]["commands"] == ["sudo update-initramfs -u"]
     assert data["summary"]["changes_pending"] is True and data["summary"]["reboot_required"] is True
     assert data["node"]["gpus"] == [{"pci": "0000:17:00.0", "device_id": "10de:1eb8"}]
+
+
+def test_journal_records_what_was_done_and_an_interrupted_run_is_noticed():
+    import json
+
+    from gpunode.journal import JOURNAL_PATH
+
+    node = gpu_node()
+    apply_pipeline(FakeConnection(node), PIPELINE, Options())
+    journal = json.loads(node.files[JOURNAL_PATH])
+    run = journal["runs"][-1]
+    assert run["status"] == "done" and run["steps"][0]["step"] == "nouveau"
+    assert run["steps"][0]["result"] == "changed"
+
+    # A run that died mid-way leaves status "running"; the next install says it resumes.
+    journal["runs"][-1]["status"] = "running"
+    node.files[JOURNAL_PATH] = json.dumps(journal)
+    node.modules.add("nouveau")  # something left to do
+
+    messages = []
+
+    class Recorder(runner.NullReporter):
+        def message(self, host, text):
+            messages.append(text)
+
+    apply_pipeline(FakeConnection(node), PIPELINE, Options(), Recorder())
+    assert any("was interrupted; resuming" in m for m in messages)
+    runs = json.loads(node.files[JOURNAL_PATH])["runs"]
+    assert [r["status"] for r in runs] == ["interrupted", "reboot-pending"]

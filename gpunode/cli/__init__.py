@@ -11,6 +11,7 @@ from gpunode.cli.doctor import doctor
 from gpunode.cli.facts import facts
 from gpunode.cli.not_built import compat, verify
 from gpunode.cli.pipeline import install, plan
+from gpunode.cli.status import status
 
 app = typer.Typer(
     name="gpunode",
@@ -41,6 +42,7 @@ app.command()(install)
 app.command()(doctor)
 app.command()(verify)
 app.command()(compat)
+app.command()(status)
 app.command()(facts)
 
 

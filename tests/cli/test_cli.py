@@ -89,3 +89,14 @@ def test_unreachable_host_is_one_line_and_exit_2():
     result = runner.invoke(app, ["plan", "--host", "127.0.0.1:1", "--connect-timeout", "3"])
     assert result.exit_code == 2
     assert "cannot connect to 127.0.0.1:1" in result.output and "Traceback" not in result.output
+
+
+def test_status_reads_the_journal(fake_node):
+    empty = runner.invoke(app, ["status", "--host", "n"])
+    assert empty.exit_code == 0 and "has not changed anything here yet" in empty.stdout
+    runner.invoke(app, ["install", "--host", "n"])
+    result = runner.invoke(app, ["status", "--host", "n", "--json"])
+    runs = json.loads(result.stdout)["runs"]
+    assert runs[-1]["status"] == "reboot-pending" and runs[-1]["steps"][0]["step"] == "nouveau"
+    human = runner.invoke(app, ["status", "--host", "n"])
+    assert "reboot-pending" in human.stdout and "nouveau" in human.stdout

@@ -1,0 +1,77 @@
+"""A record on each node of what gpunode did there: runs, steps applied, results, backups made.
+
+Written as the run goes (so an interrupted run is visible: its status stays "running"), and only once a
+step actually has something to do: re-running on a finished node writes nothing at all. Read by
+`gpunode status` and by the next `install`, which says it is resuming. Resuming needs no replay: every step
+re-plans from fresh facts, so the next run simply continues where the node actually is.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+from gpunode import __version__
+from gpunode.connection.base import Connection
+from gpunode.errors import GpunodeError
+
+JOURNAL_PATH = "/var/lib/gpunode/journal.json"
+KEEP_RUNS = 20
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def read_journal(conn: Connection) -> dict[str, Any]:
+    """The node's journal, or an empty one. A corrupt journal is reported, not overwritten silently."""
+    text = conn.read_file(JOURNAL_PATH, sudo=False)
+    if text is None:
+        return {"schema_version": 1, "runs": []}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise GpunodeError(f"{conn.name}: {JOURNAL_PATH} is not valid JSON ({exc})",
+                           fix=f"move it aside (it is only a record): sudo mv {JOURNAL_PATH} {JOURNAL_PATH}.broken")
+    if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
+        raise GpunodeError(f"{conn.name}: {JOURNAL_PATH} has an unexpected shape",
+                           fix=f"move it aside: sudo mv {JOURNAL_PATH} {JOURNAL_PATH}.broken")
+    return data
+
+
+class Journal:
+    def __init__(self, conn: Connection, command: str) -> None:
+        self.conn = conn
+        self.data = read_journal(conn)
+        previous = self.data["runs"][-1] if self.data["runs"] else None
+        self.interrupted = previous if previous and previous.get("status") == "running" else None
+        if self.interrupted:
+            self.interrupted["status"] = "interrupted"
+        self.run: dict[str, Any] = {"id": uuid.uuid4().hex[:12], "started": _now(), "finished": None,
+                                    "gpunode_version": __version__, "command": command, "status": "running",
+                                    "steps": []}
+        self.begun = False
+
+    def begin(self) -> None:
+        """Record the run as started: called right before the first change."""
+        if not self.begun:
+            self.begun = True
+            self.data["runs"] = [*self.data["runs"], self.run][-KEEP_RUNS:]
+            self._save()
+
+    def step(self, name: str, result: str, reason: str, backups: list[str], error: str | None = None) -> None:
+        self.begin()
+        self.run["steps"].append({"step": name, "result": result, "reason": reason, "backups": backups,
+                                  "error": error, "time": _now()})
+        self._save()
+
+    def finish(self, status: str) -> None:
+        if self.begun:
+            self.run["status"] = status
+            self.run["finished"] = _now()
+            self._save()
+
+    def _save(self) -> None:
+        self.conn.write_file(JOURNAL_PATH, json.dumps(self.data, indent=2) + "\n", mode=0o644, backup=False)
