@@ -34,7 +34,8 @@ def read_journal(conn: Connection) -> dict[str, Any]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise GpunodeError(f"{conn.name}: {JOURNAL_PATH} is not valid JSON ({exc})",
-                           fix=f"move it aside (it is only a record): sudo mv {JOURNAL_PATH} {JOURNAL_PATH}.broken")
+                           fix=f"move it aside (it is only a record): sudo mv {JOURNAL_PATH} {JOURNAL_PATH}.broken"
+                           ) from None
     if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
         raise GpunodeError(f"{conn.name}: {JOURNAL_PATH} has an unexpected shape",
                            fix=f"move it aside: sudo mv {JOURNAL_PATH} {JOURNAL_PATH}.broken")
