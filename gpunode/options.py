@@ -11,3 +11,23 @@ class Options:
     reboot: bool = False  # may gpunode reboot the node when a step needs it
     reboot_timeout: float = 900.0
     max_reboots: int = 2
+    cuda: str | None = None  # CUDA version the node must run, e.g. 12.4 (checked by the compat step)
+    image: str | None = None  # container image the node must run, e.g. nvidia/cuda:12.4.1-base-ubuntu22.04
+    # the driver step (gpunode/installer.py, gpunode/steps/driver.py)
+    driver_run: str | None = None  # --driver-run: a local .run file or its URL (instead of NVIDIA's URL)
+    sha256: str | None = None  # --sha256: expected digest of the .run
+    kernel_module: str | None = None  # --kernel-module: "open" | "proprietary" (default: chosen per GPU)
+    module_signing_key: str | None = None  # path ON THE NODE of the private key that signs the module
+    module_signing_cert: str | None = None  # path ON THE NODE of the matching public certificate (DER)
+    cache_dir: str | None = None  # local download cache root (--cache-dir, $GPUNODE_CACHE_DIR)
+    driver_mirror: str | None = None  # $GPUNODE_DRIVER_MIRROR: replaces https://us.download.nvidia.com
+    lock_timeout: float = 600.0  # seconds to wait for apt/dpkg or dnf locks held by another process
+    # (path, size) of installers already on this machine (verified cache entries, --driver-run file),
+    # listed by the CLI so plans can show the cache state without doing I/O themselves
+    local_installers: tuple[tuple[str, int], ...] = ()
+    # container toolkit, runtime configuration (gpunode/steps/toolkit.py, gpunode/steps/runtime.py)
+    toolkit_version: str | None = None  # --toolkit-version: pins all four toolkit packages, e.g. 1.17.8-1
+    toolkit_packages: tuple[str, ...] = ()  # --toolkit-package: local .deb/.rpm files to install (offline)
+    set_as_default: bool = False  # --set-as-default: nvidia becomes the engines' default runtime
+    k8s: bool = False  # --k8s: Kubernetes node, nvidia is the default runtime of containerd / CRI-O
+    engines: tuple[str, ...] = ()  # --engine: configure only these (docker, containerd, crio); () = all found

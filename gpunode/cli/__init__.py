@@ -7,11 +7,13 @@ from typing import Annotated
 import typer
 
 from gpunode import __version__
+from gpunode.cli.compat import compat
 from gpunode.cli.doctor import doctor
+from gpunode.cli.explain import explain
 from gpunode.cli.facts import facts
-from gpunode.cli.not_built import compat, verify
 from gpunode.cli.pipeline import install, plan
 from gpunode.cli.status import status
+from gpunode.cli.verify import verify
 
 app = typer.Typer(
     name="gpunode",
@@ -43,6 +45,7 @@ app.command()(doctor)
 app.command()(verify)
 app.command()(compat)
 app.command()(status)
+app.command()(explain)
 app.command()(facts)
 
 

@@ -11,12 +11,3 @@ def _not_built(what: str) -> None:
     err.print(f"[bold red]error:[/] {what} is not built yet in gpunode.")
     raise typer.Exit(2)
 
-
-def verify(ctx: typer.Context) -> None:
-    """Run nvidia-smi in a container on the node (not built yet)."""
-    _not_built("`gpunode verify`")
-
-
-def compat(ctx: typer.Context) -> None:
-    """CUDA / driver / GPU compatibility questions (not built yet)."""
-    _not_built("`gpunode compat`")

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from gpunode import installer
 from gpunode import steps as pipeline
 from gpunode.cli._common import (
     AcceptNewOpt,
@@ -24,18 +28,76 @@ from gpunode.cli._common import (
     connect,
     expected_errors,
 )
-from gpunode.errors import NotBuiltError
+from gpunode.cli.compat import CudaOpt, ImageOpt, check_cuda_option, check_image_option
+from gpunode.errors import UsageError
 from gpunode.options import Options
 from gpunode.runner import apply_pipeline, plan_pipeline
 from gpunode.ui import ConsoleReporter, print_json, render_plan
 
+DriverRunOpt = Annotated[str | None, typer.Option(
+    "--driver-run", help="The NVIDIA .run installer to use instead of NVIDIA's download: a local file or a URL.",
+    show_default=False)]
+Sha256Opt = Annotated[str | None, typer.Option("--sha256", help="Expected sha256 of the .run; refused if different.",
+                                               show_default=False)]
+KernelModuleOpt = Annotated[str | None, typer.Option(
+    "--kernel-module", help="open | proprietary. Default: chosen from the GPUs and the driver branch.",
+    show_default=False)]
+SigningKeyOpt = Annotated[str | None, typer.Option(
+    "--module-signing-key", help="Secure Boot: private key (path on the node) the installer signs the module with.",
+    show_default=False)]
+SigningCertOpt = Annotated[str | None, typer.Option(
+    "--module-signing-cert", help="Secure Boot: its certificate (path on the node), enrolled with mokutil.",
+    show_default=False)]
+CacheDirOpt = Annotated[str | None, typer.Option(
+    "--cache-dir", help="Download cache. Default: $GPUNODE_CACHE_DIR or ~/.cache/gpunode/drivers.",
+    show_default=False)]
+LockTimeoutOpt = Annotated[float, typer.Option(
+    "--lock-timeout", help="Seconds to wait for apt/dpkg or dnf locks held by another process (unattended-upgrades).")]
+ToolkitVersionOpt = Annotated[str | None, typer.Option(
+    "--toolkit-version", help="Pin the NVIDIA Container Toolkit (all four packages), e.g. 1.17.8 or 1.17.8-1. "
+    "Default: keep an installed toolkit, else install the newest.", show_default=False)]
+ToolkitPackageOpt = Annotated[list[Path] | None, typer.Option(
+    "--toolkit-package", exists=True, dir_okay=False, readable=True, help="Offline: a toolkit .deb/.rpm file on "
+    "this machine to upload and install instead of using NVIDIA's repository (repeatable).", show_default=False)]
+SetAsDefaultOpt = Annotated[bool, typer.Option(
+    "--set-as-default", help="Make nvidia the default runtime of every configured container engine.")]
+K8sOpt = Annotated[bool, typer.Option(
+    "--k8s", help="Kubernetes node: nvidia becomes the default runtime of containerd / CRI-O, and docker's own "
+    "containerd is configured too.")]
+EngineOpt = Annotated[list[str] | None, typer.Option(
+    "--engine", help="Configure only this container engine: docker, containerd or crio (repeatable). "
+    "Default: every engine found.", show_default=False)]
 
-def _options(driver: str | None, reboot: bool = False, reboot_timeout: float = 900.0) -> Options:
+_TOOLKIT_VERSION = re.compile(r"^\d+\.\d+\.\d+(-[0-9A-Za-z.+~]+)?$")
+ENGINE_NAMES = ("docker", "containerd", "crio", "cri-o")
+
+
+def _container_options(options: Options, toolkit_version: str | None, toolkit_package: list[Path] | None,
+                       set_as_default: bool, k8s: bool, engine: list[str] | None) -> Options:
+    """Adds the toolkit / runtime choices (gpunode/steps/toolkit.py, runtime.py) to the options."""
+    if toolkit_version is not None and not _TOOLKIT_VERSION.match(toolkit_version.strip()):
+        raise UsageError(f"--toolkit-version {toolkit_version!r} is not a toolkit version",
+                         fix="use a release number such as 1.17.8 or 1.17.8-1")
+    for name in engine or []:
+        if name.lower() not in ENGINE_NAMES:
+            raise UsageError(f"--engine {name!r} is not an engine nvidia-ctk configures",
+                             fix="choose docker, containerd or crio")
+    return dataclasses.replace(options, toolkit_version=toolkit_version.strip() if toolkit_version else None,
+                               toolkit_packages=tuple(str(p.resolve()) for p in toolkit_package or []),
+                               set_as_default=set_as_default, k8s=k8s,
+                               engines=tuple(e.lower() for e in engine or []))
+
+
+def _options(driver: str | None, reboot: bool = False, reboot_timeout: float = 900.0, cuda: str | None = None,
+             image: str | None = None, driver_run: str | None = None, sha256: str | None = None,
+             kernel_module: str | None = None, module_signing_key: str | None = None,
+             module_signing_cert: str | None = None, cache_dir: str | None = None,
+             lock_timeout: float = 600.0) -> Options:
     version = check_driver_version(driver)
-    if version is not None and "driver" in pipeline.NOT_BUILT:
-        raise NotBuiltError(f"--driver {version}: the driver step is not built yet",
-                            fix="for now, install the driver by hand; `gpunode plan` shows what is built")
-    return Options(driver=version, reboot=reboot, reboot_timeout=reboot_timeout)
+    fields = installer.request(version, driver_run, sha256, kernel_module, module_signing_key, module_signing_cert,
+                               cache_dir)
+    return Options(reboot=reboot, reboot_timeout=reboot_timeout, cuda=check_cuda_option(cuda),
+                   image=check_image_option(image), lock_timeout=lock_timeout, **fields)  # type: ignore[arg-type]
 
 
 def plan(
@@ -43,10 +105,18 @@ def plan(
     accept_new_host_key: AcceptNewOpt = False, ssh_config: SshConfigOpt = None, ask_pass: AskPassOpt = False,
     ask_become_pass: AskBecomePassOpt = False, connect_timeout: ConnectTimeoutOpt = 15.0,
     json_output: JsonOpt = False, only: OnlyOpt = None, skip: SkipOpt = None, driver: DriverOpt = None,
+    cuda: CudaOpt = None, image: ImageOpt = None, driver_run: DriverRunOpt = None, sha256: Sha256Opt = None,
+    kernel_module: KernelModuleOpt = None, module_signing_key: SigningKeyOpt = None,
+    module_signing_cert: SigningCertOpt = None, cache_dir: CacheDirOpt = None, lock_timeout: LockTimeoutOpt = 600.0,
+    toolkit_version: ToolkitVersionOpt = None, toolkit_package: ToolkitPackageOpt = None,
+    set_as_default: SetAsDefaultOpt = False, k8s: K8sOpt = False, engine: EngineOpt = None,
 ) -> None:
     """Show what `install` would change, step by step, with exact commands and file diffs. Changes nothing."""
     with expected_errors():
-        options = _options(driver)
+        options = _options(driver, cuda=cuda, image=image, driver_run=driver_run, sha256=sha256,
+                           kernel_module=kernel_module, module_signing_key=module_signing_key,
+                           module_signing_cert=module_signing_cert, cache_dir=cache_dir, lock_timeout=lock_timeout)
+        options = _container_options(options, toolkit_version, toolkit_package, set_as_default, k8s, engine)
         selected = pipeline.select(only or [], skip or [])
         with connect(host, identity, known_hosts, accept_new_host_key, ssh_config, ask_pass, ask_become_pass,
                      connect_timeout) as conn:
@@ -68,14 +138,25 @@ def install(
                                          "back (new boot id) and carry on.")] = False,
     reboot_timeout: Annotated[float, typer.Option("--reboot-timeout", help="Seconds to wait for a rebooted node.")]
     = 900.0,
+    cuda: CudaOpt = None, image: ImageOpt = None, driver_run: DriverRunOpt = None, sha256: Sha256Opt = None,
+    kernel_module: KernelModuleOpt = None, module_signing_key: SigningKeyOpt = None,
+    module_signing_cert: SigningCertOpt = None, cache_dir: CacheDirOpt = None, lock_timeout: LockTimeoutOpt = 600.0,
+    toolkit_version: ToolkitVersionOpt = None, toolkit_package: ToolkitPackageOpt = None,
+    set_as_default: SetAsDefaultOpt = False, k8s: K8sOpt = False, engine: EngineOpt = None,
 ) -> None:
     """Apply the pipeline: each step is planned, applied, then planned again and must report `ok`."""
+    driver_args = {"driver_run": driver_run, "sha256": sha256, "kernel_module": kernel_module,
+                   "module_signing_key": module_signing_key, "module_signing_cert": module_signing_cert,
+                   "cache_dir": cache_dir, "lock_timeout": lock_timeout}
     if dry_run:
         plan(host, identity, known_hosts, accept_new_host_key, ssh_config, ask_pass, ask_become_pass,
-             connect_timeout, json_output, only, skip, driver)
+             connect_timeout, json_output, only, skip, driver, cuda=cuda, image=image, **driver_args,  # type: ignore[arg-type]
+             toolkit_version=toolkit_version, toolkit_package=toolkit_package, set_as_default=set_as_default, k8s=k8s,
+             engine=engine)
         return
     with expected_errors():
-        options = _options(driver, reboot, reboot_timeout)
+        options = _options(driver, reboot, reboot_timeout, cuda=cuda, image=image, **driver_args)  # type: ignore[arg-type]
+        options = _container_options(options, toolkit_version, toolkit_package, set_as_default, k8s, engine)
         selected = pipeline.select(only or [], skip or [])
         with connect(host, identity, known_hosts, accept_new_host_key, ssh_config, ask_pass, ask_become_pass,
                      connect_timeout) as conn:

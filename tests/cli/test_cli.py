@@ -69,15 +69,37 @@ def test_install_applies_and_asks_for_reboot(fake_node):
 
 def test_only_and_skip(fake_node):
     data = json.loads(runner.invoke(app, ["plan", "--host", "n", "--json", "--skip", "nouveau"]).stdout)
-    assert data["steps"] == []
+    assert data["steps"] and "nouveau" not in [s["step"] for s in data["steps"]]
+    only = json.loads(runner.invoke(app, ["plan", "--host", "n", "--json", "--only", "nouveau"]).stdout)
+    assert [s["step"] for s in only["steps"]] == ["nouveau"]
     bad = runner.invoke(app, ["plan", "--host", "n", "--only", "nuveau"])
     assert bad.exit_code == 2 and "unknown step 'nuveau'" in bad.output
 
 
-@pytest.mark.parametrize("args", [["verify"], ["install", "--driver", "535.129.03", "--host", "n"]])
-def test_unbuilt_parts_say_so_and_exit_2(fake_node, args):
-    result = runner.invoke(app, args)
-    assert result.exit_code == 2 and "not built yet" in result.output
+def test_plan_driver_shows_download_flags_flavour_and_reboot(fake_node, tmp_path):
+    result = runner.invoke(app, ["plan", "--host", "n", "--driver", "535.129.03", "--cache-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.stdout.split())  # undo rich's wrapping
+    assert "https://us.download.nvidia.com/tesla/535.129.03/NVIDIA-Linux-x86_64-535.129.03.run" in out
+    assert f"{tmp_path}/535.129.03/x86_64/NVIDIA-Linux-x86_64-535.129.03.run" in out
+    assert "--silent --dkms --tmpdir=/var/tmp" in out and "-m=kernel" in out
+    assert "kernel module: proprietary (Tesla T4 (Turing)" in out
+    assert "runs after the reboot the nouveau step needs" in out and "a reboot is required" in out
+    assert fake_node.files == {} and not list(tmp_path.iterdir())  # a plan downloads nothing
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--driver-run", "/nonexistent/NVIDIA-Linux-x86_64-535.129.03.run"], "no such file"),
+    (["--driver", "535.129.03", "--sha256", "abc"], "is not a SHA-256 digest"),
+    (["--driver", "535.129.03", "--kernel-module", "closed"], "--kernel-module 'closed'"),
+    (["--driver", "535.129.03", "--module-signing-key", "/root/k.priv"], "go together"),
+    (["--driver-run", "https://example.invalid/driver.run"], "cannot tell which driver version"),
+    (["--driver", "550.54.15", "--driver-run", "https://x.invalid/NVIDIA-Linux-x86_64-535.129.03.run"],
+     "--driver asks for 550.54.15"),
+])
+def test_driver_option_mistakes_are_usage_errors(fake_node, args, message):
+    result = runner.invoke(app, ["plan", "--host", "n", *args])
+    assert result.exit_code == 2 and message in result.output, result.output
 
 
 def test_bad_driver_version_is_a_usage_error(fake_node):

@@ -41,16 +41,17 @@ SSH_KEYGEN = "/usr/bin/ssh-keygen"
 MAKESELF = "/usr/bin/makeself"
 BUSYBOX_CANDIDATES = ("/bin/busybox", "/usr/bin/busybox")
 DASH_CANDIDATES = ("/usr/bin/dash", "/bin/dash")
-CKSUM_CANDIDATES = ("/usr/bin/cksum", "/bin/cksum")
+# Small host tools busybox-static lacks but scripts expect on any Linux box (copied with their libraries).
+HOST_TOOLS = ("cksum", "install", "nohup", "getent", "flock")
 
 # busybox applets linked into every node.  Everything the simulator fakes (uname, hostname, modprobe, lsmod,
 # rmmod, reboot, dpkg, rpm, wget, ...) is deliberately NOT in this list; neither is `sh`/`ash` (the shell is
 # the real dash) nor anything that would need procfs (ps, pidof, top ...).
 BUSYBOX_APPLETS = """
-[ [[ awk base64 basename bunzip2 bzcat bzip2 cat chgrp chmod chown cmp cp cpio cut date dd df diff dirname
+[ awk base64 basename bunzip2 bzcat bzip2 cat chgrp chmod chown cmp cp cpio cut date dd df diff dirname
 du echo egrep env expand expr false fgrep find fold getopt grep groups gunzip gzip head hexdump id kill
 less ln logname ls lzcat md5sum mkdir mkfifo mknod mktemp more mv nl nproc od paste patch printf pwd
-readlink realpath rev rm rmdir sed seq sha1sum sha256sum sha512sum shuf sleep sort stat strings stty sync
+readlink realpath rev rm rmdir sed seq setsid sha1sum sha256sum sha512sum shuf sleep sort stat strings stty sync
 tac tail tar tee test timeout touch tr true truncate tty uniq unlink unxz unzip usleep vi wc which whoami
 xargs xxd xz xzcat yes zcat
 """.split()
@@ -58,7 +59,7 @@ xargs xxd xz xzcat yes zcat
 # Modules the node-side python helpers import; the private interpreter gets exactly these (and what they
 # pull in) as precompiled bytecode in one zip file.
 NODE_PY_IMPORTS = ("json", "tomllib", "re", "os", "sys", "time", "datetime", "shlex", "glob", "fnmatch",
-                   "copy", "hashlib", "io", "string", "collections", "functools", "itertools")
+                   "copy", "hashlib", "subprocess", "io", "string", "collections", "functools", "itertools")
 
 _lock = threading.Lock()
 _template: Path | None = None
@@ -104,6 +105,17 @@ def missing_requirements() -> list[str]:
         missing.append("dash")
     if not shutil.which("ldd"):
         missing.append("ldd")
+    if not os.path.exists("/usr/sbin/chroot"):
+        missing.append("/usr/sbin/chroot (coreutils)")
+    try:
+        with open("/etc/shadow", encoding="utf-8") as fh:
+            for line in fh:
+                f = line.split(":")
+                if f[0] == "root" and f[1].startswith("!"):
+                    missing.append("an unlocked root account (sshd with UsePAM no refuses locked accounts; "
+                                   "root's password field starts with '!')")
+    except OSError:
+        pass
     return missing
 
 
@@ -200,8 +212,9 @@ def sshd_pid_if_ours(node_dir: Path) -> int | None:
         pid = int((node_dir / "sshd.pid").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
-    cmd = pid_cmdline(pid)
-    if cmd and os.path.basename(cmd[0]).startswith("sshd") and str(node_dir / "sshd_config") in cmd:
+    # sshd rewrites its title ("sshd: /usr/sbin/sshd -D -f CFG ... [listener] ..."): match the joined text
+    cmd = " ".join(pid_cmdline(pid))
+    if cmd.startswith(("sshd", SSHD)) and f"-f {node_dir / 'sshd_config'}" in cmd:
         return pid
     return None
 
@@ -383,10 +396,13 @@ def _build_template(tpl: Path) -> None:
     assert dash and busybox
     _copy_file(dash, root / "usr/bin/dash", 0o755)
     _copy_file(busybox, root / "usr/bin/busybox", 0o755)
-    cksum = _first_existing(CKSUM_CANDIDATES)
-    if cksum:
-        _copy_file(cksum, root / "usr/bin/cksum", 0o755)
-    for binary in filter(None, (dash, cksum)):
+    copied = [dash]
+    for tool in HOST_TOOLS:
+        path = _first_existing((f"/usr/bin/{tool}", f"/bin/{tool}"))
+        if path:
+            _copy_file(path, root / "usr/bin" / tool, 0o755)
+            copied.append(path)
+    for binary in copied:
         for lib in _ldd(binary):
             dst = root / _chroot_rel(lib)
             if not dst.exists():
@@ -401,7 +417,8 @@ def _build_template(tpl: Path) -> None:
     dest = root / "opt/nodesim"
     for sub in ("lib", "shims", "py", "installer"):
         shutil.copytree(NODE_FILES / sub, dest / sub)
-    shutil.copytree(DATA, dest / "data")
+    for sub in ("errors", "containerd"):  # what node-side scripts read; the rest of data/ is host-side only
+        shutil.copytree(DATA / sub, dest / "data" / sub)
     for p in (dest / "shims").iterdir():
         os.chmod(p, 0o755)
     for p in (dest / "installer").iterdir():

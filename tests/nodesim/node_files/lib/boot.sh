@@ -27,7 +27,7 @@ ns_write_modules $(cat "$NS/base-modules" 2>/dev/null)
 if ns_has_gpu; then
     if ns_driver_installed; then
         if ns_driver_built_for "$K" && ns_load_module nvidia 2>/dev/null; then
-            for _m in nvidia_modeset nvidia_drm nvidia_uvm; do ns_load_module "$_m" 2>/dev/null; done
+            for _bootm in nvidia_modeset nvidia_drm nvidia_uvm; do ns_load_module "$_bootm" 2>/dev/null; done
         fi
     elif ! { ns_blocked_in_modprobe_d nouveau && ns_blocked_in_initramfs nouveau "$K"; } && ! ns_blocked_on_cmdline nouveau; then
         ns_load_module nouveau 2>/dev/null
@@ -36,13 +36,13 @@ fi
 
 # units: enabled ones start, the rest are stopped
 if [ -d "$NS/units" ]; then
-    for _f in "$NS"/units/*; do
-        [ -f "$_f" ] || continue
-        _u=${_f##*/}
-        if [ "$(sed -n 's/^ENABLED=//p' "$_f")" = enabled ]; then
-            ns_unit_start "$_u" || true
+    for _bootf in "$NS"/units/*; do
+        [ -f "$_bootf" ] || continue
+        _bootu=${_bootf##*/}
+        if [ "$(sed -n 's/^ENABLED=//p' "$_bootf")" = enabled ]; then
+            ns_unit_start "$_bootu" || true
         else
-            ns_unit_set "$_u" ACTIVE inactive
+            ns_unit_set "$_bootu" ACTIVE inactive
         fi
     done
 fi

@@ -21,9 +21,10 @@ ns_err() { printf '%s\n' "$*" >&2; }
 # ---- small helpers ----------------------------------------------------------------------------------------
 ns_kernel() { cat "$NS/kernel"; }
 ns_has_gpu() { [ -s "$NS/gpus" ]; }
-ns_uuid() {
+ns_uuid() {  # random version-4 UUID, newline-terminated like /proc/sys/kernel/random/boot_id
     od -An -tx1 -N16 /dev/urandom | tr -d ' \n' |
-        sed 's/^\(........\)\(....\)\(....\)\(....\)\(............\)$/\1-\2-\3-\4-\5/'
+        sed 's/^\(........\)\(....\).\(...\).\(...\)\(............\)$/\1-\2-4\3-a\4-\5/'
+    echo
 }
 ns_py() {  # ns_py SCRIPT ARGS... : the private interpreter (not on PATH) running /opt/nodesim/py/SCRIPT.py
     _s=$1; shift
@@ -134,31 +135,47 @@ ns_write_modules() {
     ns_sync_derived
 }
 
+# A module and its dependencies, dependencies first.
+ns_module_closure() {
+    awk -v m="$1" '
+        function visit(x,   n, i, d) {
+            if (x in seen) return
+            seen[x] = 1
+            if (deps[x] != "-" && deps[x] != "") { n = split(deps[x], d, ","); for (i = 1; i <= n; i++) visit(d[i]) }
+            print x
+        }
+        { deps[$1] = $3 }
+        END { visit(m) }' "$NSLIB/modules.tab"
+}
+
 # Load one module (and its dependencies).  Prints a modprobe-style error and returns 1 on failure.
+# (No recursion: shell functions share variables.)
 ns_load_module() {
-    _m=$(echo "$1" | tr - _)
-    ns_loaded "$_m" && return 0
-    if ! ns_module_known "$_m"; then
+    _lm=$(echo "$1" | tr - _)
+    ns_loaded "$_lm" && return 0
+    if ! ns_module_known "$_lm"; then
         ns_err "modprobe: FATAL: Module $1 not found in directory /lib/modules/$(ns_kernel)"
         return 1
     fi
-    for _d in $(ns_module_deps "$_m"); do
-        ns_load_module "$_d" || return 1
+    _new=
+    for _x in $(ns_module_closure "$_lm"); do
+        ns_loaded "$_x" && continue
+        if ! ns_module_known "$_x"; then
+            ns_err "modprobe: FATAL: Module $_x not found in directory /lib/modules/$(ns_kernel)"
+            return 1
+        fi
+        if [ "$_x" = nvidia ]; then
+            case "$(ns_nvidia_probe)" in
+                keyrejected) ns_err "modprobe: ERROR: could not insert 'nvidia': Key was rejected by service"; return 1 ;;
+                nodevice) ns_err "modprobe: ERROR: could not insert 'nvidia': No such device"; return 1 ;;
+                notfound) ns_err "modprobe: FATAL: Module nvidia not found in directory /lib/modules/$(ns_kernel)"; return 1 ;;
+            esac
+            ns_driver_load_env
+            printf 'LOADED_VERSION=%s\nLOADED_FLAVOR=%s\n' "$DRIVER_VERSION" "$DRIVER_FLAVOR" > "$NS/loaded.env"
+        fi
+        _new="$_x $_new"
     done
-    if [ "$_m" = nvidia ]; then
-        case "$(ns_nvidia_probe)" in
-            keyrejected) ns_err "modprobe: ERROR: could not insert 'nvidia': Key was rejected by service"; return 1 ;;
-            nodevice) ns_err "modprobe: ERROR: could not insert 'nvidia': No such device"; return 1 ;;
-            notfound) ns_err "modprobe: FATAL: Module nvidia not found in directory /lib/modules/$(ns_kernel)"; return 1 ;;
-        esac
-        ns_driver_load_env
-        printf 'LOADED_VERSION=%s\nLOADED_FLAVOR=%s\n' "$DRIVER_VERSION" "$DRIVER_FLAVOR" > "$NS/loaded.env"
-    fi
-    if [ "$_m" = nouveau ] && ! ns_has_gpu; then
-        # the module loads, binds nothing (real nouveau stays loaded with refcount 0)
-        :
-    fi
-    ns_write_modules "$_m" $(ns_loaded_list)
+    ns_write_modules $_new $(ns_loaded_list)
 }
 
 ns_module_users() { awk -v m="$1" '$1 == m { if ($4 != "-") { gsub(",", " ", $4); print $4 } }' /proc/modules; }

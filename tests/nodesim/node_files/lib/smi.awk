@@ -4,7 +4,7 @@
 function rep(c, n,   s) { s = ""; while (n-- > 0) s = s c; return s }
 function rjust(s, n) { return sprintf("%" n "s", s) }
 function ljust(s, n) { return sprintf("%-" n "s", s) }
-function smibus(b,   p) { split(b, p, ":"); return toupper(sprintf("%08s:%s:%s", p[1], p[2], p[3])) }
+function smibus(b,   p, d) { split(b, p, ":"); d = "00000000" p[1]; return toupper(substr(d, length(d) - 7) ":" p[2] ":" p[3]) }
 BEGIN {
     FS = "\t"
     if (style == "n") { W2 = 22; inner = 87 } else { W2 = 24; inner = 89 }

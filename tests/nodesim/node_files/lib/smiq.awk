@@ -1,6 +1,6 @@
 # nvidia-smi --query-gpu=FIELDS --format=csv[,noheader][,nounits] over /var/lib/nodesim/gpus.
 # -v fields=a,b,c -v noheader=0|1 -v nounits=0|1 -v ver=... -v pm=Enabled|Disabled -v fm=1|0 -v sel=IDX|""
-function smibus(b,   p) { split(b, p, ":"); return toupper(sprintf("%08s:%s:%s", p[1], p[2], p[3])) }
+function smibus(b,   p, d) { split(b, p, ":"); d = "00000000" p[1]; return toupper(substr(d, length(d) - 7) ":" p[2] ":" p[3]) }
 function unit(v, u) { return nounits ? v : v " " u }
 BEGIN {
     FS = "\t"

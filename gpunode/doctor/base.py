@@ -1,0 +1,177 @@
+"""The doctor's building blocks: the result of a check, the registry, and `Node`, the facts with everything
+the checks derive from them computed once.
+
+Why a derived view: a dozen checks need the same parsed things (the driver state, the packages, the units, the
+kernel log's findings). Parsing them once keeps every check a short pure function of the facts, and keeps two
+checks from disagreeing about what the node is.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from typing import NamedTuple
+
+from gpunode import gpus as gpu_table
+from gpunode.doctor import parse as dfacts
+from gpunode.explain import Finding, explain
+from gpunode.facts import Facts
+from gpunode.facts.containers import EngineSurvey, survey_engines
+from gpunode.facts.packages import Package, UnitState, parse_packages, parse_units
+from gpunode.steps import driver as driver_step
+
+STATUSES = ("pass", "warn", "fail", "skip")
+LAYERS = ("hardware", "boot", "kernel", "driver", "cuda", "container", "fabric", "health", "packages")
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    id: str  # stable: scripts match on it
+    layer: str  # one of LAYERS
+    title: str
+    status: str  # pass | warn | fail | skip
+    evidence: str  # what the check saw (or, for skip, why it could not look)
+    fix: str | None = None  # the exact gpunode or shell command, for warn and fail
+
+    def to_dict(self) -> dict[str, object]:
+        return {"id": self.id, "layer": self.layer, "title": self.title, "status": self.status,
+                "evidence": self.evidence, "fix": self.fix}
+
+
+class Verdict(NamedTuple):
+    status: str
+    evidence: str
+    fix: str | None = None
+
+
+def passed(evidence: str) -> Verdict:
+    return Verdict("pass", evidence)
+
+
+def warned(evidence: str, fix: str) -> Verdict:
+    return Verdict("warn", evidence, fix)
+
+
+def failed(evidence: str, fix: str) -> Verdict:
+    return Verdict("fail", evidence, fix)
+
+
+def skipped(reason: str) -> Verdict:
+    return Verdict("skip", reason)
+
+
+NO_GPU = skipped("no NVIDIA GPU")
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    layer: str
+    title: str
+    fn: Callable[[Node], Verdict]
+
+    def __call__(self, node: Node) -> CheckResult:
+        try:
+            verdict = self.fn(node)
+        except Exception as exc:  # noqa: BLE001 - one check's bug must not hide the other checks
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            verdict = skipped(f"gpunode could not evaluate this check ({type(exc).__name__}: {exc} at "
+                              f"{where.filename.rsplit('/', 1)[-1]}:{where.lineno}); please report it")
+        return CheckResult(self.id, self.layer, self.title, verdict.status, verdict.evidence, verdict.fix)
+
+
+CHECKS: list[Check] = []
+
+
+def check(check_id: str, layer: str, title: str) -> Callable[[Callable[[Node], Verdict]], Check]:
+    """Register a check. Ids are unique; the layer decides where the check is shown."""
+    assert layer in LAYERS, layer
+
+    def register(fn: Callable[[Node], Verdict]) -> Check:
+        assert all(c.id != check_id for c in CHECKS), f"duplicate check id {check_id}"
+        made = Check(check_id, layer, title, fn)
+        CHECKS.append(made)
+        return made
+
+    return register
+
+
+# ---- the derived view ------------------------------------------------------------------------------------
+
+
+class Node:
+    """The facts, plus what the checks derive from them. Pure: built from the facts alone."""
+
+    def __init__(self, facts: Facts) -> None:
+        self.facts = facts
+
+    @property
+    def has_gpu(self) -> bool:
+        return bool(self.facts.gpus)
+
+    @cached_property
+    def driver(self) -> driver_step.DriverState:
+        return driver_step.driver_state(self.facts)
+
+    @cached_property
+    def driver_version(self) -> str | None:
+        """The loaded driver's version, else the installed one's."""
+        if self.facts.loaded_driver:
+            return self.facts.loaded_driver.version
+        return self.driver.installed or self.driver.module
+
+    @cached_property
+    def smi_gpus(self) -> tuple[dfacts.SmiGpu, ...]:
+        """GPUs as nvidia-smi -q reports them; empty when the driver is not loaded or nvidia-smi fails."""
+        return dfacts.parse_gpus(self.facts.output("doctor_gpus") or "")
+
+    @cached_property
+    def packages(self) -> dict[str, Package]:
+        return parse_packages(self.facts.output("pkg_status") or "")
+
+    @cached_property
+    def units(self) -> dict[str, UnitState]:
+        found = parse_units(self.facts.output("units") or "")
+        found.update(parse_units(self.facts.output("doctor_units") or ""))
+        return found
+
+    @cached_property
+    def survey(self) -> EngineSurvey:
+        return survey_engines(self.facts.tools, {n: u.exists for n, u in self.units.items()}, self.facts.files)
+
+    @cached_property
+    def kernel_log(self) -> dfacts.KernelLog | None:
+        return dfacts.parse_kernel_log(self.facts.output("doctor_kernel_log"))
+
+    @cached_property
+    def kernel_findings(self) -> list[Finding]:
+        return explain(self.kernel_log.text) if self.kernel_log and self.kernel_log.text.strip() else []
+
+    @cached_property
+    def kernels(self) -> dfacts.Kernels:
+        return dfacts.parse_kernels(self.facts.output("doctor_kernels"))
+
+    @cached_property
+    def engines(self) -> dict[str, tuple[int, ...]]:
+        return dfacts.parse_engine_versions(self.facts.output("doctor_engines") or "")
+
+    @cached_property
+    def today(self) -> str | None:
+        text = (self.facts.output("doctor_date") or "").strip()
+        return text if len(text) == 10 else None
+
+    def gpu_label(self, device: int) -> str:
+        """"Tesla T4 (Turing)", or the PCI id and its generation for a GPU missing from gpunode's table."""
+        gpu = gpu_table.lookup_id(device)
+        if gpu is not None:
+            return f"{gpu.name} ({gpu.architecture})"
+        return f"10de:{device:04x} ({gpu_table.generation_for_id(device)[0]})"
+
+    def gpu_list(self) -> str:
+        counts: dict[str, int] = {}
+        for g in self.facts.gpus:
+            label = self.gpu_label(g.device)
+            counts[label] = counts.get(label, 0) + 1
+        return ", ".join(f"{n} x {label}" if n > 1 else label for label, n in counts.items())

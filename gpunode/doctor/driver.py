@@ -1,0 +1,290 @@
+"""Driver and CUDA layers: the module is loaded, NVML answers, user space matches the module, one driver source,
+persistence, the branch suits the GPUs (architecture and module flavour) and is still supported, and a CUDA
+toolkit installed on the host runs on this driver."""
+
+from __future__ import annotations
+
+import re
+from datetime import date
+
+from packaging.version import Version
+
+from gpunode import compat, gpus
+from gpunode.doctor import parse
+from gpunode.doctor.base import NO_GPU, Node, Verdict, check, failed, passed, skipped, warned
+from gpunode.errors import GpunodeError
+from gpunode.explain import explain
+
+INSTALL = "gpunode install --driver VERSION  # `gpunode compat --gpu MODEL` names a version that suits the GPUs"
+
+
+def _driver(node: Node) -> Version | None:
+    try:
+        return compat.parse_driver(node.driver_version) if node.driver_version else None
+    except GpunodeError:
+        return None
+
+
+def _suggest(low: Version | None, high: int | None, today: str | None) -> str | None:
+    """An example release for a driver range, from gpunode's branch table."""
+    day = date.fromisoformat(today) if today else None
+    branches = compat.recommended_drivers(low, high, day)
+    return str(branches[0].latest_known) if branches else None
+
+
+def _load_blocker(node: Node) -> str | None:
+    """Why an installed module cannot load, when another check already reports that cause."""
+    if node.facts.module_loaded("nouveau"):
+        return "nouveau holds the GPU (see kernel.nouveau-loaded)"
+    sb = node.facts.secure_boot
+    if sb.enabled and (any(f.id == "secureboot.module-rejected" for f in node.kernel_findings) or
+                       not re.search(r"^signer:", node.facts.output("driver_module") or "", re.M)):
+        return "Secure Boot refuses it (see boot.secure-boot)"
+    driver = _driver(node)
+    if driver is not None:
+        for _, _, gpu in _placed(node):
+            if gpu is not None and not compat.driver_supports(gpus.architecture_of(gpu), driver)[0]:
+                return "this branch does not support the GPU (see driver.branch-supports-gpu)"
+        flavour = node.driver.module_flavour
+        needs = {gpu.open_module for _, _, gpu in _placed(node) if gpu is not None}
+        if (flavour == "proprietary" and "required" in needs) or (flavour == "open" and "unsupported" in needs):
+            return f"the {flavour} module cannot drive these GPUs (see driver.module-flavour)"
+    return None
+
+
+@check("driver.loaded", "driver", "NVIDIA kernel module loaded")
+def loaded(node: Node) -> Verdict:
+    if not node.has_gpu:
+        return NO_GPU
+    d = node.facts.loaded_driver
+    if d:
+        return passed(f"/proc/driver/nvidia/version: {d.version} ({d.flavour} kernel module)")
+    state = node.driver
+    if state.module:
+        cause = _load_blocker(node)
+        if cause:
+            return skipped(f"driver {state.module} is installed but not loaded: {cause}")
+        return failed(f"driver {state.module} is installed for kernel {node.facts.kernel} but not loaded "
+                      "(/proc/driver/nvidia/version does not exist)",
+                      "sudo modprobe nvidia  # if it fails: sudo dmesg | gpunode explain")
+    if state.installed:
+        return failed(f"driver {state.installed} user space is installed but no nvidia module exists for kernel "
+                      f"{node.facts.kernel}", f"gpunode install --driver {state.installed}  # rebuilds the module")
+    return failed("no NVIDIA driver is installed (/proc/driver/nvidia/version does not exist)", INSTALL)
+
+
+@check("driver.single-source", "driver", "one driver, from one source")
+def single_source(node: Node) -> Verdict:
+    """A .run driver on top of distribution packages (or the reverse) leaves two sets of libraries and modules
+    that overwrite each other at the next update."""
+    if not node.has_gpu:
+        return NO_GPU
+    state = node.driver
+    if not state.packages and not state.installer:
+        return skipped("no NVIDIA driver installed") if not state.installed else passed(
+            f"driver {state.installed} (no installer record, no driver packages)")
+    if state.packages and state.installer:
+        names = ", ".join(f"{n} {v}" for n, v in state.packages[:4]) + (" ..." if len(state.packages) > 4 else "")
+        remove = ("sudo dnf remove 'nvidia-driver*' 'kmod-nvidia*' 'cuda-drivers*'" if node.facts.os.family == "rhel"
+                  else "sudo apt-get purge 'nvidia-*' 'libnvidia-*' 'linux-modules-nvidia-*'")
+        return failed(f"the .run installer installed {state.installer} and distribution packages are installed "
+                      f"too ({names})", f"{remove}  # keep one source; then reboot and: gpunode install --driver "
+                      f"{state.installer}")
+    if state.installer:
+        return passed(f"driver {state.installer} from NVIDIA's .run installer")
+    return passed(f"driver from distribution packages ({', '.join(n for n, _ in state.packages[:3])})")
+
+
+@check("driver.version-mismatch", "driver", "loaded module matches the user-space libraries")
+def version_mismatch(node: Node) -> Verdict:
+    if not node.has_gpu:
+        return NO_GPU
+    loaded_driver = node.facts.loaded_driver
+    if not loaded_driver:
+        return skipped("the NVIDIA module is not loaded")
+    state = node.driver
+    if state.mismatch:
+        libs = state.installed or "another version"
+        return failed(f"kernel module {loaded_driver.version} is loaded but the user-space libraries are {libs} "
+                      "(NVML: Driver/library version mismatch)", "sudo reboot  # loads the module that matches")
+    return passed(f"module and libraries are both {loaded_driver.version}" if state.installed else
+                  f"module {loaded_driver.version} loaded (no other library version found)")
+
+
+@check("driver.smi", "driver", "nvidia-smi works")
+def smi(node: Node) -> Verdict:
+    if not node.has_gpu:
+        return NO_GPU
+    if not node.facts.loaded_driver:
+        return skipped("the NVIDIA module is not loaded")
+    state = node.driver
+    if state.mismatch:
+        return skipped("nvidia-smi fails because of the version mismatch (see driver.version-mismatch)")
+    if state.smi_status is None:
+        return failed("nvidia-smi is not installed although the module is loaded",
+                      f"gpunode install --driver {node.facts.loaded_driver.version}  # reinstalls user space")
+    if state.smi_status == 0:
+        return passed(f"nvidia-smi answers: driver {state.smi_text.splitlines()[0] if state.smi_text else '?'}")
+    first = state.smi_text.splitlines()[0] if state.smi_text else f"exit status {state.smi_status}"
+    findings = explain(state.smi_text)
+    if findings:
+        return failed(f"nvidia-smi fails: {first} ({findings[0].cause})", findings[0].fix)
+    return failed(f"nvidia-smi fails: {first}", "sudo dmesg | gpunode explain")
+
+
+@check("driver.persistence", "driver", "persistence mode")
+def persistence(node: Node) -> Verdict:
+    """Without persistence the driver tears the GPU state down whenever no process uses it: every job start
+    pays the initialisation again, and monitoring sees GPUs come and go."""
+    if not node.has_gpu:
+        return NO_GPU
+    if not node.smi_gpus:
+        return skipped("persistence mode unknown: the NVIDIA driver is not loaded or nvidia-smi fails")
+    off = [g for g in node.smi_gpus if g.persistence and g.persistence != "Enabled"]
+    if not off:
+        daemon = node.units.get("nvidia-persistenced.service")
+        how = " (nvidia-persistenced)" if daemon is not None and daemon.is_active else ""
+        return passed(f"persistence mode enabled on all {len(node.smi_gpus)} GPU(s){how}")
+    unit = node.units.get("nvidia-persistenced.service")
+    fix = ("sudo systemctl enable --now nvidia-persistenced" if unit is not None and unit.exists else
+           "sudo nvidia-smi -pm 1  # lasts until reboot; nvidia-persistenced keeps it across reboots")
+    return warned(f"persistence mode is off on GPU {', '.join(str(g.index) for g in off)}", fix)
+
+
+def _placed(node: Node) -> list[tuple[int, str, gpus.Gpu | None]]:
+    """(PCI device id, label, table entry or None) for each distinct GPU model on the node."""
+    seen: dict[int, tuple[int, str, gpus.Gpu | None]] = {}
+    for device in node.facts.gpus:
+        seen.setdefault(device.device, (device.device, node.gpu_label(device.device), gpus.lookup_id(device.device)))
+    return list(seen.values())
+
+
+@check("driver.branch-supports-gpu", "driver", "driver branch supports the GPU architecture")
+def branch_supports_gpu(node: Node) -> Verdict:
+    """R580 is the last branch for Maxwell, Pascal and Volta; a new architecture needs a branch that knows it."""
+    if not node.has_gpu:
+        return NO_GPU
+    driver = _driver(node)
+    if driver is None:
+        return skipped("no NVIDIA driver installed")
+    checks, unknown = [], []
+    for _, label, gpu in _placed(node):
+        if gpu is None:
+            unknown.append(label)
+            continue
+        checks.append(compat.check_architecture(driver, gpus.architecture_of(gpu), label))
+    bad = [c for c in checks if not c.ok]
+    if bad:
+        lows = [c.min_driver for c in checks if c.min_driver is not None]
+        highs = [c.max_branch for c in checks if c.max_branch is not None]
+        example = _suggest(max(lows) if lows else None, min(highs) if highs else None, node.today)
+        return failed("; ".join(c.reason for c in bad), f"gpunode install --driver {example}" if example else
+                      compat.fix_for(checks, driver))
+    if unknown:
+        return warned(f"{', '.join(unknown)}: not in gpunode's GPU table, so driver {driver} could not be checked",
+                      "nvidia-smi -q | grep -i 'product name'  # then check NVIDIA's supported-GPU list for the "
+                      "driver release")
+    return passed("; ".join(c.reason for c in checks))
+
+
+@check("driver.module-flavour", "driver", "kernel module flavour suits the GPUs")
+def module_flavour(node: Node) -> Verdict:
+    """Blackwell and Grace Hopper run only with the open kernel module; Maxwell, Pascal and Volta only with the
+    proprietary one. The wrong one loads and then finds no device ("No devices were found")."""
+    if not node.has_gpu:
+        return NO_GPU
+    flavour = node.facts.loaded_driver.flavour if node.facts.loaded_driver else node.driver.module_flavour
+    if flavour is None:
+        return skipped("no NVIDIA module installed")
+    version = node.driver_version or "VERSION"
+    need_open: list[str] = []
+    no_open: list[str] = []
+    for device, label, gpu in _placed(node):
+        need = gpu.open_module if gpu else gpus.generation_for_id(device)[1]
+        if need == "required":
+            need_open.append(label)
+        elif need == "unsupported":
+            no_open.append(label)
+    where = "loaded" if node.facts.loaded_driver else "installed"
+    if need_open and flavour != "open":
+        return failed(f"the proprietary module is {where}, but {', '.join(need_open)} need(s) the open module",
+                      f"gpunode install --driver {version} --kernel-module open")
+    if no_open and flavour == "open":
+        return failed(f"the open module is {where}, but {', '.join(no_open)} cannot use it",
+                      f"gpunode install --driver {version} --kernel-module proprietary  # R580 or older")
+    return passed(f"{flavour} module {where}; {node.gpu_list()} can use it")
+
+
+@check("driver.branch-lifecycle", "driver", "driver branch still supported")
+def branch_lifecycle(node: Node) -> Verdict:
+    """An end-of-life branch gets no security or bug fixes; NVIDIA's data-center guidance is to move to a
+    supported LTSB or production branch."""
+    if not node.has_gpu:
+        return NO_GPU
+    driver = _driver(node)
+    if driver is None:
+        return skipped("no NVIDIA driver installed")
+    branch = compat.tables().branches.get(compat.branch_of(driver))
+    if branch is None:
+        return passed(f"R{compat.branch_of(driver)} is not in gpunode's branch table")
+    if node.today is None:
+        return skipped(f"R{branch.branch} {branch.label}: the node's date is unknown")
+    status = branch.status(date.fromisoformat(node.today))
+    if status != "end-of-life":
+        until = f", supported until {branch.end_of_life}" if branch.end_of_life else ""
+        return passed(f"driver {driver}: R{branch.branch} {branch.label}{until}")
+    highs = []
+    for _, _, gpu in _placed(node):
+        if gpu is not None:
+            arch = gpus.architecture_of(gpu)
+            if arch.last_driver_branch is not None:
+                highs.append(arch.last_driver_branch)
+    example = _suggest(None, min(highs) if highs else None, node.today)
+    return warned(f"driver {driver}: R{branch.branch} {branch.label} reached end of life in {branch.end_of_life}",
+                  f"gpunode install --driver {example}" if example else INSTALL)
+
+
+@check("cuda.toolkit-vs-driver", "cuda", "installed CUDA toolkit runs on the driver")
+def cuda_toolkit(node: Node) -> Verdict:
+    """A CUDA toolkit on the host (for builds outside containers) needs a driver at least as new as the one it
+    was released with; minor-version compatibility covers most but not all of it (no PTX JIT)."""
+    if not node.has_gpu:
+        return NO_GPU
+    toolkits = parse.parse_cuda_toolkits(node.facts.files)
+    if not toolkits:
+        return passed("no CUDA toolkit under /usr/local (containers bring their own CUDA)")
+    driver = _driver(node)
+    if driver is None:
+        return skipped(f"CUDA {', '.join(toolkits)} installed, but no NVIDIA driver")
+    problems, notes, fine = [], [], []
+    for version, dirs in sorted(toolkits.items(), key=lambda item: Version(item[0])):
+        result = None
+        for asked in (version, ".".join(version.split(".")[:2])):  # 11.8.20220929 in old version.json files
+            try:
+                result = compat.check_cuda(driver, asked)
+                break
+            except GpunodeError:
+                continue
+        if result is None:
+            notes.append(f"CUDA {version} ({dirs[0]}) is not in gpunode's table")
+            continue
+        for _, _, gpu in _placed(node):
+            if gpu is not None:
+                arch_check = compat.check_cuda_architecture(gpus.architecture_of(gpu), Version(version),
+                                                            f"CUDA {version}", gpu.name)
+                if arch_check is not None and not arch_check.ok:
+                    problems.append((arch_check.reason, arch_check.fix or ""))
+        if not result.ok:
+            example = _suggest(result.min_driver, None, node.today)
+            problems.append((f"{dirs[0]}: {result.reason}",
+                             f"gpunode install --driver {example}" if example else INSTALL))
+        elif result.via != "native":
+            notes.append(f"{dirs[0]}: {result.reason}")
+        else:
+            fine.append(f"CUDA {version} ({dirs[0]})")
+    if problems:
+        return failed("; ".join(p for p, _ in problems), next((f for _, f in problems if f), INSTALL))
+    if notes:
+        return warned("; ".join(notes), "for native support: gpunode install --driver VERSION  # see gpunode compat "
+                      f"--cuda {max(toolkits, key=Version)}")
+    return passed(f"{', '.join(fine)} runs natively on driver {driver}")

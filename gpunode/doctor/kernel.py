@@ -1,0 +1,162 @@
+"""Boot and kernel layers: Secure Boot, nouveau (loaded, blacklisted, in the initramfs), kernel headers, and
+whether the NVIDIA module exists for the kernel the next boot will run."""
+
+from __future__ import annotations
+
+import re
+import time
+
+from gpunode import installer
+from gpunode.doctor.base import NO_GPU, Node, Verdict, check, failed, passed, skipped, warned
+from gpunode.errors import GpunodeError
+from gpunode.steps import nouveau, prerequisites
+
+SIGNING_FIX = ("gpunode install --driver VERSION --module-signing-key KEY --module-signing-cert CERT  # a key pair "
+               "enrolled with `sudo mokutil --import CERT`; or disable Secure Boot in the firmware")
+
+
+def _signer(node: Node) -> str | None:
+    match = re.search(r"^signer:\s*(\S.*)$", node.facts.output("driver_module") or "", re.M)
+    return match[1].strip() if match else None
+
+
+@check("boot.secure-boot", "boot", "Secure Boot lets the NVIDIA module load")
+def secure_boot(node: Node) -> Verdict:
+    """With Secure Boot on, the kernel refuses an unsigned (or foreign-signed) nvidia.ko: the driver installs
+    and then never loads. Whether that bites depends on the module, not just on the firmware switch."""
+    sb = node.facts.secure_boot
+    if sb.enabled is False:
+        return passed(sb.evidence or "Secure Boot is off")
+    if not node.has_gpu:
+        return NO_GPU
+    rejected = [f for f in node.kernel_findings if f.id == "secureboot.module-rejected"]
+    if sb.enabled is None:
+        if rejected:
+            return failed(f"the kernel rejected a module: {rejected[0].excerpt}", rejected[0].fix)
+        return warned(sb.evidence or "could not read the Secure Boot state",
+                      "sudo mokutil --sb-state  # install mokutil if it is missing")
+    if node.facts.loaded_driver:
+        signer = _signer(node)
+        return passed(f"Secure Boot is on ({sb.evidence}) and the nvidia module is loaded"
+                      + (f" (signed by {signer})" if signer else ""))
+    if rejected:
+        return failed(f"Secure Boot is on and the kernel rejected the module: {rejected[0].excerpt}", SIGNING_FIX)
+    if node.driver.module and not _signer(node):
+        return failed(f"Secure Boot is on and the installed nvidia module {node.driver.module} is not signed: the "
+                      "kernel will refuse it", SIGNING_FIX)
+    return warned(f"Secure Boot is on ({sb.evidence}): the NVIDIA module must be signed with an enrolled key",
+                  SIGNING_FIX)
+
+
+@check("kernel.nouveau-loaded", "kernel", "nouveau not loaded")
+def nouveau_loaded(node: Node) -> Verdict:
+    if not node.has_gpu:
+        return NO_GPU
+    if node.facts.module_loaded("nouveau"):
+        return failed("nouveau is in /proc/modules: it owns the GPU and blocks the NVIDIA driver",
+                      "gpunode install --only nouveau --reboot")
+    return passed("nouveau is not loaded")
+
+
+@check("kernel.nouveau-blacklisted", "kernel", "nouveau blacklisted")
+def nouveau_blacklisted(node: Node) -> Verdict:
+    if not node.has_gpu:
+        return NO_GPU
+    block = node.facts.nouveau_block()
+    if block.effective:
+        return passed("; ".join(block.sources))
+    seen = "; ".join(block.sources) or "no modprobe.d file or kernel argument blocks nouveau"
+    fix = f"gpunode install --only nouveau  # writes {nouveau.PATH} and rebuilds the initramfs"
+    if node.facts.loaded_driver:
+        return warned(f"{seen} (the NVIDIA driver holds the GPU now; at a boot where it does not load, nouveau "
+                      "would)", fix)
+    return failed(seen, fix)
+
+
+def _date(stamp: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(stamp))
+
+
+@check("kernel.nouveau-initramfs", "kernel", "nouveau blacklist is in the initramfs")
+def nouveau_initramfs(node: Node) -> Verdict:
+    """The initramfs loads modules before the root filesystem's modprobe.d is read: a blacklist written after
+    the initramfs was built does not stop nouveau at early boot."""
+    if not node.has_gpu:
+        return NO_GPU
+    block = node.facts.nouveau_block()
+    if not block.effective:
+        return skipped("nouveau is not blacklisted (see kernel.nouveau-blacklisted)")
+    files = [s.split(":", 1)[0] for s in block.sources if s.startswith("/")]
+    if not files:
+        return passed("blacklisted on the kernel command line, which early boot honours too")
+    image = node.facts.initramfs_mtime
+    if image is None:
+        return skipped(f"no initramfs image found for kernel {node.facts.kernel}")
+    newest = max(files, key=lambda p: node.facts.mtimes.get(p, 0))
+    written = node.facts.mtimes.get(newest, 0)
+    if written > image:
+        return failed(f"the initramfs ({_date(image)}) is older than {newest} ({_date(written)}): early boot can "
+                      "still load nouveau", "gpunode install --only nouveau  # rebuilds the initramfs")
+    return passed(f"the initramfs ({_date(image)}) was built after {newest} ({_date(written)})")
+
+
+def _headers_install(node: Node, kernel: str) -> str:
+    manager = prerequisites.package_manager(node.facts)
+    if manager == "apt":
+        return f"sudo apt-get install -y linux-headers-{kernel}"
+    if manager in ("dnf", "yum"):
+        return f"sudo {manager} install -y kernel-devel-{kernel}"
+    return f"install the kernel headers for {kernel} with the distribution's package manager"
+
+
+@check("kernel.headers", "kernel", "headers for the running kernel")
+def headers(node: Node) -> Verdict:
+    """DKMS (and nvidia-installer) build the module against /lib/modules/$(uname -r)/build; without it a driver
+    install fails and a kernel update leaves the node without a driver."""
+    if not node.has_gpu:
+        return NO_GPU
+    if prerequisites.headers_present(node.facts):
+        where = (node.facts.output(prerequisites.HEADERS_PROBE) or "").split()
+        return passed(f"headers for {node.facts.kernel}: {where[1] if len(where) > 1 else 'present'}")
+    return failed(f"no headers for the running kernel {node.facts.kernel} (/lib/modules/{node.facts.kernel}/build "
+                  "is missing): the NVIDIA module cannot be built for it", _headers_install(node, node.facts.kernel))
+
+
+def _rebuild_fix(node: Node, kernel: str, has_headers: bool) -> str:
+    version = node.driver_version or "VERSION"
+    if any(e.module.startswith("nvidia") for e in node.kernels.dkms):
+        build = f"sudo dkms autoinstall -k {kernel}"
+        return build if has_headers else f"{_headers_install(node, kernel)} && {build}"
+    module_packages = [n for n in node.packages if n.startswith("linux-modules-nvidia-") and
+                       n.endswith("-" + node.facts.kernel)]
+    if module_packages:
+        return f"sudo apt-get install -y {module_packages[0][: -len(node.facts.kernel)]}{kernel}"
+    try:
+        arch = installer.normalize_arch(node.facts.arch)
+    except GpunodeError:
+        arch = node.facts.arch
+    build = f"sudo sh NVIDIA-Linux-{arch}-{version}.run --silent --kernel-module-only --kernel-name={kernel}"
+    return build if has_headers else f"{_headers_install(node, kernel)} && {build}"
+
+
+@check("kernel.dkms-newest-kernel", "kernel", "NVIDIA module built for the newest installed kernel")
+def dkms_newest_kernel(node: Node) -> Verdict:
+    """The next boot normally runs the newest installed kernel. If no nvidia module exists for it (DKMS did not
+    build, headers missing, a .run installed without DKMS), the node comes back without a driver."""
+    if not node.has_gpu:
+        return NO_GPU
+    info = node.kernels
+    newest = info.newest
+    if not info.known or newest is None:
+        return skipped("could not list the installed kernels")
+    if not node.driver_version and not any(k.module for k in info.kernels) and not info.dkms:
+        return skipped("no NVIDIA driver installed")
+    built = info.built_for(newest.name)
+    running = node.facts.kernel
+    also = "" if newest.name == running else f" (running {running})"
+    if built:
+        return passed(f"newest kernel {newest.name}{also}: {built[0]}")
+    return failed(f"the newest installed kernel {newest.name}{also} has no nvidia module"
+                  + ("" if newest.headers else " and no headers")
+                  + ": a boot into it comes up without the NVIDIA driver", _rebuild_fix(node, newest.name,
+                                                                                        newest.headers))

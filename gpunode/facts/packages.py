@@ -1,0 +1,187 @@
+"""Installed packages, package holds and systemd unit states, parsed from the probe. All pure.
+
+Steps decide "already done?" from these: a package at the wanted version, a hold in place, a unit enabled and
+running. The probe prints one `STATUS<TAB>NAME<TAB>VERSION` line per package for dpkg and rpm alike (rpm lines
+carry a fixed "ii " status), so one parser serves both families.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Package:
+    name: str
+    version: str  # as the package manager prints it: 1.17.8-1, 1:2.0-3, 535.129.03-1
+    held: bool = False  # dpkg "hold" selection (apt-mark hold); rpm holds come from versionlock files
+
+    @property
+    def upstream(self) -> str:
+        return upstream_version(self.version)
+
+
+def parse_packages(text: str) -> dict[str, Package]:
+    """`dpkg-query -W -f='${db:Status-Abbrev}\\t${Package}\\t${Version}\\n'` (or the rpm equivalent) -> installed.
+
+    The status abbreviation is want/state/error: "ii " installed, "hi " installed and held, "rc " only config
+    files left (not installed), "un" unknown. Only installed states count."""
+    packages: dict[str, Package] = {}
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if len(parts) < 3 or not parts[1].strip():
+            continue
+        status, name, version = parts[0], parts[1].strip(), parts[2].strip()
+        if len(status) < 2 or status[1] not in "iWt" or not version:
+            continue
+        packages[name.split(":")[0]] = Package(name.split(":")[0], version, held=status[0] == "h")
+    return packages
+
+
+_LOCK_NEVRA = re.compile(r"^(?P<name>.+?)-(?:(?P<epoch>\d+):)?(?P<version>[^-:]+)-(?P<release>[^-]+?)(?:\.\*)?$")
+
+
+def parse_versionlock(text: str) -> dict[str, str]:
+    """dnf/yum versionlock.list lines (`nvidia-fabric-manager-0:535.129.03-1.*`) -> {name: version-release}.
+
+    Lines starting with '!' are exclusions, not locks; comments and blank lines are skipped."""
+    locks: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        match = _LOCK_NEVRA.match(line)
+        if match:
+            locks[match["name"]] = f"{match['version']}-{match['release']}"
+    return locks
+
+
+def parse_zypp_locks(text: str) -> set[str]:
+    """/etc/zypp/locks: blank-line separated blocks; `solvable_name: X` names a locked package."""
+    names = set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "solvable_name" and value.strip():
+            names.add(value.strip())
+    return names
+
+
+VERSIONLOCK_FILES = ("/etc/dnf/plugins/versionlock.list", "/etc/yum/pluginconf.d/versionlock.list")
+ZYPP_LOCKS = "/etc/zypp/locks"
+
+
+def held_packages(packages: Mapping[str, Package], files: Mapping[str, str]) -> set[str]:
+    """Names held by any mechanism: dpkg hold selections, dnf/yum versionlock entries, zypper locks."""
+    held = {name for name, pkg in packages.items() if pkg.held}
+    for path in VERSIONLOCK_FILES:
+        held.update(parse_versionlock(files.get(path, "")))
+    held.update(parse_zypp_locks(files.get(ZYPP_LOCKS, "")))
+    return held
+
+
+def upstream_version(version: str) -> str:
+    """The upstream part: no epoch, no Debian/RPM revision. 1:535.129.03-0ubuntu2 -> 535.129.03."""
+    version = version.split(":", 1)[1] if ":" in version.split("-", 1)[0] else version
+    return version.rsplit("-", 1)[0] if "-" in version else version
+
+
+# ---- systemd -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UnitState:
+    name: str
+    active: str  # active | inactive | failed | activating | ...
+    enabled: str  # enabled | disabled | static | masked | ...; "" when the unit does not exist
+
+    @property
+    def exists(self) -> bool:
+        return self.enabled not in ("", "not-found")
+
+    @property
+    def is_active(self) -> bool:
+        return self.active in ("active", "reloading", "activating")
+
+    @property
+    def is_enabled(self) -> bool:
+        return self.enabled in ("enabled", "enabled-runtime", "static", "alias", "indirect", "generated")
+
+    @property
+    def masked(self) -> bool:
+        return self.enabled.startswith("masked")
+
+
+def parse_units(text: str) -> dict[str, UnitState]:
+    """Probe lines `UNIT<TAB>is-active<TAB>is-enabled`. `systemctl is-enabled` prints nothing (older systemd)
+    or "not-found" (newer) for a unit that does not exist."""
+    units: dict[str, UnitState] = {}
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if not parts[0].strip():
+            continue
+        name = parts[0].strip()
+        active = parts[1].strip() if len(parts) > 1 else ""
+        enabled = parts[2].strip() if len(parts) > 2 else ""
+        units[name] = UnitState(name, active or "inactive", enabled)
+    return units
+
+
+def unit(units: Mapping[str, UnitState], name: str) -> UnitState:
+    """The state of `name` (with or without `.service`), or a not-found state."""
+    full = name if "." in name else f"{name}.service"
+    return units.get(full) or UnitState(full, "inactive", "")
+
+
+# ---- version order -----------------------------------------------------------------------------------------
+
+
+def _order(char: str) -> int:
+    if char == "~":
+        return -1
+    if char.isalpha():
+        return ord(char)
+    return ord(char) + 256
+
+
+def _compare_part(a: str, b: str) -> int:
+    """dpkg's verrevcmp: alternating non-digit and digit runs; '~' sorts before everything, even the end."""
+    while a or b:
+        na = re.match(r"\D*", a).group()  # type: ignore[union-attr]
+        nb = re.match(r"\D*", b).group()  # type: ignore[union-attr]
+        for i in range(max(len(na), len(nb))):
+            ca = _order(na[i]) if i < len(na) else 0
+            cb = _order(nb[i]) if i < len(nb) else 0
+            if ca != cb:
+                return -1 if ca < cb else 1
+        a, b = a[len(na):], b[len(nb):]
+        da = re.match(r"\d*", a).group()  # type: ignore[union-attr]
+        db = re.match(r"\d*", b).group()  # type: ignore[union-attr]
+        if int(da or 0) != int(db or 0):
+            return -1 if int(da or 0) < int(db or 0) else 1
+        a, b = a[len(da):], b[len(db):]
+    return 0
+
+
+def compare_versions(a: str, b: str) -> int:
+    """Debian version order (epoch, upstream, revision). Close enough for RPM's simple N.N.N-R versions too;
+    used only to tell an upgrade from a downgrade."""
+    def split(v: str) -> tuple[int, str, str]:
+        epoch, _, rest = v.partition(":") if ":" in v.split("-", 1)[0] else ("0", "", v)
+        upstream, _, revision = rest.rpartition("-") if "-" in rest else (rest, "", "0")
+        return int(epoch) if epoch.isdigit() else 0, upstream, revision
+
+    ea, ua, ra = split(a)
+    eb, ub, rb = split(b)
+    if ea != eb:
+        return -1 if ea < eb else 1
+    return _compare_part(ua, ub) or _compare_part(ra, rb)
+
+
+# ---- how each package manager spells a pinned version ------------------------------------------------------
+
+
+def pin_spec(manager: str, name: str, version: str) -> str:
+    """apt pins with `name=version`; dnf, yum and zypper take `name-version`."""
+    return f"{name}={version}" if manager == "apt" else f"{name}-{version}"

@@ -1,0 +1,318 @@
+"""Step: install the NVIDIA Container Toolkit (nvidia-container-toolkit, -base, libnvidia-container-tools,
+libnvidia-container1) from NVIDIA's repository, or from package files the user brought (offline).
+
+Idempotent by installed version: with no --toolkit-version any installed toolkit is kept (gpunode never upgrades
+behind the user's back); a pin must be met by all four packages, which since 1.18 must carry the same version.
+The repository is added the way NVIDIA documents it (apt with a signed-by keyring, a .repo file for dnf/yum and
+zypper), unless one already points at nvidia.github.io/libnvidia-container: a second copy with a different
+signed-by breaks `apt-get update` for the whole machine.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+from gpunode.connection.base import Connection
+from gpunode.facts import Facts
+from gpunode.facts.containers import survey_engines
+from gpunode.facts.packages import (
+    Package,
+    compare_versions,
+    parse_packages,
+    parse_units,
+    pin_spec,
+    upstream_version,
+)
+from gpunode.options import Options
+from gpunode.plan import Action, InstallPackages, RunCommand, StepPlan, WriteFile, blocked, change, ok
+from gpunode.shell import Script, display
+from gpunode.steps.base import Step
+
+NAME = "toolkit"
+TITLE = "NVIDIA Container Toolkit"
+PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
+            "libnvidia-container1")
+ARCHES = ("x86_64", "aarch64")
+
+REPO = "https://nvidia.github.io/libnvidia-container"
+MARKER = "nvidia.github.io/libnvidia-container"
+DEPRECATED = ("nvidia.github.io/nvidia-docker", "nvidia.github.io/nvidia-container-runtime")
+KEY_URL = f"{REPO}/gpgkey"
+APT_KEYRING = "/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg"
+APT_LIST = "/etc/apt/sources.list.d/nvidia-container-toolkit.list"
+YUM_REPO = "/etc/yum.repos.d/nvidia-container-toolkit.repo"
+ZYPP_REPO = "/etc/zypp/repos.d/nvidia-container-toolkit.repo"
+HEADER = f"# Written by gpunode: NVIDIA Container Toolkit packages ({REPO})\n"
+
+APT_SOURCE = HEADER + f"deb [signed-by={APT_KEYRING}] {REPO}/stable/deb/$(ARCH) /\n"
+
+
+def rpm_repo(zypper: bool) -> str:
+    """The stable section of NVIDIA's nvidia-container-toolkit.repo ($basearch is expanded by dnf and zypper)."""
+    lines = ["[nvidia-container-toolkit]", "name=nvidia-container-toolkit",
+             f"baseurl={REPO}/stable/rpm/$basearch", "repo_gpgcheck=1", "gpgcheck=0", "enabled=1",
+             f"gpgkey={KEY_URL}", "sslverify=1"]
+    lines += ["autorefresh=1", "type=rpm-md"] if zypper else ["sslcacert=/etc/pki/tls/certs/ca-bundle.crt"]
+    return HEADER + "\n".join(lines) + "\n"
+
+
+_FETCH_KEY = Script(
+    name="fetch-apt-key",
+    body='set -e; tmp=$(mktemp); trap \'rm -f "$tmp"\' EXIT; curl -fsSL -o "$tmp" "$1"; '
+         'mkdir -p "$(dirname "$2")"; gpg --batch --yes --dearmor -o "$2" "$tmp"; chmod 0644 "$2"',
+)
+_REMOVE_DIR = Script(name="remove-dir", body='rm -rf -- "$1"')
+
+
+@dataclass(frozen=True)
+class InstallLocalPackages(Action):
+    """Offline install: copy the given package files into a private directory on the node, install them there
+    in one transaction (so they satisfy each other's dependencies), then remove the copies."""
+
+    manager: str = "apt"
+    files: tuple[str, ...] = ()  # paths on the machine gpunode runs on
+
+    kind = "local-packages"
+
+    def remote_argv(self, directory: str) -> tuple[str, ...]:
+        paths = tuple(f"{directory}/{posixpath.basename(f)}" for f in self.files)
+        if self.manager == "apt":
+            return ("apt-get", "install", "-y", "--no-install-recommends", "--allow-downgrades", *paths)
+        if self.manager == "zypper":
+            return ("zypper", "--non-interactive", "install", "--allow-unsigned-rpm", "--oldpackage", *paths)
+        return (self.manager, "install", "-y", *paths)
+
+    def commands(self) -> list[str]:
+        return [f"upload {f} to <private dir>/" for f in self.files] + [
+            "sudo " + display(self.remote_argv("<private dir>"))]
+
+    def to_dict(self) -> dict[str, object]:
+        return {**super().to_dict(), "manager": self.manager, "files": list(self.files)}
+
+    def apply(self, conn: Connection) -> str | None:
+        directory = conn.make_private_dir()
+        try:
+            for path in self.files:
+                conn.upload(path, f"{directory}/{posixpath.basename(path)}")
+            conn.run(self.remote_argv(directory), sudo=True, timeout=1800).check(self.summary)
+        finally:
+            conn.run(Script(_REMOVE_DIR.body, (directory,), _REMOVE_DIR.name), sudo=True, timeout=60)
+        return None
+
+
+# ---- repositories already on the node ----------------------------------------------------------------------
+
+
+def apt_sources(files: Mapping[str, str]) -> list[tuple[str, str | None]]:
+    """(file, signed-by keyring or None) of every active apt source pointing at libnvidia-container, in
+    one-line (.list) or deb822 (.sources) format."""
+    found = []
+    for path, text in sorted(files.items()):
+        if not path.startswith("/etc/apt/sources.list"):
+            continue
+        if path.endswith(".sources"):
+            for stanza in re.split(r"\n\s*\n", text):
+                fields = {k.strip().lower(): v.strip() for k, _, v in
+                          (line.partition(":") for line in stanza.splitlines() if not line.startswith("#"))}
+                if MARKER in fields.get("uris", "") and fields.get("enabled", "yes").lower() != "no":
+                    found.append((path, fields.get("signed-by") or None))
+            continue
+        for line in text.splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line.startswith("deb ") and MARKER in line:
+                keyring = re.search(r"signed-by=([^\]\s]+)", line)
+                found.append((path, keyring.group(1) if keyring else None))
+    return found
+
+
+def rpm_repos(files: Mapping[str, str], directory: str) -> list[str]:
+    """.repo files in `directory` with an enabled section whose baseurl points at libnvidia-container."""
+    found = []
+    for path, text in sorted(files.items()):
+        if posixpath.dirname(path) != directory or not path.endswith(".repo"):
+            continue
+        for section in re.split(r"^\s*\[", text, flags=re.M)[1:]:
+            values = dict((k.strip().lower(), v.strip()) for k, _, v in
+                          (line.partition("=") for line in section.splitlines()[1:] if "=" in line))
+            if MARKER in values.get("baseurl", "") and values.get("enabled", "1") not in ("0", "false", "no"):
+                found.append(path)
+                break
+    return found
+
+
+def deprecated_sources(files: Mapping[str, str]) -> list[str]:
+    return sorted(p for p, text in files.items() if p.startswith(("/etc/apt/", "/etc/yum.repos.d/", "/etc/zypp/"))
+                  and any(d in line and not line.lstrip().startswith("#") for d in DEPRECATED
+                          for line in text.splitlines()))
+
+
+def repo_actions(facts: Facts, manager: str) -> tuple[list[Action], list[str]]:
+    """What it takes to make NVIDIA's repository usable, and notes."""
+    files, notes = facts.files, []
+    actions: list[Action] = []
+    if manager == "apt":
+        keyrings = set((facts.output("apt_keyrings") or "").split())
+        sources = apt_sources(files)
+        wanted = sorted({k for _, k in sources if k} if sources else {APT_KEYRING})
+        missing = [k for k in wanted if k not in keyrings]
+        if missing and not (facts.has("curl") and facts.has("gpg")):
+            actions.append(InstallPackages("install curl and gnupg to fetch NVIDIA's signing key", manager="apt",
+                                           packages=("ca-certificates", "curl", "gnupg")))
+        actions += [RunCommand(f"fetch NVIDIA's repository key into {k}", Script(_FETCH_KEY.body, (KEY_URL, k),
+                                                                               _FETCH_KEY.name), timeout=300)
+                    for k in missing]
+        if sources:
+            notes.append("NVIDIA's toolkit repository is already configured in " + ", ".join(sorted({p for p, _ in
+                                                                                                     sources})))
+        else:
+            actions.append(WriteFile(f"add NVIDIA's toolkit repository ({APT_LIST})", path=APT_LIST,
+                                     after=APT_SOURCE, before=files.get(APT_LIST)))
+        actions.append(RunCommand("refresh the package lists", ("apt-get", "update"), timeout=900))
+    else:
+        directory, path = ("/etc/zypp/repos.d", ZYPP_REPO) if manager == "zypper" else ("/etc/yum.repos.d", YUM_REPO)
+        existing = rpm_repos(files, directory)
+        if existing:
+            notes.append("NVIDIA's toolkit repository is already configured in " + ", ".join(existing))
+        else:
+            actions.append(WriteFile(f"add NVIDIA's toolkit repository ({path})", path=path,
+                                     after=rpm_repo(manager == "zypper"), before=files.get(path)))
+        if manager == "zypper":
+            actions.append(RunCommand("refresh the repository and accept NVIDIA's key",
+                                      ("zypper", "--non-interactive", "--gpg-auto-import-keys", "refresh"),
+                                      timeout=900))
+    old = deprecated_sources(files)
+    if old:
+        notes.append("deprecated NVIDIA repositories still configured (" + ", ".join(old) + "): the toolkit now "
+                     "comes from libnvidia-container; nvidia-docker2 is no longer needed")
+    return actions, notes
+
+
+# ---- versions ----------------------------------------------------------------------------------------------
+
+
+def wanted_version(requested: str) -> str:
+    """1.17.8 -> 1.17.8-1 (NVIDIA's packages always carry revision 1); a given revision is kept."""
+    return requested if "-" in requested else f"{requested}-1"
+
+
+def satisfied(pkg: Package | None, requested: str) -> bool:
+    if pkg is None:
+        return False
+    return pkg.version == requested if "-" in requested else pkg.upstream == requested
+
+
+def install_actions(manager: str, specs: list[tuple[str, str]], installed: Mapping[str, Package]) -> list[Action]:
+    """Pinned installs. apt and zypper need an explicit flag to go down a version; dnf installs the exact
+    version asked either way; yum needs `downgrade` for those."""
+    down = [(n, v) for n, v in specs if n in installed and compare_versions(installed[n].version, v) > 0]
+    spelled = tuple(pin_spec(manager, n, v) for n, v in specs)
+    what = f"install the container toolkit {specs[0][1]}"
+    if manager == "apt":
+        return [RunCommand(what, ("apt-get", "install", "-y", "--no-install-recommends", "--allow-downgrades",
+                                  *spelled), timeout=1800)]
+    if manager == "zypper":
+        return [RunCommand(what, ("zypper", "--non-interactive", "install", "--oldpackage", *spelled), timeout=1800)]
+    if manager == "yum" and down:
+        ups = tuple(pin_spec(manager, n, v) for n, v in specs if (n, v) not in down)
+        actions: list[Action] = [RunCommand(what + " (downgrade)", ("yum", "downgrade", "-y",
+                                                                     *(pin_spec(manager, n, v) for n, v in down)),
+                                            timeout=1800)]
+        return actions + ([RunCommand(what, ("yum", "install", "-y", *ups), timeout=1800)] if ups else [])
+    return [RunCommand(what, (manager, "install", "-y", *spelled), timeout=1800)]
+
+
+_DEB_FILE = re.compile(r"^(?P<name>[a-z0-9][a-z0-9+.-]+)_(?P<version>[^_]+)_(?P<arch>[^_]+)\.deb$")
+_RPM_FILE = re.compile(r"^(?P<name>.+)-(?P<version>[^-]+-[^-]+)\.(?P<arch>[^.]+)\.rpm$")
+
+
+def parse_package_file(path: str) -> tuple[str, str, str] | None:
+    """name_version_arch.deb or name-version-release.arch.rpm -> (name, version, "deb"|"rpm")."""
+    base = posixpath.basename(path)
+    for pattern, kind in ((_DEB_FILE, "deb"), (_RPM_FILE, "rpm")):
+        match = pattern.match(base)
+        if match:
+            return match["name"], unquote(match["version"]), kind
+    return None
+
+
+def _offline(facts: Facts, options: Options, manager: str, installed: Mapping[str, Package]) -> StepPlan:
+    kind = "deb" if manager == "apt" else "rpm"
+    parsed = []
+    for path in options.toolkit_packages:
+        found = parse_package_file(path)
+        if found is None:
+            return blocked(NAME, f"cannot tell the package name and version from the file name {path}",
+                           "name it as its package manager does: NAME_VERSION_ARCH.deb or NAME-VERSION-RELEASE.ARCH.rpm")
+        if found[2] != kind:
+            return blocked(NAME, f"{path} is a .{found[2]} package but {facts.os} uses {manager} (.{kind})",
+                           f"bring the .{kind} files of the toolkit")
+        parsed.append(found)
+    if options.toolkit_version and any(n == PACKAGES[0] and upstream_version(v) !=
+                                       upstream_version(wanted_version(options.toolkit_version)) for n, v, _ in parsed):
+        return blocked(NAME, f"--toolkit-version {options.toolkit_version} disagrees with the package files given",
+                       "drop --toolkit-version (the files decide) or bring files of that version")
+    todo = [f"{n} {v}" for n, v, _ in parsed if not (n in installed and installed[n].version == v)]
+    names = {n for n, _, _ in parsed}
+    notes = [f"not among the files: {', '.join(p for p in PACKAGES if p not in names)}"] \
+        if any(p not in names for p in PACKAGES) else []
+    if not todo:
+        return ok(NAME, "the toolkit packages given are installed: " + ", ".join(f"{n} {v}" for n, v, _ in parsed),
+                  *notes)
+    return change(NAME, "offline install of " + ", ".join(todo),
+                  [InstallLocalPackages("install the toolkit from the package files given", manager=manager,
+                                        files=tuple(options.toolkit_packages))], *notes)
+
+
+def plan(facts: Facts, options: Options, earlier: Mapping[str, StepPlan] | None = None) -> StepPlan:
+    if not facts.gpus:
+        return ok(NAME, "no NVIDIA GPU on this node: the container toolkit is not needed")
+    units = parse_units(facts.output("units") or "")
+    survey = survey_engines(facts.tools, {name: u.exists for name, u in units.items()}, facts.files)
+    if not survey.present and not survey.rootless_docker and not facts.has("podman") and not options.toolkit_packages:
+        return ok(NAME, "no container engine (docker, containerd, CRI-O, podman) on this node: nothing would use the "
+                        "toolkit", "install an engine, then run again")
+    manager = facts.os.package_manager
+    if manager is None:
+        return blocked(NAME, f"NVIDIA publishes the container toolkit for apt (Debian, Ubuntu), dnf/yum (RHEL "
+                             f"family, Fedora, Amazon Linux) and zypper (SUSE); {facts.os} has none of them",
+                       "install the toolkit by hand (github.com/NVIDIA/nvidia-container-toolkit/releases), then run "
+                       "again with --skip toolkit")
+    if facts.arch not in ARCHES:
+        return blocked(NAME, f"NVIDIA's toolkit packages exist for x86_64 and aarch64, not {facts.arch}",
+                       "run again with --skip toolkit if you installed it another way")
+    installed = parse_packages(facts.output("pkg_status") or "")
+    if options.toolkit_packages:
+        return _offline(facts, options, manager, installed)
+    have = {p: installed.get(p) for p in PACKAGES}
+    main = have[PACKAGES[0]]
+    if options.toolkit_version:
+        wanted = options.toolkit_version
+        wrong = [p for p in PACKAGES if not satisfied(have[p], wanted)]
+        if not wrong:
+            return ok(NAME, f"container toolkit {wanted} installed (all four packages)")
+        shown = ", ".join(f"{p} {have[p].version if have[p] else 'missing'}" for p in wrong)  # type: ignore[union-attr]
+        reason = f"--toolkit-version {wanted}: {shown}"
+        version = wanted_version(wanted)
+    elif main is not None:
+        wrong = [p for p in PACKAGES if have[p] is None or have[p].upstream != main.upstream]  # type: ignore[union-attr]
+        if not wrong:
+            return ok(NAME, f"container toolkit {main.version} installed")
+        reason = (f"nvidia-container-toolkit {main.version} installed, but " + ", ".join(
+            f"{p} {have[p].version if have[p] else 'is missing'}" for p in wrong)  # type: ignore[union-attr]
+            + " (since 1.18 all four must match)")
+        version = main.version
+    else:
+        reason, version = "nvidia-container-toolkit is not installed", ""
+    actions, notes = repo_actions(facts, manager)
+    if version:
+        actions += install_actions(manager, [(p, version) for p in PACKAGES], installed)
+    else:
+        actions.append(InstallPackages("install the container toolkit", manager=manager, packages=(PACKAGES[0],)))
+    return change(NAME, reason, actions, *notes)
+
+
+STEP = Step(NAME, TITLE, plan)

@@ -1,0 +1,65 @@
+"""Installed packages, holds, unit states and version order, from probe output."""
+
+from gpunode.facts.packages import (
+    compare_versions,
+    held_packages,
+    parse_packages,
+    parse_units,
+    parse_versionlock,
+    parse_zypp_locks,
+    pin_spec,
+    unit,
+    upstream_version,
+)
+
+DPKG = (
+    "ii \tnvidia-container-toolkit\t1.17.8-1\n"
+    "hi \tnvidia-fabricmanager-535\t535.129.03-1\n"
+    "rc \tnvidia-fabricmanager-525\t525.147.05-1\n"  # removed, config files left: not installed
+    "un \tnvidia-docker2\t\n"
+    "ii \tlibnvidia-container1:amd64\t1.17.8-1\n"
+    "garbage line\n"
+)
+
+
+def test_dpkg_status_installed_and_held():
+    pkgs = parse_packages(DPKG)
+    assert set(pkgs) == {"nvidia-container-toolkit", "nvidia-fabricmanager-535", "libnvidia-container1"}
+    assert pkgs["nvidia-fabricmanager-535"].held and not pkgs["nvidia-container-toolkit"].held
+    assert pkgs["nvidia-fabricmanager-535"].upstream == "535.129.03"
+    assert held_packages(pkgs, {}) == {"nvidia-fabricmanager-535"}
+
+
+def test_rpm_lines_and_versionlock():
+    pkgs = parse_packages("ii \tnvidia-fabric-manager\t535.129.03-1\nii \tpython3-dnf-plugin-versionlock\t4.3.0-13.el9\n")
+    assert pkgs["nvidia-fabric-manager"].version == "535.129.03-1"
+    lock = "# Added lock on Tue\nnvidia-fabric-manager-0:535.129.03-1.*\n!kernel-0:5.14.0-1.*\nfoo-1.2-3\n"
+    assert parse_versionlock(lock) == {"nvidia-fabric-manager": "535.129.03-1", "foo": "1.2-3"}
+    held = held_packages(pkgs, {"/etc/dnf/plugins/versionlock.list": lock})
+    assert "nvidia-fabric-manager" in held and "kernel" not in held
+
+
+def test_zypper_locks():
+    text = "type: package\nmatch_exact: 1\nsolvable_name: nvidia-fabric-manager\n\ntype: package\nsolvable_name: x\n"
+    assert parse_zypp_locks(text) == {"nvidia-fabric-manager", "x"}
+
+
+def test_units_old_and_new_systemd():
+    units = parse_units("docker.service\tactive\tenabled\ncrio.service\tinactive\t\n"
+                        "containerd.service\tinactive\tnot-found\nnvidia-fabricmanager.service\tfailed\tmasked\n")
+    assert units["docker.service"].is_active and units["docker.service"].exists
+    assert not units["crio.service"].exists and not units["containerd.service"].exists
+    assert units["nvidia-fabricmanager.service"].masked and not units["nvidia-fabricmanager.service"].is_active
+    assert unit(units, "docker").is_enabled and not unit(units, "podman").exists
+
+
+def test_versions():
+    assert upstream_version("1:535.261.03-0ubuntu2") == "535.261.03"
+    assert upstream_version("1.17.8") == "1.17.8"
+    assert compare_versions("1.17.8-1", "1.18.0-1") < 0
+    assert compare_versions("1.18.0-1", "1.18.0~rc.1-1") > 0  # ~ sorts before the release
+    assert compare_versions("1:1.0-1", "2.0-1") > 0
+    assert compare_versions("535.129.03-1", "535.129.03-1") == 0
+    assert compare_versions("550.54.15-1", "535.183.01-1") > 0
+    assert pin_spec("apt", "nvidia-fabricmanager-535", "535.129.03-1") == "nvidia-fabricmanager-535=535.129.03-1"
+    assert pin_spec("dnf", "nvidia-fabric-manager", "535.129.03-1") == "nvidia-fabric-manager-535.129.03-1"

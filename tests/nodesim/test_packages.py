@@ -1,0 +1,165 @@
+"""apt/dpkg and dnf/rpm shims over the simulated package catalog."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+TOOLKIT_REPO = ("curl -fsSL https://nvidia.github.io/libnvidia-container/gpgkey | "
+                "gpg --dearmor -o /usr/share/keyrings/nvidia-container-toolkit-keyring.gpg && "
+                "curl -s -L https://nvidia.github.io/libnvidia-container/stable/deb/nvidia-container-toolkit.list | "
+                "sed 's#deb https://#deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] https://#g' "
+                "> /etc/apt/sources.list.d/nvidia-container-toolkit.list")
+PINNED = " ".join(f"{p}=1.17.8-1" for p in ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
+                                             "libnvidia-container-tools", "libnvidia-container1"))
+
+
+def test_apt_unknown_package_and_repo_gating(sim_node):
+    node = sim_node("ubuntu-22.04-nogpu")
+    rc, out, err = node.ssh("apt-get install -y no-such-package")
+    assert rc == 100 and err == "E: Unable to locate package no-such-package\n"
+    rc, out, err = node.ssh("apt-get install -y nvidia-container-toolkit")
+    assert rc == 100 and "E: Unable to locate package nvidia-container-toolkit" in err
+    rc, _, err = node.ssh(TOOLKIT_REPO)
+    assert rc == 0, err
+    # configured but not fetched yet
+    assert node.ssh("apt-get install -y nvidia-container-toolkit")[0] == 100
+    rc, out, err = node.ssh("apt-get update")
+    assert rc == 0, err
+    assert "https://nvidia.github.io/libnvidia-container/stable/deb/amd64  InRelease" in out
+    rc, out, err = node.ssh("apt-get install -y " + PINNED)
+    assert rc == 0, err
+    assert node.installed_packages()["nvidia-container-toolkit"] == "1.17.8-1"
+    assert node.exists("/usr/bin/nvidia-ctk") and node.exists("/usr/bin/nvidia-container-runtime-hook")
+    assert node.calls("apt-get")[-1] == ["apt-get", "install", "-y", *PINNED.split()]
+    # /var/lib/dpkg/status follows the database
+    assert "Package: nvidia-container-toolkit\nStatus: install ok installed" in node.read("/var/lib/dpkg/status")
+    rc, out, _ = node.ssh("dpkg-query -W -f='${Status} ${Version}\\n' nvidia-container-toolkit; dpkg -l libnvidia-container1 | tail -1")
+    assert out.splitlines()[0] == "install ok installed 1.17.8-1"
+    assert out.splitlines()[1].split()[:3] == ["ii", "libnvidia-container1", "1.17.8-1"]
+    rc, _, err = node.ssh("dpkg-query -W nvidia-driver-535")
+    assert rc == 1 and err == "dpkg-query: no packages found matching nvidia-driver-535\n"
+
+
+def test_apt_unmet_pinned_dependency_and_missing_keyring(sim_node):
+    node = sim_node("ubuntu-24.04-nogpu")
+    node.ssh(TOOLKIT_REPO + " && apt-get update")
+    rc, out, err = node.ssh("apt-get install -y nvidia-container-toolkit=1.17.8-1")
+    assert rc == 100
+    assert (" nvidia-container-toolkit : Depends: nvidia-container-toolkit-base (= 1.17.8-1) but 1.20.0-1 is to be "
+            "installed") in out
+    node.remove("/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg")
+    rc, out, err = node.ssh("apt-get update")
+    assert rc == 100 and "NO_PUBKEY" in err and "is not signed" in err
+
+
+def test_apt_prompt_hold_downgrade_and_lock(sim_node):
+    node = sim_node("ubuntu-22.04-nogpu")
+    node.ssh(TOOLKIT_REPO + " && apt-get update")
+    rc, out, _ = node.ssh("apt-get install nvidia-container-toolkit")  # no -y, extra packages: asks
+    assert rc == 1 and out.endswith("Do you want to continue? [Y/n] Abort.\n")
+    assert node.ssh("apt-get install -y nvidia-container-toolkit")[0] == 0
+    rc, out, _ = node.ssh("apt-mark hold nvidia-container-toolkit; apt-mark showhold")
+    assert out == "nvidia-container-toolkit set on hold.\nnvidia-container-toolkit\n"
+    rc, _, err = node.ssh("apt-get install -y " + PINNED)
+    assert rc == 100 and "E: Held packages were changed and -y was used without --allow-change-held-packages." in err
+    rc, _, err = node.ssh("apt-get install -y --allow-change-held-packages " + PINNED)
+    assert rc == 100 and "--allow-downgrades" in err
+    rc, _, err = node.ssh("apt-get install -y --allow-change-held-packages --allow-downgrades " + PINNED)
+    assert rc == 0, err
+    node.set_apt_lock(2)
+    for _ in range(2):
+        rc, _, err = node.ssh("apt-get install -y curl")
+        assert rc == 100 and "Could not get lock /var/lib/dpkg/lock-frontend" in err
+    assert node.ssh("apt-get install -y curl")[0] == 0
+
+
+def test_apt_profile_lock(sim_node):
+    node = sim_node("debian-12-nogpu", apt_locked=True)
+    assert node.ssh("apt-get update")[0] == 100
+
+
+def test_cuda_keyring_deb_and_driver_package_dkms(sim_node):
+    node = sim_node("ubuntu-22.04-t4", kernel_headers=False)
+    url = "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/cuda-keyring_1.1-1_all.deb"
+    rc, _, err = node.ssh(f"cd /tmp && wget -q {url} && dpkg -i cuda-keyring_1.1-1_all.deb && apt-get update")
+    assert rc == 0, err
+    assert node.exists("/etc/apt/sources.list.d/cuda-ubuntu2204-x86_64.list")
+    assert node.installed_packages()["cuda-keyring"] == "1.1-1"
+    rc, out, err = node.ssh("apt-get install -y cuda-drivers-550")
+    assert rc == 100
+    assert "Error! Your kernel headers for kernel 5.15.0-91-generic cannot be found." in out
+    assert "E: Sub-process /usr/bin/dpkg returned an error code (1)" in err
+    rc, _, err = node.ssh("apt-get install -y linux-headers-$(uname -r) && apt-get install -y --reinstall cuda-drivers-550")
+    assert rc == 0, err
+    drv = node.driver()
+    assert drv["version"] == "550.163.01" and drv["method"] == "pkg" and drv["dkms"] == "1"
+    assert node.exists("/usr/bin/nvidia-smi")
+    # packages do not load modules: a reboot does (nouveau is not loaded once a driver is installed)
+    assert "nvidia" not in node.loaded_modules()
+    node.reboot()
+    assert "nvidia" in node.loaded_modules() and "nouveau" not in node.loaded_modules()
+    rc, out, _ = node.ssh("nvidia-smi --query-gpu=driver_version --format=csv,noheader")
+    assert out == "550.163.01\n"
+
+
+def test_unknown_url(sim_node):
+    node = sim_node("ubuntu-22.04-nogpu")
+    rc, _, err = node.ssh("curl -fsSL https://example.invalid/x")
+    assert rc == 6 and err == "curl: (6) Could not resolve host: example.invalid\n"
+    rc, _, err = node.ssh("curl -fsSL https://nvidia.github.io/nope")
+    assert rc == 22
+    node.serve_url("https://example.invalid/x", "served\n")
+    assert node.ssh("curl -fsSL https://example.invalid/x")[1] == "served\n"
+
+
+def test_dnf_rpm_epel_cuda_versionlock(sim_node):
+    node = sim_node("rocky-9-a100x8", nouveau_loaded=False)
+    rc, out, err = node.ssh("dnf install -y dkms")
+    assert rc == 1 and "No match for argument: dkms" in out and "Error: Unable to find a match: dkms" in err
+    rc, out, _ = node.ssh("dnf install dkms epel-release")
+    assert rc == 1
+    assert node.ssh("dnf install -y epel-release && dnf install -y dkms")[0] == 0
+    rc, out, err = node.ssh("dnf config-manager --add-repo "
+                            "https://developer.download.nvidia.com/compute/cuda/repos/rhel9/x86_64/cuda-rhel9.repo")
+    assert rc == 0, err
+    rc, out, err = node.ssh("dnf module install -y nvidia-driver:535-dkms")
+    assert rc == 0, err
+    assert node.driver()["version"] == "535.274.02"
+    rc, out, _ = node.ssh("rpm -q nvidia-driver; rpm -q --qf '%{VERSION}\\n' nvidia-driver; rpm -q nope")
+    assert out == ("nvidia-driver-535.274.02-1.el9.x86_64\n535.274.02\npackage nope is not installed\n")
+    rc, out, _ = node.ssh("dnf versionlock add nvidia-driver")
+    assert rc == 1 and "No such command: versionlock" in out
+    rc, out, err = node.ssh("dnf install -y python3-dnf-plugin-versionlock && dnf versionlock add nvidia-driver")
+    assert rc == 0 and "Adding versionlock on: nvidia-driver-0:535.274.02-1.el9.*" in out
+    assert "nvidia-driver" in node.held_packages()
+    rc, out, _ = node.ssh("dnf install -y nvidia-fabric-manager-535.274.02-1")
+    assert rc == 0 and node.installed_packages()["nvidia-fabric-manager"] == "535.274.02-1"
+    node.reboot()
+    rc, _, err = node.ssh("systemctl enable --now nvidia-fabricmanager")
+    assert rc == 0, err
+    assert node.unit("nvidia-fabricmanager") == {"active": "active", "enabled": "enabled"}
+
+
+def test_fabric_manager_version_must_match_driver(sim_node):
+    node = sim_node("ubuntu-22.04-h100x8", preinstalled_driver="565.57.01")
+    node.install_package("nvidia-fabricmanager-550")
+    rc, _, err = node.ssh("systemctl start nvidia-fabricmanager")
+    assert rc == 1 and "Job for nvidia-fabricmanager.service failed" in err
+    assert "don't match with driver version" in node.read("/var/log/fabricmanager.log")
+    rc, out, _ = node.ssh("nvidia-smi --query-gpu=fabric.state,fabric.status --format=csv,noheader | head -1")
+    assert out == "In Progress, [N/A]\n"
+    node.install_package("nvidia-fabricmanager-565")
+    assert node.ssh("systemctl restart nvidia-fabricmanager")[0] == 0
+    rc, out, _ = node.ssh("nvidia-smi --query-gpu=fabric.state,fabric.status --format=csv,noheader | head -1")
+    assert out == "Completed, Success\n"
+
+
+def test_host_package_database_untouched_by_node_installs(sim_node):
+    before = hashlib.sha256(open("/var/lib/dpkg/status", "rb").read()).hexdigest()
+    node = sim_node("ubuntu-22.04-nogpu")
+    node.ssh("apt-get install -y dkms && dpkg -r dkms")
+    assert hashlib.sha256(open("/var/lib/dpkg/status", "rb").read()).hexdigest() == before

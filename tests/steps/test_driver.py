@@ -1,0 +1,361 @@
+"""The driver step: plans from facts (idempotency, flavour, Secure Boot, distro packages, mismatch), the
+installer's flags, failure explanations from real installer output, and applying on a fake node."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from gpunode.connection.fake import FakeConnection, FakeNode
+from gpunode.errors import CommandError
+from gpunode.facts import Facts
+from gpunode.facts.kernel import PciDevice, SecureBoot, parse_nvidia_version
+from gpunode.facts.osinfo import parse_os_release
+from gpunode.facts.probe import Section
+from gpunode.installer import DownloadError
+from gpunode.options import Options
+from gpunode.plan import Reboot, RunCommand, Status, change
+from gpunode.steps import driver
+from gpunode.steps.driver import FetchInstaller, RunInstaller
+from tests.conftest import FIXTURES
+from tests.test_installer import build_run
+
+UBUNTU = parse_os_release('ID=ubuntu\nID_LIKE=debian\nVERSION_ID="22.04"\nPRETTY_NAME="Ubuntu 22.04.5 LTS"\n')
+V = "535.129.03"
+T4 = 0x1EB8
+
+
+def gpu(device: int, n: int = 0) -> PciDevice:
+    return PciDevice(f"0000:{0x17 + n:02x}:00.0", 0x10DE, device, 0x030200)
+
+
+def loaded(version: str = V, open_module: bool = False) -> str:
+    kind = "Open Kernel Module for x86_64" if open_module else "x86_64 Kernel Module"
+    return f"NVRM version: NVIDIA UNIX {kind}  {version}  Thu Oct 19 18:56:32 UTC 2023\n"
+
+
+def facts(devices=(T4,), **changes) -> Facts:
+    base = Facts(os=UBUNTU, kernel="5.15.0-91-generic", arch="x86_64",
+                 pci=tuple(gpu(d, i) for i, d in enumerate(devices)), secure_boot=SecureBoot(True, False, "efivar 0"))
+    return dataclasses.replace(base, **changes)
+
+
+def installed(version: str = V, *, load: bool = True, smi: tuple[str, int] | None = None, flavour: str = "NVIDIA",
+              **changes) -> Facts:
+    """A node where the .run installed `version` (and loaded it, unless load=False)."""
+    outs = {
+        "driver_userspace": Section(f"lib /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1\n"
+                                    f"lib /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{version}\n"
+                                    f"installer nvidia-installer:  version {version}\n", 0),
+        "driver_module": Section(f"version:        {version}\nlicense:        {flavour}\n", 0),
+        "driver_smi": Section(*(smi or (f"{version}\n", 0))),
+    }
+    return facts(loaded_driver=parse_nvidia_version(loaded(version, flavour != "NVIDIA")) if load else None,
+                 outputs=outs, **changes)
+
+
+def plan(f: Facts, options: Options | None = None, earlier=None):
+    return driver.plan(f, options or Options(driver=V), earlier or {})
+
+
+# -- flavour on a table of real GPUs (PCI device ids from pci.ids) ------------------------------------------
+@pytest.mark.parametrize("devices, version, flavour, flag", [
+    ((0x1EB8,), "535.129.03", "proprietary", "kernel"),  # Tesla T4, Turing: R535 defaults to proprietary
+    ((0x1EB8,), "570.124.06", "open", "kernel-open"),  # T4 from R560: open
+    ((0x20B2,), "550.54.15", "proprietary", "kernel"),  # A100 SXM4 80GB
+    ((0x2330,), "580.65.06", "open", "kernel-open"),  # H100 SXM5
+    ((0x2342,), "550.54.15", "open", "kernel-open"),  # GH200: Grace Hopper needs open
+    ((0x2901,), "570.124.06", "open", "kernel-open"),  # B200: Blackwell needs open
+    ((0x2684,), "565.57.01", "open", "kernel-open"),  # RTX 4090, Ada
+    ((0x27B8,), "535.129.03", "proprietary", "kernel"),  # L4
+    ((0x1DB4,), "570.124.06", "proprietary", "kernel"),  # V100: open needs Turing or newer
+    ((0x15F8,), "535.129.03", "proprietary", "kernel"),  # P100
+    ((0x13F2,), "535.129.03", "proprietary", "kernel"),  # M60
+    ((0x1DB4, 0x1EB8), "570.124.06", "proprietary", "kernel"),  # V100 + T4: a mix -> proprietary
+    ((0x102D,), "470.256.02", "proprietary", None),  # K80 on R470: one flavour only, no -m
+])
+def test_flavour_per_gpu(devices, version, flavour, flag):
+    choice = driver.choose_flavour(list(devices), version, None)
+    assert isinstance(choice, driver.Flavour), choice
+    assert (choice.flavour, choice.flag) == (flavour, flag)
+
+
+def test_a_mix_that_needs_both_flavours_is_refused():
+    assert "no single NVIDIA module drives both" in driver.choose_flavour([0x2901, 0x1DB4], "570.124.06", None)
+
+
+@pytest.mark.parametrize("devices, version, override, problem", [
+    ((0x2901,), "570.124.06", "proprietary", "need the open module"),
+    ((0x1DB4,), "570.124.06", "open", "cannot use the open module"),
+    ((0x2901,), "470.256.02", None, "R470 has no open kernel module"),
+])
+def test_impossible_choices_are_refused(devices, version, override, problem):
+    result = driver.choose_flavour(list(devices), version, override)
+    assert isinstance(result, str) and problem in result
+
+
+def test_override_wins_when_the_gpu_allows_it():
+    choice = driver.choose_flavour([0x1EB8], "535.129.03", "open")
+    assert isinstance(choice, driver.Flavour) and choice.flag == "kernel-open"
+    assert choice.reason.startswith("--kernel-module open")
+
+
+# -- installer flags --------------------------------------------------------------------------------------------
+def test_installer_flags():
+    choice = driver.Flavour("open", "", "kernel-open")
+    assert driver.installer_flags("x86_64", choice, Options()) == (
+        "--silent", "--dkms", "--tmpdir=/var/tmp", "--log-file-name=/var/log/nvidia-installer.log", "--no-x-check",
+        "--no-install-compat32-libs", "-m=kernel-open")
+    signed = driver.installer_flags("aarch64", driver.Flavour("proprietary", "", "kernel"), Options(
+        module_signing_key="/root/mok.priv", module_signing_cert="/root/mok.der"))
+    assert "--no-install-compat32-libs" not in signed and "-m=kernel" in signed
+    assert signed[-2:] == ("--module-signing-secret-key=/root/mok.priv", "--module-signing-public-key=/root/mok.der")
+
+
+# -- plans -------------------------------------------------------------------------------------------------------
+def test_no_driver_requested_is_ok_either_way():
+    assert plan(facts(), Options()).status is Status.OK
+    p = plan(installed(), Options())
+    assert p.status is Status.OK and "535.129.03 (proprietary module) is loaded" in p.reason
+
+
+def test_fresh_node_downloads_verifies_and_installs():
+    p = plan(facts(), Options(driver=V, cache_dir="/cache"))
+    assert p.status is Status.CHANGE and p.reason == f"no NVIDIA driver installed; installing {V}"
+    fetch, run = p.actions
+    assert isinstance(fetch, FetchInstaller) and isinstance(run, RunInstaller)
+    assert fetch.commands()[0] == f"(local) download https://us.download.nvidia.com/tesla/{V}/NVIDIA-Linux-x86_64-{V}.run"
+    assert f"(local)   into /cache/{V}/x86_64/NVIDIA-Linux-x86_64-{V}.run (resumable)" in fetch.commands()
+    assert run.commands()[1].startswith(f"sudo sh NVIDIA-Linux-x86_64-{V}.run --silent --dkms --tmpdir=/var/tmp")
+    assert "kernel module: proprietary (Tesla T4 (Turing)" in p.notes[0]
+    data = p.to_dict()
+    assert data["actions"][0]["cached"] is False and data["actions"][1]["log"] == "/var/log/nvidia-installer.log"
+
+
+def test_a_cached_installer_is_shown_as_such():
+    path = f"/cache/{V}/x86_64/NVIDIA-Linux-x86_64-{V}.run"
+    p = plan(facts(), Options(driver=V, cache_dir="/cache", local_installers=((path, 325_000_000),)))
+    assert p.actions[0].commands()[0] == f"(local) cached: {path} (325 MB)"
+    assert p.actions[0].summary.startswith("verify ")
+
+
+def test_same_version_loaded_is_ok_and_changes_nothing():
+    p = plan(installed())
+    assert p.status is Status.OK and p.actions == ()
+    assert p.reason == f"driver {V} (proprietary kernel module) is loaded and nvidia-smi answers"
+
+
+def test_another_run_version_plans_an_upgrade():
+    p = plan(installed("535.104.05"))
+    assert p.status is Status.CHANGE and "driver 535.104.05 is installed; 535.129.03 was requested: upgrading" == p.reason
+    assert isinstance(p.actions[-1], RunInstaller)
+    assert any("unloaded first" in n for n in p.notes)
+
+
+def test_a_distro_packaged_driver_blocks():
+    pkgs = Section("nvidia-driver-535-server 535.161.07-0ubuntu0.22.04.1\nlibnvidia-compute-535-server 535.161.07\n"
+                   "nvidia-container-toolkit 1.17.8-1\n", 0)
+    p = plan(facts(outputs={"driver_packages": pkgs}))
+    assert p.status is Status.BLOCKED and "nvidia-driver-535-server" in p.reason and "container" not in p.reason
+    assert "mix two drivers" in p.reason and "apt-get purge" in (p.fix or "")
+
+
+def test_a_distro_packaged_driver_at_the_requested_version_is_ok():
+    f = installed()
+    f = dataclasses.replace(f, outputs={**f.outputs, "driver_packages": Section(f"nvidia-driver-535 {V}-0ubuntu1\n", 0)})
+    assert plan(f).status is Status.OK
+
+
+def test_loaded_module_older_than_the_libraries_needs_a_reboot():
+    mismatch = (FIXTURES / "errors" / "nvml-mismatch_with-nvml-library-version_570.124.txt").read_text()
+    f = installed(smi=(mismatch, 18))
+    f = dataclasses.replace(f, loaded_driver=parse_nvidia_version(loaded("535.104.05")))
+    p = plan(f)
+    assert p.only_reboot_left and "Driver/library version mismatch" in p.reason
+
+
+def test_installed_but_not_loaded_loads_the_module():
+    p = plan(installed(load=False, smi=("NVIDIA-SMI has failed because it couldn't communicate", 9)))
+    (action,) = p.actions
+    assert isinstance(action, RunCommand) and action.commands() == ["sudo modprobe nvidia"]
+
+
+def test_installed_without_a_module_for_this_kernel_reinstalls():
+    f = installed(load=False)
+    f = dataclasses.replace(f, outputs={**f.outputs, "driver_module": Section("", 0)})
+    p = plan(f)
+    assert "no 535.129.03 module exists for kernel 5.15.0-91-generic" in p.reason
+    assert isinstance(p.actions[-1], RunInstaller)
+
+
+def test_installed_but_nouveau_holds_the_gpu_is_reboot_only():
+    assert plan(installed(load=False, modules=frozenset({"nouveau"}))).only_reboot_left
+
+
+def test_nouveau_loaded_waits_for_the_reboot_of_the_nouveau_step():
+    earlier = {"nouveau": change("nouveau", "x", [Reboot("reboot")])}
+    p = plan(facts(modules=frozenset({"nouveau"})), earlier=earlier)
+    assert p.status is Status.CHANGE and any("after the reboot the nouveau step needs" in n for n in p.notes)
+    skipped = plan(facts(modules=frozenset({"nouveau"})))
+    assert skipped.status is Status.BLOCKED and "nouveau is loaded" in skipped.reason
+
+
+def test_secure_boot_without_keys_is_blocked_with_the_choices():
+    p = plan(facts(secure_boot=SecureBoot(True, True, "efivar 1")))
+    assert p.status is Status.BLOCKED and "Secure Boot is enabled" in p.reason
+    assert all(word in (p.fix or "") for word in ("--module-signing-key", "disable Secure Boot", "ubuntu-drivers"))
+
+
+def test_secure_boot_with_keys_passes_them_to_the_installer():
+    options = Options(driver=V, module_signing_key="/root/mok.priv", module_signing_cert="/root/mok.der")
+    p = plan(facts(secure_boot=SecureBoot(True, True, "efivar 1")), options)
+    assert p.status is Status.CHANGE
+    run = p.actions[-1]
+    assert "--module-signing-secret-key=/root/mok.priv" in run.flags and run.signing_cert == "/root/mok.der"
+
+
+def test_secure_boot_does_not_block_a_finished_node():
+    assert plan(installed(secure_boot=SecureBoot(True, True, "efivar 1"))).status is Status.OK
+
+
+def test_no_gpu_is_blocked():
+    assert plan(facts(devices=())).status is Status.BLOCKED
+
+
+def test_wrong_architecture_run_file_is_blocked():
+    p = plan(facts(arch="aarch64"), Options(driver=V, driver_run=f"/x/NVIDIA-Linux-x86_64-{V}.run"))
+    assert p.status is Status.BLOCKED and "this node is aarch64" in p.reason
+
+
+def test_driver_loaded_but_nvidia_smi_failing_is_blocked():
+    p = plan(installed(smi=("No devices were found", 6)))
+    assert p.status is Status.BLOCKED and "nvidia-smi fails: No devices were found" in p.reason
+
+
+def test_explicit_flavour_change_reinstalls():
+    p = plan(installed(), Options(driver=V, kernel_module="open"))
+    assert p.status is Status.CHANGE and "--kernel-module asks for open" in p.reason
+
+
+# -- parsers ----------------------------------------------------------------------------------------------------
+def test_parsers():
+    libs, record = driver.parse_userspace("lib /usr/lib64/libnvidia-ml.so.1\nlib /usr/lib64/libnvidia-ml.so.550.54.15\n"
+                                          "installer nvidia-installer:  version 550.54.15\n")
+    assert libs == ("550.54.15",) and record == "550.54.15"
+    assert driver.parse_module("filename: /x.ko\nversion:        570.124.06\nlicense:        Dual MIT/GPL\n") == (
+        "570.124.06", "open")
+    assert driver.parse_module("version:        535.129.03\nlicense:        NVIDIA\n") == ("535.129.03", "proprietary")
+    assert driver.parse_packages("nvidia-container-toolkit 1.17\nkmod-nvidia-latest-dkms 550.54.15-1.el9\n") == (
+        ("kmod-nvidia-latest-dkms", "550.54.15-1.el9"),)
+
+
+# -- installer failures, explained from real installer output --------------------------------------------------
+@pytest.mark.parametrize("fixture, meaning", [
+    ("nvidia-installer_nouveau-in-use_installation-failed.txt", "nouveau still drives the GPU"),
+    ("nvidia-installer_kernel-source-tree-not-found_fedora27.txt", "kernel headers for the running kernel"),
+    ("nvidia-installer_nvidia-drm-already-loaded_410.72.txt", "an older NVIDIA module is loaded and in use"),
+    ("nvidia-installer-log_header_nvidia-drm-already-loaded_460.73.01_truncated.log", "older NVIDIA module"),
+    ("nvidia-installer_unable-to-load-nvidia.ko_390.46.txt", "the kernel would not load it"),
+])
+def test_real_installer_errors_are_explained(fixture, meaning):
+    text = (FIXTURES / "errors" / fixture).read_text()
+    got, fix = driver.explain(text)
+    assert meaning in got and fix
+
+
+def test_unknown_failures_point_at_the_log():
+    assert "/var/log/nvidia-installer.log" in driver.explain("something new")[1]
+
+
+# -- applying on a fake node --------------------------------------------------------------------------------------
+def fake_node() -> FakeNode:
+    node = FakeNode(tools={"modprobe", "apt-get"})
+    node.add_gpu(T4)
+    node.outputs["kernel_headers"] = ("build /lib/modules/5.15.0-91-generic/build\n", 0)
+    return node
+
+
+def local_run(tmp_path: Path, version: str = V) -> Options:
+    path = build_run(tmp_path / f"NVIDIA-Linux-x86_64-{version}.run", version=version)
+    return Options(driver=version, driver_run=str(path), cache_dir=str(tmp_path / "cache"))
+
+
+def apply_plan(conn: FakeConnection, options: Options):
+    from gpunode.facts import gather
+
+    p = plan(gather(conn), options)
+    return p, [action.apply(conn) for action in p.actions]
+
+
+def test_install_on_a_fake_node_converges_and_a_rerun_changes_nothing(tmp_path):
+    from gpunode.facts import gather
+
+    node = fake_node()
+    conn = FakeConnection(node)
+    options = local_run(tmp_path)
+    p, notes = apply_plan(conn, options)
+    assert "makeself MD5 OK" in notes[0] and "installer log: /var/log/nvidia-installer.log" in notes[1]
+    assert node.nvidia_version == V and "nvidia" in node.modules
+    installs = [c for c in node.calls if len(c) > 3 and c[3] == "gpunode-driver-install"]
+    assert installs[0][10:] == list(p.actions[1].flags)
+    assert not [f for f in node.files if f.startswith("/var/tmp/gpunode.")]  # the work directory is gone
+    assert plan(gather(conn), options).status is Status.OK
+
+
+def test_corrupt_run_is_refused_before_anything_reaches_the_node(tmp_path):
+    from gpunode.facts import gather
+
+    options = local_run(tmp_path)
+    data = bytearray(Path(options.driver_run).read_bytes())
+    data[-5] ^= 0xFF
+    Path(options.driver_run).write_bytes(bytes(data))
+    node = fake_node()
+    conn = FakeConnection(node)
+    p = plan(gather(conn), options)
+    with pytest.raises(DownloadError, match="the archive is corrupt"):
+        p.actions[0].apply(conn)
+    with pytest.raises(DownloadError):
+        p.actions[1].apply(conn)  # the install re-verifies: nothing is uploaded or run
+    assert not [c for c in node.calls if "gpunode-mktemp-dir" in c or "gpunode-driver-install" in c]
+    assert node.nvidia_version is None
+
+
+def test_installer_failure_shows_the_explanation_and_the_log(tmp_path):
+    from gpunode.facts import gather
+
+    node = fake_node()
+    node.handlers["driver-install"] = lambda n, argv, stdin: (
+        1, "", (FIXTURES / "errors" / "nvidia-installer_kernel-source-tree-not-found_fedora27.txt").read_text())
+    conn = FakeConnection(node)
+    options = local_run(tmp_path)
+    p = plan(gather(conn), options)
+    with pytest.raises(CommandError) as exc:
+        p.actions[1].apply(conn)
+    assert "the NVIDIA installer failed (exit 1): the kernel headers for the running kernel are missing" in (
+        exc.value.message)
+    assert "installer log: /var/log/nvidia-installer.log" in exc.value.message
+    assert "linux-headers-$(uname -r)" in (exc.value.fix or "")
+
+
+def test_pipeline_reboots_for_nouveau_then_installs(tmp_path):
+    from gpunode import runner
+    from gpunode.runner import apply_pipeline
+    from gpunode.steps import PIPELINE
+
+    steps = [s for s in PIPELINE if s.name in ("nouveau", "prerequisites", "driver")]
+    node = fake_node()
+    node.tools |= {"update-initramfs", "gcc", "make", "dkms"}
+    node.modules.add("nouveau")
+    options = dataclasses.replace(local_run(tmp_path), reboot=True)
+    runner.REBOOT_POLL_SECONDS, saved = 0.0, runner.REBOOT_POLL_SECONDS
+    try:
+        report = apply_pipeline(FakeConnection(node), steps, options, journal=False)
+    finally:
+        runner.REBOOT_POLL_SECONDS = saved
+    results = {o.step: o.result for o in report.outcomes}
+    assert results["nouveau"] == "changed" and results["driver"] == "changed" and report.reboots == 1
+    assert node.nvidia_version == V and "nouveau" not in node.modules and report.exit_code == 0
+    again = apply_pipeline(FakeConnection(node), steps, options, journal=False)
+    assert {o.step: o.result for o in again.outcomes}["driver"] == "ok" and node.reboots == 1

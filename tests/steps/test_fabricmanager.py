@@ -1,0 +1,300 @@
+"""The fabric manager step on fake nodes: detection, exact version pinning per branch and distro, hold, start,
+fabric state, and a later driver/fabric-manager mismatch."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpunode.connection.fake import ROCKY_9, FakeConnection, FakeNode, FakeSystem
+from gpunode.facts import gather
+from gpunode.options import Options
+from gpunode.plan import InstallPackages, Status, StepPlan, change, ok
+from gpunode.runner import apply_pipeline
+from gpunode.steps import fabricmanager as fm
+from gpunode.steps.base import Step
+from tests.conftest import FIXTURES
+
+SWITCHES = ("0000:83:00.0", "0000:84:00.0", "0000:85:00.0", "0000:86:00.0")
+
+
+@pytest.fixture(autouse=True)
+def _no_waiting(monkeypatch):
+    monkeypatch.setattr(fm, "POLL_SECONDS", 0.0)
+
+
+CUDA_LIST = ("/etc/apt/sources.list.d/cuda-ubuntu2204-x86_64.list",
+             "deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] "
+             "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/ /\n")
+
+
+def hgx(driver="535.129.03", os_release=None, packages=None, bound=True, cuda=True):
+    """8x H100 SXM with 4 NVSwitch (10de:22a3, class 0x0680); `driver` loaded (None: not yet); NVIDIA's CUDA
+    repository configured unless cuda=False."""
+    node = FakeNode(nvidia_version=driver, **({"os_release": os_release} if os_release else {}))
+    if cuda and not os_release:
+        node.files[CUDA_LIST[0]] = CUDA_LIST[1]
+    elif cuda:
+        node.files["/etc/yum.repos.d/cuda-rhel9.repo"] = (
+            "[cuda-rhel9-x86_64]\nbaseurl=https://developer.download.nvidia.com/compute/cuda/repos/rhel9/x86_64\n")
+    for i in range(8):
+        node.add_gpu(0x2330, f"0000:{0x18 + i:02x}:00.0")
+    for address in SWITCHES:
+        node.pci.append((address, 0x10DE, 0x22A3, 0x068000))
+    if driver and bound:
+        node.outputs["nvswitch_devices"] = ("".join(a + "\n" for a in SWITCHES), 0)
+    system = FakeSystem(node, packages=dict(packages or {})).attach()
+    return node, system
+
+
+def plan_of(node, earlier=None, **options):
+    return fm.plan(gather(FakeConnection(node)), Options(**options), earlier or {})
+
+
+def run(node, steps=(fm.STEP,), **options):
+    return apply_pipeline(FakeConnection(node), steps, Options(**options))
+
+
+def test_hgx_h100_gets_fabric_manager_pinned_held_and_running():
+    node, system = hgx()
+    plan = plan_of(node)
+    assert plan.status is Status.CHANGE
+    assert plan.reason == "4 NVSwitch: nvidia-fabricmanager-535 is not installed"
+    update, install, hold, start = plan.actions
+    assert update.cmd == ("apt-get", "update")  # the version is not in the local lists yet
+    assert install.cmd == ("apt-get", "install", "-y", "--no-install-recommends", "--allow-downgrades",
+                           "nvidia-fabricmanager-535=535.129.03-1")
+    assert hold.cmd == ("apt-mark", "hold", "nvidia-fabricmanager-535")
+    assert isinstance(start, fm.StartFabricManager)
+    assert "driver version 535.129.03 from the loaded driver" in plan.notes
+    report = run(node)
+    assert report.outcomes[0].result == "changed", report.outcomes[0].error
+    assert system.packages["nvidia-fabricmanager-535"] == "535.129.03-1"
+    assert "nvidia-fabricmanager-535" in system.held
+    assert system.units["nvidia-fabricmanager.service"] == ["active", "enabled"]
+    again = plan_of(node)
+    assert again.status is Status.OK
+    assert again.reason == "4 NVSwitch: nvidia-fabricmanager-535 535.129.03-1 held, running, fabric Completed"
+    calls = len(node.calls)
+    assert run(node).outcomes[0].result == "ok"
+    assert all(c[:2] == ["sh", "-c"] and c[3] in ("gpunode-probe", "gpunode-read-file") for c in node.calls[calls:])
+
+
+def test_from_r580_the_package_has_no_branch_suffix():
+    node, _ = hgx("580.65.06")
+    assert plan_of(node).actions[1].cmd[-1] == "nvidia-fabricmanager=580.65.06-1"
+    assert fm.package_name(580, "dnf") == "nvidia-fabricmanager"
+    assert fm.package_name(570, "dnf") == "nvidia-fabric-manager"
+    assert fm.package_name(570, "apt") == "nvidia-fabricmanager-570"
+
+
+def test_rocky_pins_with_dnf_and_versionlock():
+    node, system = hgx(os_release=ROCKY_9)
+    node.tools.add("dnf")
+    plan = plan_of(node)
+    install, plugin, lock, _ = plan.actions
+    assert install.cmd == ("dnf", "install", "-y", "nvidia-fabric-manager-535.129.03-1")
+    assert isinstance(plugin, InstallPackages) and plugin.packages == ("python3-dnf-plugin-versionlock",)
+    assert lock.cmd == ("dnf", "versionlock", "add", "nvidia-fabric-manager-535.129.03-1")
+    system.versions["python3-dnf-plugin-versionlock"] = "4.3.0-13.el9"
+    assert run(node).outcomes[0].result == "changed"
+    assert "nvidia-fabric-manager-0:535.129.03-1.*" in node.files["/etc/dnf/plugins/versionlock.list"]
+    assert plan_of(node).status is Status.OK
+
+
+def test_before_the_driver_loads_it_is_installed_and_enabled_and_starts_after_the_reboot():
+    node, system = hgx(driver=None)
+    assert plan_of(node).status is Status.UNKNOWN
+    assert "driver version is not known yet" in plan_of(node).reason
+    plan = plan_of(node, driver="550.90.07")
+    assert [a.summary for a in plan.actions][-1] == "enable nvidia-fabricmanager (it starts with driver 550.90.07)"
+    assert not any(isinstance(a, fm.StartFabricManager) for a in plan.actions)
+    assert run(node, driver="550.90.07").outcomes[0].result == "changed"
+    assert system.units["nvidia-fabricmanager.service"] == ["inactive", "enabled"]
+    after = plan_of(node, driver="550.90.07")
+    assert after.status is Status.OK and any("starts once it is (after the reboot)" in n for n in after.notes)
+
+
+def test_the_driver_steps_plan_gives_the_version():
+    node, _ = hgx(driver=None)
+
+    class InstallDriver:  # what an action of the driver step may carry
+        summary, version = "install", "550.54.15"
+
+    by_action = StepPlan("driver", Status.CHANGE, "install the driver", (InstallDriver(),))  # type: ignore[arg-type]
+    assert plan_of(node, {"driver": by_action}).actions[1].cmd[-1] == "nvidia-fabricmanager-550=550.54.15-1"
+    by_reason = change("driver", "driver 535.183.01 is not installed", [])
+    assert plan_of(node, {"driver": by_reason}).actions[1].cmd[-1] == "nvidia-fabricmanager-535=535.183.01-1"
+    assert plan_of(node, {"driver": by_reason}, driver="535.129.03").actions[1].cmd[-1].endswith("535.129.03-1")
+
+
+def test_a_later_driver_update_makes_it_plan_the_matching_fabric_manager():
+    node, system = hgx()
+    run(node)
+    node.nvidia_version = "535.183.01"  # the driver moved on (reboot into a newer driver)
+    system.sync()
+    plan = plan_of(node)
+    assert plan.reason == "4 NVSwitch: nvidia-fabricmanager-535 535.129.03-1 does not match driver 535.183.01"
+    assert [a.summary for a in plan.actions[:4]] == [
+        "release the hold on nvidia-fabricmanager-535",
+        "refresh the package lists",
+        "install nvidia-fabricmanager-535 535.183.01-1, pinned to the driver version",
+        "hold nvidia-fabricmanager-535 so upgrades cannot separate it from the driver"]
+    assert run(node).outcomes[0].result == "changed"
+    assert system.packages["nvidia-fabricmanager-535"] == "535.183.01-1" and "nvidia-fabricmanager-535" in system.held
+    assert plan_of(node).status is Status.OK
+
+
+def test_another_branch_is_removed_first():
+    node, system = hgx("550.90.07", packages={"nvidia-fabricmanager-535": "535.129.03-1"})
+    system.held.add("nvidia-fabricmanager-535")
+    system.sync()
+    summaries = [a.summary for a in plan_of(node).actions]
+    assert summaries[:4] == ["release the hold on nvidia-fabricmanager-535",
+                             "remove nvidia-fabricmanager-535 (another fabric manager branch)",
+                             "refresh the package lists",
+                             "install nvidia-fabricmanager-550 550.90.07-1, pinned to the driver version"]
+    assert run(node).outcomes[0].result == "changed"
+    assert "nvidia-fabricmanager-535" not in system.packages
+
+
+def test_a_failed_service_with_the_right_version_is_restarted_and_its_log_shown():
+    node, system = hgx(packages={"nvidia-fabricmanager-535": "535.129.03-1"})
+    system.held.add("nvidia-fabricmanager-535")
+    system.unit(fm.UNIT, "failed", "enabled")
+    node.outputs["fabricmanager_log"] = ("[ERROR] something went wrong\n", 0)
+    plan = plan_of(node)
+    assert plan.reason == "4 NVSwitch: nvidia-fabricmanager.service is failed"
+    assert [type(a).__name__ for a in plan.actions] == ["StartFabricManager"]
+    assert "/var/log/fabricmanager.log: [ERROR] something went wrong" in plan.notes
+
+
+def test_fabric_not_ready_under_a_running_service_plans_a_restart():
+    node, system = hgx(packages={"nvidia-fabricmanager-535": "535.129.03-1"})
+    system.held.add("nvidia-fabricmanager-535")
+    system.unit(fm.UNIT, "active", "enabled")
+    node.handlers["fabric-state"] = system._handle
+    node.outputs["fabric_state"] = ("GPU 00000000:18:00.0\n    Fabric\n        State : Not Started\n"
+                                    "        Status : N/A\n", 0)
+    original = system.sync
+    system.sync = lambda: None  # freeze the broken fabric for the plan
+    plan = plan_of(node)
+    assert plan.reason == "4 NVSwitch: fabric not ready: GPU 00000000:18:00.0 Not Started/N/A"
+    system.sync = original
+
+
+def test_a_start_that_fails_brings_the_log_along():
+    node, system = hgx(packages={"nvidia-fabricmanager-535": "535.104.05-1"})
+    system.unit(fm.UNIT, "inactive", "disabled")
+    # the install "succeeds" but leaves the old version: the start must fail with the real log line
+    node.handlers["apt-get"] = lambda n, argv, stdin: (0, "", "")
+    report = run(node)
+    assert report.outcomes[0].result == "failed"
+    assert "driver interface version 535.129.03 don't match with driver version 535.104.05" in report.outcomes[0].error
+
+
+def test_masked_service_is_blocked():
+    node, system = hgx(packages={"nvidia-fabricmanager-535": "535.129.03-1"})
+    system.unit(fm.UNIT, "inactive", "masked")
+    plan = plan_of(node)
+    assert plan.status is Status.BLOCKED and "unmask" in plan.fix
+
+
+def test_a_t4_node_skips():
+    node = FakeNode(nvidia_version="535.129.03")
+    node.add_gpu(0x1EB8)
+    FakeSystem(node).attach()
+    plan = plan_of(node)
+    assert plan.status is Status.OK and plan.reason.startswith("no NVSwitch on this node")
+
+
+def test_installed_but_useless_fabric_manager_is_mentioned():
+    node = FakeNode()
+    node.add_gpu(0x20B5)
+    FakeSystem(node, packages={"nvidia-fabricmanager-535": "535.129.03-1"}).attach()
+    assert any("nothing to manage here" in n for n in plan_of(node).notes)
+
+
+def test_gb200_style_off_host_fabric_skips():
+    node = FakeNode(nvidia_version="570.133.20", arch="aarch64")
+    for i in range(4):
+        node.add_gpu(0x2941, f"0000:{i:02x}:00.0")
+    FakeSystem(node).attach()
+    node.outputs["fabric_state"] = ("GPU 00000008:01:00.0\n    Fabric\n        State : Completed\n"
+                                    "        Status : Success\n        CliqueId : 32766\n"
+                                    "        ClusterUUID : 3a4f8b4e-6b4c-4b0e-9e2a-1f3c2d4e5f60\n", 0)
+    plan = plan_of(node)
+    assert plan.status is Status.OK and "managed off this host" in plan.reason
+
+
+def test_nvlink5_switch_trays_are_blocked_with_an_explanation():
+    node = FakeNode(nvidia_version="570.133.20")
+    node.add_gpu(0x2901)
+    FakeSystem(node).attach()
+    node.outputs["nvlink5_switches"] = ("/sys/class/infiniband/mlx5_4/device/vpd\n", 0)
+    plan = plan_of(node)
+    assert plan.status is Status.BLOCKED and "NVLSM" in plan.reason
+
+
+def test_after_the_driver_loads_bound_switches_count_even_without_pci_class():
+    node = FakeNode(nvidia_version="535.129.03")
+    node.add_gpu(0x20B2)
+    FakeSystem(node).attach()
+    node.outputs["nvswitch_devices"] = ("0000:05:00.0\n", 0)
+    assert plan_of(node).reason == "1 NVSwitch: nvidia-fabricmanager-535 is not installed"
+
+
+def test_parse_fabric_on_a_real_h100_hgx_capture():
+    text = (FIXTURES / "nvidia-smi-q-text" / "h100-sxm5-80gb-hbm3-x8_driver-565.57.01_q.txt").read_text()
+    gpus = fm.parse_fabric(text)
+    assert len(gpus) == 8 and all(g.settled and g.reported for g in gpus)
+    assert gpus[0].gpu == "00000000:18:00.0" and not fm.off_host_fabric(gpus)
+    pcie = fm.parse_fabric((FIXTURES / "nvidia-smi-q-text" / "l40s_driver-550.127.05_q.txt").read_text())
+    assert pcie and not any(g.reported for g in pcie)
+
+
+def test_in_a_pipeline_the_loaded_driver_is_used_when_the_driver_step_is_ok():
+    node, _ = hgx()
+    driver_ok = Step("driver", "Driver", lambda f, o, e: ok("driver", "nothing requested"))
+    report = run(node, steps=(driver_ok, fm.STEP))
+    assert [o.result for o in report.outcomes] == ["ok", "changed"]
+
+
+POLICY = """nvidia-fabricmanager-535:
+  Installed: (none)
+  Candidate: 535.183.01-1
+  Version table:
+     535.183.01-1 600
+        600 https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64  Packages
+     535.129.03-0ubuntu0.22.04.2 500
+        500 http://archive.ubuntu.com/ubuntu jammy-updates/multiverse amd64 Packages
+ *** 535.104.05-1 100
+        100 /var/lib/dpkg/status
+"""
+
+
+def test_the_exact_version_the_repositories_offer_is_pinned():
+    assert fm.parse_available(POLICY) == {"nvidia-fabricmanager-535": [
+        "535.183.01-1", "535.129.03-0ubuntu0.22.04.2", "535.104.05-1"]}
+    dnf = "Available Packages\nnvidia-fabric-manager.x86_64    535.129.03-1    cuda-rhel9-x86_64\n"
+    assert fm.parse_available(dnf) == {"nvidia-fabric-manager": ["535.129.03-1"]}
+    node, _ = hgx(cuda=False)  # a driver from Ubuntu's archive: its fabric manager is there too
+    node.outputs["fm_available"] = (POLICY, 0)
+    (install, *_) = plan_of(node).actions
+    assert install.cmd[-1] == "nvidia-fabricmanager-535=535.129.03-0ubuntu0.22.04.2"
+    assert fm.pick_version(["535.129.03-0ubuntu1", "535.129.03-1"], "535.129.03") == "535.129.03-1"
+
+
+def test_without_the_cuda_repository_it_is_added_first():
+    node, system = hgx(cuda=False)
+    plan = plan_of(node)
+    assert plan.actions[0].cmd.args == (
+        "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/cuda-keyring_1.1-1_all.deb",)
+    assert run(node).outcomes[0].result == "changed"
+    assert system.packages["cuda-keyring"] == "1.1-1" and plan_of(node).status is Status.OK
+    rocky, _ = hgx(os_release=ROCKY_9, cuda=False)
+    assert plan_of(rocky).actions[0].cmd == (
+        "dnf", "config-manager", "--add-repo",
+        "https://developer.download.nvidia.com/compute/cuda/repos/rhel9/x86_64/cuda-rhel9.repo")
+    assert fm.cuda_repo_dir("ubuntu", "23.10", "debian") is None
+    odd, _ = hgx(os_release='ID=ubuntu\nVERSION_ID="23.10"\nPRETTY_NAME="Ubuntu 23.10"\n', cuda=False)
+    assert plan_of(odd).status is Status.BLOCKED and "no build for Ubuntu 23.10" in plan_of(odd).reason

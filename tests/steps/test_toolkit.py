@@ -1,0 +1,203 @@
+"""The toolkit step on fake nodes: repository per package family, pinned and unpinned installs, offline
+package files, and the cases it refuses."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpunode.connection.fake import ROCKY_9, UBUNTU_2204, FakeConnection, FakeNode, FakeSystem
+from gpunode.facts import gather
+from gpunode.options import Options
+from gpunode.plan import InstallPackages, RunCommand, Status, WriteFile
+from gpunode.runner import apply_pipeline
+from gpunode.steps import toolkit
+
+TOOLKIT = FakeSystem.TOOLKIT
+SLES = 'NAME="SLES"\nVERSION_ID="15.5"\nID="sles"\nID_LIKE="suse"\nPRETTY_NAME="SUSE Linux Enterprise Server 15 SP5"\n'
+ARCH = 'NAME="Arch Linux"\nID=arch\nPRETTY_NAME="Arch Linux"\n'
+
+
+def make_node(os_release=UBUNTU_2204, packages=None, tools=("curl", "gpg"), **kw):
+    node = FakeNode(os_release=os_release, **kw)
+    node.add_gpu(0x1EB8)
+    node.tools |= {"dockerd", *tools}
+    system = FakeSystem(node, packages=dict(packages or {})).attach().unit("docker")
+    system.versions.update({p: "1.18.1-1" for p in TOOLKIT})
+    return node, system
+
+
+def plan_of(node, **options):
+    return toolkit.plan(gather(FakeConnection(node)), Options(**options), {})
+
+
+def run(node, **options):
+    return apply_pipeline(FakeConnection(node), (toolkit.STEP,), Options(**options))
+
+
+def test_ubuntu_fresh_install_adds_keyring_and_signed_source_then_converges():
+    node, system = make_node()
+    plan = plan_of(node)
+    assert plan.status is Status.CHANGE and plan.reason == "nvidia-container-toolkit is not installed"
+    key, source, update, install = plan.actions
+    assert key.commands() == ["sudo '<fetch-apt-key>' https://nvidia.github.io/libnvidia-container/gpgkey "
+                              "/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg"]
+    assert isinstance(source, WriteFile) and source.path == toolkit.APT_LIST
+    assert ("deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] "
+            "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /") in source.after
+    assert update.cmd == ("apt-get", "update")
+    assert isinstance(install, InstallPackages) and install.packages == ("nvidia-container-toolkit",)
+    report = run(node)
+    assert report.outcomes[0].result == "changed", report.outcomes[0].error
+    assert {p: system.packages[p] for p in TOOLKIT} == {p: "1.18.1-1" for p in TOOLKIT}
+    assert node.files[toolkit.APT_KEYRING]
+    calls = len(node.calls)
+    assert run(node).outcomes[0].result == "ok"
+    assert all(c[:2] == ["sh", "-c"] and c[3] in ("gpunode-probe", "gpunode-read-file") for c in node.calls[calls:])
+
+
+def test_missing_curl_or_gpg_is_installed_first():
+    node, _ = make_node(tools=())
+    first = plan_of(node).actions[0]
+    assert isinstance(first, InstallPackages) and first.packages == ("ca-certificates", "curl", "gnupg")
+
+
+def test_pin_installs_all_four_and_may_go_down_a_version():
+    node, system = make_node(packages={p: "1.18.1-1" for p in TOOLKIT})
+    assert plan_of(node).status is Status.OK  # unpinned: whatever is installed is kept
+    plan = plan_of(node, toolkit_version="1.17.8")
+    install = plan.actions[-1]
+    assert install.cmd == ("apt-get", "install", "-y", "--no-install-recommends", "--allow-downgrades",
+                           "nvidia-container-toolkit=1.17.8-1", "nvidia-container-toolkit-base=1.17.8-1",
+                           "libnvidia-container-tools=1.17.8-1", "libnvidia-container1=1.17.8-1")
+    assert "--toolkit-version 1.17.8: nvidia-container-toolkit 1.18.1-1" in plan.reason
+    assert run(node, toolkit_version="1.17.8").outcomes[0].result == "changed"
+    assert set(system.packages.values()) == {"1.17.8-1"}
+    assert plan_of(node, toolkit_version="1.17.8").status is Status.OK
+    assert plan_of(node, toolkit_version="1.17.8-1").status is Status.OK
+
+
+def test_mismatched_toolkit_packages_are_aligned_on_the_toolkit_version():
+    node, _ = make_node(packages={**{p: "1.18.1-1" for p in TOOLKIT}, "libnvidia-container1": "1.17.8-1"})
+    plan = plan_of(node)
+    assert "since 1.18 all four must match" in plan.reason
+    assert "libnvidia-container1=1.18.1-1" in plan.actions[-1].cmd
+
+
+def test_existing_repository_is_not_duplicated_and_its_keyring_is_fetched_where_it_points():
+    listing = ("deb [signed-by=/etc/apt/keyrings/nvidia.gpg] https://nvidia.github.io/libnvidia-container/stable/deb/"
+               "$(ARCH) /\n#deb https://nvidia.github.io/libnvidia-container/experimental/deb/$(ARCH) /\n")
+    node, _ = make_node(files={"/etc/apt/sources.list.d/nvidia-docker.list": listing})
+    plan = plan_of(node)
+    assert not any(isinstance(a, WriteFile) for a in plan.actions)
+    assert plan.actions[0].cmd.args == (toolkit.KEY_URL, "/etc/apt/keyrings/nvidia.gpg")
+    assert any("already configured in /etc/apt/sources.list.d/nvidia-docker.list" in n for n in plan.notes)
+    node.files["/etc/apt/keyrings/nvidia.gpg"] = "key"
+    FakeSystem(node).sync()
+    assert [type(a).__name__ for a in plan_of(node).actions] == ["RunCommand", "InstallPackages"]
+
+
+def test_deb822_sources_and_deprecated_repositories():
+    sources = ("Types: deb\nURIs: https://nvidia.github.io/libnvidia-container/stable/deb/amd64\nSuites: /\n"
+               "Signed-By: /usr/share/keyrings/nvidia-container-toolkit-keyring.gpg\n")
+    assert toolkit.apt_sources({"/etc/apt/sources.list.d/nvidia.sources": sources}) == [
+        ("/etc/apt/sources.list.d/nvidia.sources", "/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg")]
+    assert toolkit.apt_sources({"/etc/apt/sources.list.d/nvidia.sources": sources + "Enabled: no\n"}) == []
+    node, _ = make_node(files={"/etc/apt/sources.list.d/old.list":
+                               "deb https://nvidia.github.io/nvidia-docker/ubuntu22.04/$(ARCH) /\n"})
+    assert any("deprecated NVIDIA repositories" in n for n in plan_of(node).notes)
+
+
+def test_rocky_gets_a_repo_file_and_dnf_pins():
+    node, system = make_node(os_release=ROCKY_9)
+    node.tools.add("dnf")
+    plan = plan_of(node, toolkit_version="1.17.8-1")
+    repo, install = plan.actions
+    assert repo.path == toolkit.YUM_REPO and "baseurl=https://nvidia.github.io/libnvidia-container/stable/rpm/$basearch" \
+        in repo.after and "repo_gpgcheck=1" in repo.after
+    assert install.cmd == ("dnf", "install", "-y", "nvidia-container-toolkit-1.17.8-1",
+                           "nvidia-container-toolkit-base-1.17.8-1", "libnvidia-container-tools-1.17.8-1",
+                           "libnvidia-container1-1.17.8-1")
+    assert run(node, toolkit_version="1.17.8-1").outcomes[0].result == "changed"
+    assert run(node, toolkit_version="1.17.8-1").outcomes[0].result == "ok"
+    disabled = node.files[toolkit.YUM_REPO].replace("enabled=1", "enabled=0")
+    assert toolkit.rpm_repos({toolkit.YUM_REPO: disabled}, "/etc/yum.repos.d") == []
+
+
+def test_sles_uses_zypper():
+    node, _ = make_node(os_release=SLES)
+    plan = plan_of(node, toolkit_version="1.17.8")
+    repo, refresh, install = plan.actions
+    assert repo.path == toolkit.ZYPP_REPO and "sslcacert" not in repo.after
+    assert refresh.cmd == ("zypper", "--non-interactive", "--gpg-auto-import-keys", "refresh")
+    assert install.cmd[:4] == ("zypper", "--non-interactive", "install", "--oldpackage")
+    assert "nvidia-container-toolkit-1.17.8-1" in install.cmd
+
+
+def test_unsupported_distribution_and_architecture_are_blocked_and_explained():
+    plan = plan_of(make_node(os_release=ARCH)[0])
+    assert plan.status is Status.BLOCKED and "Arch Linux has none of them" in plan.reason
+    assert "--skip toolkit" in plan.fix
+    plan = plan_of(make_node(arch="ppc64le")[0])
+    assert plan.status is Status.BLOCKED and "not ppc64le" in plan.reason
+
+
+def test_nothing_to_do_without_a_gpu_or_without_an_engine():
+    assert plan_of(FakeNode()).status is Status.OK
+    node = FakeNode()
+    node.add_gpu(0x1EB8)
+    FakeSystem(node).attach()
+    plan = plan_of(node)
+    assert plan.status is Status.OK and "no container engine" in plan.reason
+
+
+@pytest.fixture
+def debs(tmp_path):
+    files = []
+    for name in TOOLKIT:
+        path = tmp_path / f"{name}_1.17.8-1_amd64.deb"
+        path.write_text(f"deb of {name}")
+        files.append(str(path))
+    return tuple(files)
+
+
+def test_offline_packages_are_uploaded_installed_and_cleaned_up(debs):
+    node, system = make_node()
+    plan = plan_of(node, toolkit_packages=debs)
+    (action,) = plan.actions
+    assert action.kind == "local-packages" and plan.reason.startswith("offline install of nvidia-container-toolkit")
+    assert action.commands()[-1].startswith("sudo apt-get install -y --no-install-recommends --allow-downgrades "
+                                            "'<private dir>/nvidia-container-toolkit_1.17.8-1_amd64.deb'")
+    assert run(node, toolkit_packages=debs).outcomes[0].result == "changed"
+    assert set(system.packages.values()) == {"1.17.8-1"}
+    assert not [p for p in node.files if p.endswith(".deb")]  # the uploaded copies are gone
+    assert not node.ran("apt-get update") and toolkit.APT_LIST not in node.files  # offline: no repository
+    assert run(node, toolkit_packages=debs).outcomes[0].result == "ok"
+
+
+def test_offline_packages_must_fit_the_distribution_and_be_named_like_packages(debs, tmp_path):
+    rocky, _ = make_node(os_release=ROCKY_9)
+    assert "is a .deb package but Rocky Linux 9.3" in plan_of(rocky, toolkit_packages=debs).reason
+    odd = tmp_path / "toolkit.deb"
+    odd.write_text("x")
+    assert plan_of(make_node()[0], toolkit_packages=(str(odd),)).status is Status.BLOCKED
+    assert toolkit.parse_package_file("nvidia-container-toolkit-1.17.8-1.x86_64.rpm") == (
+        "nvidia-container-toolkit", "1.17.8-1", "rpm")
+    assert toolkit.parse_package_file("/x/libnvidia-container1_1%3a1.17.8-1_arm64.deb") == (
+        "libnvidia-container1", "1:1.17.8-1", "deb")
+    assert plan_of(make_node()[0], toolkit_packages=debs, toolkit_version="1.18.0").status is Status.BLOCKED
+
+
+def test_a_failing_install_fails_the_step():
+    node, system = make_node()
+    system.missing.add("nvidia-container-toolkit")
+    report = run(node)
+    assert report.outcomes[0].result == "failed"
+    assert "Unable to locate package nvidia-container-toolkit" in report.outcomes[0].error
+
+
+def test_plan_actions_are_serialisable():
+    node, _ = make_node()
+    for action in plan_of(node).actions:
+        data = action.to_dict()
+        assert data["summary"] and isinstance(data["commands"], list)
+    assert isinstance(plan_of(node).actions[0], RunCommand)

@@ -1,0 +1,464 @@
+"""gpunode.explain: every real error text in tests/fixtures/real/errors/ is recognised with the right cause, and
+texts that are not in the fixtures (other versions, addresses, Xids; re-wrapped, quoted, prefixed) are too."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from gpunode import compat
+from gpunode.explain import IDS, XIDS, explain, normalise
+from tests.conftest import FIXTURES, fixture_files
+
+ERRORS = fixture_files("errors")
+
+# file -> the finding ids it must give, in order. A new fixture file without an entry fails
+# test_every_fixture_has_an_entry.
+EXPECTED: dict[str, list[str]] = {
+    "cuda-error-802_pytorch-warning_lisa-log.txt": ["fabricmanager.802"],
+    "dmesg-ctime_xid-13-sm-exception_xid-109-ctx-switch-timeout.log": ["xid.13", "xid.109"],
+    "dmesg_gpu-fallen-off-bus_no-xid_open-module-570.158.01.log": ["kernel.fallen-off-bus"],
+    "dmesg_nvrm-no-adapter-probed_nouveau-conflict.txt": ["kernel.no-adapter-probed"],
+    "dmesg_xid-119_gsp-rpc-timeout_dell-xe9680.log": ["xid.119"],
+    "docker_could-not-select-device-driver_empty-name.txt": ["docker.no-gpu-driver"],
+    "docker_could-not-select-device-driver_empty-name_with-ERRO.txt": ["docker.no-gpu-driver"],
+    "docker_unknown-or-invalid-runtime-name-nvidia_transcript.txt": ["docker.unknown-runtime"],
+    "gpu-burn_h100-hbm3_system-not-yet-initialized.txt": ["fabricmanager.802"],
+    "kmsg-raw_nvswitch-open.log": [],  # background noise only: no GPU error
+    "kmsg_xid-149-netir_xid-145-rlw_gb200.log": ["xid.149", "xid.149", "xid.145"],  # two GPUs with 149
+    "nvidia-container-cli_load-library-failed_libnvidia-ml.so.1.txt": ["lib.nvml-missing"],
+    "nvidia-container-cli_requirement-cuda-12.2_single-line.txt": ["cuda.requirement"],
+    "nvidia-container-cli_requirement-cuda-12.8_legacy-mode_docker-run.txt": ["cuda.requirement"],
+    "nvidia-container-cli_requirement-cuda-9.0_2018-escaped-format.txt": ["cuda.requirement"],
+    "nvidia-fabricmanager_log_multicast-team.log": ["sxid.12028"],
+    "nvidia-installer-log_header_nvidia-drm-already-loaded_460.73.01_truncated.log": ["installer.module-in-use"],
+    "nvidia-installer_kernel-source-tree-not-found_fedora27.txt": ["installer.no-kernel-source"],
+    "nvidia-installer_nouveau-in-use_installation-failed.txt": ["installer.nouveau"],
+    "nvidia-installer_nvidia-drm-already-loaded_410.72.txt": ["installer.module-in-use"],
+    "nvidia-installer_unable-to-load-nvidia.ko_390.46.txt": ["installer.nvidia-ko-load"],
+    "nvidia-smi_couldnt-find-libnvidia-ml.so_in-container.txt": ["lib.nvml-missing"],
+    "nvidia-smi_failed-communicate_single-line.txt": ["smi.no-driver"],
+    "nvidia-smi_failed-communicate_with-prompt.txt": ["smi.no-driver"],
+    "nvidia-smi_unable-to-determine-device-handle_unknown-error.txt": ["smi.device-handle"],
+    "nvml-mismatch_old-style_no-library-version_470.txt": ["nvml.mismatch"],
+    "nvml-mismatch_with-nvml-library-version_570.124.txt": ["nvml.mismatch"],
+    "xid-63_row-remapper_a100.txt": ["xid.63"],
+    "xid-94-contained_xid-95-uncontained_format-examples_driver-source.txt": ["xid.94", "xid.95"],
+}
+
+
+def _read(name: str) -> str:
+    return (FIXTURES / "errors" / name).read_text(encoding="utf-8", errors="replace")
+
+
+def _one(text: str, finding_id: str):
+    found = [f for f in explain(text) if f.id == finding_id]
+    assert len(found) == 1, [f.id for f in explain(text)]
+    return found[0]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The real fixtures
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_every_fixture_has_an_entry():
+    names = {p.name for p in ERRORS}
+    assert names - EXPECTED.keys() == set(), "new fixture(s) without an expected finding in EXPECTED"
+    assert EXPECTED.keys() - names == set(), "EXPECTED names files that no longer exist"
+
+
+@pytest.mark.parametrize("path", ERRORS, ids=lambda p: p.name)
+def test_fixture_gives_the_expected_findings(path):
+    findings = explain(path.read_text(encoding="utf-8", errors="replace"))
+    assert [f.id for f in findings] == EXPECTED[path.name]
+    for finding in findings:
+        assert finding.title and finding.cause and finding.fix and finding.excerpt
+        assert finding.id in IDS or finding.id.split(".")[0] in ("xid", "sxid")
+
+
+@pytest.mark.parametrize("path", ERRORS, ids=lambda p: p.name)
+@pytest.mark.parametrize("mangle", [
+    pytest.param(lambda t: "\n".join("> " + line for line in t.splitlines()), id="markdown-quote"),
+    pytest.param(lambda t: textwrap.indent(t, "    "), id="indented"),
+    pytest.param(lambda t: t.replace("\n", "\r\n"), id="crlf"),
+    pytest.param(lambda t: t.translate(str.maketrans({"'": "\u2019", '"': "\u201d"})), id="curly-quotes"),
+    pytest.param(lambda t: "\n".join(f"\x1b[1;31m{line}\x1b[0m" for line in t.splitlines()), id="ansi"),
+    pytest.param(lambda t: "\n".join(f"Feb 03 10:11:12 gpu-17 kernel: {line}" for line in t.splitlines()),
+                 id="syslog-prefix"),
+    pytest.param(lambda t: "\n".join(f"[ {900 + i}.{i:06d}] {line}" for i, line in enumerate(t.splitlines())),
+                 id="dmesg-stamps"),
+    pytest.param(lambda t: "\n\n".join(textwrap.fill(p, 100) for p in t.split("\n\n")), id="rewrapped-100"),
+])
+def test_fixture_survives_how_people_paste_it(path, mangle):
+    text = path.read_text(encoding="utf-8", errors="replace")
+    assert sorted(f.id for f in explain(mangle(text))) == sorted(EXPECTED[path.name])
+
+
+def test_cuda_requirement_computes_the_driver_from_the_compat_matrix():
+    for name, cuda in (("nvidia-container-cli_requirement-cuda-12.2_single-line.txt", "12.2"),
+                       ("nvidia-container-cli_requirement-cuda-12.8_legacy-mode_docker-run.txt", "12.8"),
+                       ("nvidia-container-cli_requirement-cuda-9.0_2018-escaped-format.txt", "9.0")):
+        finding = _one(_read(name), "cuda.requirement")
+        need = compat.driver_needed_for_cuda(cuda)
+        assert finding.values["cuda_required"] == cuda
+        assert finding.values["condition"] == f"cuda>={cuda}"
+        assert finding.values["driver_min"] == str(need.native_min)
+        assert str(need.native_min) in finding.cause
+        assert finding.fix.startswith("gpunode install --driver ")
+    twelve = _one(_read("nvidia-container-cli_requirement-cuda-12.8_legacy-mode_docker-run.txt"), "cuda.requirement")
+    assert twelve.values["driver_min"] == "570.26" and twelve.values["driver_branch_min"] == 570
+    assert twelve.values["driver_min_minor_compat"] == "525.60.13"  # 12.x minor-version compatibility floor
+    assert "driver_min_minor_compat" not in _one(
+        _read("nvidia-container-cli_requirement-cuda-9.0_2018-escaped-format.txt"), "cuda.requirement").values
+
+
+def test_xid_values_pci_count_meaning_and_severity():
+    f13, f109 = explain(_read("dmesg-ctime_xid-13-sm-exception_xid-109-ctx-switch-timeout.log"))
+    assert f13.values["pci"] == "0000:cb:00" and f13.values["count"] == 3 and f13.values["severity"] == "app"
+    assert "graphics engine exception" in f13.values["meaning"]
+    assert "pids" not in f13.values  # pid='<unknown>' is not a pid
+    assert f109.values["pids"] == ["1797828"] and f109.values["processes"] == ["pt_main_thread"]
+    assert f109.values["severity"] == "reset" and f109.fix == "sudo nvidia-smi -r -i 0000:cb:00.0"
+
+    gsp = _one(_read("dmesg_xid-119_gsp-rpc-timeout_dell-xe9680.log"), "xid.119")
+    assert gsp.values["count"] == 5 and gsp.values["pci"] == "0000:9b:00"
+    assert gsp.values["processes"] == ["nvidia-smi", "cache_mgr_main", "gpud"]
+    assert "GSP" in gsp.values["meaning"]
+
+    remap = _one(_read("xid-63_row-remapper_a100.txt"), "xid.63")
+    assert remap.values["pci"] == "0000:10:1c" and remap.values["severity"] == "info"
+    assert remap.values["detail"].startswith("Row Remapper: New row marked for remapping")
+
+    contained, uncontained = explain(_read("xid-94-contained_xid-95-uncontained_format-examples_driver-source.txt"))
+    assert contained.values["gpu_instance"] == "05" and contained.values["count"] == 2
+    assert contained.values["reset_required"] is False and contained.values["severity"] == "app"
+    assert uncontained.values["reset_required"] is True and uncontained.values["severity"] == "reset"
+
+    netir_a, netir_b, rlw = explain(_read("kmsg_xid-149-netir_xid-145-rlw_gb200.log"))
+    assert (netir_a.values["pci"], netir_b.values["pci"], rlw.values["pci"]) == ("0019:01:00", "0000:00:00",
+                                                                                  "0018:01:00")
+    assert netir_a.values["fatal"] is True and netir_a.values["severity"] == "reset"
+    assert rlw.values["fatal"] is False and rlw.values["severity"] == "info"
+
+
+def test_other_fixture_values():
+    nvml = _one(_read("nvml-mismatch_with-nvml-library-version_570.124.txt"), "nvml.mismatch")
+    assert nvml.values == {"nvml_library_version": "570.124"} and nvml.fix == "sudo reboot"
+    assert _one(_read("nvml-mismatch_old-style_no-library-version_470.txt"), "nvml.mismatch").values == {}
+
+    fallen = _one(_read("dmesg_gpu-fallen-off-bus_no-xid_open-module-570.158.01.log"), "kernel.fallen-off-bus")
+    assert fallen.values == {"pci": "0000:b3:00.0", "pci_id": "10de:26b5"}
+
+    probed = _one(_read("dmesg_nvrm-no-adapter-probed_nouveau-conflict.txt"), "kernel.no-adapter-probed")
+    assert probed.values["devices"] == 3 and "nouveau" in probed.values["conflicting_drivers"]
+    assert probed.fix == "gpunode install --only nouveau"
+
+    handle = _one(_read("nvidia-smi_unable-to-determine-device-handle_unknown-error.txt"), "smi.device-handle")
+    assert handle.values == {"pci": "0000:0b:00.0", "error": "Unknown Error"}
+
+    sxid = _one(_read("nvidia-fabricmanager_log_multicast-team.log"), "sxid.12028")
+    assert sxid.values["fatal"] is False and sxid.values["port"] == 61 and sxid.values["pci"] == "00000000:86:00.0"
+
+    drm = _one(_read("nvidia-installer-log_header_nvidia-drm-already-loaded_460.73.01_truncated.log"),
+               "installer.module-in-use")
+    assert drm.values == {"module": "nvidia-drm", "driver_version": "460.73.01"}
+
+    ko = _one(_read("nvidia-installer_unable-to-load-nvidia.ko_390.46.txt"), "installer.nvidia-ko-load")
+    assert ko.values["log_file"] == "/usr/local/nvidia/nvidia-installer.log" and ko.values["likely"] == []
+    assert "/usr/local/nvidia/nvidia-installer.log" in " ".join(ko.also)
+
+    assert _one(_read("nvidia-installer_nouveau-in-use_installation-failed.txt"),
+                "installer.nouveau").fix == "gpunode install --only nouveau"
+    assert _one(_read("nvidia-container-cli_load-library-failed_libnvidia-ml.so.1.txt"),
+                "lib.nvml-missing").values["reporter"] == "nvidia-container-cli"
+    assert _one(_read("nvidia-smi_couldnt-find-libnvidia-ml.so_in-container.txt"),
+                "lib.nvml-missing").values["reporter"] == "nvidia-smi"
+    assert _one(_read("cuda-error-802_pytorch-warning_lisa-log.txt"), "fabricmanager.802").values["gpu_count"] == 0
+
+
+def test_excerpt_is_the_recognised_text():
+    finding = _one(_read("nvidia-smi_failed-communicate_with-prompt.txt"), "smi.no-driver")
+    assert finding.excerpt.startswith("NVIDIA-SMI has failed because it couldn't communicate")
+    long_line = _one(_read("cuda-error-802_pytorch-warning_lisa-log.txt"), "fabricmanager.802")
+    assert "Error 802: system not yet initialized" in long_line.excerpt and len(long_line.excerpt) < 400
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Texts that are not in the fixtures
+# ---------------------------------------------------------------------------------------------------------
+
+GENERAL = [
+    pytest.param(textwrap.fill("NVIDIA-SMI has failed because it couldn\u2019t communicate with the NVIDIA driver. "
+                               "Make sure that the latest NVIDIA driver is installed and running.", 64),
+                 ["smi.no-driver"], {}, id="smi-wrapped-64-curly"),
+    pytest.param("user@gpu-03:~$ docker run --rm --gpus all nvidia/cuda:12.4.1-base-ubuntu22.04 nvidia-smi\n"
+                 "docker: Error response from daemon: could not select device driver \u201c\u201d with "
+                 "capabilities: [[gpu]].\nSee 'docker run --help'.",
+                 ["docker.no-gpu-driver"], {"driver": "", "capabilities": ["gpu"]}, id="docker-curly-prompt"),
+    pytest.param("\x1b[31mdocker: Error response from daemon: failed to create task for container: failed to "
+                 "create shim task: OCI runtime create failed: runc create failed: unable to start container "
+                 "process: error during container init: error running hook #0: error running hook: exit status 1,"
+                 " stdout: , stderr: Auto-detected mode as 'legacy'\nnvidia-container-cli: requirement error: "
+                 "unsatisfied condition: cuda>=12.6, please update your driver to a newer version, or use an "
+                 "earlier cuda container: unknown.\x1b[0m",
+                 ["cuda.requirement"], {"cuda_required": "12.6", "driver_min": "560.28.03"}, id="cuda-12.6-ansi"),
+    pytest.param("nvidia-container-cli: requirement error: unsatisfied condition: brand = tesla, please update "
+                 "your driver", ["container.requirement"], {"condition": "brand=tesla"}, id="brand-requirement"),
+    pytest.param("Oct 02 08:15:33 node-a kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the "
+                 "bus.\nOct 02 08:15:33 node-a kernel: NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.\n"
+                 "Oct 02 08:15:33 node-a kernel: NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed "
+                 "from 0x0 (None) to 0x2 (Node Reboot Required)",
+                 ["xid.79", "xid.154"], {}, id="journal-xid-79-154"),
+    pytest.param("[  512.004211] NVRM: Xid (PCI:0000:af:00): 48, pid=4242, name=python3, An uncorrectable double "
+                 "bit error (DBE) has been detected on GPU in the framebuffer at partition 3, subpartition 0.",
+                 ["xid.48"], {"xid": 48, "pci": "0000:af:00", "severity": "reset", "pids": ["4242"]},
+                 id="dmesg-xid-48"),
+    pytest.param("4,8812,99112233,-;NVRM: Xid (PCI:0000:18:00): 31, pid=77, name=train.py, Ch 00000010, intr "
+                 "00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f12_34560000.",
+                 ["xid.31"], {"severity": "app", "processes": ["train.py"]}, id="kmsg-xid-31"),
+    pytest.param("May  6 00:38:27 alex kernel: [ 4909.922970] NVRM: Xid (0000:01:00): 13, 0005 00000000 0000502d",
+                 ["xid.13"], {"pci": "0000:01:00"}, id="old-xid-format-without-PCI"),
+    pytest.param("NVRM: Xid (PCI:0000:41:00): 201, pid=1, something new", ["xid.201"],
+                 {"severity": "unknown"}, id="xid-not-in-table"),
+    pytest.param("[Thu Jan  9 10:00:00 2025] NVRM: Xid (PCI:0000:07:00): 74, pid=3, NVLink: fatal error detected on "
+                 "link 3(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)", ["xid.74"], {"severity": "reset"},
+                 id="dmesg-T-xid-74"),
+    pytest.param("Jun 30 11:07:05 gpu-0 kernel: NVRM: API mismatch: the client has the version 535.54.03, "
+                 "but#012NVRM: this kernel module has the version 530.30.02.  Please#012NVRM: make sure that this "
+                 "kernel module and all NVIDIA driver#012NVRM: components have the same version.",
+                 ["nvml.mismatch"], {"library_version": "535.54.03", "kernel_module_version": "530.30.02"},
+                 id="rsyslog-escaped-api-mismatch"),
+    pytest.param("[    9.424670] NVRM: API mismatch: the client 'kwin_wayland' (pid 1005)\n"
+                 "               NVRM: has the version 595.84, but this kernel module has\n"
+                 "               NVRM: the version 595.80.  Please make sure that this\n"
+                 "               NVRM: kernel module and all NVIDIA driver components\n"
+                 "               NVRM: have the same version.",
+                 ["nvml.mismatch"], {"client": "kwin_wayland", "library_version": "595.84",
+                                     "kernel_module_version": "595.80"}, id="api-mismatch-continuation"),
+    pytest.param("$ nvidia-smi\nFailed to initialize NVML: Driver/library version mismatch\n"
+                 "NVML library version: 580.95", ["nvml.mismatch"], {"nvml_library_version": "580.95"},
+                 id="nvml-580"),
+    pytest.param("Nov 05 13:55:26 node1 nv-fabricmanager[104230]: fabric manager NVIDIA GPU driver interface version "
+                 "550.127.05 doesn't match with driver version 550.120. Please update with the matching NVIDIA "
+                 "driver package.", ["fabricmanager.version-mismatch"],
+                 {"fabricmanager_version": "550.127.05", "driver_version": "550.120"}, id="fm-mismatch"),
+    pytest.param(">>> import torch; torch.cuda.is_available()\nUserWarning: CUDA initialization: Unexpected error "
+                 "from cudaGetDeviceCount(). Did you run some cuda functions before calling NumCudaDevices() that "
+                 "might have already set an error? Error 802: system not yet initialized",
+                 ["fabricmanager.802"], {"cuda_error": 802}, id="torch-802"),
+    pytest.param("$ sudo modprobe nvidia\nmodprobe: ERROR: could not insert 'nvidia': Key was rejected by service",
+                 ["secureboot.module-rejected"], {"module": "nvidia"}, id="secure-boot"),
+    pytest.param("ERROR: Unable to load the kernel module \u2018nvidia.ko\u2019.  This happens most frequently "
+                 "when this kernel module was built against the wrong or improperly configured kernel sources\n\n"
+                 "-> Kernel module load error: Key was rejected by service\n-> Kernel messages:\n"
+                 "[   12.3] Lockdown: modprobe: unsigned module loading is restricted; see man kernel_lockdown.7",
+                 ["installer.nvidia-ko-load", "secureboot.module-rejected"], {"likely": ["secure-boot"]},
+                 id="installer-ko-secure-boot"),
+    pytest.param("ERROR: Unable to load the kernel module 'nvidia.ko'.\n-> Kernel messages:\n"
+                 "[    5.1] NVRM: The NVIDIA probe routine was not called for 1 device(s).\n"
+                 "[    5.1] NVRM: This can occur when a driver such as:\nNVRM: nouveau, rivafb, nvidiafb or rivatv\n"
+                 "NVRM: was loaded and obtained ownership of the NVIDIA device(s).",
+                 ["installer.nvidia-ko-load", "kernel.no-adapter-probed"], {"likely": ["nouveau"]},
+                 id="installer-ko-nouveau"),
+    pytest.param("ERROR: Unable to load the kernel module 'nvidia.ko'.\nThis is a VMware guest with an NVIDIA vGPU "
+                 "profile.", ["installer.nvidia-ko-load"], {"likely": ["vgpu"]}, id="installer-ko-vgpu"),
+    pytest.param(textwrap.fill("ERROR: The Nouveau kernel driver is currently in use by your system.  This driver "
+                               "is incompatible with the NVIDIA driver, and must be disabled before proceeding.",
+                               100, subsequent_indent="       "), ["installer.nouveau"], {}, id="nouveau-100"),
+    pytest.param("ERROR: Unable to find the kernel source tree for the currently running kernel.  Please make\n"
+                 "       sure you have installed the kernel source files for your kernel",
+                 ["installer.no-kernel-source"], {}, id="no-source-other-wrap"),
+    pytest.param("ERROR: An NVIDIA kernel module 'nvidia-uvm' appears to already be loaded in your kernel.",
+                 ["installer.module-in-use"], {"module": "nvidia-uvm"}, id="uvm-in-use"),
+    pytest.param("root@box:~# docker run --runtime=nvidia --rm ubuntu nvidia-smi\ndocker: Error response from daemon: "
+                 "unknown or invalid runtime name: nvidia-legacy.", ["docker.unknown-runtime"],
+                 {"runtime": "nvidia-legacy"}, id="unknown-runtime-other-name"),
+    pytest.param('docker: Error response from daemon: OCI runtime create failed: exec: "nvidia-container-runtime-hook":'
+                 " executable file not found in $PATH: unknown.", ["docker.toolkit-binary-missing"],
+                 {"binary": "nvidia-container-runtime-hook"}, id="hook-missing"),
+    pytest.param(textwrap.fill("nvidia-container-cli: initialization error: load library failed: libnvidia-ml.so.1:"
+                               " cannot open shared object file: no such file or directory: unknown", 80),
+                 ["lib.nvml-missing"], {"reporter": "nvidia-container-cli"}, id="nvml-lib-split-at-hyphen"),
+    pytest.param("nvidia-container-cli: initialization error: nvml error: driver not loaded: unknown",
+                 ["driver.not-loaded"], {}, id="driver-not-loaded"),
+    pytest.param("root@4f2a:/workspace# nvidia-smi\nFailed to initialize NVML: Unknown Error",
+                 ["nvml.unknown-error"], {}, id="nvml-unknown"),
+    pytest.param("[root@node7 ~]# nvidia-smi\nUnable to determine the device handle for GPU0000:3B:00.0: GPU is lost."
+                 "  Reboot the system to recover this GPU", ["smi.device-handle"],
+                 {"pci": "0000:3b:00.0", "error": "GPU is lost"}, id="device-handle-lost"),
+    pytest.param("modprobe: FATAL: Module nvidia not found in directory /lib/modules/6.8.0-45-generic",
+                 ["kernel.module-missing"], {"kernel": "6.8.0-45-generic"}, id="module-missing"),
+    pytest.param("Error! Bad return status for module build on kernel: 6.11.0-9-generic (x86_64)\n"
+                 "Consult /var/lib/dkms/nvidia/550.120/build/make.log for more information.",
+                 ["dkms.build-failed"], {"kernel": "6.11.0-9-generic", "module_version": "550.120"}, id="dkms"),
+    pytest.param("kernel: NVRM: The NVIDIA GPU 0000:09:00.0 (PCI ID: 10de:1d01)\n"
+                 "             NVRM: installed in this system is not supported by open\n"
+                 "             NVRM: nvidia.ko because it does not include the required GPU\n"
+                 "             NVRM: System Processor (GSP).\n"
+                 "kernel: NVRM: The NVIDIA probe routine failed for 1 device(s).",
+                 ["kernel.open-module-unsupported"], {"pci_id": "10de:1d01"}, id="open-module-pascal"),
+    pytest.param("[ 0.9] NVRM: The NVIDIA GPU 0000:01:00.0 (PCI ID: 10de:25a0)\n"
+                 "       NVRM: installed in this system is not supported by the\n"
+                 "       NVRM: NVIDIA 520.56.06 driver release.\n"
+                 "[ 1.0] NVRM: The NVIDIA probe routine failed for 1 device(s).",
+                 ["kernel.gpu-unsupported"], {"driver_version": "520.56.06"}, id="gpu-unsupported"),
+    pytest.param("[  37.67] NVRM: GPU 0000:01:00.0: RmInitAdapter failed! (0x24:0x72:1568)",
+                 ["kernel.rm-init-failed"], {"code": "0x24:0x72:1568"}, id="rm-init"),
+    pytest.param("[  843.1] NVRM: The NVIDIA probe routine failed for 2 device(s).", ["kernel.probe-failed"],
+                 {"devices": 2}, id="probe-failed-alone"),
+    pytest.param("kernel: [123.456789] nvidia-nvswitch0: SXid (PCI:0000:c3:00.0): 20009, Non-fatal, Link 28 RX Short "
+                 "Error Rate\nkernel: [123.456790] nvidia-nvswitch2: SXid (PCI:0000:c5:00.0): 11001, Fatal, ingress "
+                 "invalid command", ["sxid.20009", "sxid.11001"], {}, id="kernel-sxids"),
+    pytest.param("RuntimeError: The NVIDIA driver on your system is too old (found version 11040). Please update "
+                 "your GPU driver", ["cuda.insufficient-driver"], {"driver_cuda": "11.4"}, id="torch-too-old"),
+]
+
+
+@pytest.mark.parametrize("text,ids,values", GENERAL)
+def test_texts_not_in_the_fixtures(text, ids, values):
+    findings = explain(text)
+    assert [f.id for f in findings] == ids
+    merged = {k: v for f in findings for k, v in f.values.items()}
+    for key, value in values.items():
+        assert merged[key] == value, key
+
+
+@pytest.mark.parametrize("width", [60, 66, 72, 80, 90, 100, 110, 120])
+@pytest.mark.parametrize("message,finding_id", [
+    ("nvidia-container-cli: requirement error: unsatisfied condition: cuda>=13.0, please update your driver to a "
+     "newer version, or use an earlier cuda container: unknown.", "cuda.requirement"),
+    ("docker: Error response from daemon: could not select device driver \"\" with capabilities: [[gpu]].",
+     "docker.no-gpu-driver"),
+    ("ERROR: An NVIDIA kernel module 'nvidia-modeset' appears to already be loaded in your kernel.  This may be "
+     "because it is in use (for example, by an X server, a CUDA program, or the NVIDIA Persistence Daemon)",
+     "installer.module-in-use"),
+    ("NVRM: Xid (PCI:0000:c1:00): 95, pid=901, name=trainer, Uncontained: FBHUB. RST: Yes, D-RST: No", "xid.95"),
+    ("NVRM: The NVIDIA GPU 0000:65:00.0 (PCI ID: 10de:2330) installed in this system has fallen off the bus and "
+     "is not responding to commands.", "kernel.fallen-off-bus"),
+])
+def test_rewrapped_at_any_width(message, finding_id, width):
+    for hyphens in (True, False):
+        text = textwrap.fill(message, width, break_on_hyphens=hyphens)
+        assert [f.id for f in explain(text)] == [finding_id], text
+
+
+def test_cuda_requirement_for_a_version_the_table_does_not_know():
+    finding = _one("nvidia-container-cli: requirement error: unsatisfied condition: cuda>=99.1", "cuda.requirement")
+    assert finding.values == {"condition": "cuda>=99.1", "cuda_required": "99.1"}
+    assert "does not know CUDA 99.1" in finding.cause
+
+
+def test_xid_154_takes_its_severity_from_the_recovery_action():
+    reset = _one("NVRM: Xid (PCI:0008:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 "
+                 "(GPU Reset Required)", "xid.154")
+    assert reset.values["recovery_action"] == "GPU Reset Required" and reset.values["severity"] == "reset"
+    assert reset.fix == "sudo nvidia-smi -r -i 0008:01:00.0"
+
+
+def test_xid_lines_on_several_gpus_are_separate_findings_and_repeats_are_counted():
+    text = "\n".join(f"NVRM: Xid (PCI:0000:{bus}:00): 13, pid={pid}, Graphics Exception" for bus, pid in
+                     (("1a", 1), ("1a", 2), ("3d", 3), ("1a", 4)))
+    findings = explain(text)
+    assert [(f.id, f.values["pci"], f.values["count"]) for f in findings] == [("xid.13", "0000:1a:00", 3),
+                                                                            ("xid.13", "0000:3d:00", 1)]
+    assert findings[0].values["pids"] == ["1", "2", "4"]
+
+
+def test_xid_table_entries_are_well_formed():
+    for number, (meaning, severity) in XIDS.items():
+        assert meaning and severity in ("info", "app", "reset", "reboot", "hardware", "nvlink"), number
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Negative samples
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_nvswitch_background_log_has_no_gpu_error():
+    assert explain(_read("kmsg-raw_nvswitch-open.log")) == []
+
+
+@pytest.mark.parametrize("folder", ["nvidia-smi-table", "nvidia-smi-q-text", "proc-driver-nvidia-version",
+                                    "docker-daemon-json", "os-release", "nvidia-ctk"])
+def test_healthy_outputs_give_no_finding(folder):
+    for path in fixture_files(folder):
+        assert explain(path.read_text(encoding="utf-8", errors="replace")) == [], path.name
+
+
+@pytest.mark.parametrize("text", [
+    "", "   \n\n", "hello world", "Sep 01 10:00:00 host systemd[1]: Started Session 5 of user root.",
+    "Thu Nov 20 12:00:00 2025\n+-----------------------------------------------------------------------------+\n"
+    "| NVIDIA-SMI 550.54.15    Driver Version: 550.54.15    CUDA Version: 12.4     |",
+    "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024",
+    "docker run --rm --gpus all nvidia/cuda:12.4.1-base-ubuntu22.04 nvidia-smi",
+    "grep -i xid /var/log/syslog",  # a command mentioning Xid is not an Xid
+    "[  160.82] nvidia: module verification failed: signature and/or required key missing - tainting kernel",
+])
+def test_ordinary_text_gives_no_finding(text):
+    assert explain(text) == []
+
+
+# ---------------------------------------------------------------------------------------------------------
+# normalise
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_normalise_strips_ansi_prompts_quotes_and_timestamps():
+    text = ("> \x1b[32m(base) alice@gpu-01:~/work$\x1b[0m nvidia-smi\n"
+            "> [  123.456789] NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.\n"
+            "> Jan 02 03:04:05 gpu-01 kernel: [  124.000001] NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.\n"
+            "> 6,3964,206764307,-;nvidia-nvswitch2: open (major=510)\n"
+            "> [Fri Aug 30 11:43:09 2024] NVRM: Xid (PCI:0000:cb:00): 13\n"
+            "> kern  :err   : [ 5.000000] nvidia: probe failed\n"
+            "> [root@node ~]# modprobe nvidia\n"
+            "> $ echo \u201cquoted\u201d \u2018single\u2019")
+    assert normalise(text).splitlines() == [
+        "nvidia-smi",
+        "NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.",
+        "NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.",
+        "nvidia-nvswitch2: open (major=510)",
+        "NVRM: Xid (PCI:0000:cb:00): 13",
+        "nvidia: probe failed",
+        "modprobe nvidia",
+        "echo \"quoted\" 'single'",
+    ]
+
+
+def test_normalise_rejoins_wrapped_and_continued_lines():
+    installer = ("ERROR: The Nouveau kernel driver is currently in use by your\n"
+                 "       system.  This driver is incompatible with the NVIDIA\n"
+                 "       driver.\n\n\n"
+                 "ERROR: Installation has failed.")
+    assert normalise(installer) == ("ERROR: The Nouveau kernel driver is currently in use by your system. This driver "
+                                    "is incompatible with the NVIDIA driver.\n\nERROR: Installation has failed.")
+    kernel = ("[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0\n"
+              "               NVRM: (PCI ID: 10de:26b5) installed in this system has\n"
+              "               NVRM: fallen off the bus and is not responding to commands.\n"
+              "[ 1843.439662] NVRM: The NVIDIA probe routine failed for 1 device(s).")
+    assert normalise(kernel).splitlines() == [
+        "NVRM: The NVIDIA GPU 0000:b3:00.0 (PCI ID: 10de:26b5) installed in this system has fallen off the bus and "
+        "is not responding to commands.",
+        "NVRM: The NVIDIA probe routine failed for 1 device(s).",
+    ]
+    message = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the "
+               "latest NVIDIA driver is installed and running.")
+    for width in (64, 100):  # (at 80 the break falls after a full stop, which also ends log messages)
+        assert normalise(textwrap.fill(message, width)) == message
+    split = "ERROR: Unable to load the kernel module 'nvidia-drm' because nvidia-\ndrm is in use by the X server"
+    assert normalise(split) == split.replace("-\n", "-")
+
+
+def test_normalise_keeps_separate_records_apart():
+    text = ("$ nvidia-smi\nFailed to initialize NVML: Driver/library version mismatch\nNVML library version: 570.124\n"
+            "NVRM: Xid (PCI:0000:01:00): 13, pid=1, a\nNVRM: Xid (PCI:0000:01:00): 13, pid=2, b")
+    assert normalise(text).splitlines() == [
+        "nvidia-smi", "Failed to initialize NVML: Driver/library version mismatch", "NVML library version: 570.124",
+        "NVRM: Xid (PCI:0000:01:00): 13, pid=1, a", "NVRM: Xid (PCI:0000:01:00): 13, pid=2, b"]
+
+
+def test_normalise_unescapes_quoted_go_errors_and_collapses_whitespace():
+    text = 'caused \\\\\\"error running hook\\\\\\\\nnvidia-container-cli: x\\\\n\\\\\\"\\"":   unknown.\t\tend'
+    assert normalise(text).splitlines() == ['caused "error running hook', "nvidia-container-cli: x",
+                                            '""": unknown. end']
