@@ -36,6 +36,10 @@ class Action:
         """The exact command lines this action runs, for the plan."""
         return []
 
+    def shown_commands(self, as_root: bool = False) -> list[str]:
+        """commands() as they will really run: on a root login there is no sudo in front."""
+        return [c.removeprefix("sudo ") if as_root else c for c in self.commands()]
+
     def to_dict(self) -> dict[str, object]:
         return {"kind": self.kind, "summary": self.summary, "commands": self.commands()}
 

@@ -87,15 +87,23 @@ class RunReport:
             return 3
         return 0
 
+    @property
+    def as_root(self) -> bool:
+        return self.facts is not None and self.facts.uid == 0
+
     def to_dict(self) -> dict[str, object]:
         counts = {s.value: sum(1 for o in self.outcomes if o.plan.status is s) for s in Status}
+        steps = [o.to_dict() for o in self.outcomes]
+        for outcome, step in zip(self.outcomes, steps, strict=True):
+            for action, shown in zip(outcome.plan.actions, step["actions"], strict=True):  # type: ignore[call-overload]
+                shown["commands"] = action.shown_commands(self.as_root)
         return {
             "schema_version": SCHEMA_VERSION,
             "gpunode_version": __version__,
             "host": self.host,
             "mode": self.mode,
             "node": self.node,
-            "steps": [o.to_dict() for o in self.outcomes],
+            "steps": steps,
             "not_built": list(NOT_BUILT),
             "summary": {**counts, "changes_pending": counts["change"] > 0, "reboot_required": self.reboot_pending,
                         "reboots": self.reboots},

@@ -44,9 +44,9 @@ def describe_node(host: str, facts: Facts) -> str:
     return f"{host}: {facts.os}, kernel {facts.kernel} {facts.arch}; {gpu_text}; {driver}; {sb}"
 
 
-def _action_lines(action: Action) -> list[object]:
+def _action_lines(action: Action, as_root: bool) -> list[object]:
     parts: list[object] = [Text.assemble("  • ", (action.summary, "bold"))]
-    for command in action.commands():
+    for command in action.shown_commands(as_root):
         parts.append(Text("      $ " + command, style="dim"))
     if isinstance(action, WriteFile):
         diff = action.diff()
@@ -75,7 +75,7 @@ def render_plan(report: RunReport, console: Console | None = None) -> None:
             continue
         console.print(Text(f"\n{outcome.step}:", style="bold"))
         for action in plan.actions:
-            for part in _action_lines(action):
+            for part in _action_lines(action, report.as_root):
                 console.print(part)
         if plan.fix:
             console.print(Text.assemble("  fix: ", (plan.fix, "bold")))

@@ -124,7 +124,10 @@ def test_plan_json_shape():
     kinds = [a["kind"] for a in step["actions"]]
     assert kinds == ["file", "command", "reboot"]
     assert step["actions"][0]["diff"].startswith("--- /dev/null\n+++ /etc/modprobe.d/blacklist-nouveau.conf")
-    assert step["actions"][1]["commands"] == ["sudo update-initramfs -u"]
+    assert step["actions"][1]["commands"] == ["update-initramfs -u"]  # the fake logs in as root: no sudo
+    node = gpu_node(uid=1000)
+    as_user = plan_pipeline(FakeConnection(node), PIPELINE, Options()).to_dict()
+    assert as_user["steps"][0]["actions"][1]["commands"] == ["sudo update-initramfs -u"]
     assert data["summary"]["changes_pending"] is True and data["summary"]["reboot_required"] is True
     assert data["node"]["gpus"] == [{"pci": "0000:17:00.0", "device_id": "10de:1eb8"}]
 

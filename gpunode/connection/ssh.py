@@ -214,18 +214,25 @@ class SSHConnection(Connection):
                                    fix="check the ProxyJump host can reach the node") from exc
         elif r.proxy_command:
             sock = paramiko.ProxyCommand(r.proxy_command.replace("%h", r.host).replace("%p", str(r.port)))
-        use_keys = bool(r.identities)
+        keys, encrypted = _load_keys(self.name, r.identities)
         password = self.options.password.value if self.options.password else None
+        explicit = bool(r.identities) or password is not None
         try:
-            client.connect(
-                r.host, port=r.port, username=r.user,
-                key_filename=r.identities or None,  # type: ignore[arg-type]  # paramiko takes a list too
-                password=password,
-                allow_agent=not use_keys and password is None,
-                look_for_keys=not use_keys and password is None,
-                timeout=self.options.connect_timeout, banner_timeout=self.options.connect_timeout,
-                auth_timeout=30, channel_timeout=30, sock=sock,
-            )
+            for index, key in enumerate(keys or [None]):
+                try:
+                    client.connect(
+                        r.host, port=r.port, username=r.user, pkey=key, password=password,
+                        # An encrypted identity is expected to be in the agent; otherwise no guessing, so
+                        # MaxAuthTries is not spent on unrelated keys.
+                        allow_agent=encrypted or not explicit, look_for_keys=not explicit,
+                        timeout=self.options.connect_timeout, banner_timeout=self.options.connect_timeout,
+                        auth_timeout=30, channel_timeout=30, sock=sock,
+                    )
+                    break
+                except paramiko.AuthenticationException:
+                    if index + 1 >= len(keys) or r.proxy_jump or r.proxy_command:
+                        raise
+                    client.close()
         except _UnknownHostKey as exc:
             client.close()
             raise ConnectError(
@@ -363,6 +370,24 @@ class SSHConnection(Connection):
             self.run(move, sudo=sudo, timeout=600).check(f"installing the upload at {remote_path}")
         finally:
             self.run(Script('rm -rf -- "$1"', (staging,), "cleanup"), timeout=60)
+
+
+def _load_keys(name: str, paths: list[str]) -> tuple[list[paramiko.PKey], bool]:
+    """Read identity files ourselves (any key type), so a bad file is named instead of masking an auth failure.
+    Returns the usable keys and whether an encrypted one was skipped (then the agent is asked)."""
+    keys: list[paramiko.PKey] = []
+    encrypted = False
+    for path in paths:
+        try:
+            keys.append(paramiko.PKey.from_path(os.path.expanduser(path)))
+        except paramiko.PasswordRequiredException:
+            encrypted = True
+        except (OSError, paramiko.SSHException, ValueError) as exc:
+            raise ConnectError(f"{name}: cannot use the private key {path}: {exc}",
+                               fix="check the --identity / IdentityFile path and that it is a private key") from None
+    if paths and not keys and not encrypted:
+        raise ConnectError(f"{name}: no usable private key", fix="check --identity")
+    return keys, encrypted
 
 
 def _sha256_file(path: str | os.PathLike[str]) -> str:

@@ -14,7 +14,7 @@ runner = CliRunner()
 
 @pytest.fixture
 def fake_node(monkeypatch):
-    node = FakeNode(tools={"update-initramfs", "modprobe"}, modules={"nouveau"})
+    node = FakeNode(tools={"update-initramfs", "modprobe"}, modules={"nouveau"}, uid=1000)
     node.add_gpu(0x1EB8)
     monkeypatch.setattr(connection, "open_connection", lambda spec: FakeConnection(node, name=spec.host or "local"))
     return node

@@ -20,7 +20,6 @@ import base64
 import os
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import threading
@@ -433,6 +432,7 @@ class SimNode:
             "CONTAINERD_VERSION": d.containerd_version, "DOCKER_VERSION": d.docker_version,
             "KERNEL_BUILD": build, "NVLINK5": "1" if gpu_model and gpu_model.key == "b200" else "0",
             "PRETTY_NAME": pretty, "BASE_MIRROR": mirror,
+            "DOCKER_GPUS_NEED_RUNTIME": "1" if p.docker_gpus_need_runtime else "0",
         }
         self._w(f"{s}/profile.env", "".join(f"{key}={shlex.quote(val)}\n" for key, val in env.items()))
         self._w(f"{s}/kernel", k + "\n")
@@ -480,7 +480,7 @@ class SimNode:
         tools = {
             "usr/bin/uname": "uname", "usr/bin/hostname": "hostname", "usr/bin/systemctl": "systemctl",
             "usr/bin/sudo": "sudo", "usr/bin/curl": "curl", "usr/bin/wget": "curl", "usr/bin/gpg": "gpg",
-            "usr/sbin/ldconfig": "ldconfig",
+            "usr/sbin/ldconfig": "ldconfig", "usr/bin/dmesg": "dmesg", "usr/bin/journalctl": "journalctl",
             "usr/sbin/reboot": "reboot", "usr/sbin/shutdown": "reboot", "usr/sbin/poweroff": "reboot",
             "usr/sbin/halt": "reboot",
         }
@@ -661,7 +661,9 @@ class SimNode:
             f"AuthorizedKeysFile {self.dir / 'authorized_keys'}\nChrootDirectory {self.root}\n"
             "PermitRootLogin prohibit-password\nPubkeyAuthentication yes\nPasswordAuthentication no\n"
             "KbdInteractiveAuthentication no\nAuthenticationMethods publickey\nUsePAM no\nStrictModes no\n"
-            "Subsystem sftp internal-sftp\nX11Forwarding no\nAllowTcpForwarding no\nAllowAgentForwarding no\n"
+            "Subsystem sftp internal-sftp\nX11Forwarding no\nAllowAgentForwarding no\n"
+            f"AllowTcpForwarding {'local' if self.profile.tcp_forwarding else 'no'}\n"
+            + ("PermitOpen 127.0.0.1:*\n" if self.profile.tcp_forwarding else "") +
             "PermitTunnel no\nPrintMotd no\nPrintLastLog no\nUseDNS no\nPermitUserEnvironment no\n"
             "MaxStartups 200:30:400\nMaxSessions 100\nLoginGraceTime 60\nLogLevel INFO\n")
         return cfg
@@ -1002,6 +1004,10 @@ class SimNode:
             link = self._p(f"usr/lib/modules/{version}/build")
             if not link.is_symlink():
                 os.symlink(src, link)
+
+    def add_kernel_log(self, text: str) -> None:
+        """Append lines (e.g. Xid errors) to the node's kernel log, shown by dmesg / journalctl -k."""
+        self._node_fn("while IFS= read -r l; do ns_kmsg \"$l\"; done <<'NODESIM_EOF'\n" + text.rstrip("\n") + "\nNODESIM_EOF")
 
     def set_apt_lock(self, attempts: int) -> None:
         """The next `attempts` apt-get/dnf runs fail on the package lock (as with unattended-upgrades)."""

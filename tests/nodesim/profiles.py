@@ -170,6 +170,10 @@ class Profile:
     apt_locked: bool = False
     containerd_config_version: int | None = None
     reboot_downtime: float = 0.0                # >0: sshd stops accepting for that long on reboot
+    # `docker run --gpus` works only once daemon.json has an nvidia runtime (strict, the default), or - like
+    # moby really does - as soon as nvidia-container-runtime-hook was on PATH when dockerd started (False).
+    docker_gpus_need_runtime: bool = True
+    tcp_forwarding: bool = False  # a jump host (ProxyJump) needs sshd to forward TCP to 127.0.0.1
     extra_packages: tuple[str, ...] = ()        # catalog names installed at creation
     served_urls: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # (url, host file) pairs
 
