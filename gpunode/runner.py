@@ -270,7 +270,10 @@ def reboot_and_wait(conn: Connection, facts: Facts, options: Options, reporter: 
     old = facts.boot_id
     reporter.message(conn.name, f"rebooting (boot id {old[:8]}), waiting up to {options.reboot_timeout:.0f}s")
     try:
-        conn.run(_REBOOT, sudo=True, timeout=60).check("starting the reboot")
+        started = conn.run(_REBOOT, sudo=True, timeout=60)
+        # No exit status (-1) means the session dropped before it could report: that is the reboot.
+        if started.exit_code not in (0, -1) and not started.timed_out:
+            started.check("starting the reboot")
     except ConnectError:
         pass  # the node went down before the command could report back: that is the reboot
     deadline = time.monotonic() + options.reboot_timeout

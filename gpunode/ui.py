@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpunode.facts import Facts
-from gpunode.plan import Action, StepPlan, WriteFile
+from gpunode.plan import Action, StepPlan
 from gpunode.runner import RunReport
 from gpunode.steps import NOT_BUILT
 from gpunode.steps.base import Step
@@ -48,8 +48,9 @@ def _action_lines(action: Action, as_root: bool) -> list[object]:
     parts: list[object] = [Text.assemble("  • ", (action.summary, "bold"))]
     for command in action.shown_commands(as_root):
         parts.append(Text("      $ " + command, style="dim"))
-    if isinstance(action, WriteFile):
-        diff = action.diff()
+    diff_of = getattr(action, "diff", None)  # file writes, and actions that predict a tool's edit
+    if callable(diff_of):
+        diff = diff_of()
         if diff:
             parts.append(Padding(Syntax(diff, "diff", theme="ansi_dark", background_color="default"), (0, 0, 0, 6)))
     return parts

@@ -174,9 +174,10 @@ def find_engines(facts: Facts, wanted: Sequence[str] = ()) -> Engines:
             effective = effective_containerd(facts.files, major=found[0] if found else 1)
             state = containerd_state(effective.config)
             runtime = state.binary if state.has_nvidia else None
-            if main and cri_disabled(main) and "containerd" not in wanted:
-                left.append(("containerd", "this containerd serves only docker (CRI plugin disabled); pass --engine "
-                                           "containerd to test it anyway"))
+            backend = docker and not facts.has("kubelet") and runtime is None
+            if "containerd" not in wanted and ((main and cri_disabled(main)) or backend):
+                left.append(("containerd", "this containerd serves only docker (no nvidia runtime configured, no "
+                                           "kubelet); pass --engine containerd to test it anyway"))
             else:
                 containerd_cli = "nerdctl" if facts.has("nerdctl") else "ctr"
         except ConfigError as exc:

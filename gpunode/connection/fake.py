@@ -76,6 +76,17 @@ class FakeNode:
     def initramfs_path(self) -> str:
         return f"/boot/initrd.img-{self.kernel}"
 
+    READ_ONLY_SCRIPTS = frozenset({"gpunode-probe", "gpunode-read-file"})
+
+    def changing_calls(self, since: int = 0) -> list[list[str]]:
+        """Calls after `since` other than reads (the probe, read-file, and the `id -u` / `sudo -n true`
+        privilege check). Empty means a run changed nothing."""
+        def read_only(call: list[str]) -> bool:
+            if call[:2] == ["sh", "-c"]:
+                return len(call) > 3 and call[3] in self.READ_ONLY_SCRIPTS
+            return call in (["id", "-u"], ["true"])
+        return [c for c in self.calls[since:] if not read_only(c)]
+
     def ran(self, argv0: str) -> list[list[str]]:
         return [c for c in self.calls if c and c[0] == argv0]
 
@@ -168,8 +179,7 @@ class FakeConnection(Connection):
             if name not in renderers:
                 raise AssertionError(f"FakeNode cannot answer probe section {name!r}: teach fake.py")
             text, status = renderers[name]
-            parts.append(f"@{nonce}@begin {name}\n{text}" + ("" if text.endswith("\n") or not text else "\n")
-                         + f"@{nonce}@end {name} {status}")
+            parts.append(f"@{nonce}@begin {name}\n{text}\n@{nonce}@end {name} {status}")  # as the wrapper's echo
         return "\n".join(parts) + "\n"
 
 

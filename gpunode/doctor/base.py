@@ -117,10 +117,11 @@ class Node:
 
     @cached_property
     def driver_version(self) -> str | None:
-        """The loaded driver's version, else the installed one's."""
+        """The driver that drives the GPUs: the loaded module, else the module the running kernel would load, else
+        the installed user space."""
         if self.facts.loaded_driver:
             return self.facts.loaded_driver.version
-        return self.driver.installed or self.driver.module
+        return self.driver.module or self.driver.installed
 
     @cached_property
     def smi_gpus(self) -> tuple[dfacts.SmiGpu, ...]:

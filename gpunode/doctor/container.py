@@ -66,6 +66,12 @@ def _containerd(node: Node) -> tuple[dict[str, Any], Effective]:
     return main, effective_containerd(files, major=major)
 
 
+def docker_backend(node: Node) -> bool:
+    """containerd next to docker and no kubelet: docker's backend, which the runtime step leaves alone (restarting
+    it would disturb docker) unless --k8s or --engine containerd asks for it."""
+    return "docker" in node.survey.present and not node.facts.has("kubelet")
+
+
 def _runtime_installed(node: Node, state: RuntimeState) -> bool:
     return state.binary is None or posixpath.basename(state.binary) != RUNTIME_BINARY or \
         node.facts.has(RUNTIME_BINARY)
@@ -194,9 +200,6 @@ def containerd_runtime(node: Node) -> Verdict:
         return failed(f"{exc}: containerd refuses to start with it",
                       f"repair {exc.path} (containerd config dump shows what it would load), then: "
                       f"{RUNTIME_FIX.format(engine='containerd')}")
-    if main and cri_disabled(main):
-        return passed(f"{CONTAINERD_CONFIG} disables the CRI plugin: this containerd serves only docker, which has its "
-                      "own configuration")
     state = containerd_state(effective.config)
     if state.has_nvidia:
         if not _runtime_installed(node, state):
@@ -210,6 +213,12 @@ def containerd_runtime(node: Node) -> Verdict:
                f"its imports are {imports}" if imports else "it has no `imports`")
         return failed(f"{', '.join(orphans)} defines the nvidia runtime, but {CONTAINERD_CONFIG} does not import it "
                       f"({why}): containerd runs without it", RUNTIME_FIX.format(engine="containerd"))
+    if main and cri_disabled(main):
+        return passed(f"{CONTAINERD_CONFIG} disables the CRI plugin: this containerd serves only docker, which has its "
+                      "own configuration")
+    if docker_backend(node):
+        return passed("containerd runs under docker here and there is no kubelet: docker's configuration is what "
+                      "counts (gpunode install --only runtime --k8s configures containerd for Kubernetes)")
     unread = f" (imports {', '.join(effective.unread)} were not read)" if effective.unread else ""
     return failed(f"no nvidia runtime in containerd's configuration ({', '.join(effective.sources) or 'defaults'})"
                   + unread, RUNTIME_FIX.format(engine="containerd"))

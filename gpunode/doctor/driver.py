@@ -12,6 +12,7 @@ from packaging.version import Version
 from gpunode import compat, gpus
 from gpunode.doctor import parse
 from gpunode.doctor.base import NO_GPU, Node, Verdict, check, failed, passed, skipped, warned
+from gpunode.doctor.hardware import VGPU_LINE
 from gpunode.errors import GpunodeError
 from gpunode.explain import explain
 
@@ -36,6 +37,8 @@ def _load_blocker(node: Node) -> str | None:
     """Why an installed module cannot load, when another check already reports that cause."""
     if node.facts.module_loaded("nouveau"):
         return "nouveau holds the GPU (see kernel.nouveau-loaded)"
+    if node.kernel_log is not None and VGPU_LINE.search(node.kernel_log.text):
+        return "the GPU is a vGPU instance (see hw.vgpu)"
     sb = node.facts.secure_boot
     if sb.enabled and (any(f.id == "secureboot.module-rejected" for f in node.kernel_findings) or
                        not re.search(r"^signer:", node.facts.output("driver_module") or "", re.M)):
@@ -68,6 +71,10 @@ def loaded(node: Node) -> Verdict:
                       "(/proc/driver/nvidia/version does not exist)",
                       "sudo modprobe nvidia  # if it fails: sudo dmesg | gpunode explain")
     if state.installed:
+        newest = node.kernels.newest
+        if newest is not None and newest.name == node.facts.kernel and not node.kernels.built_for(newest.name):
+            return skipped(f"driver {state.installed} is installed but has no module for kernel {node.facts.kernel} "
+                           "(see kernel.dkms-newest-kernel)")
         return failed(f"driver {state.installed} user space is installed but no nvidia module exists for kernel "
                       f"{node.facts.kernel}", f"gpunode install --driver {state.installed}  # rebuilds the module")
     return failed("no NVIDIA driver is installed (/proc/driver/nvidia/version does not exist)", INSTALL)

@@ -6,7 +6,7 @@ import re
 
 from gpunode.doctor.base import NO_GPU, Node, Verdict, check, failed, passed, skipped, warned
 
-_VGPU_LINE = re.compile(r"^.*NVRM.*\b(?:vGPU|GRID)\b.*$", re.M)
+VGPU_LINE = re.compile(r"^.*NVRM.*\b(?:vGPU|GRID)\b.*$", re.M)
 GRID_FIX = ("install NVIDIA's vGPU (GRID) guest driver for this vGPU software release (NVIDIA-Linux-x86_64-<version>-"
             "grid.run from the NVIDIA Licensing Portal or your cloud's GRID driver page), then: gpunode install "
             "--skip driver")
@@ -44,7 +44,7 @@ def vgpu(node: Node) -> Verdict:
         return passed(f"not a vGPU instance (virtualization mode: {', '.join(sorted(modes))})")
     log = node.kernel_log
     if log is not None:
-        lines = _VGPU_LINE.findall(log.text)
+        lines = VGPU_LINE.findall(log.text)
         if lines:
             return failed(f"{log.source}: {lines[-1].strip()[:240]}: this GPU looks like a vGPU instance, which "
                           "needs NVIDIA's vGPU guest driver", GRID_FIX)

@@ -93,10 +93,11 @@ def _blacklisted(name: str, patterns: tuple[str, ...]) -> bool:
 
 
 def _enabled(node: Node, unit: str) -> bool | None:
+    """None when the unit does not exist or systemd was not asked (no systemd)."""
     state = node.units.get(unit)
-    if state is None:
+    if state is None or not state.exists:
         return None
-    return state.exists and (state.is_enabled or state.is_active)
+    return state.is_enabled or state.is_active
 
 
 @check("pkg.unattended-upgrades", "packages", "automatic upgrades leave NVIDIA packages alone")

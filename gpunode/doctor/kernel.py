@@ -11,8 +11,11 @@ from gpunode.doctor.base import NO_GPU, Node, Verdict, check, failed, passed, sk
 from gpunode.errors import GpunodeError
 from gpunode.steps import nouveau, prerequisites
 
-SIGNING_FIX = ("gpunode install --driver VERSION --module-signing-key KEY --module-signing-cert CERT  # a key pair "
-               "enrolled with `sudo mokutil --import CERT`; or disable Secure Boot in the firmware")
+
+def _signing_fix(node: Node) -> str:
+    return (f"gpunode install --driver {node.driver_version or 'VERSION'} --module-signing-key KEY "
+            "--module-signing-cert CERT  # a key pair enrolled with `sudo mokutil --import CERT`; or disable Secure "
+            "Boot in the firmware")
 
 
 def _signer(node: Node) -> str | None:
@@ -40,12 +43,12 @@ def secure_boot(node: Node) -> Verdict:
         return passed(f"Secure Boot is on ({sb.evidence}) and the nvidia module is loaded"
                       + (f" (signed by {signer})" if signer else ""))
     if rejected:
-        return failed(f"Secure Boot is on and the kernel rejected the module: {rejected[0].excerpt}", SIGNING_FIX)
+        return failed(f"Secure Boot is on and the kernel rejected the module: {rejected[0].excerpt}", _signing_fix(node))
     if node.driver.module and not _signer(node):
         return failed(f"Secure Boot is on and the installed nvidia module {node.driver.module} is not signed: the "
-                      "kernel will refuse it", SIGNING_FIX)
+                      "kernel will refuse it", _signing_fix(node))
     return warned(f"Secure Boot is on ({sb.evidence}): the NVIDIA module must be signed with an enrolled key",
-                  SIGNING_FIX)
+                  _signing_fix(node))
 
 
 @check("kernel.nouveau-loaded", "kernel", "nouveau not loaded")

@@ -134,9 +134,13 @@ def facts_from_probe_output(output: str, nonce: str) -> Facts:
 
 
 def gather(conn: Connection) -> Facts:
-    """Run the probe on the node (read-only, no sudo) and parse it."""
+    """Run the probe on the node and parse it. The probe only reads; it runs as root when root is available
+    (root-only configs such as a 0600 containerd config.toml must not look empty), else as the login user."""
     script, nonce = build_probe()
-    result = conn.run(script, timeout=120)
+    try:
+        result = conn.run(script, sudo=True, timeout=120)
+    except CommandError:
+        result = conn.run(script, timeout=120)
     sections = split_sections(result.stdout, nonce)
     if "os_release" not in sections:
         raise CommandError(f"{conn.name}: the fact probe printed nothing usable (exit {result.exit_code})",

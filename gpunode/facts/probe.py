@@ -162,6 +162,14 @@ COMMANDS.update({
         "f && /^        /{print; next} {f=0}'"
     ),
     "fabricmanager_log": "tail -n 5 /var/log/fabricmanager.log",
+    # dnf/yum version locks as the plugin reports them (cache only, no metadata refresh), on NVSwitch nodes only
+    "versionlocks": (
+        "found=; for d in /sys/bus/pci/devices/*; do [ -r \"$d/class\" ] || continue; read v < \"$d/vendor\"; "
+        'read c < "$d/class"; [ "$v" = 0x10de ] && [ "${c%??}" = 0x0680 ] && found=1; done; '
+        '[ -n "$found" ] || [ -d /proc/driver/nvidia-nvswitch ] || exit 3; '
+        "if command -v dnf >/dev/null 2>&1; then dnf -q -C versionlock list; "
+        "elif command -v yum >/dev/null 2>&1; then yum -q -C versionlock list; else exit 3; fi"
+    ),
     # fabric manager versions the configured repositories offer (local metadata only), on NVSwitch nodes only
     "fm_available": (
         "found=; for d in /sys/bus/pci/devices/*; do [ -r \"$d/class\" ] || continue; read v < \"$d/vendor\"; "
@@ -284,7 +292,10 @@ def build_probe(nonce: str | None = None) -> tuple[Script, str]:
     parts = []
     for name, snippet in all_sections().items():
         body = snippet.replace("@FILE@", f"@{nonce}@file")
-        parts.append(f'echo "@{nonce}@begin {name}"\n( {body}\n) 2>/dev/null\necho "@{nonce}@end {name} $?"')
+        # The bare `echo` ends a last line that has no newline (an os-release file without a final newline),
+        # so the end marker always starts a line; split_sections drops the one empty line it adds otherwise.
+        parts.append(f'echo "@{nonce}@begin {name}"\n( {body}\n) 2>/dev/null; s=$?; echo\n'
+                     f'echo "@{nonce}@end {name} $s"')
     return Script(body="\n".join(parts) + "\n", name="probe"), nonce
 
 
@@ -298,6 +309,8 @@ def split_sections(output: str, nonce: str) -> dict[str, Section]:
         if line.startswith(begin):
             current, lines = line[len(begin):].strip(), []
         elif line.startswith(end) and current is not None:
+            if lines and lines[-1] == "":
+                lines.pop()  # the newline the wrapper's `echo` added
             name, _, status = line[len(end):].partition(" ")
             sections[name] = Section("\n".join(lines), int(status) if status.strip().isdigit() else 1)
             current = None

@@ -352,9 +352,11 @@ def plan(facts: Facts, options: Options, earlier: Mapping[str, StepPlan] | None 
     present = {n: p for n, p in installed.items() if FM_PACKAGE.match(n)}
     current = present.get(name)
     matches = current is not None and current.upstream == driver
-    held = held_packages(installed, facts.files)
-    locks = {k: v for path in ("/etc/dnf/plugins/versionlock.list", "/etc/yum/pluginconf.d/versionlock.list")
-             for k, v in parse_versionlock(facts.files.get(path, "")).items()}
+    locks = {k: v for text in (facts.files.get("/etc/dnf/plugins/versionlock.list", ""),
+                               facts.files.get("/etc/yum/pluginconf.d/versionlock.list", ""),
+                               facts.output("versionlocks") or "")  # the file, and the plugin's own answer
+             for k, v in parse_versionlock(text).items()}
+    held = held_packages(installed, facts.files) | set(locks)
     state = unit(parse_units(facts.output("units") or ""), UNIT)
     if state.masked:
         return blocked(NAME, f"{UNIT} is masked: fabric manager cannot start", f"sudo systemctl unmask {SERVICE}, "

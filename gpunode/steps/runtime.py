@@ -215,7 +215,7 @@ def _engine_plan(name: str, facts: Facts, options: Options, ctk: tuple[int, ...]
 
 def _select(survey: EngineSurvey, options: Options, facts: Facts) -> tuple[list[str], list[str], tuple[str, str] | None]:
     """(engines to configure, notes, blocked). --engine picks explicitly; by default every engine present,
-    except docker's private containerd (CRI plugin disabled) unless --k8s asks for Kubernetes."""
+    except a containerd next to docker (docker's backend) unless --k8s asks for Kubernetes."""
     notes: list[str] = []
     unreachable = []
     if survey.snap_docker:
@@ -247,10 +247,10 @@ def _select(survey: EngineSurvey, options: Options, facts: Facts) -> tuple[list[
             main = parse_toml(facts.files.get(CONTAINERD_CONFIG), CONTAINERD_CONFIG)
         except ConfigError:
             main = {}
-        if cri_disabled(main):
-            selected.remove("containerd")
-            notes.append("containerd serves only docker here (its CRI plugin is disabled): left alone; pass --k8s or "
-                         "--engine containerd to configure it too")
+        selected.remove("containerd")  # docker's backend: restarting it for nothing would disturb docker
+        notes.append("containerd runs under docker here" + (" (its CRI plugin is disabled)" if cri_disabled(main)
+                                                            else "") + ": left alone; pass --k8s or --engine "
+                     "containerd to give it the nvidia runtime too")
     if not selected and unreachable:
         return [], notes, ("the only container engine is " + "; ".join(unreachable) + ", which gpunode cannot "
                            "configure", "install docker-ce/docker.io, containerd or CRI-O from the distribution, "

@@ -51,3 +51,30 @@ def test_facts_from_full_probe_output():
     assert [g.device for g in facts.gpus] == [0x1EB8]
     assert facts.secure_boot.enabled is True
     assert facts.loaded_driver is None
+
+
+def test_a_last_line_without_newline_cannot_swallow_the_end_marker(tmp_path):
+    # Real os-release files exist without a final newline (tests/fixtures/real/os-release/*no-trailing*).
+    from gpunode.connection.local import LocalConnection
+    from gpunode.facts import probe
+
+    target = tmp_path / "no-newline.conf"
+    target.write_text("blacklist nouveau\noptions nouveau modeset=0")  # no final newline
+    saved = dict(probe.FILE_GROUPS), dict(probe.COMMANDS)
+    try:
+        probe.FILE_GROUPS["test_group"] = (str(tmp_path / "*.conf"),)
+        probe.COMMANDS["test_printf"] = "printf 'no newline here'"
+        facts = gather(LocalConnection())
+    finally:
+        probe.FILE_GROUPS.clear(), probe.FILE_GROUPS.update(saved[0])
+        probe.COMMANDS.clear(), probe.COMMANDS.update(saved[1])
+    assert facts.files[str(target)] == "blacklist nouveau\noptions nouveau modeset=0"
+    assert facts.output("test_printf") == "no newline here"
+    assert facts.kernel  # later sections still parse
+
+
+def test_exact_trailing_newlines_survive_the_framing():
+    script, nonce = build_probe("n")
+    out = "@n@begin kernel\n5.15.0\n\n@n@end kernel 0\n@n@begin uid\n0\n@n@end uid 0\n"
+    sections = split_sections(out, "n")
+    assert sections["kernel"].text == "5.15.0" and sections["uid"].text == "0"

@@ -5,7 +5,6 @@ again: the second run must change nothing, and every key the user had in the eng
 from __future__ import annotations
 
 import json
-import tomllib
 
 import pytest
 from typer.testing import CliRunner
@@ -28,11 +27,7 @@ def _fast_fabric_polls(monkeypatch):
 
 
 def start(sim_node, profile: str, **overrides):  # noqa: F811
-    node = sim_node(profile, **overrides)
-    text = node.read("usr/lib/os-release") or ""
-    if not text.endswith("\n"):  # the simulator's ubuntu-22.04 copy lacks the final newline real files have
-        node.write("usr/lib/os-release", text + "\n")
-    return node
+    return sim_node(profile, **overrides)
 
 
 def install(node, *extra: str) -> dict:
@@ -82,15 +77,15 @@ def test_ubuntu_22_04_docker_t4(sim_node):  # noqa: F811
 
 def test_rocky_9_containerd_config_v2_for_kubernetes(sim_node):  # noqa: F811
     node = start(sim_node, "rocky-9-t4", engines=("containerd",))
-    before = tomllib.loads(node.read("etc/containerd/config.toml"))
+    before = c.parse_toml(node.read("etc/containerd/config.toml"), "toml")
     assert before["version"] == 2
     steps = install(node, "--k8s")
     assert steps["runtime"]["status"] == "change"
     assert "--set-as-default" in steps["runtime"]["actions"][0]["commands"][0]
     assert node.read("etc/yum.repos.d/nvidia-container-toolkit.repo")
-    after = tomllib.loads(node.read("etc/containerd/config.toml"))
+    after = c.parse_toml(node.read("etc/containerd/config.toml"), "toml")
     assert after["imports"] == ["/etc/containerd/conf.d/*.toml"]
-    dropin = tomllib.loads(node.read("etc/containerd/conf.d/99-nvidia.toml"))
+    dropin = c.parse_toml(node.read("etc/containerd/conf.d/99-nvidia.toml"), "toml")
     cri = dropin["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
     assert cri["default_runtime_name"] == "nvidia"
     assert cri["runtimes"]["nvidia"]["options"]["BinaryName"] == "/usr/bin/nvidia-container-runtime"
@@ -102,7 +97,7 @@ def test_rocky_9_containerd_config_v2_for_kubernetes(sim_node):  # noqa: F811
 
 def test_ubuntu_24_04_containerd_2_config_v3(sim_node):  # noqa: F811
     node = start(sim_node, "ubuntu-24.04-t4", engines=("containerd",))
-    before = tomllib.loads(node.read("etc/containerd/config.toml"))
+    before = c.parse_toml(node.read("etc/containerd/config.toml"), "toml")
     assert before["version"] == 3
     steps = install(node)
     assert steps["runtime"]["reason"] == "containerd: nvidia runtime missing"
@@ -110,8 +105,8 @@ def test_ubuntu_24_04_containerd_2_config_v3(sim_node):  # noqa: F811
              c.CONTAINERD_DROPIN: node.read("etc/containerd/conf.d/99-nvidia.toml")}
     state = c.containerd_state(c.effective_containerd(files, major=2).config)
     assert state.has_nvidia and not state.nvidia_is_default
-    assert "io.containerd.cri.v1.runtime" in tomllib.loads(files[c.CONTAINERD_DROPIN])["plugins"]
-    assert tomllib.loads(files[c.CONTAINERD_CONFIG])["plugins"] == before["plugins"]
+    assert "io.containerd.cri.v1.runtime" in c.parse_toml(files[c.CONTAINERD_DROPIN], "toml")["plugins"]
+    assert c.parse_toml(files[c.CONTAINERD_CONFIG], "toml")["plugins"] == before["plugins"]
     rerun_changes_nothing(node)
 
 
@@ -122,12 +117,14 @@ def test_hgx_h100_nvswitch_gets_fabric_manager_pinned_and_running(sim_node):  # 
     fm = steps["fabricmanager"]
     assert fm["status"] == "change" and fm["reason"] == "4 NVSwitch: nvidia-fabricmanager-535 is not installed"
     commands = [cmd for action in fm["actions"] for cmd in action["commands"]]
-    assert "sudo apt-get install -y --no-install-recommends --allow-downgrades nvidia-fabricmanager-535=535.274.02-1" \
-        in commands and "sudo apt-mark hold nvidia-fabricmanager-535" in commands
+    # The simulator logs in as root, so the plan shows the commands without sudo, as they really run.
+    assert "apt-get install -y --no-install-recommends --allow-downgrades nvidia-fabricmanager-535=535.274.02-1" \
+        in commands and "apt-mark hold nvidia-fabricmanager-535" in commands
     assert node.installed_packages()["nvidia-fabricmanager-535"] == "535.274.02-1"
     assert "nvidia-fabricmanager-535" in node.held_packages()
-    assert node.unit("nvidia-fabricmanager") == {"active": "active", "enabled": "enabled"} or \
-        node.unit("nvidia-fabricmanager")["active"] == "active"
+    assert node.unit("nvidia-fabricmanager") == {"active": "active", "enabled": "enabled"}
+    assert "Successfully configured all the available NVSwitches" in node.read("var/log/fabricmanager.log")
+    assert node.installed_packages()["cuda-keyring"] == "1.1-1"  # NVIDIA's CUDA repository was added for it
     code, out, _ = node.ssh("nvidia-smi -q")
     assert code == 0 and out.count("State                         : Completed") == 8
     rerun_changes_nothing(node)
@@ -139,3 +136,26 @@ def test_a_t4_node_skips_fabric_manager_and_installs_nothing_for_it(sim_node):  
     steps = install(node, "--only", "fabricmanager")
     assert steps["fabricmanager"]["status"] == "ok"
     assert not [p for p in node.installed_packages() if "fabric" in p]
+
+
+def test_invalid_daemon_json_is_blocked_and_left_untouched(sim_node):  # noqa: F811
+    node = start(sim_node, "ubuntu-22.04-t4", engines=("docker",), toolkit_version="1.20.0-1")
+    broken = '{\n"default-runtime": "nvidia",\n"runtimes": {},\n}\n'
+    node.write("etc/docker/daemon.json", broken)
+    result = cli.invoke(app, ["install", *node.cli_args(), "--only", "runtime"])
+    assert result.exit_code == 1 and "not valid JSON" in " ".join(result.stdout.split())
+    assert node.read("etc/docker/daemon.json") == broken
+    assert not [c for c in node.calls("nvidia-ctk") if "configure" in c]
+    assert not [c for c in node.calls("systemctl") if "restart" in c]
+
+
+def test_rocky_9_hgx_h100_gets_the_rpm_fabric_manager_versionlocked(sim_node):  # noqa: F811
+    node = start(sim_node, "rocky-9-h100x8", engines=("containerd",), preinstalled_driver="535.274.02")
+    steps = install(node, "--only", "fabricmanager")
+    commands = [cmd for action in steps["fabricmanager"]["actions"] for cmd in action["commands"]]
+    assert "dnf install -y nvidia-fabric-manager-535.274.02-1" in commands
+    assert "dnf versionlock add nvidia-fabric-manager-535.274.02-1" in commands
+    assert node.installed_packages()["nvidia-fabric-manager"] == "535.274.02-1"
+    assert "nvidia-fabric-manager" in node.held_packages()
+    assert node.unit("nvidia-fabricmanager")["active"] == "active"
+    rerun_changes_nothing(node, "--only", "fabricmanager")

@@ -19,7 +19,6 @@ from gpunode import runner as gpunode_runner
 from gpunode.cli import app
 from gpunode.steps import prerequisites
 from tests.nodesim.driver_run import build_fake_driver_run
-from tests.nodesim.fixtures import host_guard, nodesim_available, sim_node  # noqa: F401 - pytest fixtures
 
 pytestmark = pytest.mark.integration
 
@@ -54,23 +53,13 @@ class Mirror:
 
 
 @pytest.fixture
-def mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nodesim_available: bool) -> Iterator[Mirror]:  # noqa: F811
+def mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nodesim_available: bool) -> Iterator[Mirror]:
     m = Mirror(tmp_path / "www")
     monkeypatch.setenv("GPUNODE_DRIVER_MIRROR", m.url)
     monkeypatch.setattr(gpunode_runner, "REBOOT_POLL_SECONDS", 0.2)
     monkeypatch.setattr(prerequisites, "LOCK_POLL_SECONDS", 1.0)
     yield m
     m.stop()
-
-
-def start(sim_node, profile: str, **overrides):  # noqa: F811
-    node = sim_node(profile, **overrides)
-    # Real os-release files end with a newline; the simulator's ubuntu-22.04 copy does not, and the fact probe
-    # needs one to frame its sections (reported).
-    text = node.read("usr/lib/os-release") or ""
-    if not text.endswith("\n"):
-        node.write("usr/lib/os-release", text + "\n")
-    return node
 
 
 def install(node, tmp_path: Path, *extra: str):
@@ -90,9 +79,9 @@ def changes(node) -> list[list[str]]:
             or (c[0] in ("nvidia-installer", "modprobe") and "--version" not in c)]
 
 
-def test_fresh_ubuntu_t4_reboots_for_nouveau_installs_and_a_rerun_changes_nothing(sim_node, mirror, tmp_path):  # noqa: F811
+def test_fresh_ubuntu_t4_reboots_for_nouveau_installs_and_a_rerun_changes_nothing(sim_node, mirror, tmp_path):
     mirror.publish(V)
-    node = start(sim_node, "ubuntu-22.04-t4", nouveau_loaded=True)
+    node = sim_node("ubuntu-22.04-t4", nouveau_loaded=True)
     boot = node.boot_id
 
     planned = cli.invoke(app, ["plan", *node.cli_args(), "--driver", V, "--cache-dir", str(tmp_path / "cache"),
@@ -126,18 +115,18 @@ def test_fresh_ubuntu_t4_reboots_for_nouveau_installs_and_a_rerun_changes_nothin
     assert changes(node) == [] and node.reboots == 1 and len(mirror.paths) == fetched
 
 
-def test_without_reboot_it_stops_and_says_to_run_again(sim_node, mirror, tmp_path):  # noqa: F811
+def test_without_reboot_it_stops_and_says_to_run_again(sim_node, mirror, tmp_path):
     mirror.publish(V)
-    node = start(sim_node, "ubuntu-22.04-t4", nouveau_loaded=True)
+    node = sim_node("ubuntu-22.04-t4", nouveau_loaded=True)
     result = install(node, tmp_path)
     assert result.exit_code == 3, result.output
     assert "reboot required, then run the same command again" in flat(result.output)
     assert node.reboots == 0 and node.driver() is None
 
 
-def test_corrupt_run_is_refused_and_nothing_is_installed(sim_node, mirror, tmp_path):  # noqa: F811
+def test_corrupt_run_is_refused_and_nothing_is_installed(sim_node, mirror, tmp_path):
     mirror.publish(V, corrupt=True)
-    node = start(sim_node, "ubuntu-22.04-t4", nouveau_loaded=False)
+    node = sim_node("ubuntu-22.04-t4", nouveau_loaded=False)
     result = install(node, tmp_path)
     assert result.exit_code == 1, result.output
     assert "the archive is corrupt" in flat(result.output)
@@ -146,9 +135,9 @@ def test_corrupt_run_is_refused_and_nothing_is_installed(sim_node, mirror, tmp_p
     assert not (tmp_path / "cache" / V / "x86_64" / f"NVIDIA-Linux-x86_64-{V}.run").exists()
 
 
-def test_secure_boot_without_keys_is_blocked(sim_node, mirror, tmp_path):  # noqa: F811
+def test_secure_boot_without_keys_is_blocked(sim_node, mirror, tmp_path):
     mirror.publish(V)
-    node = start(sim_node, "ubuntu-22.04-t4", nouveau_loaded=False, secure_boot=True)
+    node = sim_node("ubuntu-22.04-t4", nouveau_loaded=False, secure_boot=True)
     result = install(node, tmp_path)
     out = flat(result.output)
     assert result.exit_code == 1 and "Secure Boot is enabled and no module signing key was given" in out
@@ -156,9 +145,9 @@ def test_secure_boot_without_keys_is_blocked(sim_node, mirror, tmp_path):  # noq
     assert node.driver() is None and node.calls("nvidia-installer") == [] and mirror.paths == []
 
 
-def test_secure_boot_with_an_enrolled_key_signs_the_module(sim_node, mirror, tmp_path):  # noqa: F811
+def test_secure_boot_with_an_enrolled_key_signs_the_module(sim_node, mirror, tmp_path):
     mirror.publish(V)
-    node = start(sim_node, "ubuntu-22.04-t4", nouveau_loaded=False, secure_boot=True)
+    node = sim_node("ubuntu-22.04-t4", nouveau_loaded=False, secure_boot=True)
     node.write("root/mok.priv", "private key\n", mode=0o600)
     node.write("root/mok.der", "certificate\n")
     node.enroll_mok("/root/mok.der")
@@ -171,9 +160,9 @@ def test_secure_boot_with_an_enrolled_key_signs_the_module(sim_node, mirror, tmp
 
 @pytest.mark.parametrize("profile, headers", [("ubuntu-22.04-t4", "linux-headers-5.15.0-92-generic"),
                                               ("rocky-9-t4", "kernel-devel-5.14.0-362.13.1.el9_3.x86_64")])
-def test_headers_missing_for_the_running_kernel_is_blocked(sim_node, mirror, tmp_path, profile, headers):  # noqa: F811
+def test_headers_missing_for_the_running_kernel_is_blocked(sim_node, mirror, tmp_path, profile, headers):
     mirror.publish(V)
-    node = start(sim_node, profile, nouveau_loaded=False)
+    node = sim_node(profile, nouveau_loaded=False)
     kernel = headers.split("-", 2)[2]
     node.set_kernel(kernel, headers=False)  # an update booted a kernel whose headers the repositories lack
     node.reboot()
@@ -186,9 +175,9 @@ def test_headers_missing_for_the_running_kernel_is_blocked(sim_node, mirror, tmp
     assert node.driver() is None and node.calls("nvidia-installer") == []
 
 
-def test_rocky_9_the_same_with_dnf_and_dracut(sim_node, mirror, tmp_path):  # noqa: F811
+def test_rocky_9_the_same_with_dnf_and_dracut(sim_node, mirror, tmp_path):
     mirror.publish(V)
-    node = start(sim_node, "rocky-9-t4", nouveau_loaded=True)
+    node = sim_node("rocky-9-t4", nouveau_loaded=True)
     result = install(node, tmp_path, "--reboot", "--reboot-timeout", "60")
     assert result.exit_code == 0, result.output
     assert node.calls("dracut") and not node.calls("update-initramfs")
@@ -203,9 +192,9 @@ def test_rocky_9_the_same_with_dnf_and_dracut(sim_node, mirror, tmp_path):  # no
     assert changes(node) == [] and node.reboots == 1
 
 
-def test_package_lock_held_by_unattended_upgrades_is_waited_for(sim_node, mirror, tmp_path):  # noqa: F811
+def test_package_lock_held_by_unattended_upgrades_is_waited_for(sim_node, mirror, tmp_path):
     mirror.publish(V)
-    node = start(sim_node, "ubuntu-22.04-t4", nouveau_loaded=False)
+    node = sim_node("ubuntu-22.04-t4", nouveau_loaded=False)
     node.set_apt_lock(2)  # the next two apt-get runs find the lock held
     result = install(node, tmp_path)
     assert result.exit_code == 0, result.output
@@ -213,9 +202,9 @@ def test_package_lock_held_by_unattended_upgrades_is_waited_for(sim_node, mirror
     assert node.driver()["version"] == V
 
 
-def test_package_lock_timeout_names_the_holder(sim_node, mirror, tmp_path):  # noqa: F811
+def test_package_lock_timeout_names_the_holder(sim_node, mirror, tmp_path):
     mirror.publish(V)
-    node = start(sim_node, "ubuntu-22.04-t4", nouveau_loaded=False)
+    node = sim_node("ubuntu-22.04-t4", nouveau_loaded=False)
     node.set_apt_lock(1000)
     result = install(node, tmp_path, "--lock-timeout", "2")
     out = flat(result.output)
@@ -224,9 +213,9 @@ def test_package_lock_timeout_names_the_holder(sim_node, mirror, tmp_path):  # n
     assert node.driver() is None
 
 
-def test_another_run_version_is_upgraded(sim_node, mirror, tmp_path):  # noqa: F811
+def test_another_run_version_is_upgraded(sim_node, mirror, tmp_path):
     mirror.publish(V)
-    node = start(sim_node, "ubuntu-22.04-t4", nouveau_loaded=False)
+    node = sim_node("ubuntu-22.04-t4", nouveau_loaded=False)
     node.install_driver("535.104.05", "proprietary")
     result = install(node, tmp_path)
     assert result.exit_code == 0, result.output
@@ -236,11 +225,23 @@ def test_another_run_version_is_upgraded(sim_node, mirror, tmp_path):  # noqa: F
     assert code == 0 and out.strip() == V
 
 
-def test_a_distro_packaged_driver_is_never_mixed(sim_node, mirror, tmp_path):  # noqa: F811
+def test_a_distro_packaged_driver_is_never_mixed(sim_node, mirror, tmp_path):
     mirror.publish(V)
-    node = start(sim_node, "ubuntu-22.04-t4", nouveau_loaded=False)
+    node = sim_node("ubuntu-22.04-t4", nouveau_loaded=False)
     node.install_package("nvidia-driver-535-server")
     result = install(node, tmp_path)
     out = flat(result.output)
     assert result.exit_code == 1 and "a driver from distribution packages is installed (nvidia-driver-535-server" in out
     assert node.calls("nvidia-installer") == []
+
+
+def test_blackwell_gets_the_open_module_explicitly(sim_node, mirror, tmp_path):
+    mirror.publish("570.124.06")
+    node = sim_node("ubuntu-24.04-b200x8", nouveau_loaded=False)
+    args = ["install", *node.cli_args(), "--driver", "570.124.06", "--cache-dir", str(tmp_path / "cache"), *STEPS]
+    result = cli.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "-m=kernel-open" in node.calls("nvidia-installer")[0]
+    assert node.driver()["flavor"] == "open" and node.is_loaded("nvidia")
+    refused = cli.invoke(app, [*args, "--kernel-module", "proprietary"])
+    assert refused.exit_code == 1 and "these GPUs need the open module" in flat(refused.output)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = pytest.mark.integration
-
 from tests.nodesim.fixtures import host_guard, nodesim_available, sim_node  # noqa: F401 - pytest fixtures
+
+pytestmark = pytest.mark.integration
 
 ssh_mod = pytest.importorskip("gpunode.connection.ssh")
 

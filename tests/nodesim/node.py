@@ -297,9 +297,8 @@ class SimNode:
         self._w("etc/hostname", hostname + "\n")
         self._w("etc/hosts", f"127.0.0.1 localhost\n127.0.1.1 {hostname}\n")
         self._w("etc/machine-id", uuid.uuid4().hex + "\n")
+        # As captured: some real os-release files have no final newline, and gpunode must cope.
         osr = (rootfs.DATA / "os-release" / d.os_release).read_bytes()
-        if not osr.endswith(b"\n"):  # the captured file lost its final newline; real ones have it
-            osr += b"\n"
         self._w("usr/lib/os-release", osr)
         os.symlink("../usr/lib/os-release", r / "etc/os-release")
         self._w("etc/default/grub", 'GRUB_DEFAULT=0\nGRUB_TIMEOUT=5\nGRUB_CMDLINE_LINUX_DEFAULT="quiet splash"\n'

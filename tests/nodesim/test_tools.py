@@ -100,6 +100,8 @@ def test_docker_gpu_flow(sim_node):
     rc, _, err = node.ssh(run)
     assert rc == 125 and (ERRORS / "docker_could-not-select-device-driver_empty-name.txt").read_text() in err
     node.install_package("nvidia-container-toolkit")
+    assert node.ssh("systemctl restart docker")[0] == 0
+    assert node.ssh(run)[0] == 125  # the toolkit alone is not enough: daemon.json has no nvidia runtime
     rc, _, err = node.ssh(f"docker run --rm --runtime=nvidia {CUDA_IMAGE} nvidia-smi -L")
     assert rc == 125 and "docker: Error response from daemon: unknown or invalid runtime name: nvidia." in err
     assert node.ssh("nvidia-ctk runtime configure --runtime=docker")[0] == 0
@@ -109,7 +111,7 @@ def test_docker_gpu_flow(sim_node):
     assert rc == 0 and out == f"GPU 0: Tesla T4 (UUID: {node.gpu_uuids[0]})\n"
     rc, out, _ = node.ssh(f"docker run --rm --runtime=nvidia {CUDA_IMAGE} nvidia-smi -L")
     assert rc == 0
-    rc, _, err = node.ssh(f"docker run --rm --gpus all nvidia/cuda:12.8.0-base-ubuntu22.04 nvidia-smi")
+    rc, _, err = node.ssh("docker run --rm --gpus all nvidia/cuda:12.8.0-base-ubuntu22.04 nvidia-smi")
     assert rc == 125 and "requirement error: unsatisfied condition: cuda>=12.8" in err
     rc, _, err = node.ssh("docker run --rm --gpus all nvidia/cuda:latest nvidia-smi")
     assert rc == 125 and "manifest unknown" in err
@@ -123,6 +125,13 @@ def test_docker_gpu_flow(sim_node):
     assert node.unit("docker") == {"active": "failed", "enabled": "enabled"}
     rc, _, err = node.ssh(run)
     assert rc == 125 and "Cannot connect to the Docker daemon" in err
+
+
+def test_docker_gpus_with_only_the_hook_like_moby(sim_node):
+    node = sim_node("ubuntu-22.04-t4", preinstalled_driver="535.129.03", toolkit_version="1.17.8-1",
+                    docker_gpus_need_runtime=False)
+    rc, out, err = node.ssh(f"docker run --rm --gpus all {CUDA_IMAGE} nvidia-smi -L")
+    assert rc == 0 and out.startswith("GPU 0: Tesla T4"), err
 
 
 def test_docker_without_driver_loaded(sim_node):
@@ -220,4 +229,3 @@ def test_distro_specifics(sim_fleet):
         assert out.splitlines() == ["ok", "2"]
         osr = (Path(__file__).parent / "data" / "os-release" / n.profile.d.os_release).read_text()
         assert n.read("/etc/os-release").rstrip("\n") == osr.rstrip("\n")
-        assert n.read("/etc/os-release").endswith("\n")

@@ -21,7 +21,9 @@ if [ -n "$DRIVER_VERSION" ] && [ "$DRIVER_DKMS" = 1 ] && ! ns_driver_built_for "
     ns_driver_write_env
 fi
 
-rm -f "$NS/loaded.env" "$NS/smi.persistence"
+rm -f "$NS/loaded.env" "$NS/smi.persistence" "$NS/kmsg.clock"
+printf '[    0.000000] Linux version %s (buildd@lcy02-amd64) (%s) %s\n' "$K" "$GCC_VERSION" "$KERNEL_BUILD" > "$NS/dmesg"
+printf '[    0.000000] Command line: %s\n' "$(cat /proc/cmdline)" >> "$NS/dmesg"
 ns_write_modules $(cat "$NS/base-modules" 2>/dev/null)
 
 if ns_has_gpu; then

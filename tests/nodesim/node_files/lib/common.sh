@@ -17,6 +17,11 @@ ns_log() {
 }
 
 ns_err() { printf '%s\n' "$*" >&2; }
+ns_kmsg() {  # append a line to the simulated kernel log, dmesg style
+    _up=$(cat "$NS/kmsg.clock" 2>/dev/null || echo 3)
+    _up=$((_up + 1)); echo "$_up" > "$NS/kmsg.clock"
+    printf '[%5d.%06d] %s\n' "$_up" $(( (_up * 7919) % 1000000 )) "$*" >> "$NS/dmesg"
+}
 
 # ---- small helpers ----------------------------------------------------------------------------------------
 ns_kernel() { cat "$NS/kernel"; }
@@ -166,13 +171,25 @@ ns_load_module() {
         fi
         if [ "$_x" = nvidia ]; then
             case "$(ns_nvidia_probe)" in
-                keyrejected) ns_err "modprobe: ERROR: could not insert 'nvidia': Key was rejected by service"; return 1 ;;
-                nodevice) ns_err "modprobe: ERROR: could not insert 'nvidia': No such device"; return 1 ;;
+                keyrejected)
+                    ns_kmsg "Loading of unsigned module is rejected"
+                    ns_err "modprobe: ERROR: could not insert 'nvidia': Key was rejected by service"; return 1 ;;
+                nodevice)
+                    if ns_loaded nouveau; then sed 's/^\[[^]]*\] //' "$NSDATA/errors/dmesg_nvrm-no-adapter-probed_nouveau-conflict.txt" | while IFS= read -r _l; do ns_kmsg "$_l"; done
+                    else ns_kmsg "NVRM: No NVIDIA GPU found."; fi
+                    ns_err "modprobe: ERROR: could not insert 'nvidia': No such device"; return 1 ;;
                 notfound) ns_err "modprobe: FATAL: Module nvidia not found in directory /lib/modules/$(ns_kernel)"; return 1 ;;
             esac
             ns_driver_load_env
             printf 'LOADED_VERSION=%s\nLOADED_FLAVOR=%s\n' "$DRIVER_VERSION" "$DRIVER_FLAVOR" > "$NS/loaded.env"
+            ns_kmsg "nvidia: loading out-of-tree module taints kernel."
+            if [ "$DRIVER_FLAVOR" = open ]; then
+                ns_kmsg "NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  $DRIVER_VERSION  Release Build  (dvs-builder@U16-I3-B03-4-3)  Thu Oct 19 18:56:32 UTC 2023"
+            else
+                ns_kmsg "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  $DRIVER_VERSION  Thu Oct 19 18:56:32 UTC 2023"
+            fi
         fi
+        [ "$_x" = nouveau ] && ns_has_gpu && ns_kmsg "nouveau 0000:$(awk -F'\t' 'NR == 1 { sub(/^0000:/, "", $2); print $2 }' "$NS/gpus"): DRM: VRAM: $(awk -F'\t' 'NR == 1 { print $5 }' "$NS/gpus") MiB"
         _new="$_x $_new"
     done
     ns_write_modules $_new $(ns_loaded_list)

@@ -17,6 +17,7 @@ import os
 import re
 import subprocess
 import sys
+
 import tomllib
 
 NS = "/var/lib/nodesim"
@@ -108,7 +109,7 @@ def image_known(ref):
 def image_cuda(ref):
     name, tag = normalize(ref)
     m = CUDA_TAG.match(tag) if name in ("nvidia/cuda", "nvcr.io/nvidia/cuda") else None
-    return "%s.%s" % (m.group(1), m.group(2)) if m else None
+    return f"{m.group(1)}.{m.group(2)}" if m else None
 
 
 # ---- what the NVIDIA hook decides ---------------------------------------------------------------------------
@@ -127,8 +128,8 @@ def nvidia_hook_error(ref, env):
     if need and env.get("NVIDIA_DISABLE_REQUIRE", "").lower() not in ("1", "true"):
         have = cuda_for_driver(env_file(NS + "/loaded.env").get("LOADED_VERSION", driver["DRIVER_VERSION"]))
         if have and vtuple(need) > vtuple(have):
-            return ("nvidia-container-cli: requirement error: unsatisfied condition: cuda>=%s, please update your "
-                    "driver to a newer version, or use an earlier cuda container" % need)
+            return (f"nvidia-container-cli: requirement error: unsatisfied condition: cuda>={need}, please update your "
+                    "driver to a newer version, or use an earlier cuda container")
     return None
 
 
@@ -159,8 +160,7 @@ def run_in_container(cmd, gpu):
 def oci_error(msg):
     return ("failed to create task for container: failed to create shim task: OCI runtime create failed: "
             "runc create failed: unable to start container process: error during container init: error running "
-            "hook #0: error running hook: exit status 1, stdout: , stderr: Auto-detected mode as 'legacy'\n%s: unknown"
-            % msg)
+            f"hook #0: error running hook: exit status 1, stdout: , stderr: Auto-detected mode as 'legacy'\n{msg}: unknown")
 
 
 # ---- docker ------------------------------------------------------------------------------------------------
@@ -185,13 +185,12 @@ def docker_pull_msgs(ref):
     if ref in pulled:
         return True
     name, tag = normalize(ref)
-    sys.stderr.write("Unable to find image '%s' locally\n" % ref)
+    sys.stderr.write(f"Unable to find image '{ref}' locally\n")
     if not image_known(ref):
-        sys.stderr.write("docker: Error response from daemon: manifest for %s:%s not found: manifest unknown: manifest unknown.\n"
-                         "See 'docker run --help'.\n" % (name, tag))
+        sys.stderr.write(f"docker: Error response from daemon: manifest for {name}:{tag} not found: manifest unknown: manifest unknown.\n"
+                         "See 'docker run --help'.\n")
         return False
-    sys.stderr.write("%s: Pulling from %s\nDigest: sha256:%s\nStatus: Downloaded newer image for %s:%s\n"
-                     % (tag, name if "/" in name else "library/" + name, "5" * 64, name, tag))
+    sys.stderr.write("{}: Pulling from {}\nDigest: sha256:{}\nStatus: Downloaded newer image for {}:{}\n".format(tag, name if "/" in name else "library/" + name, "5" * 64, name, tag))
     with open(ENG + "/docker-images", "a", encoding="utf-8") as fh:
         fh.write(ref + "\n")
     return True
@@ -239,15 +238,18 @@ def docker_run(args):
         sys.stderr.write(msg.replace("nvidia.", runtime + ".") + "\nSee 'docker run --help'.\n")
         return 125
     gpus = opts.get("gpus")
-    if gpus is not None and read(ENG + "/docker.hook", "0").strip() != "1":
+    nvidia_runtime = any(os.path.basename(str(v.get("path", ""))).startswith("nvidia-container-runtime")
+                         for v in runtimes.values() if isinstance(v, dict))
+    strict = PROFILE.get("DOCKER_GPUS_NEED_RUNTIME", "1") == "1"
+    if gpus is not None and (read(ENG + "/docker.hook", "0").strip() != "1" or (strict and not nvidia_runtime)):
         sys.stderr.write(read(ERRORS + "/docker_could-not-select-device-driver_empty-name.txt", "")
                          + "See 'docker run --help'.\n")
         return 125
     rt_path = runtimes.get(runtime, {}).get("path", "runc")
     if runtime not in ("runc", "io.containerd.runc.v2") and not on_path(os.path.basename(rt_path)):
         sys.stderr.write("docker: Error response from daemon: failed to create task for container: failed to create "
-                         "shim task: OCI runtime create failed: unable to retrieve OCI runtime error: exec: \"%s\": "
-                         "executable file not found in $PATH: unknown.\n" % rt_path)
+                         f"shim task: OCI runtime create failed: unable to retrieve OCI runtime error: exec: \"{rt_path}\": "
+                         "executable file not found in $PATH: unknown.\n")
         return 127
     env = dict(opts["env"])
     if image_cuda(ref) and "NVIDIA_VISIBLE_DEVICES" not in env:
@@ -257,20 +259,20 @@ def docker_run(args):
     if wants_gpu:
         err = nvidia_hook_error(ref, env)
         if err:
-            sys.stderr.write("docker: Error response from daemon: %s.\nSee 'docker run --help'.\n" % oci_error(err))
+            sys.stderr.write(f"docker: Error response from daemon: {oci_error(err)}.\nSee 'docker run --help'.\n")
             return 125
     rc = run_in_container(cmd, wants_gpu)
     if rc is None:
         sys.stderr.write("docker: Error response from daemon: failed to create task for container: failed to create "
                          "shim task: OCI runtime create failed: runc create failed: unable to start container "
-                         "process: exec: \"%s\": executable file not found in $PATH: unknown.\n" % cmd[0])
+                         f"process: exec: \"{cmd[0]}\": executable file not found in $PATH: unknown.\n")
         return 127
     return rc
 
 
 def docker_info(args):
     if unit_state("docker.service") != "active":
-        print("Client:\n Version:    %s\n Context:    default\n Debug Mode: false\n" % PROFILE.get("DOCKER_VERSION"))
+        print("Client:\n Version:    {}\n Context:    default\n Debug Mode: false\n".format(PROFILE.get("DOCKER_VERSION")))
         print("Server:")
         sys.stderr.write("ERROR: Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker "
                          "daemon running?\nerrors pretty printing info\n")
@@ -288,21 +290,19 @@ def docker_info(args):
     if fmt:
         out = fmt
         for m in re.findall(r"\{\{\s*json\s+\.(\w+)\s*\}\}", fmt):
-            out = re.sub(r"\{\{\s*json\s+\.%s\s*\}\}" % m, json.dumps(data.get(m), separators=(",", ":")), out)
+            out = re.sub(rf"\{{\{{\s*json\s+\.{m}\s*\}}\}}", json.dumps(data.get(m), separators=(",", ":")), out)
         out = re.sub(r"\{\{\s*json\s+\.\s*\}\}", json.dumps(data, separators=(",", ":")), out)
         for m in re.findall(r"\{\{\s*\.(\w+)\s*\}\}", out):
             v = data.get(m)
-            out = re.sub(r"\{\{\s*\.%s\s*\}\}" % m, " ".join(sorted(v)) if isinstance(v, dict) else str(v), out)
+            out = re.sub(rf"\{{\{{\s*\.{m}\s*\}}\}}", " ".join(sorted(v)) if isinstance(v, dict) else str(v), out)
         print(out)
         return 0
-    print("Client:\n Version:    %s\n Context:    default\n Debug Mode: false\n" % PROFILE.get("DOCKER_VERSION"))
-    print("Server:\n Containers: 0\n  Running: 0\n  Paused: 0\n  Stopped: 0\n Images: %d" %
-          len(read(ENG + "/docker-images", "").split()))
-    print(" Server Version: %s\n Storage Driver: overlay2\n Cgroup Driver: systemd\n Cgroup Version: 2"
-          % PROFILE.get("DOCKER_VERSION"))
-    print(" Runtimes: %s\n Default Runtime: %s" % (" ".join(sorted(runtimes)), default))
-    print(" Kernel Version: %s\n Operating System: %s\n Architecture: x86_64"
-          % (read(NS + "/kernel", "").strip(), PROFILE.get("PRETTY_NAME", "Linux")))
+    print("Client:\n Version:    {}\n Context:    default\n Debug Mode: false\n".format(PROFILE.get("DOCKER_VERSION")))
+    images = len(read(ENG + "/docker-images", "").split())
+    print(f"Server:\n Containers: 0\n  Running: 0\n  Paused: 0\n  Stopped: 0\n Images: {images}")
+    print(" Server Version: {}\n Storage Driver: overlay2\n Cgroup Driver: systemd\n Cgroup Version: 2".format(PROFILE.get("DOCKER_VERSION")))
+    print(" Runtimes: {}\n Default Runtime: {}".format(" ".join(sorted(runtimes)), default))
+    print(" Kernel Version: {}\n Operating System: {}\n Architecture: x86_64".format(read(NS + "/kernel", "").strip(), PROFILE.get("PRETTY_NAME", "Linux")))
     return 0
 
 
@@ -315,7 +315,7 @@ def docker(args):
     cmd, rest = args[0], args[1:]
     version = PROFILE.get("DOCKER_VERSION", "24.0.7")
     if cmd in ("--version", "-v"):
-        print("Docker version %s, build afdd53b" % version)
+        print(f"Docker version {version}, build afdd53b")
         return 0
     if cmd == "version":
         fmt = None
@@ -334,11 +334,11 @@ def docker(args):
                 out = out.replace("{{.Server.Version}}", version)
             print(out)
             return 0
-        print("Client: Docker Engine - Community\n Version:           %s" % version)
+        print(f"Client: Docker Engine - Community\n Version:           {version}")
         if not active:
             sys.stderr.write("Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?\n")
             return 1
-        print("\nServer: Docker Engine - Community\n Engine:\n  Version:          %s" % version)
+        print(f"\nServer: Docker Engine - Community\n Engine:\n  Version:          {version}")
         return 0
     if cmd == "info" or (cmd == "system" and rest[:1] == ["info"]):
         return docker_info(rest if cmd == "info" else rest[1:])
@@ -352,16 +352,16 @@ def docker(args):
         pulled = ref in set(read(ENG + "/docker-images", "").split())
         if not pulled and not image_known(ref):
             name, tag = normalize(ref)
-            sys.stderr.write("Error response from daemon: manifest for %s:%s not found: manifest unknown: manifest unknown\n" % (name, tag))
+            sys.stderr.write(f"Error response from daemon: manifest for {name}:{tag} not found: manifest unknown: manifest unknown\n")
             return 1
         if not pulled:
             with open(ENG + "/docker-images", "a", encoding="utf-8") as fh:
                 fh.write(ref + "\n")
-        print("Status: Downloaded newer image for %s" % ref)
+        print(f"Status: Downloaded newer image for {ref}")
         return 0
     if cmd in ("images", "ps", "rm", "rmi", "stop", "kill", "logs", "image", "container", "system"):
         return 0
-    sys.stderr.write("docker: '%s' is not a docker command.\nSee 'docker --help'\n" % cmd)
+    sys.stderr.write(f"docker: '{cmd}' is not a docker command.\nSee 'docker --help'\n")
     return 1
 
 
@@ -385,7 +385,7 @@ def containerd_load(cfg_path):
     version = int(doc.get("version", 1)) if text.strip() else 2
     major = int(PROFILE.get("CONTAINERD_VERSION", "1.7").split(".")[0])
     if version > 2 and major < 2:
-        raise ValueError("containerd: failed to load TOML from %s: unsupported config version `%d`" % (cfg_path, version))
+        raise ValueError(f"containerd: failed to load TOML from {cfg_path}: unsupported config version `{version}`")
     merged = dict(doc)
     for pattern in doc.get("imports", []) or []:
         for f in sorted(glob.glob(pattern)):
@@ -401,9 +401,9 @@ def containerd(args):
     version = PROFILE.get("CONTAINERD_VERSION", "1.7.12")
     if not args or args[0] in ("--version", "-v"):
         if version.startswith("2."):
-            print("containerd github.com/containerd/containerd/v2 v%s 6c4c0fa7dfc1d54bcdfc4deedc0e18e08cbfe1a0" % version)
+            print(f"containerd github.com/containerd/containerd/v2 v{version} 6c4c0fa7dfc1d54bcdfc4deedc0e18e08cbfe1a0")
         else:
-            print("containerd containerd.io %s 7f7fdf5fed64eb6a7caf99b3e12efcf9d60e311c" % version)
+            print(f"containerd containerd.io {version} 7f7fdf5fed64eb6a7caf99b3e12efcf9d60e311c")
         return 0
     if args[:2] == ["config", "dump"]:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -411,12 +411,13 @@ def containerd(args):
         try:
             merged = containerd_load("/etc/containerd/config.toml")
         except (ValueError, tomllib.TOMLDecodeError) as err:
-            sys.stderr.write("containerd: %s\n" % err)
+            sys.stderr.write(f"containerd: {err}\n")
             return 1
         sys.stdout.write(tomlw.dumps(merged))
         return 0
     if args[:2] == ["config", "default"]:
-        sys.stdout.write(read("/opt/nodesim/data/containerd/default-v%d.toml" % (3 if version.startswith("2.") else 2), ""))
+        v = 3 if version.startswith("2.") else 2
+        sys.stdout.write(read(f"/opt/nodesim/data/containerd/default-v{v}.toml", ""))
         return 0
     return 0
 
@@ -426,7 +427,7 @@ def ctr(args):
     while args and args[0] in ("-n", "--namespace", "-a", "--address"):
         args = args[2:]
     if not args or args[0] in ("--version", "-v", "version"):
-        print("ctr github.com/containerd/containerd v%s" % version)
+        print(f"ctr github.com/containerd/containerd v{version}")
         return 0
     if unit_state("containerd.service") != "active":
         sys.stderr.write('ctr: failed to dial "/run/containerd/containerd.sock": connection error: desc = "transport: '
@@ -437,20 +438,20 @@ def ctr(args):
         refs = [a for a in args[2:] if not a.startswith("-")]
         ref = refs[0] if refs else ""
         if "/" not in ref.split(":")[0] or "." not in ref.split("/")[0]:
-            sys.stderr.write('ctr: failed to resolve reference "%s": object required\n' % ref)
+            sys.stderr.write(f'ctr: failed to resolve reference "{ref}": object required\n')
             return 1
         if not image_known(ref):
-            sys.stderr.write('ctr: failed to resolve reference "%s": %s: not found\n' % (ref, ref))
+            sys.stderr.write(f'ctr: failed to resolve reference "{ref}": {ref}: not found\n')
             return 1
         with open(ENG + "/ctr-images", "a", encoding="utf-8") as fh:
             fh.write(ref + "\n")
-        print("%s: resolved       |++++++++++++++++++++++++++++++++++++++|" % ref)
+        print(f"{ref}: resolved       |++++++++++++++++++++++++++++++++++++++|")
         print("done: 1.2s")
         return 0
     if args[0] in ("image", "images", "i"):
         print("REF TYPE DIGEST SIZE PLATFORMS LABELS")
         for r in sorted(images):
-            print("%s application/vnd.docker.distribution.manifest.list.v2+json sha256:%s 80.0 MiB linux/amd64 -" % (r, "5" * 64))
+            print("{} application/vnd.docker.distribution.manifest.list.v2+json sha256:{} 80.0 MiB linux/amd64 -".format(r, "5" * 64))
         return 0
     if args[0] == "run":
         rest = args[1:]
@@ -487,13 +488,13 @@ def ctr(args):
             return 1
         ref, _cid, cmd = pos[0], pos[1], pos[2:]
         if ref not in images:
-            sys.stderr.write('ctr: image "%s": not found\n' % ref)
+            sys.stderr.write(f'ctr: image "{ref}": not found\n')
             return 1
         wants_gpu = gpus is not None
         if runc_binary:
             if not os.path.exists(runc_binary):
                 sys.stderr.write('ctr: failed to create shim task: OCI runtime create failed: unable to retrieve OCI '
-                                 'runtime error: exec: "%s": stat %s: no such file or directory: unknown\n' % (runc_binary, runc_binary))
+                                 f'runtime error: exec: "{runc_binary}": stat {runc_binary}: no such file or directory: unknown\n')
                 return 1
             if os.path.basename(runc_binary).startswith("nvidia") and env.get("NVIDIA_VISIBLE_DEVICES", "void") not in ("", "void", "none"):
                 wants_gpu = True
@@ -502,12 +503,12 @@ def ctr(args):
             if err:
                 sys.stderr.write("ctr: failed to create shim task: OCI runtime create failed: runc create failed: "
                                  "unable to start container process: error during container init: error running "
-                                 "hook #0: error running hook: exit status 1, stdout: , stderr: %s: unknown\n" % err)
+                                 f"hook #0: error running hook: exit status 1, stdout: , stderr: {err}: unknown\n")
                 return 1
         rc = run_in_container(cmd, wants_gpu)
         if rc is None:
             sys.stderr.write('ctr: failed to create shim task: OCI runtime create failed: runc create failed: unable to '
-                             'start container process: exec: "%s": executable file not found in $PATH: unknown\n' % cmd[0])
+                             f'start container process: exec: "{cmd[0]}": executable file not found in $PATH: unknown\n')
             return 1
         return rc
     return 0
@@ -546,7 +547,7 @@ def nerdctl(args):
     if not image_known(ref):
         name, tag = normalize(ref)
         sys.stderr.write('time="2024-01-01T00:00:00Z" level=fatal msg="failed to resolve reference '
-                         '\\"docker.io/%s:%s\\": docker.io/%s:%s: not found"\n' % (name, tag, name, tag))
+                         f'\\"docker.io/{name}:{tag}\\": docker.io/{name}:{tag}: not found"\n')
         return 1
     if gpus is not None:
         err = nvidia_hook_error(ref, env)
@@ -554,11 +555,11 @@ def nerdctl(args):
             sys.stderr.write('time="2024-01-01T00:00:00Z" level=fatal msg="failed to create shim task: OCI runtime '
                              'create failed: runc create failed: unable to start container process: error during '
                              'container init: error running hook #0: error running hook: exit status 1, stdout: , '
-                             'stderr: %s: unknown"\n' % err)
+                             f'stderr: {err}: unknown"\n')
             return 1
     rc = run_in_container(cmd, gpus is not None)
     if rc is None:
-        sys.stderr.write('time="2024-01-01T00:00:00Z" level=fatal msg="exec: \\"%s\\": executable file not found in $PATH"\n' % cmd[0])
+        sys.stderr.write(f'time="2024-01-01T00:00:00Z" level=fatal msg="exec: \\"{cmd[0]}\\": executable file not found in $PATH"\n')
         return 1
     return rc
 
@@ -572,7 +573,7 @@ def main(argv):
         try:
             json.loads(text)
         except ValueError as err:
-            print("unable to configure the Docker daemon with file %s: %s" % (args[0], err))
+            print(f"unable to configure the Docker daemon with file {args[0]}: {err}")
             return 1
         return 0
     if what == "containerd-effective":

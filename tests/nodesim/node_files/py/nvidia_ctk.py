@@ -9,6 +9,7 @@ import datetime
 import json
 import os
 import sys
+
 import tomllib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -21,7 +22,7 @@ CRI_PLUGIN = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1
 
 def log(level, msg):
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    sys.stderr.write('time="%s" level=%s msg=%s\n' % (now, level, json.dumps(msg)))
+    sys.stderr.write(f'time="{now}" level={level} msg={json.dumps(msg)}\n')
 
 
 # ---- JSON the way Go's encoding/json reads and writes it ---------------------------------------------------
@@ -34,7 +35,7 @@ def _go_char(c):
         return "'\\t'"
     if c == "'":
         return "'\\''"
-    return "'%s'" % c
+    return f"'{c}'"
 
 
 def go_json_error(text, err):
@@ -44,11 +45,11 @@ def go_json_error(text, err):
     if not c or m.startswith("Unterminated string"):
         return "unexpected end of JSON input"
     if m.startswith("Expecting property name"):
-        return "invalid character %s looking for beginning of object key string" % _go_char(c)
+        return f"invalid character {_go_char(c)} looking for beginning of object key string"
     if m.startswith("Expecting value"):
-        return "invalid character %s looking for beginning of value" % _go_char(c)
+        return f"invalid character {_go_char(c)} looking for beginning of value"
     if m.startswith("Expecting ':'"):
-        return "invalid character %s after object key" % _go_char(c)
+        return f"invalid character {_go_char(c)} after object key"
     if m.startswith("Expecting ',' delimiter"):
         depth = []
         in_str = esc = False
@@ -67,11 +68,11 @@ def go_json_error(text, err):
             elif ch in "]}" and depth:
                 depth.pop()
         where = "object key:value pair" if depth and depth[-1] == "{" else "array element"
-        return "invalid character %s after %s" % (_go_char(c), where)
+        return f"invalid character {_go_char(c)} after {where}"
     if m.startswith("Extra data"):
-        return "invalid character %s after top-level value" % _go_char(c)
+        return f"invalid character {_go_char(c)} after top-level value"
     if m.startswith("Invalid control character"):
-        return "invalid character %s in string literal" % _go_char(c)
+        return f"invalid character {_go_char(c)} in string literal"
     return m
 
 
@@ -96,7 +97,7 @@ def go_json_dumps(obj):
 
 def configure_docker(opts):
     path = opts["config"] or "/etc/docker/daemon.json"
-    log("info", "Loading config from %s" % path)
+    log("info", f"Loading config from {path}")
     cfg = {}
     if os.path.exists(path):
         with open(path, encoding="utf-8") as fh:
@@ -105,7 +106,7 @@ def configure_docker(opts):
             try:
                 cfg = json.loads(text)
             except json.JSONDecodeError as err:
-                log("error", "unable to load config for runtime docker: %s" % go_json_error(text, err))
+                log("error", f"unable to load config for runtime docker: {go_json_error(text, err)}")
                 return 1
         if not isinstance(cfg, dict):
             log("error", "unable to load config for runtime docker: json: cannot unmarshal array into Go value of type map[string]interface {}")
@@ -130,7 +131,7 @@ def configure_docker(opts):
     os.makedirs(os.path.dirname(path) or "/", exist_ok=True)
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(out)
-    log("info", "Wrote updated config to %s" % path)
+    log("info", f"Wrote updated config to {path}")
     log("info", "It is recommended that docker daemon be restarted.")
     return 0
 
@@ -164,18 +165,18 @@ def configure_containerd(opts):
     try:
         cfg = tomllib.loads(text) if text.strip() else {}
     except tomllib.TOMLDecodeError as err:
-        log("error", "unable to load config for runtime containerd: %s" % err)
+        log("error", f"unable to load config for runtime containerd: {err}")
         return 1
     if not text.strip():
         version = 2
     else:
         version = int(cfg.get("version", 1))
     if version not in CRI_PLUGIN:
-        log("error", "unable to load config for runtime containerd: unsupported config version: %d" % version)
+        log("error", f"unable to load config for runtime containerd: unsupported config version: {version}")
         return 1
     plugin = CRI_PLUGIN[version]
-    log("info", "Using config version %d" % version)
-    log("info", 'Using CRI runtime plugin name "%s"' % plugin)
+    log("info", f"Using config version {version}")
+    log("info", f'Using CRI runtime plugin name "{plugin}"')
 
     work = copy.deepcopy(cfg)
     ctd = ("plugins", plugin, "containerd")
@@ -202,7 +203,7 @@ def configure_containerd(opts):
             entry = copy.deepcopy(found)
             break
     if entry is None:
-        log("warning", "Could not infer options from runtimes [%s]" % " ".join(candidates))
+        log("warning", "Could not infer options from runtimes [{}]".format(" ".join(candidates)))
         entry = {"runtime_type": "io.containerd.runc.v2", "runtime_root": "", "runtime_engine": "",
                  "privileged_without_host_devices": False}
     options = entry.get("options") if isinstance(entry.get("options"), dict) else {}
@@ -244,7 +245,7 @@ def configure_containerd(opts):
             main["version"] = version
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(tomlw.dumps(main))
-    log("info", "Wrote updated config to %s" % target)
+    log("info", f"Wrote updated config to {target}")
     log("info", "It is recommended that containerd daemon be restarted.")
     return 0
 
@@ -258,7 +259,7 @@ def configure_crio(opts):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(tomlw.dumps(doc))
-    log("info", "Wrote updated config to %s" % path)
+    log("info", f"Wrote updated config to {path}")
     log("info", "It is recommended that crio daemon be restarted.")
     return 0
 
@@ -287,12 +288,12 @@ def runtime_configure(args):
             if not eq:
                 i += 1
                 if i >= len(args):
-                    sys.stderr.write("Incorrect Usage: flag needs an argument: %s\n" % flag)
+                    sys.stderr.write(f"Incorrect Usage: flag needs an argument: {flag}\n")
                     return 1
                 val = args[i]
             opts[VALUE_FLAGS[flag]] = val
         else:
-            sys.stderr.write("Incorrect Usage: flag provided but not defined: -%s\n" % a.lstrip("-").split("=")[0])
+            sys.stderr.write("Incorrect Usage: flag provided but not defined: -{}\n".format(a.lstrip("-").split("=")[0]))
             return 1
         i += 1
     rt = opts["runtime"]
@@ -305,7 +306,7 @@ def runtime_configure(args):
         return configure_containerd(opts)
     if rt == "crio":
         return configure_crio(opts)
-    log("error", "unrecognized runtime '%s'" % rt)
+    log("error", f"unrecognized runtime '{rt}'")
     return 1
 
 
@@ -325,8 +326,8 @@ def cdi(args, gpus_file="/var/lib/nodesim/gpus"):
             gpus = [ln.rstrip("\n").split("\t") for ln in fh if ln.strip()]
         for g in gpus:
             for nm in (g[0], g[17]):
-                lines += ["- containerEdits:", "    deviceNodes:", "    - path: /dev/nvidia%s" % g[0], "  name: \"%s\"" % nm]
-        lines += ["- containerEdits:", "    deviceNodes:"] + ["    - path: /dev/nvidia%s" % g[0] for g in gpus]
+                lines += ["- containerEdits:", "    deviceNodes:", f"    - path: /dev/nvidia{g[0]}", f"  name: \"{nm}\""]
+        lines += ["- containerEdits:", "    deviceNodes:"] + [f"    - path: /dev/nvidia{g[0]}" for g in gpus]
         lines += ["  name: all", "kind: nvidia.com/gpu", ""]
         text = "\n".join(lines)
         if out:
@@ -345,8 +346,8 @@ def cdi(args, gpus_file="/var/lib/nodesim/gpus"):
                     for ln in fh:
                         if ln.startswith("  name: "):
                             names.append("nvidia.com/gpu=" + ln.split(":", 1)[1].strip().strip('"'))
-        sys.stderr.write('time="%s" level=info msg="Found %d CDI devices"\n'
-                         % (datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), len(names)))
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        sys.stderr.write(f'time="{now}" level=info msg="Found {len(names)} CDI devices"\n')
         for n in names:
             print(n)
         return 0
@@ -360,7 +361,7 @@ def main(argv):
         print("NAME:\n   NVIDIA Container Toolkit CLI - Tools to configure the NVIDIA Container Toolkit")
         return 0
     if args[0] in ("--version", "-v", "-version"):
-        print("NVIDIA Container Toolkit CLI version %s" % version.split("-")[0])
+        print("NVIDIA Container Toolkit CLI version {}".format(version.split("-")[0]))
         print("commit: 6d6a6c5c1b43d0f87d7a77a4f69d4a2c0b1b12f3")
         return 0
     if args[0] == "runtime" and len(args) > 1 and args[1] == "configure":
@@ -369,7 +370,7 @@ def main(argv):
         return cdi(args[1:])
     if args[0] in ("system", "config", "hook", "info"):
         return 0
-    sys.stderr.write("No help topic for '%s'\n" % args[0])
+    sys.stderr.write(f"No help topic for '{args[0]}'\n")
     return 3
 
 

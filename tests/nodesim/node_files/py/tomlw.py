@@ -26,7 +26,7 @@ def quote(s):
         elif ch == "\r":
             out.append("\\r")
         elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append("\\u%04x" % ord(ch))
+            out.append(f"\\u{ord(ch):04x}")
         else:
             out.append(ch)
     out.append('"')
