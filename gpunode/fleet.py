@@ -68,9 +68,10 @@ def result_from_report(host: str, report: RunReport) -> HostResult:
 class QueueReporter:
     """A runner Reporter for worker threads: events go to the main thread's queue and to the host's log."""
 
-    def __init__(self, events: queue.Queue[Event], log: TextIO | None = None) -> None:
+    def __init__(self, events: queue.Queue[Event], log: TextIO | None = None, name: str | None = None) -> None:
         self.events = events
         self.log = log
+        self.name = name  # the inventory name: events are keyed by it, whatever the connection calls itself
 
     def _log(self, text: str) -> None:
         if self.log is not None:
@@ -79,19 +80,19 @@ class QueueReporter:
 
     def node(self, host: str, facts: Facts) -> None:
         self._log(f"node: {facts.os}, kernel {facts.kernel}, {len(facts.gpus)} NVIDIA GPU(s)")
-        self.events.put(("node", host, facts))
+        self.events.put(("node", self.name or host, facts))
 
     def planned(self, host: str, step: Step, plan: StepPlan) -> None:
         self._log(f"[{step.name}] {plan.status.value}: {plan.reason}")
-        self.events.put(("planned", host, (step.name, plan.status.value)))
+        self.events.put(("planned", self.name or host, (step.name, plan.status.value)))
 
     def action(self, host: str, step: Step, action: Action, state: str, detail: str = "") -> None:
         self._log(f"[{step.name}] {state}: {action.summary}" + (f" ({detail})" if detail else ""))
-        self.events.put(("action", host, (step.name, state, action.summary)))
+        self.events.put(("action", self.name or host, (step.name, state, action.summary)))
 
     def message(self, host: str, text: str) -> None:
         self._log(text)
-        self.events.put(("message", host, text))
+        self.events.put(("message", self.name or host, text))
 
 
 class LoggedConnection(Connection):
@@ -202,7 +203,7 @@ def _guarded(work: Work, host: InventoryHost, events: queue.Queue[Event], log_di
     log_path = log_dir / f"{host.name}.log" if log_dir is not None else None
     sink: Any = open(log_path, "w", encoding="utf-8") if log_path else _NullLog()  # noqa: SIM115
     with sink as log:
-        reporter = QueueReporter(events, log)
+        reporter = QueueReporter(events, log, host.name)
         try:
             result = work(host, reporter, log)
         except ConnectError as exc:

@@ -38,9 +38,11 @@ class InventoryHost:
     @property
     def target(self) -> str:
         """`[user@]address[:port]` for the SSH connection; the name when there is no address (ssh_config alias)."""
+        if self.address is None and not (self.user or self.port):
+            return self.name  # an ssh_config alias, or a full [user@]host[:port] given with --host
         host = self.address or self.name
-        if ":" in host:
-            host = f"[{host}]"
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"  # an IPv6 literal
         return f"{self.user + '@' if self.user else ''}{host}{':' + str(self.port) if self.port else ''}"
 
 

@@ -54,6 +54,7 @@ class Journal:
                                     "gpunode_version": __version__, "command": command, "status": "running",
                                     "steps": []}
         self.begun = False
+        self.error: str | None = None  # the last failure to write the journal, if any
 
     def begin(self) -> None:
         """Record the run as started: called right before the first change."""
@@ -75,4 +76,9 @@ class Journal:
             self._save()
 
     def _save(self) -> None:
-        self.conn.write_file(JOURNAL_PATH, json.dumps(self.data, indent=2) + "\n", mode=0o644, backup=False)
+        """Best effort: the journal is a record, so failing to write it never fails the run itself."""
+        try:
+            self.conn.write_file(JOURNAL_PATH, json.dumps(self.data, indent=2) + "\n", mode=0o644, backup=False)
+            self.error = None
+        except GpunodeError as exc:
+            self.error = f"could not update {JOURNAL_PATH}: {exc.message}"

@@ -11,6 +11,7 @@ class Options:
     reboot: bool = False  # may gpunode reboot the node when a step needs it
     reboot_timeout: float = 900.0
     max_reboots: int = 2
+    progress: bool = True  # progress bars for downloads/uploads; off in fleet runs (only the main thread draws)
     cuda: str | None = None  # CUDA version the node must run, e.g. 12.4 (checked by the compat step)
     image: str | None = None  # container image the node must run, e.g. nvidia/cuda:12.4.1-base-ubuntu22.04
     # the driver step (gpunode/installer.py, gpunode/steps/driver.py)

@@ -147,6 +147,8 @@ def apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
     finally:
         if record is not None:
             record.finish({0: "done", 3: "reboot-pending"}.get(report.exit_code, "failed"))
+            if record.error:
+                reporter.message(conn.name, f"warning: {record.error}")
     return report
 
 

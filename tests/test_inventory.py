@@ -134,3 +134,12 @@ def test_limit_patterns(tmp_path):
     assert names("bastion,dgx-a") == ["bastion", "dgx-a"]
     with pytest.raises(UsageError, match="matches no host"):
         limit(hosts, "nothing-here")
+
+
+def test_targets():
+    from gpunode.inventory import InventoryHost
+
+    assert InventoryHost("root@10.0.0.1:2222").target == "root@10.0.0.1:2222"  # as typed with --host
+    assert InventoryHost("gpu-alias").target == "gpu-alias"
+    assert InventoryHost("n", address="fe80::1", port=22).target == "[fe80::1]:22"
+    assert InventoryHost("n", address="10.0.0.1", user="ops").target == "ops@10.0.0.1"

@@ -158,3 +158,28 @@ def test_journal_records_what_was_done_and_an_interrupted_run_is_noticed():
     assert any("was interrupted; resuming" in m for m in messages)
     runs = json.loads(node.files[JOURNAL_PATH])["runs"]
     assert [r["status"] for r in runs] == ["interrupted", "reboot-pending"]
+
+
+def test_a_journal_that_cannot_be_written_does_not_fail_the_run():
+    from gpunode.journal import JOURNAL_PATH
+
+    node = gpu_node()
+    conn = FakeConnection(node)
+    real_write = conn.write_file
+
+    def write_file(path, content, **kw):
+        if path == JOURNAL_PATH:
+            from gpunode.errors import CommandError
+            raise CommandError("read-only file system")
+        return real_write(path, content, **kw)
+
+    conn.write_file = write_file  # type: ignore[method-assign]
+    messages = []
+
+    class Recorder(runner.NullReporter):
+        def message(self, host, text):
+            messages.append(text)
+
+    report = apply_pipeline(conn, PIPELINE, Options(), Recorder())
+    assert report.outcomes[0].result == "changed" and report.exit_code == 0
+    assert any("could not update /var/lib/gpunode/journal.json" in m for m in messages)

@@ -6,6 +6,7 @@ import getpass
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Annotated
 
 import typer
@@ -13,6 +14,8 @@ import typer
 from gpunode import connection
 from gpunode.connection import Connection, ConnectionSpec
 from gpunode.errors import GpunodeError, UsageError
+from gpunode.inventory import InventoryHost, load_inventory
+from gpunode.inventory import limit as limit_hosts
 from gpunode.shell import Secret
 from gpunode.ui import err
 
@@ -51,6 +54,70 @@ def check_driver_version(value: str | None) -> str | None:
         raise UsageError(f"--driver {value!r} is not an NVIDIA driver version",
                          fix="use the full version from NVIDIA's download page, e.g. 535.129.03 or 550.54.15")
     return value.strip()
+
+
+HostsOpt = Annotated[list[str] | None, typer.Option(
+    "--host", "-H", help="[user@]host[:port] or a Host alias from ~/.ssh/config. Repeatable: several nodes run in "
+    "parallel. Default: this machine.", show_default=False)]
+InventoryOpt = Annotated[str | None, typer.Option(
+    "--inventory", "-I", help="Nodes from a file: gpunode TOML/YAML, or an Ansible INI/YAML inventory.",
+    show_default=False)]
+LimitOpt = Annotated[str | None, typer.Option(
+    "--limit", "-l", help="Only these hosts/groups (globs; a,b union, !x exclude, &x intersect).",
+    show_default=False)]
+ParallelOpt = Annotated[int, typer.Option("--parallel", help="How many nodes at once.")]
+BatchOpt = Annotated[str | None, typer.Option(
+    "--batch", help="Rolling batches: N nodes or P% of them at a time; the next batch starts when one is done.",
+    show_default=False)]
+MaxFailOpt = Annotated[str | None, typer.Option(
+    "--max-fail", help="Start no new batch once more than P% of the nodes failed.", show_default=False)]
+LogDirOpt = Annotated[str | None, typer.Option(
+    "--log-dir", help="Per-node logs of a fleet run. Default: ./gpunode-logs/<time>/.", show_default=False)]
+
+
+@dataclass
+class Reach:
+    """How the user asked to reach nodes: one (this machine or one --host) or many (fleet mode)."""
+
+    hosts: list[str]
+    identity: list[str]
+    known_hosts: list[str]
+    accept_new_host_key: bool
+    ssh_config: str | None
+    ask_pass: bool
+    ask_become_pass: bool
+    connect_timeout: float
+    inventory: str | None = None
+    limit: str | None = None
+    _secrets: tuple[Secret | None, Secret | None] | None = None
+
+    def targets(self) -> list[InventoryHost] | None:
+        """The fleet, or None for a single node (no inventory and at most one --host)."""
+        if self.inventory is None and len(self.hosts) <= 1:
+            if self.limit:
+                raise UsageError("--limit needs --inventory or several --host", fix="drop --limit or add --inventory")
+            return None
+        found = load_inventory(self.inventory) if self.inventory else []
+        known = {h.name for h in found}
+        found += [InventoryHost(name) for name in self.hosts if name not in known]
+        return limit_hosts(found, self.limit)
+
+    def secrets(self) -> tuple[Secret | None, Secret | None]:
+        """Prompted once, before any node is touched (never in the middle of a parallel run)."""
+        if self._secrets is None:
+            password = Secret(getpass.getpass("SSH password: ")) if self.ask_pass else None
+            become = Secret(getpass.getpass("BECOME (sudo) password: ")) if self.ask_become_pass else None
+            self._secrets = (password, become)
+        return self._secrets
+
+    def open(self, host: InventoryHost | None = None) -> Connection:
+        password, become = self.secrets()
+        target = host.target if host is not None else (self.hosts[0] if self.hosts else None)
+        identity = [host.identity] if host is not None and host.identity else list(self.identity)
+        spec = ConnectionSpec(host=target, identity=identity, known_hosts=list(self.known_hosts),
+                              accept_new_host_key=self.accept_new_host_key, ssh_config=self.ssh_config,
+                              password=password, become_password=become, connect_timeout=self.connect_timeout)
+        return connection.open_connection(spec)
 
 
 def connect(host: str | None, identity: list[str] | None, known_hosts: list[str] | None, accept_new: bool,

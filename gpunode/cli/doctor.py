@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TextIO
 
 import typer
 from rich.console import Console
@@ -15,17 +16,25 @@ from gpunode.cli._common import (
     AskBecomePassOpt,
     AskPassOpt,
     ConnectTimeoutOpt,
-    HostOpt,
+    HostsOpt,
     IdentityOpt,
+    InventoryOpt,
     JsonOpt,
     KnownHostsOpt,
+    LimitOpt,
+    LogDirOpt,
+    ParallelOpt,
+    Reach,
     SshConfigOpt,
-    connect,
     escape,
+    expected_errors,
 )
+from gpunode.cli._fleet import print_summary, run_with_view
 from gpunode.doctor import CheckResult, exit_code, report, run_checks, summary
 from gpunode.errors import GpunodeError
 from gpunode.facts import Facts, gather
+from gpunode.fleet import HostResult, LoggedConnection, QueueReporter
+from gpunode.inventory import InventoryHost
 from gpunode.runner import SCHEMA_VERSION
 from gpunode.ui import describe_node, err, out, print_json
 
@@ -62,16 +71,22 @@ def render_checks(host: str, facts: Facts, results: Sequence[CheckResult], conso
 
 
 def doctor(
-    host: HostOpt = None, identity: IdentityOpt = None, known_hosts: KnownHostsOpt = None,
+    host: HostsOpt = None, identity: IdentityOpt = None, known_hosts: KnownHostsOpt = None,
     accept_new_host_key: AcceptNewOpt = False, ssh_config: SshConfigOpt = None, ask_pass: AskPassOpt = False,
     ask_become_pass: AskBecomePassOpt = False, connect_timeout: ConnectTimeoutOpt = 15.0,
-    json_output: JsonOpt = False,
+    json_output: JsonOpt = False, inventory: InventoryOpt = None, limit: LimitOpt = None,
+    parallel: ParallelOpt = 8, log_dir: LogDirOpt = None,
 ) -> None:
     """Diagnose the node (read-only): exit 0 all pass, 1 any failure, 2 usage or connection error."""
-    name = host or "local"
+    reach = Reach(list(host or []), list(identity or []), list(known_hosts or []), accept_new_host_key, ssh_config,
+                  ask_pass, ask_become_pass, connect_timeout, inventory, limit)
+    with expected_errors():
+        hosts = reach.targets()
+    if hosts is not None:
+        _doctor_fleet(reach, hosts, parallel, log_dir, json_output)
+    name = reach.hosts[0] if reach.hosts else "local"
     try:
-        with connect(host, identity, known_hosts, accept_new_host_key, ssh_config, ask_pass, ask_become_pass,
-                     connect_timeout) as conn:
+        with reach.open() as conn:
             name = conn.name
             facts = gather(conn)
     except GpunodeError as exc:
@@ -91,3 +106,53 @@ def doctor(
     else:
         render_checks(name, facts, results)
     raise typer.Exit(exit_code(results))
+
+
+_LETTER = {"pass": ("✓", "green"), "warn": ("!", "yellow"), "fail": ("✗", "bold red"), "skip": ("·", "dim")}
+
+
+def _doctor_fleet(reach: Reach, hosts: list[InventoryHost], parallel: int, log_dir: str | None,
+                  json_output: bool) -> None:
+    """Every node diagnosed in parallel; one table of hosts x checks, failures listed with their fix."""
+    reach.secrets()
+    checks: dict[str, list[CheckResult]] = {}
+
+    def work(host: InventoryHost, reporter: QueueReporter, log: TextIO) -> HostResult:
+        with LoggedConnection(reach.open(host), log) as conn:
+            facts = gather(conn)
+        results = run_checks(facts)
+        checks[host.name] = results  # one writer per key; read by the main thread after the pool is done
+        for r in results:
+            log.write(f"{r.id}: {r.status}: {r.evidence}" + (f" -> fix: {r.fix}" if r.fix else "") + "\n")
+        failing = [r.id for r in results if r.status == "fail"]
+        return HostResult(host.name, "failed" if failing else "ok",
+                          error=("failed: " + ", ".join(failing)) if failing else None)
+
+    with expected_errors():
+        results, directory = run_with_view(hosts, [], work, parallel, None, None, log_dir)
+    if json_output:
+        print_summary("doctor", results, directory, True,
+                      extra=lambda r: {"checks": [c.to_dict() for c in checks.get(r.host, [])]})
+    else:
+        ids = [c.id for c in next(iter(checks.values()), [])]
+        table = Table(box=None, header_style="bold", pad_edge=False, title=f"gpunode doctor: {len(hosts)} nodes")
+        table.add_column("check")
+        for h in hosts:
+            table.add_column(h.name, justify="center")
+        for index, check_id in enumerate(ids):
+            row = []
+            for h in hosts:
+                result = checks.get(h.name)
+                mark, style = _LETTER[result[index].status] if result else ("?", "bold red")
+                row.append(Text(mark, style=style))
+            table.add_row(check_id, *row)
+        out.print(table)
+        for r in results:
+            if r.status == "unreachable":
+                out.print(Text(f"{r.host}: unreachable: {r.error}", style="bold red"))
+            for c in checks.get(r.host, []):
+                if c.status == "fail":
+                    out.print(Text.assemble((f"{r.host} {c.id}: ", "bold red"), c.evidence,
+                                            ("  fix: ", "bold"), c.fix or ""))
+        print_summary("doctor", results, directory, False)
+    raise typer.Exit(1 if any(r.failed for r in results) else 0)

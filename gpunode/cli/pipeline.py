@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TextIO
 
 import typer
 
@@ -15,23 +16,33 @@ from gpunode.cli._common import (
     AcceptNewOpt,
     AskBecomePassOpt,
     AskPassOpt,
+    BatchOpt,
     ConnectTimeoutOpt,
     DriverOpt,
-    HostOpt,
+    HostsOpt,
     IdentityOpt,
+    InventoryOpt,
     JsonOpt,
     KnownHostsOpt,
+    LimitOpt,
+    LogDirOpt,
+    MaxFailOpt,
     OnlyOpt,
+    ParallelOpt,
+    Reach,
     SkipOpt,
     SshConfigOpt,
     check_driver_version,
-    connect,
     expected_errors,
 )
+from gpunode.cli._fleet import fleet_exit_code, print_summary, run_with_view
 from gpunode.cli.compat import CudaOpt, ImageOpt, check_cuda_option, check_image_option
 from gpunode.errors import UsageError
+from gpunode.fleet import HostResult, LoggedConnection, QueueReporter, result_from_report
+from gpunode.inventory import InventoryHost
 from gpunode.options import Options
 from gpunode.runner import apply_pipeline, plan_pipeline
+from gpunode.steps.base import Step
 from gpunode.ui import ConsoleReporter, print_json, render_plan
 
 DriverRunOpt = Annotated[str | None, typer.Option(
@@ -101,7 +112,7 @@ def _options(driver: str | None, reboot: bool = False, reboot_timeout: float = 9
 
 
 def plan(
-    host: HostOpt = None, identity: IdentityOpt = None, known_hosts: KnownHostsOpt = None,
+    host: HostsOpt = None, identity: IdentityOpt = None, known_hosts: KnownHostsOpt = None,
     accept_new_host_key: AcceptNewOpt = False, ssh_config: SshConfigOpt = None, ask_pass: AskPassOpt = False,
     ask_become_pass: AskBecomePassOpt = False, connect_timeout: ConnectTimeoutOpt = 15.0,
     json_output: JsonOpt = False, only: OnlyOpt = None, skip: SkipOpt = None, driver: DriverOpt = None,
@@ -110,26 +121,15 @@ def plan(
     module_signing_cert: SigningCertOpt = None, cache_dir: CacheDirOpt = None, lock_timeout: LockTimeoutOpt = 600.0,
     toolkit_version: ToolkitVersionOpt = None, toolkit_package: ToolkitPackageOpt = None,
     set_as_default: SetAsDefaultOpt = False, k8s: K8sOpt = False, engine: EngineOpt = None,
+    inventory: InventoryOpt = None, limit: LimitOpt = None, parallel: ParallelOpt = 8, batch: BatchOpt = None,
+    max_fail: MaxFailOpt = None, log_dir: LogDirOpt = None,
 ) -> None:
     """Show what `install` would change, step by step, with exact commands and file diffs. Changes nothing."""
-    with expected_errors():
-        options = _options(driver, cuda=cuda, image=image, driver_run=driver_run, sha256=sha256,
-                           kernel_module=kernel_module, module_signing_key=module_signing_key,
-                           module_signing_cert=module_signing_cert, cache_dir=cache_dir, lock_timeout=lock_timeout)
-        options = _container_options(options, toolkit_version, toolkit_package, set_as_default, k8s, engine)
-        selected = pipeline.select(only or [], skip or [])
-        with connect(host, identity, known_hosts, accept_new_host_key, ssh_config, ask_pass, ask_become_pass,
-                     connect_timeout) as conn:
-            report = plan_pipeline(conn, selected, options)
-        if json_output:
-            print_json(report.to_dict())
-        else:
-            render_plan(report)
-    raise typer.Exit(report.exit_code)
+    _run("plan", dict(locals()))
 
 
 def install(
-    host: HostOpt = None, identity: IdentityOpt = None, known_hosts: KnownHostsOpt = None,
+    host: HostsOpt = None, identity: IdentityOpt = None, known_hosts: KnownHostsOpt = None,
     accept_new_host_key: AcceptNewOpt = False, ssh_config: SshConfigOpt = None, ask_pass: AskPassOpt = False,
     ask_become_pass: AskBecomePassOpt = False, connect_timeout: ConnectTimeoutOpt = 15.0,
     json_output: JsonOpt = False, only: OnlyOpt = None, skip: SkipOpt = None, driver: DriverOpt = None,
@@ -143,26 +143,58 @@ def install(
     module_signing_cert: SigningCertOpt = None, cache_dir: CacheDirOpt = None, lock_timeout: LockTimeoutOpt = 600.0,
     toolkit_version: ToolkitVersionOpt = None, toolkit_package: ToolkitPackageOpt = None,
     set_as_default: SetAsDefaultOpt = False, k8s: K8sOpt = False, engine: EngineOpt = None,
+    inventory: InventoryOpt = None, limit: LimitOpt = None, parallel: ParallelOpt = 8, batch: BatchOpt = None,
+    max_fail: MaxFailOpt = None, log_dir: LogDirOpt = None,
 ) -> None:
     """Apply the pipeline: each step is planned, applied, then planned again and must report `ok`."""
-    driver_args = {"driver_run": driver_run, "sha256": sha256, "kernel_module": kernel_module,
-                   "module_signing_key": module_signing_key, "module_signing_cert": module_signing_cert,
-                   "cache_dir": cache_dir, "lock_timeout": lock_timeout}
-    if dry_run:
-        plan(host, identity, known_hosts, accept_new_host_key, ssh_config, ask_pass, ask_become_pass,
-             connect_timeout, json_output, only, skip, driver, cuda=cuda, image=image, **driver_args,  # type: ignore[arg-type]
-             toolkit_version=toolkit_version, toolkit_package=toolkit_package, set_as_default=set_as_default, k8s=k8s,
-             engine=engine)
-        return
+    args = dict(locals())
+    _run("plan" if args.pop("dry_run") else "install", args)
+
+
+def _run(mode: str, a: dict[str, Any]) -> None:
+    """One implementation of plan and install, for one node or a fleet."""
     with expected_errors():
-        options = _options(driver, reboot, reboot_timeout, cuda=cuda, image=image, **driver_args)  # type: ignore[arg-type]
-        options = _container_options(options, toolkit_version, toolkit_package, set_as_default, k8s, engine)
-        selected = pipeline.select(only or [], skip or [])
-        with connect(host, identity, known_hosts, accept_new_host_key, ssh_config, ask_pass, ask_become_pass,
-                     connect_timeout) as conn:
-            report = apply_pipeline(conn, selected, options, None if json_output else ConsoleReporter())
-        if json_output:
+        options = _options(a["driver"], a.get("reboot", False), a.get("reboot_timeout", 900.0), cuda=a["cuda"],
+                           image=a["image"], driver_run=a["driver_run"], sha256=a["sha256"],
+                           kernel_module=a["kernel_module"], module_signing_key=a["module_signing_key"],
+                           module_signing_cert=a["module_signing_cert"], cache_dir=a["cache_dir"],
+                           lock_timeout=a["lock_timeout"])
+        options = _container_options(options, a["toolkit_version"], a["toolkit_package"], a["set_as_default"],
+                                     a["k8s"], a["engine"])
+        selected = pipeline.select(a["only"] or [], a["skip"] or [])
+        reach = Reach(list(a["host"] or []), list(a["identity"] or []), list(a["known_hosts"] or []),
+                      a["accept_new_host_key"], a["ssh_config"], a["ask_pass"], a["ask_become_pass"],
+                      a["connect_timeout"], a["inventory"], a["limit"])
+        hosts = reach.targets()
+        if hosts is not None:
+            _run_fleet(mode, reach, hosts, selected, dataclasses.replace(options, progress=False), a)
+            return
+        with reach.open() as conn:
+            if mode == "plan":
+                report = plan_pipeline(conn, selected, options)
+            else:
+                report = apply_pipeline(conn, selected, options, None if a["json_output"] else ConsoleReporter())
+        if a["json_output"]:
             print_json(report.to_dict())
         else:
             render_plan(report)
     raise typer.Exit(report.exit_code)
+
+
+def _run_fleet(mode: str, reach: Reach, hosts: list[InventoryHost], selected: tuple[Step, ...], options: Options,
+               a: dict[str, Any]) -> None:
+    reach.secrets()  # prompt before any worker starts
+
+    def work(host: InventoryHost, reporter: QueueReporter, log: TextIO) -> HostResult:
+        with LoggedConnection(reach.open(host), log) as conn:
+            if mode == "plan":
+                report = plan_pipeline(conn, selected, options, reporter)
+            else:
+                report = apply_pipeline(conn, selected, options, reporter)
+        log.write(json.dumps(report.to_dict(), indent=2) + "\n")
+        return result_from_report(host.name, report)
+
+    results, log_dir = run_with_view(hosts, [s.name for s in selected], work, a["parallel"], a["batch"],
+                                     a["max_fail"], a["log_dir"])
+    print_summary(mode, results, log_dir, a["json_output"])
+    raise typer.Exit(fleet_exit_code(results))

@@ -315,7 +315,17 @@ class SSHConnection(Connection):
         assert self._client is not None
         transport = self._client.get_transport()
         if transport is None or not transport.is_active():
-            raise ConnectError(f"{self.name}: the SSH connection was lost", fix="check the node and run again")
+            # Nothing is running yet, so connecting again (same host-key checks) is safe.
+            self.close()
+            try:
+                self.connect()
+            except ConnectError as exc:
+                raise ConnectError(f"{self.name}: the SSH connection was lost and could not be re-established "
+                                   f"({exc.message})", fix="check the node and run again") from None
+            assert self._client is not None
+            transport = self._client.get_transport()
+            if transport is None or not transport.is_active():
+                raise ConnectError(f"{self.name}: the SSH connection was lost", fix="check the node and run again")
         chan = transport.open_session(timeout=30)
         chan.exec_command(line)
         if stdin:

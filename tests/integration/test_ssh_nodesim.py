@@ -143,3 +143,12 @@ def test_upload_verifies_and_places_the_file(sim_node, tmp_path):
     assert node.read_bytes(target) == payload.read_bytes()
     assert seen and seen[-1] == (2_000_000, 2_000_000)
     assert Path(target).parent.name.startswith("gpunode.")
+
+
+def test_a_dropped_idle_connection_is_reestablished_before_the_next_command(sim_node):
+    node = sim_node("ubuntu-22.04-nogpu")
+    with SSHConnection(f"root@127.0.0.1:{node.port}", options(node)) as conn:
+        first = conn.run(["cat", "/proc/sys/kernel/random/boot_id"]).stdout.strip()
+        node.reboot()  # from outside, like a BMC power cycle: our idle session dies
+        second = conn.run(["cat", "/proc/sys/kernel/random/boot_id"]).stdout.strip()
+    assert first and second and first != second

@@ -738,18 +738,14 @@ class SimNode:
         rootfs.kill_pids(rootfs.processes_rooted_in(self.root))
 
     def _power_cycle(self, action: str = "reboot") -> None:
-        """Boot first, then drop every session: a client that sees its connection drop can rely on the node
-        having rebooted (new boot id, modules decided again)."""
+        """Like a real machine: sshd stops answering and every session of the old boot dies, then the node
+        boots (new boot id, modules decided again), then sshd answers again. No session can ever see both
+        boots, so a client that reconnects and reads the new boot id keeps a working session."""
         with self._lock:
             if self.dir is None:
                 return
-            downtime = self.profile.reboot_downtime
-            if action != "poweroff":
-                self._boot()
-                self.reboots += 1
+            self._stop_sshd()
             self._drop_sessions()
-            if downtime > 0 or action == "poweroff":
-                self._stop_sshd()
             try:
                 (self.root / STATE / "reboot-request").unlink()
             except FileNotFoundError:
@@ -757,9 +753,11 @@ class SimNode:
             if action == "poweroff":
                 self.powered_on = False
                 return
-            if downtime > 0:
-                time.sleep(downtime)
-                self._start_sshd()
+            self._boot()
+            self.reboots += 1
+            if self.profile.reboot_downtime > 0:
+                time.sleep(self.profile.reboot_downtime)
+            self._start_sshd()
 
     def reboot(self) -> None:
         """Reboot from the outside (like a BMC power cycle): sessions drop, the node boots."""

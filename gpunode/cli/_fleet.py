@@ -1,0 +1,123 @@
+"""Fleet mode for plan / install / doctor: run on many nodes, draw one live view from the main thread,
+print one summary. Workers never touch the console; they send events (gpunode/fleet.py)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from gpunode.fleet import Event, HostResult, parse_percent, run_fleet
+from gpunode.inventory import InventoryHost
+from gpunode.runner import SCHEMA_VERSION
+from gpunode.ui import STATUS_STYLE, err, out, print_json
+
+RESULT_STYLE = {**STATUS_STYLE, "unreachable": "bold red", "skipped": "dim", "planned": "yellow"}
+
+
+class FleetView:
+    """hosts x steps, updated from events. A live table on a terminal; plain progress lines otherwise."""
+
+    def __init__(self, hosts: Sequence[InventoryHost], columns: Sequence[str]) -> None:
+        self.columns = list(columns)
+        self.cells: dict[str, dict[str, Text]] = {h.name: {} for h in hosts}
+        self.status: dict[str, Text] = {h.name: Text("waiting", style="dim") for h in hosts}
+        self.live: Live | None = None
+        if err.is_terminal:
+            self.live = Live(self._table(), console=err, refresh_per_second=4, transient=True)
+
+    def __enter__(self) -> FleetView:
+        if self.live is not None:
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.__exit__(None, None, None)
+
+    def _table(self) -> Table:
+        table = Table(box=None, header_style="bold", pad_edge=False)
+        table.add_column("host")
+        for column in self.columns:
+            table.add_column(column)
+        table.add_column("status")
+        for host, cells in self.cells.items():
+            table.add_row(host, *(cells.get(c, Text("")) for c in self.columns), self.status[host])
+        return table
+
+    def update(self, event: Event) -> None:
+        kind, host, payload = event
+        line: str | None = None
+        if kind == "node":
+            self.status[host] = Text("running", style="cyan")
+        elif kind == "planned":
+            step, status = payload
+            self.cells[host][step] = Text(status, style=STATUS_STYLE.get(status, ""))
+        elif kind == "action":
+            step, state, summary = payload
+            mark = {"start": "…", "done": "✓", "failed": "✗"}.get(state, "·")
+            self.cells[host][step] = Text(mark, style="red" if state == "failed" else "cyan")
+            line = f"{host} [{step}] {mark} {summary}"
+        elif kind == "message":
+            line = f"{host}: {payload}"
+        elif kind == "done":
+            result: HostResult = payload
+            self.status[host] = Text(result.status, style=RESULT_STYLE.get(result.status, ""))
+            line = f"{host}: {result.status}" + (f" ({result.error})" if result.error else "")
+        elif kind == "cell":
+            column, text, style = payload
+            self.cells[host][column] = Text(text, style=style)
+        if self.live is not None:
+            self.live.update(self._table())
+        elif line is not None:
+            err.print(Text(line), soft_wrap=True)
+
+
+def default_log_dir(explicit: str | None) -> Path:
+    return Path(explicit) if explicit else Path("gpunode-logs") / time.strftime("%Y%m%dT%H%M%S")
+
+
+def run_with_view(hosts: list[InventoryHost], columns: Sequence[str],
+                  work: Callable[..., HostResult], parallel: int, batch: str | None, max_fail: str | None,
+                  log_dir: str | None) -> tuple[list[HostResult], Path]:
+    directory = default_log_dir(log_dir)
+    threshold = parse_percent(max_fail, "--max-fail")
+    with FleetView(hosts, columns) as view:
+        results = run_fleet(hosts, work, parallel=parallel, batch=batch, max_fail=threshold, log_dir=directory,
+                            on_event=view.update)
+    return results, directory
+
+
+def fleet_exit_code(results: Sequence[HostResult]) -> int:
+    if any(r.failed for r in results) or any(r.status == "skipped" for r in results):
+        return 1
+    if any(r.status == "reboot-pending" for r in results):
+        return 3
+    return 0
+
+
+def print_summary(mode: str, results: Sequence[HostResult], log_dir: Path, json_output: bool,
+                  extra: Callable[[HostResult], dict[str, Any]] | None = None) -> None:
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    if json_output:
+        print_json({"schema_version": SCHEMA_VERSION, "mode": mode, "log_dir": str(log_dir),
+                    "hosts": [{**r.to_dict(), **(extra(r) if extra else {})} for r in results],
+                    "summary": {"hosts": len(results), **counts,
+                                "reboot_pending": sum(1 for r in results if r.reboot_pending)},
+                    "exit_code": fleet_exit_code(results)})
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False, title=f"gpunode {mode}: {len(results)} nodes")
+    for column in ("host", "status", "steps changed", "reboot pending", "error", "log"):
+        table.add_column(column, overflow="fold")
+    for r in results:
+        table.add_row(r.host, Text(r.status, style=RESULT_STYLE.get(r.status, "")), str(r.steps_changed),
+                      "yes" if r.reboot_pending else "", Text(r.error or ""), r.log or "")
+    out.print(table)
+    out.print(Text("summary: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())), style="bold"))
