@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -15,21 +14,10 @@ from gpunode.connection.fake import FakeConnection
 from gpunode.doctor import CHECKS, run_checks
 from gpunode.errors import ConnectError
 from gpunode.facts import gather
+from tests.cli.conftest import flat  # noqa: E402
 from tests.doctor.fakes import finished, fresh, set_output
 
 runner = CliRunner()
-
-
-@pytest.fixture
-def serve(monkeypatch):
-    def use(node):
-        monkeypatch.setattr(connection, "open_connection", lambda spec: FakeConnection(node, name=spec.host or "local"))
-        return node
-    return use
-
-
-def flat(text: str) -> str:
-    return " ".join(text.split())
 
 
 def test_finished_node_exits_0_with_a_table_grouped_by_layer(serve):

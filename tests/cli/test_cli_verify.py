@@ -9,24 +9,12 @@ from typer.testing import CliRunner
 
 from gpunode import connection
 from gpunode.cli import app
-from gpunode.connection.fake import FakeConnection
 from gpunode.errors import ConnectError
+from tests.cli.conftest import flat  # noqa: E402
 from tests.doctor.fakes import finished
 from tests.test_verify import IMAGE, Engines
 
 runner = CliRunner()
-
-
-@pytest.fixture
-def serve(monkeypatch):
-    def use(node):
-        monkeypatch.setattr(connection, "open_connection", lambda spec: FakeConnection(node, name=spec.host or "local"))
-        return node
-    return use
-
-
-def flat(text: str) -> str:
-    return " ".join(text.split())
 
 
 def test_verify_passes_and_says_which_image(serve):
