@@ -113,6 +113,21 @@ def print_summary(mode: str, results: Sequence[HostResult], log_dir: Path, json_
                                 "reboot_pending": sum(1 for r in results if r.reboot_pending)},
                     "exit_code": fleet_exit_code(results)})
         return
+    steps = next(([o.step for o in r.report.outcomes] for r in results if r.report is not None), [])
+    if steps:  # plan / install: one table of hosts x steps
+        grid = Table(box=None, header_style="bold", pad_edge=False, title=f"gpunode {mode}: nodes x steps")
+        grid.add_column("host")
+        for step in steps:
+            grid.add_column(step, justify="center")
+        for r in results:
+            outcome = {o.step: o for o in r.report.outcomes} if r.report is not None else {}
+            cells = []
+            for step in steps:
+                o = outcome.get(step)
+                shown = (o.result if mode == "install" else o.plan.status.value) if o is not None else "-"
+                cells.append(Text(shown, style=RESULT_STYLE.get(shown, "dim")))
+            grid.add_row(r.host, *cells)
+        out.print(grid)
     table = Table(box=None, header_style="bold", pad_edge=False, title=f"gpunode {mode}: {len(results)} nodes")
     for column in ("host", "status", "steps changed", "reboot pending", "error", "log"):
         table.add_column(column, overflow="fold")

@@ -122,3 +122,28 @@ def test_status_reads_the_journal(fake_node):
     assert runs[-1]["status"] == "reboot-pending" and runs[-1]["steps"][0]["step"] == "nouveau"
     human = runner.invoke(app, ["status", "--host", "n"])
     assert "reboot-pending" in human.stdout and "nouveau" in human.stdout
+
+
+def test_fleet_plan_prints_hosts_by_steps_and_a_summary(monkeypatch, tmp_path):
+    nodes = {}
+
+    def open_connection(spec):
+        node = nodes.setdefault(spec.host, FakeNode(tools={"update-initramfs"}, modules={"nouveau"}))
+        if not node.pci:
+            node.add_gpu(0x1EB8)
+        if spec.host == "gpu-b":
+            from gpunode.errors import ConnectError
+            raise ConnectError("gpu-b: cannot connect to gpu-b:22: Connection refused")
+        return FakeConnection(node, name=spec.host)
+
+    monkeypatch.setattr(connection, "open_connection", open_connection)
+    result = runner.invoke(app, ["plan", "-H", "gpu-a", "-H", "gpu-b", "-H", "gpu-c", "--only", "nouveau",
+                                 "--log-dir", str(tmp_path)])
+    assert result.exit_code == 1, result.output
+    out = result.stdout
+    assert "nodes x steps" in out and "unreachable" in out and "Connection refused" in out
+    assert out.count("change") >= 2  # gpu-a and gpu-c plan the nouveau change
+    data = json.loads(runner.invoke(app, ["plan", "-H", "gpu-a", "-H", "gpu-c", "--only", "nouveau", "--json",
+                                          "--log-dir", str(tmp_path)]).stdout)
+    assert [h["status"] for h in data["hosts"]] == ["planned", "planned"] and data["exit_code"] == 0
+    assert (tmp_path / "gpu-a.log").exists()
