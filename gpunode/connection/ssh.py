@@ -326,6 +326,15 @@ class SSHConnection(Connection):
             transport = self._client.get_transport()
             if transport is None or not transport.is_active():
                 raise ConnectError(f"{self.name}: the SSH connection was lost", fix="check the node and run again")
+        try:
+            return self._exec_on(transport, line, stdin, timeout)
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            # A reset or a closed transport mid-command (a reboot, a network drop) is a connection problem.
+            raise ConnectError(f"{self.name}: the SSH connection dropped while running a command ({exc})",
+                               fix="the node may have rebooted or lost its network; run again") from None
+
+    def _exec_on(self, transport: paramiko.Transport, line: str, stdin: bytes,
+                 timeout: float | None) -> tuple[int, bytes, bytes, bool]:
         chan = transport.open_session(timeout=30)
         chan.exec_command(line)
         if stdin:
@@ -341,9 +350,11 @@ class SSHConnection(Connection):
             while chan.recv_stderr_ready():
                 err += chan.recv_stderr(65536)
                 drained = True
-            if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+            pending = chan.recv_ready() or chan.recv_stderr_ready()
+            # sshd may send exit-status before the last output: finish only once EOF has arrived as well.
+            if chan.eof_received and chan.exit_status_ready() and not pending:
                 break
-            if chan.closed and not drained:
+            if chan.closed and not pending:
                 break
             if deadline is not None and time.monotonic() > deadline:
                 chan.close()

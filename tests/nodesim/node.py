@@ -842,7 +842,9 @@ class SimNode:
                 if chan.recv_stderr_ready():
                     err += chan.recv_stderr(65536)
                     got = True
-                if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                # sshd may send exit-status before the last output: wait for EOF as well
+                if chan.eof_received and chan.exit_status_ready() and not chan.recv_ready() \
+                        and not chan.recv_stderr_ready():
                     break
                 if chan.closed and not chan.recv_ready() and not chan.recv_stderr_ready():
                     break
