@@ -25,10 +25,6 @@ class UsageError(GpunodeError):
     exit_code = 2
 
 
-class NotBuiltError(UsageError):
-    """A command or option whose implementation has not landed yet. Says so instead of pretending."""
-
-
 class ConnectError(GpunodeError):
     """The node could not be reached, or authentication or host-key verification failed."""
 
