@@ -542,9 +542,17 @@ class FakeSystem:
             return self._remove(words[1:])
         return self._install(words[1:], set(args), apt=False)
 
+    UNIT_DIRS = ("/etc/systemd/system/", "/run/systemd/system/", "/usr/lib/systemd/system/", "/lib/systemd/system/")
+
     def _systemctl(self, args: list[str]) -> tuple[int, str, str]:
         words = [a for a in args if not a.startswith("-")]
         command, names = words[0], [n if "." in n else f"{n}.service" for n in words[1:]]
+        if command == "daemon-reload":  # unit files written since are known from now on (static: no [Install])
+            for path, text in sorted(self.node.files.items()):
+                folder, _, name = path.rpartition("/")
+                if folder + "/" in self.UNIT_DIRS and name.endswith(".service") and name not in self.units:
+                    self.units[name] = ["inactive", "disabled" if "[Install]" in text else "static"]
+            return 0, "", ""
         for name in names:
             if name not in self.units:
                 return 5, "", f"Failed to {command} {name}: Unit {name} not found.\n"
@@ -568,6 +576,8 @@ class FakeSystem:
                 json.loads(node.files.get("/etc/docker/daemon.json") or "{}")
             except ValueError:
                 return "invalid daemon.json"
+        if name == "nvidia-persistenced.service" and not node.nvidia_version:
+            return "nvidia-persistenced failed to initialize: the NVIDIA kernel module is not loaded"
         if name == "nvidia-fabricmanager.service":
             fm = next((v for n, v in self.packages.items() if re.match(r"^nvidia-fabric-?manager(-\d+)?$", n)), "")
             problem = None
@@ -586,6 +596,8 @@ class FakeSystem:
     def _nvidia_ctk(self, args: list[str]) -> tuple[int, str, str]:
         from gpunode.facts import containers
 
+        if args[:2] == ["system", "create-dev-char-symlinks"]:
+            return self._dev_char_symlinks("--create-all" in args)
         opts = {a.split("=", 1)[0]: (a.split("=", 1)[1] if "=" in a else "") for a in args if a.startswith("--")}
         version = tuple(int(x) for x in self.node.outputs["nvidia_ctk_version"][0].split()[5].split("."))
         if "--drop-in-config" in opts and version < containers.DROPIN_SINCE:
@@ -607,6 +619,26 @@ class FakeSystem:
         for path, text in written.items():
             self.node.put(path, text)
         return 0, "", f'level=info msg="It is recommended that {runtime} daemon be restarted."\n'
+
+    def _dev_char_symlinks(self, create_all: bool) -> tuple[int, str, str]:
+        """Links /dev/char/MAJ:MIN to the GPU and control device nodes (all possible ones with --create-all, else
+        those that exist), as the `doctor_dev_char` probe command then lists them."""
+        node = self.node
+        lines = node.outputs.get("doctor_dev_char", ("", 0))[0].splitlines()
+        devices = [line.split()[1] for line in lines if line.startswith("dev ")]
+        links = {line.split()[2]: line.split()[1] for line in lines if line.startswith("link ")}
+        gpus = sum(1 for _, v, _, c in node.pci if v == 0x10DE and c >> 16 == 0x03)
+        numbers = {f"/dev/nvidia{i}": f"195:{i}" for i in range(gpus)} | {
+            "/dev/nvidiactl": "195:255", "/dev/nvidia-modeset": "195:254", "/dev/nvidia-uvm": "510:0",
+            "/dev/nvidia-uvm-tools": "510:1"}
+        log = ""
+        for device, number in numbers.items():
+            if (create_all or device in devices) and device not in links.values():
+                links[number] = device
+                log += f'level=info msg="Creating link /dev/char/{number} => {device}"\n'
+        node.outputs["doctor_dev_char"] = ("".join(f"dev {d}\n" for d in devices) + "".join(
+            f"link {n} {d}\n" for n, d in links.items()), 0)
+        return 0, "", log
 
     def _install_cuda_keyring(self, args: list[str]) -> tuple[int, str, str]:
         directory = args[0].split("/repos/")[1].split("/")[0]

@@ -381,14 +381,14 @@ def dev_char(node: Node) -> Verdict:
     if text is None:
         return skipped("could not list /dev")
     found = parse.parse_dev_char(text)
-    if not found.devices:
+    if not found.container_devices:
         return skipped("no /dev/nvidia* device nodes yet (they appear on first use)")
     missing = found.missing
     if missing:
         return warned(f"no /dev/char link for {', '.join(missing)}: after `systemctl daemon-reload` running "
                       "containers lose the GPU (Failed to initialize NVML: Unknown Error)",
-                      "sudo nvidia-ctk system create-dev-char-symlinks --create-all")
-    return passed(f"{len(found.devices)} NVIDIA device node(s), all linked from /dev/char")
+                      "gpunode install --only nodesettings  # the links now, and a udev rule that keeps them")
+    return passed(f"{len(found.container_devices)} NVIDIA device node(s), all linked from /dev/char")
 
 
 def _cdi_users(node: Node) -> list[str]:

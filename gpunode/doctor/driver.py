@@ -152,10 +152,10 @@ def persistence(node: Node) -> Verdict:
         daemon = node.units.get("nvidia-persistenced.service")
         how = " (nvidia-persistenced)" if daemon is not None and daemon.is_active else ""
         return passed(f"persistence mode enabled on all {len(node.smi_gpus)} GPU(s){how}")
-    unit = node.units.get("nvidia-persistenced.service")
-    fix = ("sudo systemctl enable --now nvidia-persistenced" if unit is not None and unit.exists else
-           "sudo nvidia-smi -pm 1  # lasts until reboot; nvidia-persistenced keeps it across reboots")
-    return warned(f"persistence mode is off on GPU {', '.join(str(g.index) for g in off)}", fix)
+    # The nodesettings step covers every case: no unit yet, a disabled unit, a vendor unit started with
+    # --no-persistence-mode. `nvidia-smi -pm 1` alone would not survive a reboot.
+    return warned(f"persistence mode is off on GPU {', '.join(str(g.index) for g in off)}",
+                  "gpunode install --only nodesettings")
 
 
 def _placed(node: Node) -> list[tuple[int, str, gpus.Gpu | None]]:

@@ -11,6 +11,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from gpunode.facts.kernel import DevChar, parse_dev_char  # noqa: F401 - the doctor's /dev/char check reads these
+
 
 def pci_address(bus: str) -> str:
     """nvidia-smi's 00000000:00:1E.0 and the kernel's 0000:00:1e.0 -> 0000:00:1e.0 (also for a bare 00:1e.0)."""
@@ -175,30 +177,6 @@ def parse_kernels(text: str | None) -> Kernels:
         elif word == "dkms":
             dkms_lines.append(rest)
     return Kernels(True, tuple(kernels), parse_dkms_status("\n".join(dkms_lines)))
-
-
-# ---- /dev/char ------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DevChar:
-    devices: tuple[str, ...] = ()  # /dev/nvidia0, /dev/nvidiactl, ...
-    links: Mapping[str, str] = field(default_factory=dict)  # device basename -> /dev/char/MAJ:MIN
-
-    @property
-    def missing(self) -> list[str]:
-        return [d for d in self.devices if d.rsplit("/", 1)[-1] not in self.links]
-
-
-def parse_dev_char(text: str) -> DevChar:
-    devices, links = [], {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[0] == "dev":
-            devices.append(parts[1])
-        elif len(parts) == 3 and parts[0] == "link":
-            links[parts[2].rsplit("/", 1)[-1]] = f"/dev/char/{parts[1]}"
-    return DevChar(tuple(devices), links)
 
 
 # ---- automatic upgrades -----------------------------------------------------------------------------------

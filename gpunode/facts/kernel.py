@@ -198,3 +198,38 @@ def parse_tools(text: str) -> dict[str, str]:
 
 def loaded(modules: Iterable[str], name: str) -> bool:
     return name.replace("-", "_") in set(modules)
+
+
+# ---- NVIDIA device nodes and their /dev/char links (probe command doctor_dev_char) ---------------------------
+
+# The device nodes the NVIDIA container runtime puts into containers, i.e. the ones whose /dev/char/MAJ:MIN link
+# systemd needs when it re-applies device rules on `daemon-reload`; `nvidia-ctk system create-dev-char-symlinks
+# --create-all` links exactly these. NVSwitch nodes (nvidia-nvswitch*, for fabric manager on the host) are not.
+CONTAINER_DEVICE = re.compile(r"^nvidia(\d+|ctl|-modeset|-uvm|-uvm-tools)$")
+
+
+@dataclass(frozen=True)
+class DevChar:
+    devices: tuple[str, ...] = ()  # /dev/nvidia0, /dev/nvidiactl, ... (every /dev/nvidia* node)
+    links: Mapping[str, str] = field(default_factory=dict)  # device basename -> /dev/char/MAJ:MIN
+
+    @property
+    def container_devices(self) -> list[str]:
+        return [d for d in self.devices if CONTAINER_DEVICE.match(d.rsplit("/", 1)[-1])]
+
+    @property
+    def missing(self) -> list[str]:
+        """Container device nodes without a /dev/char link."""
+        return [d for d in self.container_devices if d.rsplit("/", 1)[-1] not in self.links]
+
+
+def parse_dev_char(text: str) -> DevChar:
+    """Probe lines `dev /dev/nvidia0` (a device node) and `link 195:0 /dev/nvidia0` (from `ls -l /dev/char`)."""
+    devices, links = [], {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == "dev":
+            devices.append(parts[1])
+        elif len(parts) == 3 and parts[0] == "link":
+            links[parts[2].rsplit("/", 1)[-1]] = f"/dev/char/{parts[1]}"
+    return DevChar(tuple(devices), links)

@@ -143,7 +143,7 @@ COMMANDS.update({
     # "UNIT<TAB>is-active<TAB>is-enabled" (is-enabled prints nothing or "not-found" for a missing unit)
     "units": (
         "for u in docker.service containerd.service crio.service snap.docker.dockerd.service "
-        "nvidia-fabricmanager.service; do "
+        "nvidia-fabricmanager.service nvidia-persistenced.service; do "
         'printf "%s\\t%s\\t%s\\n" "$u" "$(systemctl is-active "$u" 2>/dev/null)" '
         '"$(systemctl is-enabled "$u" 2>/dev/null)"; done'
     ),
@@ -186,6 +186,19 @@ COMMANDS.update({
     # non-empty keyrings apt can name in signed-by=
     "apt_keyrings": ('for f in /usr/share/keyrings/* /etc/apt/keyrings/* /etc/apt/trusted.gpg.d/*; do '
                      '[ -s "$f" ] && echo "$f"; done; true'),
+})
+
+# Persistence daemon and /dev/char links (parsed in gpunode/steps/nodesettings.py; its /dev/char links come from
+# the doctor's `doctor_dev_char` below, its unit state from `units` above). Unit files and drop-ins in systemd's
+# search path, and the udev rules that mention nvidia, in udev's.
+SYSTEMD_UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system",
+                     "/usr/lib/systemd/system", "/lib/systemd/system")
+UDEV_RULES_DIRS = ("/etc/udev/rules.d", "/run/udev/rules.d", "/usr/local/lib/udev/rules.d", "/usr/lib/udev/rules.d",
+                   "/lib/udev/rules.d")
+FILE_GROUPS.update({
+    "persistenced_unit": tuple(f"{d}/nvidia-persistenced.service" for d in SYSTEMD_UNIT_DIRS)
+    + tuple(f"{d}/nvidia-persistenced.service.d/*.conf" for d in SYSTEMD_UNIT_DIRS),
+    "udev_nvidia": tuple(f"{d}/*nvidia*.rules" for d in UDEV_RULES_DIRS),
 })
 
 # doctor (parsed in gpunode/doctor/facts.py). Each is read-only and cheap; the NVIDIA ones run only once the

@@ -5,7 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpunode.errors import UsageError
-from gpunode.steps import compat, driver, fabricmanager, nouveau, prerequisites, runtime, toolkit
+from gpunode.steps import (
+    compat,
+    driver,
+    fabricmanager,
+    nodesettings,
+    nouveau,
+    prerequisites,
+    runtime,
+    toolkit,
+)
 from gpunode.steps.base import Step
 
 PIPELINE: tuple[Step, ...] = (
@@ -16,6 +25,7 @@ PIPELINE: tuple[Step, ...] = (
     toolkit.STEP,
     runtime.STEP,
     fabricmanager.STEP,
+    nodesettings.STEP,
 )
 
 # Steps of the full pipeline whose implementation has not landed yet. Shown by `plan`, never faked.

@@ -48,7 +48,7 @@ def test_warnings_alone_exit_0(serve):
     set_output(node, "doctor_dev_char", "dev /dev/nvidia0\n")
     result = runner.invoke(app, ["doctor", "--host", "gpu-01"])
     assert result.exit_code == 0 and "1 warn" in result.stdout
-    assert "sudo nvidia-ctk system create-dev-char-symlinks --create-all" in flat(result.stdout)
+    assert "gpunode install --only nodesettings" in flat(result.stdout)
 
 
 def test_json_document(serve):

@@ -5,9 +5,9 @@ on that finished node, one broken variant per check makes exactly that check fai
 it brings the node back to the all-pass baseline (checked before and after every variant).
 
 "Finished" is `gpunode install --driver V --engine docker --engine containerd` (containerd wired in too, not only
-left as docker's backend) plus two things an operator does that gpunode does not (yet): persistence
-mode on, and the /dev/char links (the simulator's `nvidia-ctk system create-dev-char-symlinks` is a no-op). The
-simulator has no kernel log, so the node gets a `dmesg` that prints a log file the variants replace.
+left as docker's backend) and nothing else: its last step (nodesettings) runs nvidia-persistenced and links the
+NVIDIA devices from /dev/char. The simulator has no kernel log, so the node gets a `dmesg` that prints a log file
+the variants replace.
 """
 
 from __future__ import annotations
@@ -71,11 +71,8 @@ def invoke(mirror: Mirror, *args: str):
                                             "GPUNODE_CACHE_DIR": str(mirror.cache)})
 
 
-def operator_steps(node: SimNode) -> None:
-    """What the doctor asks for that `gpunode install` does not do, done by hand."""
-    code, out, err = node.ssh("nvidia-smi -pm 1 && mkdir -p /dev/char && i=0 && for d in /dev/nvidia*; do "
-                              '[ -d "$d" ] && continue; ln -sfn "../${d#/dev/}" "/dev/char/195:$i"; i=$((i+1)); done')
-    assert code == 0, out + err
+def kernel_log(node: SimNode) -> None:
+    """The simulator has no kernel log: a `dmesg` that prints a file the variants replace."""
     node.write(KMSG, BOOT_LOG)
     node.write("usr/bin/dmesg", f"#!/bin/sh\ncat {KMSG}\n", 0o755)
 
@@ -86,7 +83,7 @@ def finish(mirror: Mirror, profile: str, **overrides) -> SimNode:
         result = invoke(mirror, "install", *node.cli_args(), "--driver", V, "--engine", "docker", "--engine",
                         "containerd")
         assert result.exit_code == 0, result.output
-        operator_steps(node)
+        kernel_log(node)
     except BaseException:
         node.stop()
         raise
@@ -290,12 +287,15 @@ def _no_dev_char(node: SimNode, undo: Undo) -> None:
 
 
 def _downgrade(mirror: Mirror) -> Variant:
+    # the driver step stops nvidia-persistenced to unload the old module; nodesettings starts it again
     def apply(node: SimNode, undo: Undo) -> None:
-        result = invoke(mirror, "install", *node.cli_args(), "--driver", OLD, "--only", "driver")
+        result = invoke(mirror, "install", *node.cli_args(), "--driver", OLD, "--only", "driver", "--only",
+                        "nodesettings")
         assert result.exit_code == 0, result.output
 
         def back() -> None:
-            again = invoke(mirror, "install", *node.cli_args(), "--driver", V, "--only", "driver")
+            again = invoke(mirror, "install", *node.cli_args(), "--driver", V, "--only", "driver", "--only",
+                           "nodesettings")
             assert again.exit_code == 0, again.output
         undo.then(back)
     return apply

@@ -22,6 +22,11 @@ if [ -n "$DRIVER_VERSION" ] && [ "$DRIVER_DKMS" = 1 ] && ! ns_driver_built_for "
 fi
 
 rm -f "$NS/loaded.env" "$NS/smi.persistence" "$NS/kmsg.clock"
+# power-on: no unit runs yet; systemd loads the unit files afresh (udev rules may start units as modules load)
+for _bootf in "$NS"/units/*; do [ -f "$_bootf" ] && ns_unit_set "${_bootf##*/}" ACTIVE inactive; done
+ns_units_reload
+# /dev is a fresh devtmpfs: the /dev/char links to NVIDIA devices are gone (a udev rule may re-create them)
+for _bootl in /dev/char/*; do [ -L "$_bootl" ] && rm -f "$_bootl"; done
 printf '[    0.000000] Linux version %s (buildd@lcy02-amd64) (%s) %s\n' "$K" "$GCC_VERSION" "$KERNEL_BUILD" > "$NS/dmesg"
 printf '[    0.000000] Command line: %s\n' "$(cat /proc/cmdline)" >> "$NS/dmesg"
 ns_write_modules $(cat "$NS/base-modules" 2>/dev/null)
@@ -36,15 +41,13 @@ if ns_has_gpu; then
     fi
 fi
 
-# units: enabled ones start, the rest are stopped
+# units: enabled ones start (those udev started already run)
 if [ -d "$NS/units" ]; then
     for _bootf in "$NS"/units/*; do
         [ -f "$_bootf" ] || continue
         _bootu=${_bootf##*/}
-        if [ "$(sed -n 's/^ENABLED=//p' "$_bootf")" = enabled ]; then
+        if [ "$(sed -n 's/^ENABLED=//p' "$_bootf")" = enabled ] && ! ns_unit_active "$_bootu"; then
             ns_unit_start "$_bootu" || true
-        else
-            ns_unit_set "$_bootu" ACTIVE inactive
         fi
     done
 fi

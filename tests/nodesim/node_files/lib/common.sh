@@ -193,6 +193,8 @@ ns_load_module() {
         _new="$_x $_new"
     done
     ns_write_modules $_new $(ns_loaded_list)
+    case " $_new " in *" nvidia "*) ns_udev_event add /module/nvidia module; ns_udev_event add /bus/pci/drivers/nvidia drivers ;; esac
+    :
 }
 
 ns_module_users() { awk -v m="$1" '$1 == m { if ($4 != "-") { gsub(",", " ", $4); print $4 } }' /proc/modules; }
@@ -353,6 +355,78 @@ ns_unit_create() {  # ns_unit_create UNIT DESCRIPTION [ACTIVE] [ENABLED]
 }
 ns_unit_remove() { rm -f "$NS/units/$(ns_unit_name "$1")"; }
 ns_unit_active() { [ "$(ns_unit_get "$1" ACTIVE)" = active ]; }
+
+# Unit files on disk (systemd's search path, the first directory wins).  A unit the simulator has no state for
+# but whose file exists is known the way systemd knows it: disabled, or static without an [Install] section.
+NS_UNIT_DIRS="/etc/systemd/system /run/systemd/system /usr/local/lib/systemd/system /usr/lib/systemd/system /lib/systemd/system"
+ns_unit_file() {  # ns_unit_file UNIT : the unit file systemd would load, if any
+    for _ufd in $NS_UNIT_DIRS; do [ -f "$_ufd/$1" ] && { echo "$_ufd/$1"; return 0; }; done
+    return 1
+}
+ns_unit_discover() {  # ns_unit_discover UNIT : state for a unit that exists only as a file
+    _dn=$(ns_unit_name "$1")
+    ns_unit_exists "$_dn" && return 0
+    _df=$(ns_unit_file "$_dn") || return 0
+    _desc=$(sed -n 's/^Description=//p' "$_df" | head -n 1)
+    if grep -q '^\[Install\]' "$_df"; then _den=disabled; else _den=static; fi
+    ns_unit_create "$_dn" "${_desc:-$_dn}" inactive "$_den"
+    ns_unit_snapshot "$_dn"
+}
+ns_unit_execstart() {  # ns_unit_execstart UNIT : the ExecStart= in effect (unit file, then drop-ins in name order)
+    _ef=$(ns_unit_file "$1") || return 0
+    {
+        echo "$_ef"
+        for _ud in $NS_UNIT_DIRS; do
+            for _eg in "$_ud/$1.d"/*.conf; do [ -f "$_eg" ] && echo "${_eg##*/} $_eg"; done
+        done | awk '!seen[$1]++' | sort | cut -d' ' -f2-
+    } | while read -r _eg; do cat "$_eg"; echo; done | awk '
+        /^\[/ { sec = $0; next }
+        sec == "[Service]" && /^ExecStart=/ { v = substr($0, 11) }
+        END { print v }'
+}
+ns_unit_snapshot() {  # what systemd loaded at the last daemon-reload: the unit's ExecStart
+    mkdir -p "$NS/unit-exec"
+    if ns_unit_file "$1" >/dev/null; then ns_unit_execstart "$1" > "$NS/unit-exec/$1"; else rm -f "$NS/unit-exec/$1"; fi
+}
+ns_units_reload() {  # systemctl daemon-reload
+    for _ud in $NS_UNIT_DIRS; do
+        for _rf in "$_ud"/*.service; do [ -f "$_rf" ] && ns_unit_discover "${_rf##*/}"; done
+    done
+    for _rf in "$NS"/units/*; do [ -f "$_rf" ] && ns_unit_snapshot "${_rf##*/}"; done
+    :
+}
+ns_unit_loaded_exec() { cat "$NS/unit-exec/$(ns_unit_name "$1")" 2>/dev/null; }
+
+# ---- udev ---------------------------------------------------------------------------------------------------
+# ns_udev_event ACTION DEVPATH SUBSYSTEM : run the RUN+= programs of the rules that match (rules files layered by
+# name, /etc over /run over /lib; only ACTION, DEVPATH and SUBSYSTEM can match, any other match key makes a rule
+# not match).  Programs run without a shell, their output discarded, as udev runs them.
+ns_udev_event() {
+    for _ud in /etc/udev/rules.d /run/udev/rules.d /usr/local/lib/udev/rules.d /usr/lib/udev/rules.d /lib/udev/rules.d; do
+        for _uf in "$_ud"/*.rules; do [ -f "$_uf" ] && echo "${_uf##*/} $_uf"; done
+    done | awk '!seen[$1]++' | sort | cut -d' ' -f2- | while read -r _uf; do
+        awk -v action="$1" -v devpath="$2" -v subsystem="$3" '
+            /^[ \t]*#/ || !NF { next }
+            {
+                line = $0; ok = 1; n = 0
+                while (match(line, /[A-Z_]+(\{[^}]*\})?[ \t]*(==|!=|\+=|:=|=)[ \t]*"[^"]*"/)) {
+                    kv = substr(line, RSTART, RLENGTH); line = substr(line, RSTART + RLENGTH)
+                    match(kv, /(==|!=|\+=|:=|=)/); key = substr(kv, 1, RSTART - 1); op = substr(kv, RSTART, RLENGTH)
+                    val = substr(kv, RSTART + RLENGTH); sub(/^[ \t]*"/, "", val); sub(/"$/, "", val); gsub(/[ \t]/, "", key)
+                    if (op == "==" || op == "!=") {
+                        have = (key == "ACTION") ? action : (key == "DEVPATH") ? devpath : \
+                               (key == "SUBSYSTEM") ? subsystem : "\001"
+                        if ((op == "==") != (have == val)) ok = 0
+                    } else if (key == "RUN") run[++n] = val
+                }
+                if (ok) for (i = 1; i <= n; i++) print run[i]
+                delete run
+            }' "$_uf"
+    done | while read -r _uprog; do
+        # shellcheck disable=SC2086
+        $_uprog >/dev/null 2>&1 </dev/null || true
+    done
+}
 
 # ---- files dropped by packages / installers ----------------------------------------------------------------
 ns_link_tool() {  # ns_link_tool /usr/bin/nvidia-smi nvidia-smi [owner-record-file]

@@ -20,7 +20,15 @@ ns_unit_start() {
             fi
             ;;
         nvidia-persistenced.service)
+            # the command systemd loaded (none known: a packaged unit, persistence on); the daemon needs the driver
+            _pexec=$(ns_unit_loaded_exec "$_unit")
+            _pbin=${_pexec%% *}; _pbin=${_pbin#[-@+!:]}
+            if [ -n "$_pbin" ] && [ ! -x "$_pbin" ]; then ns_unit_set "$_unit" ACTIVE failed; return 1; fi
             if ! ns_loaded nvidia; then ns_unit_set "$_unit" ACTIVE failed; return 1; fi
+            case " $_pexec " in
+                *" --no-persistence-mode "*) rm -f "$NS/smi.persistence" ;;
+                *) : > "$NS/smi.persistence" ;;
+            esac
             ;;
         nvidia-fabricmanager.service)
             LOADED_VERSION=; [ -r "$NS/loaded.env" ] && . "$NS/loaded.env"
@@ -48,5 +56,7 @@ ns_unit_start() {
 ns_unit_stop() {
     _unit=$(ns_unit_name "$1")
     ns_unit_exists "$_unit" && ns_unit_set "$_unit" ACTIVE inactive
+    # without its daemon the driver keeps no GPU state: persistence mode goes off with it
+    [ "$_unit" = nvidia-persistenced.service ] && rm -f "$NS/smi.persistence"
     :
 }

@@ -354,6 +354,79 @@ def cdi(args, gpus_file="/var/lib/nodesim/gpus"):
     return 0
 
 
+# ---- system create-dev-char-symlinks ---------------------------------------------------------------------
+
+CONTROL_DEVICES = (("nvidia", "/dev/nvidia-modeset", 254), ("nvidia", "/dev/nvidiactl", 255),
+                   ("nvidia_uvm", "/dev/nvidia-uvm", 0), ("nvidia_uvm", "/dev/nvidia-uvm-tools", 1))
+MAJORS = {"nvidia": 195, "nvidia_uvm": 510}  # what /proc/devices would say once the module is loaded
+
+
+def _loaded_modules():
+    try:
+        with open("/proc/modules", encoding="utf-8") as fh:
+            return {line.split(" ", 1)[0] for line in fh if line.strip()}
+    except OSError:
+        return set()
+
+
+def _gpu_count(root="/sys/bus/pci/devices"):
+    count = 0
+    for dev in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        try:
+            with open(os.path.join(root, dev, "vendor"), encoding="utf-8") as fh:
+                vendor = fh.read().strip()
+            with open(os.path.join(root, dev, "class"), encoding="utf-8") as fh:
+                cls = fh.read().strip()
+        except OSError:
+            continue
+        if vendor == "0x10de" and cls[:6] in ("0x0300", "0x0302"):
+            count += 1
+    return count
+
+
+def create_dev_char_symlinks(args):
+    """Links DEV_CHAR/MAJOR:MINOR -> device node. --create-all: every possible GPU and control device (majors
+    from the loaded modules, 0 for a module that is not loaded, as /proc/devices leaves them), else the device
+    nodes that exist. An existing link is kept with a warning, as os.Symlink fails on it."""
+    dev_char, create_all, dry_run = "/dev/char", False, False
+    for a in args:
+        if a.startswith("--dev-char-path="):
+            dev_char = a.split("=", 1)[1]
+        elif a == "--create-all":
+            create_all = True
+        elif a == "--dry-run":
+            dry_run = True
+        elif a.startswith("--") and a.split("=", 1)[0] not in ("--driver-root", "--load-kernel-modules",
+                                                               "--create-device-nodes", "--watch"):
+            sys.stderr.write(f"Incorrect Usage: flag provided but not defined: -{a.lstrip('-').split('=')[0]}\n")
+            return 1
+    if create_all and "--watch" in args:
+        log("error", "create-all and watch are mutually exclusive")
+        return 1
+    loaded = _loaded_modules()
+    major = {m: (n if m in loaded else 0) for m, n in MAJORS.items()}
+    gpus = _gpu_count()
+    if create_all and gpus == 0:
+        log("info", "No NVIDIA devices found in /")
+        return 0
+    nodes = [(path, major[module], minor) for module, path, minor in CONTROL_DEVICES]
+    nodes += [(f"/dev/nvidia{i}", major["nvidia"], i) for i in range(gpus)]
+    if not create_all:
+        nodes = [n for n in nodes if os.path.exists(n[0])]
+    if nodes and not dry_run:
+        os.makedirs(dev_char, exist_ok=True)
+    for path, maj, minor in nodes:
+        link = os.path.join(dev_char, f"{maj}:{minor}")
+        log("info", f"Creating link {link} => {path}")
+        if dry_run:
+            continue
+        try:
+            os.symlink(path, link)
+        except OSError as exc:
+            log("warning", f"Could not create symlink: symlink {path} {link}: {exc.strerror.lower()}")
+    return 0
+
+
 def main(argv):
     version = argv[0]
     args = argv[1:]
@@ -368,6 +441,8 @@ def main(argv):
         return runtime_configure(args[2:])
     if args[0] == "cdi":
         return cdi(args[1:])
+    if args[0] == "system" and len(args) > 1 and args[1] == "create-dev-char-symlinks":
+        return create_dev_char_symlinks(args[2:])
     if args[0] in ("system", "config", "hook", "info"):
         return 0
     sys.stderr.write(f"No help topic for '{args[0]}'\n")
