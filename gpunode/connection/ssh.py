@@ -217,6 +217,7 @@ class SSHConnection(Connection):
         keys, encrypted = _load_keys(self.name, r.identities)
         password = self.options.password.value if self.options.password else None
         explicit = bool(r.identities) or password is not None
+        started = time.monotonic()
         try:
             for index, key in enumerate(keys or [None]):
                 try:
@@ -266,6 +267,13 @@ class SSHConnection(Connection):
                                fix="check the node is up and reachable, or raise --connect-timeout") from None
         except (paramiko.SSHException, EOFError) as exc:
             client.close()
+            text = str(exc).lower()
+            silent = "banner" in text or ("no existing session" in text
+                                          and time.monotonic() - started >= 0.8 * self.options.connect_timeout)
+            if silent:  # paramiko's words for a peer that accepted TCP and then said nothing
+                raise ConnectError(f"{self.name}: timed out after {self.options.connect_timeout:.0f}s waiting for "
+                                   f"the SSH banner from {r.host}:{r.port} (something answers, but not sshd)",
+                                   fix="check sshd on the node (it may be hung or overloaded), or the port") from None
             raise ConnectError(f"{self.name}: SSH error: {exc}", fix="check that an SSH server answers on "
                                f"{r.host}:{r.port}") from None
         except OSError as exc:

@@ -92,3 +92,39 @@ def test_known_hosts_with_a_malformed_line_still_loads_the_rest(tmp_path):
 
 def test_fingerprint_format():
     assert fingerprint(paramiko.RSAKey.generate(1024)).startswith("SHA256:")
+
+
+def test_a_silent_server_is_a_timeout_not_a_hang():
+    """Something accepts TCP on 127.0.0.1 but never speaks SSH (a hung sshd): one line, within the timeout."""
+    import socket
+    import threading
+    import time
+
+    from gpunode.connection.ssh import SSHConnection
+    from gpunode.errors import ConnectError
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    accepted = []
+    stop = threading.Event()
+
+    def accept():
+        conn, _ = server.accept()
+        accepted.append(conn)
+        stop.wait(10)
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        start = time.monotonic()
+        with pytest.raises(ConnectError, match="timed out after 1s waiting for the SSH banner"):
+            SSHConnection(f"root@127.0.0.1:{port}", SSHOptions(connect_timeout=1.0, known_hosts=[])).connect()
+        assert time.monotonic() - start < 10
+    finally:
+        stop.set()
+        for conn in accepted:
+            conn.close()
+        server.close()
+        thread.join(5)
