@@ -122,12 +122,16 @@ class Reach:
 
 def connect(host: str | None, identity: list[str] | None, known_hosts: list[str] | None, accept_new: bool,
             ssh_config: str | None, ask_pass: bool, ask_become_pass: bool, connect_timeout: float) -> Connection:
-    password = Secret(getpass.getpass("SSH password: ")) if ask_pass else None
-    become = Secret(getpass.getpass("BECOME (sudo) password: ")) if ask_become_pass else None
-    spec = ConnectionSpec(host=host, identity=list(identity or []), known_hosts=list(known_hosts or []),
-                          accept_new_host_key=accept_new, ssh_config=ssh_config, password=password,
-                          become_password=become, connect_timeout=connect_timeout)
-    return connection.open_connection(spec)
+    """One node, for the commands that take a single --host."""
+    return Reach([host] if host else [], list(identity or []), list(known_hosts or []), accept_new, ssh_config,
+                 ask_pass, ask_become_pass, connect_timeout).open()
+
+
+def print_error(exc: GpunodeError) -> None:
+    """`error: ...` and `fix: ...` on stderr."""
+    err.print(f"[bold red]error:[/] {escape(exc.message)}")
+    if exc.fix:
+        err.print(f"[bold]fix:[/] {escape(exc.fix)}")
 
 
 @contextmanager
@@ -136,9 +140,7 @@ def expected_errors() -> Iterator[None]:
     try:
         yield
     except GpunodeError as exc:
-        err.print(f"[bold red]error:[/] {escape(exc.message)}")
-        if exc.fix:
-            err.print(f"[bold]fix:[/] {escape(exc.fix)}")
+        print_error(exc)
         raise typer.Exit(exc.exit_code) from None
 
 

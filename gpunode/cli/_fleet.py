@@ -69,9 +69,6 @@ class FleetView:
             result: HostResult = payload
             self.status[host] = Text(result.status, style=RESULT_STYLE.get(result.status, ""))
             line = f"{host}: {result.status}" + (f" ({result.error})" if result.error else "")
-        elif kind == "cell":
-            column, text, style = payload
-            self.cells[host][column] = Text(text, style=style)
         if self.live is not None:
             self.live.update(self._table())
         elif line is not None:

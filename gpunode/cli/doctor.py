@@ -26,8 +26,8 @@ from gpunode.cli._common import (
     ParallelOpt,
     Reach,
     SshConfigOpt,
-    escape,
     expected_errors,
+    print_error,
 )
 from gpunode.cli._fleet import print_summary, run_with_view
 from gpunode.doctor import CheckResult, exit_code, report, run_checks, summary
@@ -36,7 +36,7 @@ from gpunode.facts import Facts, gather
 from gpunode.fleet import HostResult, LoggedConnection, QueueReporter
 from gpunode.inventory import InventoryHost
 from gpunode.runner import SCHEMA_VERSION
-from gpunode.ui import describe_node, err, out, print_json
+from gpunode.ui import describe_node, out, print_json
 
 STATUS_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 
@@ -96,9 +96,7 @@ def doctor(
                         "node": None, "checks": [], "summary": None, "failures": [], "warnings": [], "exit_code": 2,
                         "error": {"message": exc.message, "fix": exc.fix}})
         else:
-            err.print(f"[bold red]error:[/] {escape(exc.message)}")
-            if exc.fix:
-                err.print(f"[bold]fix:[/] {escape(exc.fix)}")
+            print_error(exc)
         raise typer.Exit(2) from None
     results = run_checks(facts)
     if json_output:

@@ -21,7 +21,7 @@ from gpunode.cli._common import (
     KnownHostsOpt,
     SshConfigOpt,
     connect,
-    escape,
+    print_error,
 )
 from gpunode.errors import GpunodeError
 from gpunode.facts import gather
@@ -111,9 +111,7 @@ def verify(
             print_json({"schema_version": SCHEMA_VERSION, "gpunode_version": __version__, "host": name,
                         "tests": [], "exit_code": code, "error": {"message": exc.message, "fix": exc.fix}})
         else:
-            err.print(f"[bold red]error:[/] {escape(exc.message)}")
-            if exc.fix:
-                err.print(f"[bold]fix:[/] {escape(exc.fix)}")
+            print_error(exc)
         raise typer.Exit(code) from None
     if json_output:
         print_json(report.to_dict(SCHEMA_VERSION))
