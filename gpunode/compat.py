@@ -31,6 +31,9 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from gpunode.errors import GpunodeError, UsageError
+from gpunode.versions import BRANCH_EXACT, Ver, branch_of, parse_driver
+
+__all__ = ["Ver", "branch_of", "parse_driver"]  # re-exported: callers ask compat for the grammar too
 
 # ---------------------------------------------------------------------------------------------------------
 # Errors and small parsers
@@ -45,33 +48,8 @@ class CompatError(GpunodeError):
     """A question the tables cannot answer (for example no verify image for a very old driver)."""
 
 
-class Ver(Version):
-    """A packaging Version that prints exactly as written: NVIDIA's 535.129.03 stays 535.129.03 (a plain
-    Version prints 535.129.3). Compares like any Version."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__(text)
-        self._text = text.strip()
-
-    def __str__(self) -> str:
-        return self._text
-
-    def __repr__(self) -> str:
-        return f"<Ver({self._text!r})>"
-
-
-_DRIVER_RE = re.compile(r"^\d{3}\.\d{1,3}(\.\d{1,3})?$")
 _CUDA_RE = re.compile(r"^\d{1,2}\.\d{1,2}(\.\d{1,3})?$")
 _CC_RE = re.compile(r"^\d{1,2}\.\d$")
-
-
-def parse_driver(text: str, what: str = "--driver") -> Version:
-    """An NVIDIA driver version (535.129.03, 570.26) as a comparable Version; bad input is a UsageError."""
-    value = (text or "").strip()
-    if not _DRIVER_RE.match(value):
-        raise UsageError(f"{what} {text!r} is not an NVIDIA driver version",
-                         fix="use the full version from NVIDIA's download page, e.g. 535.129.03 or 550.54.15")
-    return Ver(value)
 
 
 def parse_cuda(text: str, what: str = "--cuda") -> str:
@@ -85,12 +63,6 @@ def parse_cuda(text: str, what: str = "--cuda") -> str:
         raise UsageError(f"{what} {text!r} is not a CUDA version",
                          fix="use MAJOR.MINOR or MAJOR.MINOR.PATCH, e.g. 12.4 or 12.4.1")
     return value
-
-
-def branch_of(driver: Version | str) -> int:
-    """The driver branch (535 for 535.129.03)."""
-    version = driver if isinstance(driver, Version) else Ver(str(driver))
-    return version.release[0]
 
 
 def major_minor(version: Version) -> str:
@@ -254,7 +226,7 @@ def _int(text: str) -> int:
 
 
 def _branch(text: str) -> int:
-    if not re.match(r"^\d{3}$", text):
+    if not BRANCH_EXACT.match(text):
         raise ValueError(f"{text!r} is not a driver branch (three digits, e.g. 535)")
     return int(text)
 

@@ -24,6 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpunode.errors import GpunodeError, UsageError
+from gpunode.versions import normalize_arch, parse_runfile_name, runfile_name
+
+__all__ = ["normalize_arch", "parse_runfile_name", "runfile_name"]
 
 if TYPE_CHECKING:  # requests is imported when something is downloaded, not at CLI start-up
     import requests
@@ -35,8 +38,6 @@ CONNECT_TIMEOUT = 15.0
 READ_TIMEOUT = 60.0
 RETRIES = 3  # resumed attempts after a dropped connection
 
-_ARCHES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
-_RUNFILE = re.compile(r"^NVIDIA-Linux-(?P<arch>x86_64|aarch64)-(?P<version>\d+\.\d+(?:\.\d+)?)(?:-[\w-]+)?\.run$")
 _LABEL = re.compile(r"Linux-(?P<arch>x86_64|aarch64)\s+(?P<version>\d+\.\d+(?:\.\d+)?)")
 _SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
 
@@ -46,25 +47,6 @@ class DownloadError(GpunodeError):
 
 
 # -- names and URLs (pure) -------------------------------------------------------------------------------
-def normalize_arch(arch: str) -> str:
-    """`uname -m` -> the architecture word NVIDIA uses in file names."""
-    try:
-        return _ARCHES[arch.strip()]
-    except KeyError:
-        raise UsageError(f"NVIDIA publishes no .run driver for architecture {arch!r}",
-                         fix="NVIDIA's Linux drivers exist for x86_64 and aarch64 only") from None
-
-
-def runfile_name(version: str, arch: str) -> str:
-    return f"NVIDIA-Linux-{normalize_arch(arch)}-{version}.run"
-
-
-def parse_runfile_name(name: str) -> tuple[str, str] | None:
-    """'NVIDIA-Linux-x86_64-535.129.03.run' -> ('x86_64', '535.129.03'); None for any other name."""
-    match = _RUNFILE.match(name.rsplit("/", 1)[-1].split("?", 1)[0])
-    return (match["arch"], match["version"]) if match else None
-
-
 def official_urls(version: str, arch: str, base: str | None = None) -> tuple[str, ...]:
     """Where NVIDIA publishes the .run, most likely first: the data-center ("tesla") directory, then the
     XFree86 Unix-driver archive (which also mirrors data-center releases). `base` replaces the host for

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import getpass
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -43,18 +42,6 @@ OnlyOpt = Annotated[list[str] | None, typer.Option("--only", help="Run only this
 SkipOpt = Annotated[list[str] | None, typer.Option("--skip", help="Skip this step (repeatable).", show_default=False)]
 DriverOpt = Annotated[str | None, typer.Option("--driver", help="NVIDIA driver version, e.g. 535.129.03.",
                                                show_default=False)]
-
-_DRIVER_VERSION = re.compile(r"^\d{3}\.\d{1,3}(\.\d{1,3})?$")
-
-
-def check_driver_version(value: str | None) -> str | None:
-    if value is None:
-        return None
-    if not _DRIVER_VERSION.match(value.strip()):
-        raise UsageError(f"--driver {value!r} is not an NVIDIA driver version",
-                         fix="use the full version from NVIDIA's download page, e.g. 535.129.03 or 550.54.15")
-    return value.strip()
-
 
 HostsOpt = Annotated[list[str] | None, typer.Option(
     "--host", "-H", help="[user@]host[:port] or a Host alias from ~/.ssh/config. Repeatable: several nodes run in "

@@ -10,7 +10,7 @@ from typing import Annotated, Any, TextIO
 
 import typer
 
-from gpunode import installer
+from gpunode import installer, versions
 from gpunode import steps as pipeline
 from gpunode.cli._common import (
     AcceptNewOpt,
@@ -32,7 +32,6 @@ from gpunode.cli._common import (
     Reach,
     SkipOpt,
     SshConfigOpt,
-    check_driver_version,
     expected_errors,
 )
 from gpunode.cli._fleet import fleet_exit_code, print_summary, run_with_view
@@ -104,7 +103,7 @@ def _options(driver: str | None, reboot: bool = False, reboot_timeout: float = 9
              kernel_module: str | None = None, module_signing_key: str | None = None,
              module_signing_cert: str | None = None, cache_dir: str | None = None,
              lock_timeout: float = 600.0) -> Options:
-    version = check_driver_version(driver)
+    version = versions.check_driver(driver)
     fields = installer.request(version, driver_run, sha256, kernel_module, module_signing_key, module_signing_cert,
                                cache_dir)
     return Options(reboot=reboot, reboot_timeout=reboot_timeout, cuda=check_cuda_option(cuda),
