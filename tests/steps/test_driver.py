@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from gpunode.connection.fake import FakeConnection, FakeNode
 from gpunode.errors import CommandError
 from gpunode.facts import Facts
 from gpunode.facts.kernel import PciDevice, SecureBoot, parse_nvidia_version
@@ -20,6 +19,7 @@ from gpunode.plan import Reboot, RunCommand, Status, change
 from gpunode.steps import driver
 from gpunode.steps.driver import FetchInstaller, RunInstaller
 from tests.conftest import FIXTURES
+from tests.fakes.connection import FakeConnection, FakeNode
 from tests.test_installer import build_run
 
 UBUNTU = parse_os_release('ID=ubuntu\nID_LIKE=debian\nVERSION_ID="22.04"\nPRETTY_NAME="Ubuntu 22.04.5 LTS"\n')
