@@ -90,20 +90,25 @@ def _ancestors(name: str) -> list[str]:
 
 
 def graph(modules: dict[str, Path], root: Path = ROOT) -> dict[str, dict[str, int]]:
-    """module -> {module it imports at import time -> line}. `import a.b.c` runs a, a.b and a.b.c; packages that
-    contain the importing module are already running when it runs, so they add no edge."""
+    """module -> {module it imports at import time -> line}. `import a.b.c` runs a, a.b and a.b.c. The packages
+    that contain the importing module are already running when it runs, so reaching a submodule through them adds
+    no edge; but `from a import NAME` (not a submodule) needs a's __init__ to have got that far: that is an edge."""
     edges: dict[str, dict[str, int]] = {}
     for name, path in modules.items():
         own = set(_ancestors(name)) | ({name} if path.name == "__init__.py" else set())
-        out: dict[str, int] = {}
+        found: list[tuple[str, int]] = []
         for imp in imports(path, root):
             if not imp.at_import_time:
                 continue
-            targets = [imp.target, *(f"{imp.target}.{n}" for n in imp.names)]
-            for target in targets:
-                for candidate in [*_ancestors(target), target]:
-                    if candidate in modules and candidate not in own and candidate != name:
-                        out.setdefault(candidate, imp.line)
+            submodules = [f"{imp.target}.{n}" for n in imp.names if f"{imp.target}.{n}" in modules]
+            for target in [imp.target, *submodules]:
+                found += [(c, imp.line) for c in [*_ancestors(target), target] if c not in own]
+            if len(submodules) < len(imp.names):  # a name defined in the package's own __init__
+                found.append((imp.target, imp.line))
+        out: dict[str, int] = {}
+        for candidate, line in found:
+            if candidate in modules and candidate != name:
+                out.setdefault(candidate, line)
         edges[name] = out
     return edges
 
@@ -253,6 +258,15 @@ def test_a_subpackage_importing_its_own_package_is_not_a_cycle(tmp_path: Path) -
         "pkg/steps/driver.py": "from pkg.steps.base import x\nfrom pkg import steps\n",
     })
     assert cycles(graph(modules, tmp_path)) == []
+
+
+def test_a_name_from_a_package_that_imports_the_module_is_a_cycle(tmp_path: Path) -> None:
+    # pkg/__init__ runs `from pkg import a` before it defines X: a's `from pkg import X` fails at import time
+    modules = _write(tmp_path, {
+        "pkg/__init__.py": "from pkg import a\nX = 1\n",
+        "pkg/a.py": "from pkg import X\n",
+    })
+    assert cycles(graph(modules, tmp_path)) == [["pkg", "pkg.a", "pkg"]]
 
 
 @pytest.mark.parametrize("source, live", [
