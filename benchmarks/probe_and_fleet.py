@@ -62,7 +62,7 @@ def bench_fleet(nodes: list[SimNode], repeat: int) -> None:
 
     def work(host, reporter, log):
         with connect(by_name[host.name]) as conn:
-            return result_from_report(host.name, plan_pipeline(conn, PIPELINE, Options(progress=False), reporter))
+            return result_from_report(host.name, plan_pipeline(conn, PIPELINE, Options(), reporter))
 
     serial = timed(lambda: run_fleet(hosts, work, parallel=1), repeat)
     parallel = timed(lambda: run_fleet(hosts, work, parallel=len(hosts)), repeat)

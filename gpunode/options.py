@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpunode.artifacts import ProgressBars
+
 
 @dataclass(frozen=True)
 class Options:
@@ -11,10 +13,11 @@ class Options:
     reboot: bool = False  # may gpunode reboot the node when a step needs it
     reboot_timeout: float = 900.0
     max_reboots: int = 2
-    progress: bool = True  # progress bars for downloads/uploads; off in fleet runs (only the main thread draws)
+    # displays for downloads/uploads, set by the CLI (gpunode/cli/progress.py); None: silent (fleet runs, tests)
+    progress: ProgressBars | None = None
     cuda: str | None = None  # CUDA version the node must run, e.g. 12.4 (checked by the compat step)
     image: str | None = None  # container image the node must run, e.g. nvidia/cuda:12.4.1-base-ubuntu22.04
-    # the driver step (gpunode/installer.py, gpunode/steps/driver.py)
+    # the driver step (gpunode/artifacts/, gpunode/steps/driver.py)
     driver_run: str | None = None  # --driver-run: a local .run file or its URL (instead of NVIDIA's URL)
     sha256: str | None = None  # --sha256: expected digest of the .run
     kernel_module: str | None = None  # --kernel-module: "open" | "proprietary" (default: chosen per GPU)

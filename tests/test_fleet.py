@@ -5,13 +5,13 @@ import time
 
 import pytest
 
-from gpunode.connection.fake import FakeConnection, FakeNode
 from gpunode.errors import ConnectError, UsageError
 from gpunode.fleet import HostResult, LoggedConnection, batches, result_from_report, run_fleet
 from gpunode.inventory import InventoryHost
 from gpunode.options import Options
 from gpunode.runner import apply_pipeline
 from gpunode.steps import PIPELINE
+from tests.fakes.connection import FakeConnection, FakeNode
 
 HOSTS = [InventoryHost(f"gpu-{i:02d}") for i in range(20)]
 

@@ -3,12 +3,12 @@
 import pytest
 
 from gpunode import runner
-from gpunode.connection.fake import ROCKY_9, FakeConnection, FakeNode
 from gpunode.options import Options
 from gpunode.plan import RunCommand, Status, change
 from gpunode.runner import apply_pipeline, plan_pipeline
 from gpunode.steps import PIPELINE, nouveau
 from gpunode.steps.base import Step
+from tests.fakes.connection import ROCKY_9, FakeConnection, FakeNode
 
 
 @pytest.fixture(autouse=True)

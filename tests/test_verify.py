@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 import pytest
 
 from gpunode import verify
-from gpunode.connection.fake import FakeConnection, FakeNode
 from gpunode.doctor.parse import SmiGpu
 from gpunode.errors import UsageError
 from gpunode.facts import containers as c
 from gpunode.facts import gather
 from tests.conftest import FIXTURES
 from tests.doctor.fakes import H100, V, finished, set_output, uuid
+from tests.fakes.connection import FakeConnection, FakeNode
 
 ERRORS = FIXTURES / "errors"
 IMAGE = "nvidia/cuda:13.0.2-base-ubuntu24.04"

@@ -10,8 +10,9 @@ from typing import Annotated, Any, TextIO
 
 import typer
 
-from gpunode import installer, versions
 from gpunode import steps as pipeline
+from gpunode import versions
+from gpunode.artifacts.request import request as driver_request
 from gpunode.cli._common import (
     AcceptNewOpt,
     AskBecomePassOpt,
@@ -36,6 +37,7 @@ from gpunode.cli._common import (
 )
 from gpunode.cli._fleet import fleet_exit_code, print_summary, run_with_view
 from gpunode.cli.compat import CudaOpt, ImageOpt, check_cuda_option, check_image_option
+from gpunode.cli.progress import rich_bars
 from gpunode.errors import UsageError
 from gpunode.fleet import HostResult, LoggedConnection, QueueReporter, result_from_report
 from gpunode.inventory import InventoryHost
@@ -104,8 +106,8 @@ def _options(driver: str | None, reboot: bool = False, reboot_timeout: float = 9
              module_signing_cert: str | None = None, cache_dir: str | None = None,
              lock_timeout: float = 600.0) -> Options:
     version = versions.check_driver(driver)
-    fields = installer.request(version, driver_run, sha256, kernel_module, module_signing_key, module_signing_cert,
-                               cache_dir)
+    fields = driver_request(version, driver_run, sha256, kernel_module, module_signing_key, module_signing_cert,
+                            cache_dir)
     return Options(reboot=reboot, reboot_timeout=reboot_timeout, cuda=check_cuda_option(cuda),
                    image=check_image_option(image), lock_timeout=lock_timeout, **fields)  # type: ignore[arg-type]
 
@@ -166,8 +168,9 @@ def _run(mode: str, a: dict[str, Any]) -> None:
                       a["connect_timeout"], a["inventory"], a["limit"])
         hosts = reach.targets()
         if hosts is not None:
-            _run_fleet(mode, reach, hosts, selected, dataclasses.replace(options, progress=False), a)
+            _run_fleet(mode, reach, hosts, selected, options, a)  # no progress bars: workers do not draw
             return
+        options = dataclasses.replace(options, progress=rich_bars)
         with reach.open() as conn:
             if mode == "plan":
                 report = plan_pipeline(conn, selected, options)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 import time
 
-from gpunode import installer
 from gpunode.doctor.base import NO_GPU, Node, Verdict, check, failed, passed, skipped, warned
 from gpunode.errors import GpunodeError
 from gpunode.steps import nouveau, prerequisites
+from gpunode.versions import normalize_arch
 
 
 def _signing_fix(node: Node) -> str:
@@ -135,7 +135,7 @@ def _rebuild_fix(node: Node, kernel: str, has_headers: bool) -> str:
     if module_packages:
         return f"sudo apt-get install -y {module_packages[0][: -len(node.facts.kernel)]}{kernel}"
     try:
-        arch = installer.normalize_arch(node.facts.arch)
+        arch = normalize_arch(node.facts.arch)
     except GpunodeError:
         arch = node.facts.arch
     build = f"sudo sh NVIDIA-Linux-{arch}-{version}.run --silent --kernel-module-only --kernel-name={kernel}"

@@ -6,7 +6,7 @@ and user space at the requested version is `ok`; another .run version is an upgr
 than its libraries is NVML's "Driver/library version mismatch", which only a reboot fixes. A driver from the
 distribution's packages is never mixed with a .run: that is `blocked`, explained.
 
-The installer is downloaded and verified on the machine running gpunode (gpunode/installer.py), uploaded into
+The installer is downloaded and verified on the machine running gpunode (gpunode/artifacts/), uploaded into
 a root-only directory, checked again on the node (sha256) and run silently with DKMS and an explicit kernel
 module flavour. On failure the installer's log tail is shown with what it means.
 """
@@ -19,7 +19,9 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
-from gpunode import gpus, installer
+from gpunode import gpus
+from gpunode.artifacts import ProgressBars, silent
+from gpunode.artifacts.source import Source, obtain, resolve
 from gpunode.connection.base import Connection
 from gpunode.errors import CommandError, GpunodeError
 from gpunode.facts import Facts
@@ -28,6 +30,7 @@ from gpunode.options import Options
 from gpunode.plan import Action, Reboot, RunCommand, StepPlan, blocked, change, ok
 from gpunode.shell import Script, display
 from gpunode.steps.base import Step
+from gpunode.versions import normalize_arch, parse_runfile_name
 
 NAME = "driver"
 TITLE = "NVIDIA driver"
@@ -230,9 +233,9 @@ def _mb(size: int) -> str:
 class FetchInstaller(Action):
     """Runs on the machine running gpunode: download (or reuse) and verify the .run. Nothing touches the node."""
 
-    source: installer.Source | None = None
+    source: Source | None = None
     local_size: int | None = None  # known size of the file already here (cache or --driver-run)
-    progress: bool = True
+    progress: ProgressBars | None = None
 
     kind = "download"
 
@@ -258,7 +261,7 @@ class FetchInstaller(Action):
 
     def apply(self, conn: Connection) -> str | None:
         assert self.source is not None
-        verified = installer.obtain(self.source, progress=self.progress)
+        verified = obtain(self.source, progress=self.progress)
         return f"{verified.path}: {', '.join(verified.checks)}"
 
 
@@ -294,11 +297,11 @@ exit "$rc"
 class RunInstaller(Action):
     """Upload the verified .run into a root-only directory on the node and run it there."""
 
-    source: installer.Source | None = None
+    source: Source | None = None
     flags: tuple[str, ...] = ()
     signing_key: str = ""
     signing_cert: str = ""
-    progress: bool = True
+    progress: ProgressBars | None = None
 
     kind = "driver-install"
 
@@ -313,12 +316,11 @@ class RunInstaller(Action):
 
     def apply(self, conn: Connection) -> str | None:
         assert self.source is not None
-        verified = installer.obtain(self.source, progress=self.progress)  # the file uploaded is the file verified
+        verified = obtain(self.source, progress=self.progress)  # the file uploaded is the file verified
         workdir = conn.make_private_dir(WORK_PARENT)
         try:
-            with installer.progress_bar(f"upload {self.source.name}", self.progress) as bar:
-                conn.upload(verified.path, f"{workdir}/{self.source.name}", mode=0o700,
-                            progress=lambda done, total: bar(done, total))
+            with (self.progress or silent)(f"upload {self.source.name}") as report:
+                conn.upload(verified.path, f"{workdir}/{self.source.name}", mode=0o700, progress=report)
         except BaseException:
             conn.run(Script('rm -rf -- "$1"', (workdir,), "cleanup"), sudo=True, timeout=60)
             raise
@@ -349,7 +351,7 @@ def requested_version(options: Options) -> str | None:
     if options.driver:
         return options.driver
     if options.driver_run:
-        found = installer.parse_runfile_name(options.driver_run)
+        found = parse_runfile_name(options.driver_run)
         return found[1] if found else None
     return None
 
@@ -371,8 +373,8 @@ _SECURE_BOOT_FIX = (
 
 
 def _install_actions(facts: Facts, options: Options, version: str, flavour: Flavour) -> list[Action]:
-    source = installer.resolve(version, facts.arch, driver_run=options.driver_run, sha256=options.sha256,
-                               cache_root=options.cache_dir, mirror=options.driver_mirror)
+    source = resolve(version, facts.arch, driver_run=options.driver_run, sha256=options.sha256,
+                     cache_root=options.cache_dir, mirror=options.driver_mirror)
     sizes = dict(options.local_installers)
     flags = installer_flags(source.arch, flavour, options)
     what = "download" if source.path not in sizes and not source.local else "verify"
@@ -401,10 +403,10 @@ def plan(facts: Facts, options: Options, earlier: Mapping[str, StepPlan] | None 
         return blocked(NAME, "no NVIDIA GPU on this node: the driver would have nothing to drive",
                        "check `lspci -nn -d 10de:` (a VM needs the GPU passed through), or drop --driver")
     try:
-        arch = installer.normalize_arch(facts.arch)
+        arch = normalize_arch(facts.arch)
     except GpunodeError as exc:
         return blocked(NAME, exc.message, exc.fix or "")
-    named = installer.parse_runfile_name(options.driver_run or "")
+    named = parse_runfile_name(options.driver_run or "")
     if named and named[0] != arch:
         return blocked(NAME, f"{options.driver_run} is the {named[0]} installer; this node is {arch}",
                        f"use NVIDIA-Linux-{arch}-{version}.run")

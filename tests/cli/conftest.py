@@ -3,7 +3,7 @@
 import pytest
 
 from gpunode import connection
-from gpunode.connection.fake import FakeConnection
+from tests.fakes.connection import FakeConnection
 
 
 @pytest.fixture

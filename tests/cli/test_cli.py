@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 from gpunode import connection
 from gpunode.cli import app
-from gpunode.connection.fake import FakeConnection, FakeNode
+from tests.fakes.connection import FakeConnection, FakeNode
 
 runner = CliRunner()
 

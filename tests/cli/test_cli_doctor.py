@@ -10,12 +10,12 @@ from typer.testing import CliRunner
 from gpunode import connection
 from gpunode.cli import app
 from gpunode.cli.doctor import render_checks
-from gpunode.connection.fake import FakeConnection
 from gpunode.doctor import CHECKS, run_checks
 from gpunode.errors import ConnectError
 from gpunode.facts import gather
 from tests.cli.conftest import flat  # noqa: E402
 from tests.doctor.fakes import finished, fresh, set_output
+from tests.fakes.connection import FakeConnection
 
 runner = CliRunner()
 

@@ -4,10 +4,10 @@ break it one fact at a time."""
 
 from __future__ import annotations
 
-from gpunode.connection.fake import FakeConnection, FakeNode
 from gpunode.doctor import run_checks
 from gpunode.facts import containers as c
 from gpunode.facts import gather
+from tests.fakes.connection import FakeConnection, FakeNode
 
 V = "580.95.05"
 K = "5.15.0-91-generic"

@@ -9,7 +9,6 @@ from collections.abc import Callable
 
 import pytest
 
-from gpunode.connection.fake import FakeConnection, FakeNode
 from gpunode.doctor import CHECKS, LAYERS, exit_code, run_checks
 from gpunode.doctor import base as doctor_base
 from gpunode.facts import containers as c
@@ -29,6 +28,7 @@ from tests.doctor.fakes import (
     statuses,
     units,
 )
+from tests.fakes.connection import FakeConnection, FakeNode
 
 NOT_APPLICABLE_ON_T4 = {"container.crio-nvidia-runtime", "container.cdi-spec", "fabric.manager-version",
                         "fabric.manager-active"}

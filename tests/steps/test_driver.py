@@ -8,19 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from gpunode.connection.fake import FakeConnection, FakeNode
+from gpunode.artifacts import DownloadError
 from gpunode.errors import CommandError
 from gpunode.facts import Facts
 from gpunode.facts.kernel import PciDevice, SecureBoot, parse_nvidia_version
 from gpunode.facts.osinfo import parse_os_release
 from gpunode.facts.probe import Section
-from gpunode.installer import DownloadError
 from gpunode.options import Options
 from gpunode.plan import Reboot, RunCommand, Status, change
 from gpunode.steps import driver
 from gpunode.steps.driver import FetchInstaller, RunInstaller
 from tests.conftest import FIXTURES
-from tests.test_installer import build_run
+from tests.fakes.connection import FakeConnection, FakeNode
+from tests.fakes.runfile import build_run
 
 UBUNTU = parse_os_release('ID=ubuntu\nID_LIKE=debian\nVERSION_ID="22.04"\nPRETTY_NAME="Ubuntu 22.04.5 LTS"\n')
 V = "535.129.03"
@@ -302,6 +302,28 @@ def test_install_on_a_fake_node_converges_and_a_rerun_changes_nothing(tmp_path):
     assert installs[0][10:] == list(p.actions[1].flags)
     assert not [f for f in node.files if f.startswith("/var/tmp/gpunode.")]  # the work directory is gone
     assert plan(gather(conn), options).status is Status.OK
+
+
+def test_the_upload_reports_progress_through_the_options_factory(tmp_path):
+    from contextlib import contextmanager
+
+    from gpunode.facts import gather
+
+    titles: list[str] = []
+    seen: list[tuple[int, int | None]] = []
+
+    @contextmanager
+    def bars(title):
+        titles.append(title)
+        yield lambda done, total: seen.append((done, total))
+
+    options = dataclasses.replace(local_run(tmp_path), progress=bars)
+    size = Path(options.driver_run).stat().st_size
+    conn = FakeConnection(fake_node())
+    p = plan(gather(conn), options)
+    assert p.actions[0].progress is bars and p.actions[1].progress is bars
+    p.actions[1].apply(conn)
+    assert titles == [f"upload NVIDIA-Linux-x86_64-{V}.run"] and seen[-1] == (size, size)
 
 
 def test_corrupt_run_is_refused_before_anything_reaches_the_node(tmp_path):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from gpunode.connection.fake import ROCKY_9, FakeConnection, FakeNode, FakeSystem
 from gpunode.facts import gather
 from gpunode.options import Options
 from gpunode.plan import InstallPackages, Status, StepPlan, change, ok
@@ -13,6 +12,7 @@ from gpunode.runner import apply_pipeline
 from gpunode.steps import fabricmanager as fm
 from gpunode.steps.base import Step
 from tests.conftest import FIXTURES
+from tests.fakes.connection import ROCKY_9, FakeConnection, FakeNode, FakeSystem
 
 SWITCHES = ("0000:83:00.0", "0000:84:00.0", "0000:85:00.0", "0000:86:00.0")
 

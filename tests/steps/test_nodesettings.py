@@ -11,7 +11,6 @@ from typer.testing import CliRunner
 from gpunode import connection
 from gpunode.cli import app
 from gpunode.connection.base import Connection
-from gpunode.connection.fake import FakeConnection, FakeNode, FakeSystem
 from gpunode.facts import Facts, gather
 from gpunode.options import Options
 from gpunode.plan import Action, RunCommand, Status, StepPlan, WriteFile, change, ok
@@ -19,6 +18,7 @@ from gpunode.runner import apply_pipeline, plan_pipeline
 from gpunode.steps import PIPELINE
 from gpunode.steps import nodesettings as ns
 from gpunode.steps.base import Step
+from tests.fakes.connection import FakeConnection, FakeNode, FakeSystem
 
 DRIVER = "580.95.05"
 TOOLKIT = {"nvidia-container-toolkit": "1.17.8-1", "nvidia-container-toolkit-base": "1.17.8-1"}

@@ -4,7 +4,6 @@ import dataclasses
 
 import pytest
 
-from gpunode.connection.fake import ROCKY_9, FakeConnection, FakeNode
 from gpunode.errors import CommandError
 from gpunode.facts import Facts
 from gpunode.facts.osinfo import parse_os_release
@@ -13,6 +12,7 @@ from gpunode.options import Options
 from gpunode.plan import Status
 from gpunode.steps import prerequisites
 from gpunode.steps.prerequisites import PackageTransaction
+from tests.fakes.connection import ROCKY_9, FakeConnection, FakeNode
 
 UBUNTU = parse_os_release('ID=ubuntu\nID_LIKE=debian\nVERSION_ID="22.04"\nPRETTY_NAME="Ubuntu 22.04.5 LTS"\n')
 ROCKY = parse_os_release('ID="rocky"\nID_LIKE="rhel centos fedora"\nVERSION_ID="9.3"\nPRETTY_NAME="Rocky Linux 9.3"\n')

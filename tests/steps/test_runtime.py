@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from gpunode.connection.fake import FakeConnection, FakeNode, FakeSystem
 from gpunode.facts import containers as c
 from gpunode.facts import gather
 from gpunode.options import Options
@@ -16,6 +15,7 @@ from gpunode.runner import apply_pipeline, plan_pipeline
 from gpunode.steps import runtime, toolkit
 from gpunode.steps.base import Step
 from tests.conftest import FIXTURES, fixture_files
+from tests.fakes.connection import FakeConnection, FakeNode, FakeSystem
 
 TOOLKIT = FakeSystem.TOOLKIT
 DOCKER_FIXTURES = [p for p in fixture_files("docker-daemon-json") if p.suffix == ".json" and "INVALID" not in p.name]

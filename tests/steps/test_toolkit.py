@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from gpunode.connection.fake import ROCKY_9, UBUNTU_2204, FakeConnection, FakeNode, FakeSystem
 from gpunode.facts import gather
 from gpunode.options import Options
 from gpunode.plan import InstallPackages, RunCommand, Status, WriteFile
 from gpunode.runner import apply_pipeline
 from gpunode.steps import toolkit
+from tests.fakes.connection import ROCKY_9, UBUNTU_2204, FakeConnection, FakeNode, FakeSystem
 
 TOOLKIT = FakeSystem.TOOLKIT
 SLES = 'NAME="SLES"\nVERSION_ID="15.5"\nID="sles"\nID_LIKE="suse"\nPRETTY_NAME="SUSE Linux Enterprise Server 15 SP5"\n'

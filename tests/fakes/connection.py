@@ -1,4 +1,4 @@
-"""A node in memory, for unit tests and demos: files, modules, PCI devices and a boot id, behind the same
+"""A node in memory, for unit tests: files, modules, PCI devices and a boot id, behind the same
 Connection interface. It understands gpunode's own scripts (probe, read-file, write-file) and a few tools;
 anything else fails loudly unless a handler is registered, so a test cannot silently miss a command."""
 

@@ -1,0 +1,1 @@
+"""In-memory stand-ins used by the tests only (never shipped in the wheel)."""
