@@ -11,10 +11,10 @@ import pytest
 
 from gpunode import verify
 from gpunode.connection.fake import FakeConnection, FakeNode
-from gpunode.doctor.parse import SmiGpu
 from gpunode.errors import UsageError
 from gpunode.facts import containers as c
 from gpunode.facts import gather
+from gpunode.facts.driver import SmiGpu
 from tests.conftest import FIXTURES
 from tests.doctor.fakes import H100, V, finished, set_output, uuid
 
