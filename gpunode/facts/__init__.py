@@ -26,6 +26,8 @@ __all__ = ["Facts", "gather", "facts_from_probe_output", "containers", "driver",
 
 T = TypeVar("T")
 
+SUBSYSTEMS = ("system", "kernel", "driver", "packages", "containers", "fabric", "nodesettings", "health")
+
 # core fact -> the Facts field that holds its parsed value
 _FIELDS: dict[Fact[object], str] = {
     system.OS_RELEASE: "os", system.KERNEL: "kernel", system.ARCH: "arch", system.UID: "uid",
@@ -120,7 +122,7 @@ class Facts:
     def to_json(self) -> dict[str, object]:
         """Every registered fact's parsed value by subsystem, with each command's exit status, the files read
         and the nouveau verdict: what a bug report needs."""
-        out: dict[str, dict[str, object]] = {}
+        out: dict[str, dict[str, object]] = {name: {} for name in SUBSYSTEMS}
         for fact in registered():
             value: object = self[fact]
             if fact.kind not in (CORE, FILES):

@@ -13,8 +13,8 @@ their /dev/char/MAJ:MIN path, and NVIDIA's device nodes have no such links, so r
 --create-all` now, and a udev rule that runs it whenever the nvidia driver binds (at every boot). Only where the
 container toolkit is (or is about to be) installed.
 
-Everything is decided from the probe: the unit's state (`units`), its files and drop-ins and the udev rules
-(FILE_GROUPS), and the links (`doctor_dev_char`, which the doctor reads too).
+Everything is decided from the facts: the unit's state (packages.UNITS), its files and drop-ins and the udev rules
+(gpunode/facts/nodesettings.py), and the links (kernel.DEV_CHAR, which the doctor reads too).
 """
 
 from __future__ import annotations

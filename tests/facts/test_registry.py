@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import re
 import sys
 from pathlib import Path
@@ -136,3 +137,13 @@ def test_json_shows_parsed_values_by_subsystem():
     assert data["packages"]["units"] == {"status": 0, "value": {"docker.service": {
         "name": "docker.service", "active": "active", "enabled": "enabled"}}}
     assert data["driver"]["driver_smi"] == {"status": 3, "value": {"status": None, "text": ""}}
+
+
+def test_json_of_a_whole_gathered_node_is_plain_json():
+    node = FakeNode()
+    node.add_gpu(0x2330)
+    node.outputs["units"] = ("docker.service\tactive\tenabled\n", 0)
+    data = json.loads(json.dumps(gather(FakeConnection(node)).to_json()))
+    assert data["facts"]["kernel"]["pci"][0]["device"] == 0x2330
+    assert data["facts"]["packages"]["units"]["value"]["docker.service"]["active"] == "active"
+    assert set(data["facts"]) == {f.module for f in registered()}
