@@ -159,7 +159,8 @@ def _persistence(facts: Facts, loaded: bool) -> Part:
     problems: list[str] = []
     notes: list[str] = []
     reload = restart = False
-    files = dict(facts[settings_facts.PERSISTENCED_UNIT])
+    on_disk = facts[settings_facts.PERSISTENCED_UNIT]
+    files = dict(on_disk)
     if not state.exists:
         if UNIT_PATH in files:
             problems.append(f"systemd has not loaded {UNIT_PATH} yet")
@@ -182,7 +183,7 @@ def _persistence(facts: Facts, loaded: bool) -> Part:
             fixed = " ".join(word for word in line.split() if word != NO_PERSISTENCE)
             files[DROPIN_PATH] = dropin_text(source, fixed)
             actions.append(WriteFile(f"drop-in: run nvidia-persistenced without {NO_PERSISTENCE}", path=DROPIN_PATH,
-                                     before=facts[settings_facts.PERSISTENCED_UNIT].get(DROPIN_PATH), after=files[DROPIN_PATH]))
+                                     before=on_disk.get(DROPIN_PATH), after=files[DROPIN_PATH]))
             problems.append(f"{source} starts it with {NO_PERSISTENCE}")
             reload = restart = True
         else:
@@ -228,10 +229,11 @@ def _dev_char(facts: Facts, earlier: Mapping[str, StepPlan], loaded: bool) -> Pa
     actions: list[Action] = []
     problems: list[str] = []
     notes = [f"nvidia-ctk comes with the toolkit step (expected at {CTK})"] if coming else []
-    rules = dev_char_rules(facts[settings_facts.UDEV_NVIDIA])
+    udev = facts[settings_facts.UDEV_NVIDIA]
+    rules = dev_char_rules(udev)
     if not rules:
         actions.append(WriteFile("udev rule: re-create the /dev/char links whenever the nvidia driver binds",
-                                 path=RULE_PATH, before=facts[settings_facts.UDEV_NVIDIA].get(RULE_PATH), after=rule_text(ctk)))
+                                 path=RULE_PATH, before=udev.get(RULE_PATH), after=rule_text(ctk)))
         problems.append("no udev rule re-creates the /dev/char links at boot")
     links = facts.get(kernel_facts.DEV_CHAR)
     if loaded and links is not None:

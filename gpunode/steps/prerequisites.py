@@ -71,8 +71,8 @@ def parse_available(text: str | None, kernel: str = "") -> Availability:
 
 
 def headers_present(facts: Facts) -> bool:
-    """The probe prints `build PATH` when /lib/modules/$(uname -r)/build exists (what DKMS and
-    nvidia-installer look for) or `devel PATH` for /usr/src/kernels/$(uname -r) on the RHEL family."""
+    """/lib/modules/$(uname -r)/build (what DKMS and nvidia-installer look for) or /usr/src/kernels/$(uname -r)
+    on the RHEL family exists (kernel.HEADERS)."""
     return bool(facts[kernel_facts.HEADERS])
 
 
