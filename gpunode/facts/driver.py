@@ -112,6 +112,7 @@ def driver_state(facts: Facts) -> DriverState:
 
 # ---- nvidia-smi -q -------------------------------------------------------------------------------------------
 
+
 def pci_address(bus: str) -> str:
     """nvidia-smi's 00000000:00:1E.0 and the kernel's 0000:00:1e.0 -> 0000:00:1e.0 (also for a bare 00:1e.0)."""
     parts = bus.strip().lower().split(":")
