@@ -22,23 +22,23 @@ from dataclasses import dataclass, field
 
 from gpunode import __version__, compat, gpus
 from gpunode.connection.base import Connection
-from gpunode.doctor.parse import SmiGpu, parse_gpus
 from gpunode.errors import GpunodeError, UsageError
 from gpunode.explain import Finding, explain
 from gpunode.facts import Facts
+from gpunode.facts import containers as container_facts
+from gpunode.facts import driver as driver_facts
+from gpunode.facts import packages as package_facts
 from gpunode.facts.containers import (
     ConfigError,
     containerd_state,
     cri_disabled,
     docker_state,
     effective_containerd,
-    parse_containerd_version,
     parse_daemon_json,
     parse_toml,
     survey_engines,
 )
-from gpunode.facts.packages import parse_units
-from gpunode.steps import driver as driver_step
+from gpunode.facts.driver import SmiGpu, driver_state
 
 ENGINES = ("docker", "containerd", "podman")
 DEFAULT_TIMEOUT = 900.0  # a first pull of a CUDA image on a slow link
@@ -150,7 +150,7 @@ class Engines:
 
 
 def find_engines(facts: Facts, wanted: Sequence[str] = ()) -> Engines:
-    units = parse_units(facts.output("units") or "")
+    units = facts[package_facts.UNITS]
     survey = survey_engines(facts.tools, {n: u.exists for n, u in units.items()}, facts.files)
     left: list[tuple[str, str]] = []
     docker = "docker" in survey.present and facts.has("docker")
@@ -170,7 +170,7 @@ def find_engines(facts: Facts, wanted: Sequence[str] = ()) -> Engines:
     if "containerd" in survey.present and (facts.has("nerdctl") or ctr):
         try:
             main = parse_toml(facts.files.get("/etc/containerd/config.toml"), "/etc/containerd/config.toml")
-            found = parse_containerd_version(facts.output("containerd_version"))
+            found = facts[container_facts.CONTAINERD_VERSION]
             effective = effective_containerd(facts.files, major=found[0] if found else 1)
             state = containerd_state(effective.config)
             runtime = state.binary if state.has_nvidia else None
@@ -340,13 +340,13 @@ def prepare(host_name: str, facts: Facts, image: str | None = None, engines: Seq
     if not facts.gpus:
         report.error = ("no NVIDIA GPU was found on the node", "gpunode doctor")
         return report, []
-    state = driver_step.driver_state(facts)
+    state = driver_state(facts)
     if not facts.loaded_driver:
         report.error = ("the NVIDIA driver is not loaded on the node: no container can get a GPU",
                         "gpunode doctor  # then gpunode install --driver VERSION")
         return report, []
     report.driver = facts.loaded_driver.version
-    report.host_gpus = parse_gpus(facts.output("doctor_gpus") or "")
+    report.host_gpus = facts[driver_facts.GPUS]
     if not report.host_gpus:
         findings = explain(state.smi_text) if state.smi_text else []
         why = findings[0].cause if findings else (state.smi_text.splitlines()[0] if state.smi_text else "no output")

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 import pytest
 
 from gpunode import verify
-from gpunode.doctor.parse import SmiGpu
 from gpunode.errors import UsageError
 from gpunode.facts import containers as c
 from gpunode.facts import gather
+from gpunode.facts.driver import SmiGpu
 from tests.conftest import FIXTURES
 from tests.doctor.fakes import H100, V, finished, set_output, uuid
 from tests.fakes.connection import FakeConnection, FakeNode

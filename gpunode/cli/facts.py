@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 from gpunode.cli._common import (
     AcceptNewOpt,
     AskPassOpt,
@@ -29,15 +27,4 @@ def facts(
         with connect(host, identity, known_hosts, accept_new_host_key, ssh_config, ask_pass, False,
                      connect_timeout) as conn:
             found = gather(conn)
-    data = dataclasses.asdict(found)
-    data["nouveau_block"] = dataclasses.asdict(found.nouveau_block())
-    print_json(_plain(data))
-
-
-def _plain(value: object) -> object:
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, frozenset, set)):
-        items = [_plain(v) for v in value]
-        return sorted(items, key=str) if isinstance(value, (frozenset, set)) else items
-    return value
+    print_json(found.to_json())  # every registered fact's parsed value, by subsystem

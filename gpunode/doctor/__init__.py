@@ -1,6 +1,6 @@
 """Read-only diagnosis of a node: checks with stable ids, a status, the evidence seen and the exact fix.
 
-Every check is a pure function of the facts gathered by the one batched probe (gpunode/facts/probe.py). A check
+Every check is a pure function of the facts gathered by the one batched probe (gpunode/facts/). A check
 whose precondition is missing says `skip` with the reason, never a cascade of failures. One module per layer:
 
     hardware   hardware.py   GPU present, vGPU instance, MIG mode

@@ -15,12 +15,17 @@ from functools import cached_property
 from typing import NamedTuple
 
 from gpunode import gpus as gpu_table
-from gpunode.doctor import parse as dfacts
 from gpunode.explain import Finding, explain
 from gpunode.facts import Facts
+from gpunode.facts import containers as container_facts
+from gpunode.facts import driver as driver_facts
+from gpunode.facts import health as health_facts
+from gpunode.facts import packages as package_facts
+from gpunode.facts import system as system_facts
 from gpunode.facts.containers import EngineSurvey, survey_engines
-from gpunode.facts.packages import Package, UnitState, parse_packages, parse_units
-from gpunode.steps import driver as driver_step
+from gpunode.facts.driver import DriverState, SmiGpu, driver_state
+from gpunode.facts.health import KernelLog, Kernels
+from gpunode.facts.packages import Package, UnitState
 
 STATUSES = ("pass", "warn", "fail", "skip")
 LAYERS = ("hardware", "boot", "kernel", "driver", "cuda", "container", "fabric", "health", "packages")
@@ -112,8 +117,8 @@ class Node:
         return bool(self.facts.gpus)
 
     @cached_property
-    def driver(self) -> driver_step.DriverState:
-        return driver_step.driver_state(self.facts)
+    def driver(self) -> DriverState:
+        return driver_state(self.facts)
 
     @cached_property
     def driver_version(self) -> str | None:
@@ -124,18 +129,18 @@ class Node:
         return self.driver.module or self.driver.installed
 
     @cached_property
-    def smi_gpus(self) -> tuple[dfacts.SmiGpu, ...]:
+    def smi_gpus(self) -> tuple[SmiGpu, ...]:
         """GPUs as nvidia-smi -q reports them; empty when the driver is not loaded or nvidia-smi fails."""
-        return dfacts.parse_gpus(self.facts.output("doctor_gpus") or "")
+        return self.facts[driver_facts.GPUS]
 
     @cached_property
     def packages(self) -> dict[str, Package]:
-        return parse_packages(self.facts.output("pkg_status") or "")
+        return self.facts[package_facts.PKG_STATUS]
 
     @cached_property
     def units(self) -> dict[str, UnitState]:
-        found = parse_units(self.facts.output("units") or "")
-        found.update(parse_units(self.facts.output("doctor_units") or ""))
+        found = dict(self.facts[package_facts.UNITS])
+        found.update(self.facts[package_facts.DOCTOR_UNITS])
         return found
 
     @cached_property
@@ -143,25 +148,24 @@ class Node:
         return survey_engines(self.facts.tools, {n: u.exists for n, u in self.units.items()}, self.facts.files)
 
     @cached_property
-    def kernel_log(self) -> dfacts.KernelLog | None:
-        return dfacts.parse_kernel_log(self.facts.output("doctor_kernel_log"))
+    def kernel_log(self) -> KernelLog | None:
+        return self.facts[health_facts.KERNEL_LOG]
 
     @cached_property
     def kernel_findings(self) -> list[Finding]:
         return explain(self.kernel_log.text) if self.kernel_log and self.kernel_log.text.strip() else []
 
     @cached_property
-    def kernels(self) -> dfacts.Kernels:
-        return dfacts.parse_kernels(self.facts.output("doctor_kernels"))
+    def kernels(self) -> Kernels:
+        return self.facts[health_facts.KERNELS]
 
     @cached_property
     def engines(self) -> dict[str, tuple[int, ...]]:
-        return dfacts.parse_engine_versions(self.facts.output("doctor_engines") or "")
+        return self.facts[container_facts.ENGINE_VERSIONS]
 
     @cached_property
     def today(self) -> str | None:
-        text = (self.facts.output("doctor_date") or "").strip()
-        return text if len(text) == 10 else None
+        return self.facts[system_facts.DATE]
 
     def gpu_label(self, device: int) -> str:
         """"Tesla T4 (Turing)", or the PCI id and its generation for a GPU missing from gpunode's table."""

@@ -11,8 +11,9 @@ from __future__ import annotations
 import posixpath
 from typing import Any
 
-from gpunode.doctor import parse
 from gpunode.doctor.base import NO_GPU, Node, Verdict, check, failed, passed, skipped, warned
+from gpunode.facts import containers as container_facts
+from gpunode.facts import kernel as kernel_facts
 from gpunode.facts.containers import (
     CONTAINERD_CONFIG,
     CONTAINERD_DROPIN_DIRS,
@@ -33,8 +34,6 @@ from gpunode.facts.containers import (
     docker_state,
     effective_containerd,
     effective_crio,
-    parse_containerd_version,
-    parse_ctk_version,
     parse_daemon_json,
     parse_toml,
 )
@@ -61,7 +60,7 @@ def _docker(node: Node) -> dict[str, Any]:
 def _containerd(node: Node) -> tuple[dict[str, Any], Effective]:
     files = node.facts.files
     main = parse_toml(files.get(CONTAINERD_CONFIG), CONTAINERD_CONFIG)
-    found = parse_containerd_version(node.facts.output("containerd_version"))
+    found = node.facts[container_facts.CONTAINERD_VERSION]
     major = found[0] if found else (2 if containerd_config_version(main) >= 3 else 1)
     return main, effective_containerd(files, major=major)
 
@@ -113,7 +112,7 @@ def toolkit_installed(node: Node) -> Verdict:
         return NO_GPU
     have = {name: node.packages.get(name) for name in toolkit.PACKAGES}
     main = have[toolkit.PACKAGES[0]]
-    ctk = parse_ctk_version(node.facts.output("nvidia_ctk_version"))
+    ctk = node.facts[container_facts.CTK_VERSION]
     ctk_text = f" (nvidia-ctk {'.'.join(map(str, ctk))})" if ctk else ""
     if main is None:
         if node.facts.has("nvidia-ctk"):
@@ -377,10 +376,9 @@ def dev_char(node: Node) -> Verdict:
         return skipped("the NVIDIA module is not loaded")
     if not _engines(node):
         return skipped("no container engine")
-    text = node.facts.output("doctor_dev_char")
-    if text is None:
+    found = node.facts.get(kernel_facts.DEV_CHAR)
+    if found is None:
         return skipped("could not list /dev")
-    found = parse.parse_dev_char(text)
     if not found.container_devices:
         return skipped("no /dev/nvidia* device nodes yet (they appear on first use)")
     missing = found.missing
@@ -411,7 +409,7 @@ def cdi_spec(node: Node) -> Verdict:
     users = _cdi_users(node)
     if not users:
         return skipped("no engine here uses CDI (no podman; CDI not enabled in docker)")
-    specs = parse.parse_cdi(node.facts.output("doctor_cdi") or "")
+    specs = node.facts[container_facts.CDI_SPECS]
     nvidia = [(path, version) for path, version in specs if "nvidia" in path or version]
     generate = "sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml"
     if not nvidia:

@@ -4,17 +4,17 @@ toolkit installed on the host runs on this driver."""
 
 from __future__ import annotations
 
-import re
 from datetime import date
 
 from packaging.version import Version
 
 from gpunode import compat, gpus
-from gpunode.doctor import parse
 from gpunode.doctor.base import NO_GPU, Node, Verdict, check, failed, passed, skipped, warned
 from gpunode.doctor.hardware import VGPU_LINE
 from gpunode.errors import GpunodeError
 from gpunode.explain import explain
+from gpunode.facts import driver as driver_facts
+from gpunode.facts.driver import parse_cuda_toolkits
 
 INSTALL = "gpunode install --driver VERSION  # `gpunode compat --gpu MODEL` names a version that suits the GPUs"
 
@@ -41,7 +41,7 @@ def _load_blocker(node: Node) -> str | None:
         return "the GPU is a vGPU instance (see hw.vgpu)"
     sb = node.facts.secure_boot
     if sb.enabled and (any(f.id == "secureboot.module-rejected" for f in node.kernel_findings) or
-                       not re.search(r"^signer:", node.facts.output("driver_module") or "", re.M)):
+                       node.facts[driver_facts.MODULE].signer is None):
         return "Secure Boot refuses it (see boot.secure-boot)"
     driver = _driver(node)
     if driver is not None:
@@ -257,7 +257,7 @@ def cuda_toolkit(node: Node) -> Verdict:
     was released with; minor-version compatibility covers most but not all of it (no PTX JIT)."""
     if not node.has_gpu:
         return NO_GPU
-    toolkits = parse.parse_cuda_toolkits(node.facts.files)
+    toolkits = parse_cuda_toolkits(node.facts[driver_facts.CUDA_TOOLKITS])
     if not toolkits:
         return passed("no CUDA toolkit under /usr/local (containers bring their own CUDA)")
     driver = _driver(node)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from gpunode.doctor.base import NO_GPU, Node, Verdict, check, failed, passed, skipped, warned
 from gpunode.explain import explain
+from gpunode.facts import fabric as fabric_facts
+from gpunode.facts.fabric import off_host_fabric
 from gpunode.facts.packages import Package
 from gpunode.steps import fabricmanager as fm
 
@@ -12,18 +14,18 @@ INSTALL = "gpunode install --only fabricmanager"
 
 
 def _switches(node: Node) -> int:
-    bound = (node.facts.output("nvswitch_devices") or "").split()
+    bound = node.facts[fabric_facts.NVSWITCH_DEVICES]
     return max(len(node.facts.nvswitches), len(bound))
 
 
 def _installed(node: Node) -> tuple[str, Package] | None:
-    found = sorted((n, p) for n, p in node.packages.items() if fm.FM_PACKAGE.match(n))
+    found = sorted((n, p) for n, p in node.packages.items() if fabric_facts.FM_PACKAGE.match(n))
     return found[0] if found else None
 
 
 def _needs_fabric_manager(node: Node) -> int:
     """How many NVSwitches this host's fabric manager has to manage (0: none, or managed elsewhere)."""
-    if fm.off_host_fabric(fm.parse_fabric(node.facts.output("fabric_state") or "")):
+    if off_host_fabric(node.facts[fabric_facts.FABRIC_STATE]):
         return 0
     return _switches(node)
 
@@ -32,12 +34,12 @@ def _needs_fabric_manager(node: Node) -> int:
 def manager_installed(node: Node) -> Verdict:
     if not node.has_gpu:
         return NO_GPU
-    fabric = fm.parse_fabric(node.facts.output("fabric_state") or "")
+    fabric = node.facts[fabric_facts.FABRIC_STATE]
     installed = _installed(node)
-    if fm.off_host_fabric(fabric):
+    if off_host_fabric(fabric):
         return passed("the NVLink fabric is managed off this host (GB200/GB300-style rack): nothing to run here")
     switches = _switches(node)
-    nvlink5 = (node.facts.output("nvlink5_switches") or "").split()
+    nvlink5 = node.facts[fabric_facts.NVLINK5_SWITCHES]
     if not switches and not nvlink5:
         extra = f" ({installed[0]} is installed and has nothing to manage)" if installed else ""
         return passed(f"no NVSwitch (PCIe or directly linked GPUs): fabric manager is not needed{extra}")
@@ -84,13 +86,13 @@ def manager_active(node: Node) -> Verdict:
     unit = node.units.get(fm.UNIT)
     if unit is None or not unit.is_active:
         state = unit.active if unit else "unknown"
-        log = (node.facts.output("fabricmanager_log") or "").strip()
+        log = node.facts[fabric_facts.FABRICMANAGER_LOG]
         last = log.splitlines()[-1] if log else ""
         findings = explain(log) if log else []
         why = f"; {fm.LOG}: {last}" if last else ""
         fix = f"sudo systemctl enable --now {fm.SERVICE}  # then: journalctl -u {fm.SERVICE} -b"
         return failed(f"{fm.UNIT} is {state}{why}" + (f" ({findings[0].title})" if findings else ""), fix)
-    fabric = [g for g in fm.parse_fabric(node.facts.output("fabric_state") or "") if g.reported]
+    fabric = [g for g in node.facts[fabric_facts.FABRIC_STATE] if g.reported]
     broken = [g for g in fabric if not g.settled and g.state != "In Progress"]
     if broken:
         return failed("fabric not ready: " + "; ".join(f"GPU {g.gpu} {g.state}/{g.status}" for g in broken[:4]),

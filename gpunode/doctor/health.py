@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import re
 
-from gpunode.doctor import parse
 from gpunode.doctor.base import NO_GPU, Node, Verdict, check, failed, passed, skipped, warned
 from gpunode.explain import Finding
+from gpunode.facts import health as health_facts
+from gpunode.facts import packages as package_facts
+from gpunode.facts.driver import DRIVER_PACKAGE
+from gpunode.facts.fabric import FM_PACKAGE
 from gpunode.facts.packages import held_packages
-from gpunode.steps import driver as driver_step
-from gpunode.steps import fabricmanager as fm
 
 UNREADABLE = ("the kernel log is not readable: dmesg is restricted to root here and this user cannot read the "
               "journal (run doctor as root, or add the user to the adm or systemd-journal group)")
@@ -77,7 +78,7 @@ def _tied_to_driver(name: str) -> bool:
     """Packages whose version must equal the loaded module's: driver user space, fabric manager, NSCQ."""
     if name.startswith(("nvidia-container", "libnvidia-container")):
         return False
-    return bool(driver_step._DRIVER_PACKAGE.match(name) or fm.FM_PACKAGE.match(name) or
+    return bool(DRIVER_PACKAGE.match(name) or FM_PACKAGE.match(name) or
                 name.startswith("libnvidia-nscq"))
 
 
@@ -107,7 +108,7 @@ def unattended_upgrades(node: Node) -> Verdict:
     versionlocked, or blacklisted) packages are safe."""
     if not node.has_gpu:
         return NO_GPU
-    settings = parse.parse_auto_upgrade(node.facts.output("doctor_auto_upgrade"))
+    settings = node.facts[health_facts.AUTO_UPGRADE]
     family = node.facts.os.family
     tied = sorted(name for name in node.packages if _tied_to_driver(name))
     if family == "debian":
@@ -130,7 +131,7 @@ def unattended_upgrades(node: Node) -> Verdict:
             ("yes", "true", "1"))
         if not installs:
             return passed("dnf-automatic does not install updates")
-        held = held_packages(node.packages, node.facts.files)
+        held = held_packages(node.packages, node.facts[package_facts.PACKAGE_LOCKS])
         at_risk = [n for n in tied if n not in held]
         if not at_risk:
             return passed("dnf-automatic installs updates; the NVIDIA driver packages are versionlocked"

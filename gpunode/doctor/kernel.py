@@ -3,11 +3,12 @@ whether the NVIDIA module exists for the kernel the next boot will run."""
 
 from __future__ import annotations
 
-import re
 import time
 
 from gpunode.doctor.base import NO_GPU, Node, Verdict, check, failed, passed, skipped, warned
 from gpunode.errors import GpunodeError
+from gpunode.facts import driver as driver_facts
+from gpunode.facts import kernel as kernel_facts
 from gpunode.steps import nouveau, prerequisites
 from gpunode.versions import normalize_arch
 
@@ -19,8 +20,7 @@ def _signing_fix(node: Node) -> str:
 
 
 def _signer(node: Node) -> str | None:
-    match = re.search(r"^signer:\s*(\S.*)$", node.facts.output("driver_module") or "", re.M)
-    return match[1].strip() if match else None
+    return node.facts[driver_facts.MODULE].signer
 
 
 @check("boot.secure-boot", "boot", "Secure Boot lets the NVIDIA module load")
@@ -118,9 +118,9 @@ def headers(node: Node) -> Verdict:
     install fails and a kernel update leaves the node without a driver."""
     if not node.has_gpu:
         return NO_GPU
-    if prerequisites.headers_present(node.facts):
-        where = (node.facts.output(prerequisites.HEADERS_PROBE) or "").split()
-        return passed(f"headers for {node.facts.kernel}: {where[1] if len(where) > 1 else 'present'}")
+    found = node.facts[kernel_facts.HEADERS]
+    if found:
+        return passed(f"headers for {node.facts.kernel}: {found[0]}")
     return failed(f"no headers for the running kernel {node.facts.kernel} (/lib/modules/{node.facts.kernel}/build "
                   "is missing): the NVIDIA module cannot be built for it", _headers_install(node, node.facts.kernel))
 

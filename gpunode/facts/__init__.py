@@ -1,40 +1,40 @@
-"""What gpunode knows about a node: gathered by one batched probe, parsed by pure functions.
+"""What gpunode knows about a node: registered facts (gpunode/facts/registry.py) gathered by one batched probe.
 
 `Facts` is immutable. After any change the runner gathers a fresh one; nothing simulates the effect of a
-step on stale facts.
+step on stale facts. Read a fact by its object: `facts[driver.USERSPACE]` is the parser's typed value (parsed
+once, on first read), `facts.get(driver.USERSPACE)` is None when its snippet failed, `facts.section(...)` is the
+raw output with its exit status. The core facts are also typed fields (`facts.kernel`, `facts.pci`, ...).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from gpunode.connection.base import Connection
 from gpunode.errors import CommandError
-from gpunode.facts.kernel import (
-    LoadedDriver,
-    ModuleBlock,
-    PciDevice,
-    SecureBoot,
-    module_block,
-    parse_modules,
-    parse_nvidia_version,
-    parse_pci,
-    parse_secure_boot,
-    parse_tools,
-)
-from gpunode.facts.osinfo import UNKNOWN_OS, OsInfo, parse_os_release
-from gpunode.facts.probe import (
-    COMMANDS,
-    FILE_GROUPS,
-    MODPROBE_DIRS,
-    Section,
-    build_probe,
-    split_files,
-    split_sections,
-)
+from gpunode.facts import containers, driver, fabric, health, kernel, nodesettings, packages, system
+from gpunode.facts.kernel import LoadedDriver, ModuleBlock, PciDevice, SecureBoot, module_block
+from gpunode.facts.osinfo import UNKNOWN_OS, OsInfo
+from gpunode.facts.probe import build_probe, registered, split_files, split_sections
+from gpunode.facts.registry import CORE, FILES, NOT_RUN, Fact, Section, check
 
-__all__ = ["Facts", "gather", "facts_from_probe_output"]
+__all__ = ["Facts", "gather", "facts_from_probe_output", "containers", "driver", "fabric", "health", "kernel",
+           "nodesettings", "packages", "system"]
+
+T = TypeVar("T")
+
+SUBSYSTEMS = ("system", "kernel", "driver", "packages", "containers", "fabric", "nodesettings", "health")
+
+# core fact -> the Facts field that holds its parsed value
+_FIELDS: dict[Fact[object], str] = {
+    system.OS_RELEASE: "os", system.KERNEL: "kernel", system.ARCH: "arch", system.UID: "uid",
+    system.BOOT_ID: "boot_id", system.TOOLS: "tools", kernel.CMDLINE: "cmdline", kernel.MODULES: "modules",
+    kernel.PCI: "pci", kernel.LOADED_DRIVER: "loaded_driver", kernel.SECURE_BOOT: "secure_boot",
+    kernel.INITRAMFS: "initramfs_mtime",
+}
 
 
 @dataclass(frozen=True)
@@ -50,10 +50,40 @@ class Facts:
     loaded_driver: LoadedDriver | None = None
     tools: Mapping[str, str] = field(default_factory=dict)
     secure_boot: SecureBoot = SecureBoot(False, False, "")
-    files: Mapping[str, str] = field(default_factory=dict)  # every file of probe.FILE_GROUPS: path -> text
+    files: Mapping[str, str] = field(default_factory=dict)  # every file of every file fact: path -> text
     mtimes: Mapping[str, int] = field(default_factory=dict)  # path -> mtime (seconds since the epoch)
-    outputs: Mapping[str, Section] = field(default_factory=dict)  # probe.COMMANDS: name -> raw output
+    outputs: Mapping[str, Section] = field(default_factory=dict)  # command facts: registered name -> raw output
     initramfs_mtime: int | None = None  # newest initramfs image for the running kernel; None: not found
+    _parsed: dict[str, object] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    # ---- typed access --------------------------------------------------------------------------------------
+
+    def __getitem__(self, fact: Fact[T]) -> T:
+        """The fact's typed value. An object the registry does not hold is an UnknownFactError."""
+        check(fact)
+        if fact in _FIELDS:
+            return getattr(self, _FIELDS[fact])
+        if fact.kind == FILES:
+            return {p: t for p, t in self.files.items() if fact.matches(p)}  # type: ignore[return-value]
+        if fact.name not in self._parsed:
+            self._parsed[fact.name] = fact.parse(self.section(fact))
+        return self._parsed[fact.name]  # type: ignore[return-value]
+
+    def get(self, fact: Fact[T]) -> T | None:
+        """Like facts[fact], but None when the fact's snippet failed or did not run (a missing tool or file)."""
+        return self[fact] if self.ran(fact) else None
+
+    def section(self, fact: Fact[object]) -> Section:
+        """The raw output of a command fact and its exit status (status 127: not in the probe's output)."""
+        check(fact)
+        return self.outputs.get(fact.name, NOT_RUN)
+
+    def ran(self, fact: Fact[object]) -> bool:
+        """Did the fact's snippet succeed? (An empty output is a success.) Core and file facts always count."""
+        check(fact)
+        return fact.kind in (CORE, FILES) or self.section(fact).ok
+
+    # ---- derived -------------------------------------------------------------------------------------------
 
     @property
     def gpus(self) -> tuple[PciDevice, ...]:
@@ -71,12 +101,7 @@ class Facts:
 
     @property
     def modprobe_files(self) -> dict[str, str]:
-        return {p: t for p, t in self.files.items() if p.rpartition("/")[0] in MODPROBE_DIRS}
-
-    def output(self, name: str) -> str | None:
-        """Output of an extra probe command, or None when it failed (tool missing, file absent)."""
-        section = self.outputs.get(name)
-        return section.text if section is not None and section.ok else None
+        return self[kernel.MODPROBE_D]
 
     def nouveau_block(self) -> ModuleBlock:
         return module_block("nouveau", self.modprobe_files, self.cmdline)
@@ -94,39 +119,48 @@ class Facts:
             "boot_id": self.boot_id,
         }
 
+    def to_json(self) -> dict[str, object]:
+        """Every registered fact's parsed value by subsystem, with each command's exit status, the files read
+        and the nouveau verdict: what a bug report needs."""
+        out: dict[str, dict[str, object]] = {name: {} for name in SUBSYSTEMS}
+        for fact in registered():
+            value: object = self[fact]
+            if fact.kind not in (CORE, FILES):
+                section = self.section(fact)
+                value = {"status": section.status, "value": value}
+            out.setdefault(fact.module, {})[fact.name] = _plain(value)
+        return {"facts": out, "mtimes": dict(self.mtimes), "nouveau_block": _plain(self.nouveau_block())}
+
+
+def _plain(value: object) -> object:
+    """A parsed value as JSON: dataclasses as objects, sets sorted, tuples as lists."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if not f.name.startswith("_")}
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, frozenset, set)):
+        items = [_plain(v) for v in value]
+        return sorted(items, key=str) if isinstance(value, (frozenset, set)) else items
+    return value
+
 
 def facts_from_sections(sections: Mapping[str, Section], nonce: str) -> Facts:
-    def text(name: str) -> str:
-        section = sections.get(name)
-        return section.text if section is not None and section.ok else ""
-
-    uid_text = text("uid").strip()
+    core: dict[str, object] = {}
     files: dict[str, tuple[int, str]] = {}
-    for name in FILE_GROUPS:
-        section = sections.get(f"files:{name}")
-        files.update(split_files(section.text if section is not None else "", nonce))
-    return Facts(
-        os=parse_os_release(text("os_release")),
-        kernel=text("kernel").strip(),
-        arch=text("arch").strip(),
-        uid=int(uid_text) if uid_text.isdigit() else None,
-        boot_id=text("boot_id").strip(),
-        cmdline=text("cmdline").strip(),
-        modules=parse_modules(text("modules")),
-        pci=parse_pci(text("pci")),
-        loaded_driver=parse_nvidia_version(text("nvidia_version")),
-        tools=parse_tools(text("tools")),
-        secure_boot=parse_secure_boot(sections["secure_boot"].text if "secure_boot" in sections else ""),
-        files={path: content for path, (_, content) in files.items()},
-        mtimes={path: mtime for path, (mtime, _) in files.items()},
-        outputs={name: sections[f"cmd:{name}"] for name in COMMANDS if f"cmd:{name}" in sections},
-        initramfs_mtime=_newest_initramfs(text("initramfs")),
-    )
-
-
-def _newest_initramfs(text: str) -> int | None:
-    stamps = [int(line.split()[0]) for line in text.splitlines() if line.split() and line.split()[0].isdigit()]
-    return max(stamps) if stamps else None
+    outputs: dict[str, Section] = {}
+    for fact in registered():
+        section = sections.get(fact.section)
+        if fact in _FIELDS:
+            core[_FIELDS[fact]] = fact.parse(section or NOT_RUN)
+        elif fact.kind == FILES:
+            files.update(split_files(section.text if section is not None else "", nonce))
+        elif section is not None:
+            outputs[fact.name] = section
+    return Facts(**core,  # type: ignore[arg-type]
+                 files={path: content for path, (_, content) in files.items()},
+                 mtimes={path: mtime for path, (mtime, _) in files.items()},
+                 outputs=outputs)
 
 
 def facts_from_probe_output(output: str, nonce: str) -> Facts:
@@ -142,7 +176,7 @@ def gather(conn: Connection) -> Facts:
     except CommandError:
         result = conn.run(script, timeout=120)
     sections = split_sections(result.stdout, nonce)
-    if "os_release" not in sections:
+    if system.OS_RELEASE.section not in sections:
         raise CommandError(f"{conn.name}: the fact probe printed nothing usable (exit {result.exit_code})",
                            fix="check that the node has a POSIX /bin/sh and core utilities",
                            stdout=result.stdout, stderr=result.stderr)

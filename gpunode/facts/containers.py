@@ -27,10 +27,14 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from gpunode.facts.registry import command, files
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # Python 3.10
     import tomli as tomllib
+
+_M = __name__.rsplit(".", 1)[-1]
 
 NVIDIA = "nvidia"
 RUNTIME_BINARY = "nvidia-container-runtime"
@@ -506,3 +510,55 @@ def survey_engines(tools: Mapping[str, str], unit_exists: Mapping[str, bool], fi
         tools.get("docker", "").startswith("/snap/")
     rootless = tuple(sorted(m["home"] for p in files if (m := ROOTLESS_UNIT.match(p))))
     return EngineSurvey(tuple(present), snap, rootless)
+
+
+# ---- engine versions, CDI specs ---------------------------------------------------------------------------------
+
+_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def parse_engine_versions(text: str) -> dict[str, tuple[int, ...]]:
+    """`docker Docker version 24.0.7, build afdd53b` -> {"docker": (24, 0, 7)}; also dockerd and podman."""
+    found: dict[str, tuple[int, ...]] = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition(" ")
+        match = _VERSION.search(rest)
+        if name and match:
+            found[name] = tuple(int(g) for g in match.groups() if g is not None)
+    return found
+
+
+def parse_cdi(text: str) -> list[tuple[str, str | None]]:
+    """`spec PATH [libnvidia-ml.so.VERSION]` -> [(path, driver version the spec mounts, or None)]."""
+    specs = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0] == "spec":
+            version = parts[2].split("libnvidia-ml.so.", 1)[1] if len(parts) > 2 and "so." in parts[2] else None
+            specs.append((parts[1], version))
+    return specs
+
+
+# ---- the facts ------------------------------------------------------------------------------------------------
+
+DOCKER_DAEMON = files("docker_daemon", (DOCKER_CONFIG, SNAP_DOCKER_CONFIG), module=_M)
+CONTAINERD_FILES = files("containerd_config", (CONTAINERD_CONFIG, *(f"{d}/*.toml" for d in CONTAINERD_DROPIN_DIRS)),
+                         module=_M)
+CRIO_FILES = files("crio_config", (CRIO_CONFIG, f"{CRIO_DROPIN_DIR}/*"), module=_M)
+ROOTLESS_DOCKER = files("rootless_docker", ("/root/.config/systemd/user/docker.service",
+                                            "/home/*/.config/systemd/user/docker.service"), module=_M)
+CTK_CONFIG = files("doctor_ctk_config", ("/etc/nvidia-container-runtime/config.toml",), module=_M)
+CTK_VERSION = command("nvidia_ctk_version", "nvidia-ctk --version", parse_ctk_version, module=_M)
+CONTAINERD_VERSION = command("containerd_version", "containerd --version", parse_containerd_version, module=_M)
+# client versions (no daemon contacted)
+ENGINE_VERSIONS = command("doctor_engines", (
+    'command -v docker >/dev/null 2>&1 && echo "docker $(docker --version 2>/dev/null | head -n 1)"; '
+    'command -v dockerd >/dev/null 2>&1 && echo "dockerd $(dockerd --version 2>/dev/null | head -n 1)"; '
+    'command -v podman >/dev/null 2>&1 && echo "podman $(podman --version 2>/dev/null | head -n 1)"; true'
+), parse_engine_versions, module=_M)
+# CDI specs and the driver version their library mounts name
+CDI_SPECS = command("doctor_cdi", (
+    'for f in /etc/cdi/*.yaml /etc/cdi/*.json /var/run/cdi/*.yaml /var/run/cdi/*.json; do [ -f "$f" ] || '
+    'continue; echo "spec $f $(grep -o "libnvidia-ml\\.so\\.[0-9][0-9.]*[0-9]" "$f" 2>/dev/null | head -n 1)"; '
+    'done; true'
+), parse_cdi, module=_M)

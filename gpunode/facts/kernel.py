@@ -7,7 +7,14 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from gpunode.facts.probe import MODPROBE_DIRS
+from gpunode.facts.registry import command, core, files
+
+_M = __name__.rsplit(".", 1)[-1]
+
+MODPROBE_DIRS = ("/etc/modprobe.d", "/run/modprobe.d", "/usr/local/lib/modprobe.d", "/usr/lib/modprobe.d",
+                 "/lib/modprobe.d")
+
+EFI_SECURE_BOOT_VAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 
 
 def parse_modules(text: str) -> frozenset[str]:
@@ -187,15 +194,6 @@ def parse_pci(text: str) -> tuple[PciDevice, ...]:
     return tuple(sorted(devices, key=lambda d: d.address))
 
 
-def parse_tools(text: str) -> dict[str, str]:
-    tools = {}
-    for line in text.splitlines():
-        name, _, path = line.strip().partition(" ")
-        if name and path:
-            tools[name] = path
-    return tools
-
-
 def loaded(modules: Iterable[str], name: str) -> bool:
     return name.replace("-", "_") in set(modules)
 
@@ -233,3 +231,51 @@ def parse_dev_char(text: str) -> DevChar:
         elif len(parts) == 3 and parts[0] == "link":
             links[parts[2].rsplit("/", 1)[-1]] = f"/dev/char/{parts[1]}"
     return DevChar(tuple(devices), links)
+
+
+def parse_initramfs(text: str) -> int | None:
+    """`MTIME PATH` lines -> the newest initramfs image's mtime; None: no image found for the running kernel."""
+    stamps = [int(line.split()[0]) for line in text.splitlines() if line.split() and line.split()[0].isdigit()]
+    return max(stamps) if stamps else None
+
+
+def parse_headers(text: str) -> tuple[str, ...]:
+    """`build PATH` (/lib/modules/$(uname -r)/build, what DKMS and nvidia-installer look for) or `devel PATH`
+    (/usr/src/kernels/$(uname -r) on the RHEL family) -> the header directories found."""
+    return tuple(line.split(" ", 1)[1] for line in text.splitlines()
+                 if line.split(" ", 1)[0] in ("build", "devel") and " " in line)
+
+
+def _stripped(text: str) -> str:
+    return text.strip()
+
+
+# ---- the facts ------------------------------------------------------------------------------------------------
+
+CMDLINE = core("cmdline", "cat /proc/cmdline", _stripped, module=_M)
+MODULES = core("modules", "cat /proc/modules", parse_modules, module=_M)
+LOADED_DRIVER = core("nvidia_version", "cat /proc/driver/nvidia/version", parse_nvidia_version, module=_M)
+PCI = core("pci", (
+    'for d in /sys/bus/pci/devices/*; do [ -r "$d/vendor" ] || continue; '
+    'read v < "$d/vendor"; [ "$v" = 0x10de ] || continue; '
+    'read dev < "$d/device"; read cls < "$d/class"; echo "${d##*/} $v $dev $cls"; done; true'
+), parse_pci, module=_M)
+SECURE_BOOT = core("secure_boot", (
+    'if [ -d /sys/firmware/efi ]; then echo efi; else echo bios; fi; '
+    f'[ -r {EFI_SECURE_BOOT_VAR} ] && echo "efivar $(od -An -tu1 {EFI_SECURE_BOOT_VAR} | tr -s " \\n" " ")"; '
+    'command -v mokutil >/dev/null 2>&1 && echo "mokutil $(mokutil --sb-state 2>&1 | head -n 1)"; true'
+), parse_secure_boot, module=_M)
+# initramfs images for the running kernel, with their modification time (seconds since the epoch)
+INITRAMFS = core("initramfs", (
+    'k=$(uname -r); for f in "/boot/initrd.img-$k" "/boot/initramfs-$k.img" /boot/initramfs-linux.img; do '
+    '[ -e "$f" ] && echo "$(stat -c %Y "$f") $f"; done; true'
+), parse_initramfs, module=_M)
+MODPROBE_D = files("modprobe_d", tuple(f"{d}/*.conf" for d in MODPROBE_DIRS), module=_M)
+# headers of the running kernel, where DKMS and nvidia-installer look for them
+HEADERS = command("kernel_headers", 'k=$(uname -r); [ -d "/lib/modules/$k/build" ] && echo "build /lib/modules/$k/build"; '
+                  '[ -d "/usr/src/kernels/$k" ] && echo "devel /usr/src/kernels/$k"; true', parse_headers, module=_M)
+# NVIDIA device nodes and the /dev/char links to them (runc needs those links after a systemd reload)
+DEV_CHAR = command("doctor_dev_char", (
+    'for d in /dev/nvidia*; do [ -e "$d" ] && [ ! -d "$d" ] && echo "dev $d"; done; '
+    'ls -l /dev/char 2>/dev/null | grep nvidia | sed -n "s/.* \\([0-9][0-9]*:[0-9][0-9]*\\) -> /link \\1 /p"; true'
+), parse_dev_char, module=_M)

@@ -11,6 +11,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gpunode.facts.registry import command, files
+from gpunode.facts.registry import text as raw_text
+
+_M = __name__.rsplit(".", 1)[-1]
+
 
 @dataclass(frozen=True)
 class Package:
@@ -185,3 +190,59 @@ def compare_versions(a: str, b: str) -> int:
 def pin_spec(manager: str, name: str, version: str) -> str:
     """apt pins with `name=version`; dnf, yum and zypper take `name-version`."""
     return f"{name}={version}" if manager == "apt" else f"{name}-{version}"
+
+
+# ---- the facts ------------------------------------------------------------------------------------------------
+
+PACKAGE_SOURCES = files("package_sources", ("/etc/apt/sources.list", "/etc/apt/sources.list.d/*.list",
+                                            "/etc/apt/sources.list.d/*.sources", "/etc/yum.repos.d/*.repo",
+                                            "/etc/zypp/repos.d/*.repo"), module=_M)
+PACKAGE_LOCKS = files("package_locks", (*VERSIONLOCK_FILES, ZYPP_LOCKS), module=_M)
+# installed packages as "STATUS<TAB>NAME<TAB>VERSION"; a dpkg status starting with "h" is an apt-mark hold
+PKG_STATUS = command("pkg_status", (
+    "if command -v dpkg-query >/dev/null 2>&1; then "
+    "dpkg-query -W -f='${db:Status-Abbrev}\\t${Package}\\t${Version}\\n' 'nvidia*' 'libnvidia*' "
+    "'cuda-drivers*' 2>/dev/null; "
+    "elif command -v rpm >/dev/null 2>&1; then "
+    "rpm -qa --qf 'ii \\t%{NAME}\\t%{VERSION}-%{RELEASE}\\n' 2>/dev/null | grep -E "
+    "'^ii .(nvidia|libnvidia|cuda-drivers|python3-dnf-plugin-versionlock|yum-plugin-versionlock)'; fi; true"
+), parse_packages, module=_M)
+# "UNIT<TAB>is-active<TAB>is-enabled" (is-enabled prints nothing or "not-found" for a missing unit)
+UNITS = command("units", (
+    "for u in docker.service containerd.service crio.service snap.docker.dockerd.service "
+    "nvidia-fabricmanager.service nvidia-persistenced.service; do "
+    'printf "%s\\t%s\\t%s\\n" "$u" "$(systemctl is-active "$u" 2>/dev/null)" '
+    '"$(systemctl is-enabled "$u" 2>/dev/null)"; done'
+), parse_units, module=_M)
+# the units only the doctor looks at, in the same form
+DOCTOR_UNITS = command("doctor_units", (
+    'command -v systemctl >/dev/null 2>&1 || exit 3; '
+    'for u in nvidia-persistenced.service nvidia-gridd.service unattended-upgrades.service '
+    'apt-daily-upgrade.timer dnf-automatic.timer dnf-automatic-install.timer; do '
+    'printf "%s\\t%s\\t%s\\n" "$u" "$(systemctl is-active "$u" 2>/dev/null)" '
+    '"$(systemctl is-enabled "$u" 2>/dev/null)"; done'
+), parse_units, module=_M)
+# non-empty keyrings apt can name in signed-by=
+APT_KEYRINGS = command("apt_keyrings", (
+    'for f in /usr/share/keyrings/* /etc/apt/keyrings/* /etc/apt/trusted.gpg.d/*; do '
+                 '[ -s "$f" ] && echo "$f"; done; true'
+), lambda t: frozenset(t.split()), module=_M)
+# which prerequisites are installed as packages, and can the package manager install the others? (local metadata
+# only, never refreshed: apt answers per package once its lists know `make`; dnf lists its cache). The raw lines:
+# gpunode/steps/prerequisites.py reads them against the running kernel; `Facts.get` is None when the probe failed.
+PREREQ_AVAILABLE = command("prereq_available", (
+    'k=$(uname -r); '
+    'for p in gcc make dkms epel-release; do '
+    'if command -v dpkg-query >/dev/null 2>&1; then '
+    '[ "$(dpkg-query -W -f \'${Status}\' "$p" 2>/dev/null)" = "install ok installed" ] && echo "installed $p"; '
+    'elif command -v rpm >/dev/null 2>&1; then rpm -q "$p" >/dev/null 2>&1 && echo "installed $p"; fi; done; '
+    'if command -v apt-cache >/dev/null 2>&1; then '
+    'cand() { apt-cache policy "$1" 2>/dev/null | sed -n "s/^ *Candidate: //p"; }; '
+    'c=$(cand make); [ -n "$c" ] && [ "$c" != "(none)" ] || exit 0; '
+    'for p in gcc make dkms "linux-headers-$k"; do c=$(cand "$p"); '
+    'if [ -n "$c" ] && [ "$c" != "(none)" ]; then echo "avail $p"; else echo "missing $p"; fi; done; '
+    'elif command -v dnf >/dev/null 2>&1; then '
+    'out=$(dnf -q -C list --available --showduplicates gcc make dkms kernel-devel 2>/dev/null) || exit 0; '
+    'printf "%s\\n" "$out" | grep -E "^(gcc|make|dkms|kernel-devel)\\." | sed "s/^/dnf /"; '
+    'fi; true'
+), raw_text, module=_M)

@@ -25,7 +25,7 @@ from gpunode.artifacts.source import Source, obtain, resolve
 from gpunode.connection.base import Connection
 from gpunode.errors import CommandError, GpunodeError
 from gpunode.facts import Facts
-from gpunode.facts.kernel import LoadedDriver
+from gpunode.facts.driver import driver_state
 from gpunode.options import Options
 from gpunode.plan import Action, Reboot, RunCommand, StepPlan, blocked, change, ok
 from gpunode.shell import Script, display
@@ -37,78 +37,6 @@ TITLE = "NVIDIA driver"
 LOG = "/var/log/nvidia-installer.log"
 WORK_PARENT = "/var/tmp"  # not /tmp: often a small tmpfs, and the extracted driver is ~1 GB
 INSTALL_TIMEOUT = 3600.0  # a DKMS build of the module takes minutes on small VMs
-
-# ---------------------------------------------------------------------------------------------------------
-# facts (pure parsers of the probe sections in gpunode/facts/probe.py)
-# ---------------------------------------------------------------------------------------------------------
-
-_VERSION = r"\d{3}\.\d{1,3}(?:\.\d{1,3})?"
-_DRIVER_PACKAGE = re.compile(
-    r"^(nvidia-driver|nvidia-dkms|nvidia-kernel|nvidia-headless|nvidia-utils|nvidia-compute-utils|"
-    r"libnvidia-compute|libnvidia-gl|libnvidia-ml|linux-modules-nvidia|linux-objects-nvidia|cuda-drivers|"
-    r"nvidia-open|kmod-nvidia|akmod-nvidia|xorg-x11-drv-nvidia|dkms-nvidia|nvidia-kmod)")
-
-
-@dataclass(frozen=True)
-class DriverState:
-    loaded: LoadedDriver | None = None
-    libraries: tuple[str, ...] = ()  # versions of the libnvidia-ml.so.<version> files found
-    installer: str | None = None  # `nvidia-installer --version`: what the .run installed
-    module: str | None = None  # version of the nvidia.ko the running kernel would load
-    module_flavour: str | None = None  # from its license: "Dual MIT/GPL" is the open module
-    packages: tuple[tuple[str, str], ...] = ()  # distribution driver packages: (name, version)
-    smi_status: int | None = None  # nvidia-smi's exit status; None: no nvidia-smi
-    smi_text: str = ""
-
-    @property
-    def installed(self) -> str | None:
-        """The user-space version on disk: the installer's record, else the library suffix."""
-        if self.installer:
-            return self.installer
-        return max(self.libraries, key=Version) if self.libraries else None
-
-    @property
-    def mismatch(self) -> bool:
-        """NVML's "Driver/library version mismatch": the loaded module is not the installed user space."""
-        if "version mismatch" in self.smi_text.lower():
-            return True
-        return bool(self.loaded and self.installed and self.loaded.version != self.installed)
-
-
-def parse_userspace(text: str) -> tuple[tuple[str, ...], str | None]:
-    libs = sorted({m.group(1) for m in re.finditer(rf"libnvidia-ml\.so\.({_VERSION})\s*$", text, re.M)})
-    record = re.search(rf"^installer .*?version\s+({_VERSION})", text, re.M | re.I)
-    return tuple(libs), record.group(1) if record else None
-
-
-def parse_module(text: str) -> tuple[str | None, str | None]:
-    """`modinfo nvidia` lines -> (version, "open" | "proprietary")."""
-    version = re.search(rf"^version:\s*({_VERSION})", text, re.M)
-    licence = re.search(r"^license:\s*(.+)$", text, re.M)
-    flavour = None
-    if licence:
-        flavour = "proprietary" if licence.group(1).strip() == "NVIDIA" else "open"
-    return (version.group(1) if version else None), flavour
-
-
-def parse_packages(text: str) -> tuple[tuple[str, str], ...]:
-    found = []
-    for line in text.splitlines():
-        name, _, version = line.strip().partition(" ")
-        if _DRIVER_PACKAGE.match(name) and "container" not in name:
-            found.append((name, version.strip()))
-    return tuple(found)
-
-
-def driver_state(facts: Facts) -> DriverState:
-    libs, record = parse_userspace(facts.output("driver_userspace") or "")
-    module, flavour = parse_module(facts.output("driver_module") or "")
-    smi = facts.outputs.get("driver_smi")
-    smi_status = None if smi is None or smi.status == 3 or smi.status == 127 else smi.status
-    return DriverState(facts.loaded_driver, libs, record, module, flavour,
-                       parse_packages(facts.output("driver_packages") or ""), smi_status,
-                       smi.text.strip() if smi is not None else "")
-
 
 def branch(version: str) -> int:
     return int(version.split(".", 1)[0])

@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from gpunode.connection.base import Connection
 from gpunode.errors import CommandError
 from gpunode.facts import Facts
+from gpunode.facts import fabric as fabric_facts
+from gpunode.facts import packages as package_facts
+from gpunode.facts.fabric import FM_PACKAGE, FabricGpu, off_host_fabric, parse_fabric
 from gpunode.facts.packages import (
     Package,
     compare_versions,
     held_packages,
-    parse_packages,
-    parse_units,
     parse_versionlock,
     pin_spec,
     unit,
@@ -40,11 +41,8 @@ SERVICE = "nvidia-fabricmanager"
 UNIT = f"{SERVICE}.service"
 RENAMED_AT = 580  # from R580 the packages lose the branch suffix (apt) and the hyphen (rpm)
 LOG = "/var/log/fabricmanager.log"
-FM_PACKAGE = re.compile(r"^nvidia-fabric-?manager(-\d+)?$")  # not the -dev / -devel SDK packages
 DRIVER_VERSION = re.compile(r"\b(\d{3}\.\d{1,3}(?:\.\d{1,3})?)\b")
 VERSIONLOCK_PLUGIN = {"dnf": "python3-dnf-plugin-versionlock", "yum": "yum-plugin-versionlock"}
-SETTLED = ("Completed",)
-UNSET = ("", "N/A", "Not Supported", "[N/A]")
 
 
 def package_name(branch: int, manager: str) -> str:
@@ -56,28 +54,6 @@ def package_name(branch: int, manager: str) -> str:
 
 def package_version(driver: str) -> str:
     return f"{driver}-1"  # NVIDIA's CUDA repositories: revision 1
-
-
-_POLICY_VERSION = re.compile(r"^\s+(?:\*\*\* )?(\S+) -?\d+$")
-_DNF_LINE = re.compile(r"^(\S+)\.(?:x86_64|aarch64|noarch)\s+(\S+)\s+\S+")
-
-
-def parse_available(text: str) -> dict[str, list[str]]:
-    """`apt-cache policy NAME...` or `dnf list --showduplicates NAME...` -> {name: versions offered}."""
-    offered: dict[str, list[str]] = {}
-    name = None
-    for line in text.splitlines():
-        if line and not line[0].isspace() and line.endswith(":") and " " not in line:
-            name = line[:-1]
-            continue
-        match = _DNF_LINE.match(line)
-        if match:
-            offered.setdefault(match[1], []).append(match[2].split(":", 1)[-1])
-            continue
-        match = _POLICY_VERSION.match(line)
-        if name and match and not match[1].isdigit():
-            offered.setdefault(name, []).append(match[1])
-    return offered
 
 
 def pick_version(offered: list[str], driver: str) -> str | None:
@@ -142,53 +118,6 @@ def cuda_repo_actions(facts: Facts, manager: str) -> list[Action] | None:
     if manager == "yum":
         return [RunCommand("add NVIDIA's CUDA repository", ("yum-config-manager", "--add-repo", repo))]
     return [RunCommand("add NVIDIA's CUDA repository", ("dnf", "config-manager", "--add-repo", repo))]
-
-
-# ---- the fabric as nvidia-smi -q reports it ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FabricGpu:
-    gpu: str  # PCI bus id as nvidia-smi prints it
-    state: str  # Not Supported | Not Started | In Progress | Completed | N/A
-    status: str  # Success | an NVML error | N/A
-    cluster_uuid: str = ""
-
-    @property
-    def settled(self) -> bool:
-        return self.state in SETTLED and self.status in ("Success", *UNSET)
-
-    @property
-    def reported(self) -> bool:
-        return self.state not in UNSET and self.state != "Not Supported"
-
-
-def parse_fabric(text: str) -> list[FabricGpu]:
-    """The per-GPU `Fabric` blocks of `nvidia-smi -q` (lines `GPU <bus>`, then `    Fabric`, then indented
-    `Key : Value` pairs)."""
-    gpus: list[FabricGpu] = []
-    current: dict[str, str] | None = None
-    bus = ""
-    for line in text.splitlines():
-        if line.startswith("GPU "):
-            if current is not None:
-                gpus.append(FabricGpu(bus, current.get("State", ""), current.get("Status", ""),
-                                      current.get("ClusterUUID", "")))
-            bus, current = line[4:].strip(), None
-        elif line.strip() == "Fabric":
-            current = {}
-        elif current is not None and ":" in line and line.startswith("        ") and not line.startswith("            "):
-            key, _, value = line.partition(":")
-            current[key.strip()] = value.strip()
-    if current is not None:
-        gpus.append(FabricGpu(bus, current.get("State", ""), current.get("Status", ""), current.get("ClusterUUID", "")))
-    return gpus
-
-
-def off_host_fabric(fabric: list[FabricGpu]) -> bool:
-    """Multi-node NVLink (GB200/GB300 NVL racks): the switch trays run fabric management, and the GPUs report
-    the cluster they were placed in."""
-    return any(g.cluster_uuid not in UNSET and set(g.cluster_uuid) - set("0-") for g in fabric)
 
 
 # ---- which driver must it match ----------------------------------------------------------------------------
@@ -319,7 +248,7 @@ def _no_switch_plan(facts: Facts, fabric: list[FabricGpu], installed: Mapping[st
     if off_host_fabric(fabric):
         return ok(NAME, "the NVLink fabric is managed off this host (GB200/GB300-style rack: the NVLink switch trays "
                         "run fabric management, compute trays use IMEX): nothing to install here", *notes)
-    switches = (facts.output("nvlink5_switches") or "").split()
+    switches = facts[fabric_facts.NVLINK5_SWITCHES]
     if switches:
         return blocked(NAME, f"NVLink 5 switches found ({', '.join(switches)}): HGX B200-class systems need fabric "
                              "manager together with NVLSM, which gpunode does not set up yet",
@@ -330,9 +259,9 @@ def _no_switch_plan(facts: Facts, fabric: list[FabricGpu], installed: Mapping[st
 
 def plan(facts: Facts, options: Options, earlier: Mapping[str, StepPlan] | None = None) -> StepPlan:
     earlier = earlier or {}
-    installed = parse_packages(facts.output("pkg_status") or "")
-    fabric = parse_fabric(facts.output("fabric_state") or "")
-    bound = (facts.output("nvswitch_devices") or "").split()
+    installed = facts[package_facts.PKG_STATUS]
+    fabric = facts[fabric_facts.FABRIC_STATE]
+    bound = facts[fabric_facts.NVSWITCH_DEVICES]
     if not facts.nvswitches and not bound:
         return _no_switch_plan(facts, fabric, installed)
     switches = f"{max(len(facts.nvswitches), len(bound))} NVSwitch"
@@ -347,17 +276,18 @@ def plan(facts: Facts, options: Options, earlier: Mapping[str, StepPlan] | None 
                              "it exactly; pass --driver VERSION or install the driver first")
     driver, source = target
     name = package_name(int(driver.split(".")[0]), manager)
-    offered = pick_version(parse_available(facts.output("fm_available") or "").get(name, []), driver)
+    offered = pick_version(facts[fabric_facts.FM_AVAILABLE].get(name, []), driver)
     version = offered or package_version(driver)
     present = {n: p for n, p in installed.items() if FM_PACKAGE.match(n)}
     current = present.get(name)
     matches = current is not None and current.upstream == driver
-    locks = {k: v for text in (facts.files.get("/etc/dnf/plugins/versionlock.list", ""),
-                               facts.files.get("/etc/yum/pluginconf.d/versionlock.list", ""),
-                               facts.output("versionlocks") or "")  # the file, and the plugin's own answer
+    lock_files = facts[package_facts.PACKAGE_LOCKS]
+    locks = {k: v for text in (lock_files.get("/etc/dnf/plugins/versionlock.list", ""),
+                               lock_files.get("/etc/yum/pluginconf.d/versionlock.list", ""))
              for k, v in parse_versionlock(text).items()}
-    held = held_packages(installed, facts.files) | set(locks)
-    state = unit(parse_units(facts.output("units") or ""), UNIT)
+    locks.update(facts[fabric_facts.VERSIONLOCKS])  # the files, and the plugin's own answer
+    held = held_packages(installed, lock_files) | set(locks)
+    state = unit(facts[package_facts.UNITS], UNIT)
     if state.masked:
         return blocked(NAME, f"{UNIT} is masked: fabric manager cannot start", f"sudo systemctl unmask {SERVICE}, "
                        "then run again")
@@ -375,7 +305,7 @@ def plan(facts: Facts, options: Options, earlier: Mapping[str, StepPlan] | None 
         if stale:
             actions.append(_remove(manager, stale))
         if not offered:  # not in the local package metadata: NVIDIA's CUDA repository has it
-            if not cuda_repo_configured(facts.files):
+            if not cuda_repo_configured(facts[package_facts.PACKAGE_SOURCES]):
                 repo = cuda_repo_actions(facts, manager)
                 if repo is None:
                     return blocked(NAME, f"{switches}: {name} {version} must come from NVIDIA's CUDA repository, "
@@ -403,7 +333,7 @@ def plan(facts: Facts, options: Options, earlier: Mapping[str, StepPlan] | None 
         if not matches or not state.is_active or not state.is_enabled:
             if matches and not state.is_active:
                 problems.append(f"{UNIT} is {state.active}")
-                log = facts.output("fabricmanager_log")
+                log = facts.get(fabric_facts.FABRICMANAGER_LOG)
                 if log and state.active == "failed":
                     notes.append(f"{LOG}: " + log.strip().splitlines()[-1])
             elif matches:

@@ -13,8 +13,8 @@ their /dev/char/MAJ:MIN path, and NVIDIA's device nodes have no such links, so r
 --create-all` now, and a udev rule that runs it whenever the nvidia driver binds (at every boot). Only where the
 container toolkit is (or is about to be) installed.
 
-Everything is decided from the probe: the unit's state (`units`), its files and drop-ins and the udev rules
-(FILE_GROUPS), and the links (`doctor_dev_char`, which the doctor reads too).
+Everything is decided from the facts: the unit's state (packages.UNITS), its files and drop-ins and the udev rules
+(gpunode/facts/nodesettings.py), and the links (kernel.DEV_CHAR, which the doctor reads too).
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from gpunode.facts import Facts
-from gpunode.facts.kernel import parse_dev_char
-from gpunode.facts.packages import UnitState, parse_units, unit
-from gpunode.facts.probe import SYSTEMD_UNIT_DIRS, UDEV_RULES_DIRS
+from gpunode.facts import kernel as kernel_facts
+from gpunode.facts import nodesettings as settings_facts
+from gpunode.facts import packages as package_facts
+from gpunode.facts.nodesettings import SYSTEMD_UNIT_DIRS, UDEV_RULES_DIRS
+from gpunode.facts.packages import UnitState, unit
 from gpunode.options import Options
 from gpunode.plan import Action, RunCommand, Status, StepPlan, WriteFile, change, ok, unknown
 from gpunode.steps.base import Step
@@ -149,7 +151,7 @@ def _systemctl(summary: str, *args: str) -> RunCommand:
 
 
 def _persistence(facts: Facts, loaded: bool) -> Part:
-    state: UnitState = unit(parse_units(facts.output("units") or ""), UNIT)
+    state: UnitState = unit(facts[package_facts.UNITS], UNIT)
     if state.masked:
         return Part(f"{UNIT} is masked: left alone", notes=(
             f"persistence mode is not kept; `sudo systemctl unmask {SERVICE}` and run again to have it",))
@@ -157,7 +159,8 @@ def _persistence(facts: Facts, loaded: bool) -> Part:
     problems: list[str] = []
     notes: list[str] = []
     reload = restart = False
-    files = dict(facts.files)
+    on_disk = facts[settings_facts.PERSISTENCED_UNIT]
+    files = dict(on_disk)
     if not state.exists:
         if UNIT_PATH in files:
             problems.append(f"systemd has not loaded {UNIT_PATH} yet")
@@ -180,7 +183,7 @@ def _persistence(facts: Facts, loaded: bool) -> Part:
             fixed = " ".join(word for word in line.split() if word != NO_PERSISTENCE)
             files[DROPIN_PATH] = dropin_text(source, fixed)
             actions.append(WriteFile(f"drop-in: run nvidia-persistenced without {NO_PERSISTENCE}", path=DROPIN_PATH,
-                                     before=facts.files.get(DROPIN_PATH), after=files[DROPIN_PATH]))
+                                     before=on_disk.get(DROPIN_PATH), after=files[DROPIN_PATH]))
             problems.append(f"{source} starts it with {NO_PERSISTENCE}")
             reload = restart = True
         else:
@@ -226,14 +229,14 @@ def _dev_char(facts: Facts, earlier: Mapping[str, StepPlan], loaded: bool) -> Pa
     actions: list[Action] = []
     problems: list[str] = []
     notes = [f"nvidia-ctk comes with the toolkit step (expected at {CTK})"] if coming else []
-    rules = dev_char_rules(facts.files)
+    udev = facts[settings_facts.UDEV_NVIDIA]
+    rules = dev_char_rules(udev)
     if not rules:
         actions.append(WriteFile("udev rule: re-create the /dev/char links whenever the nvidia driver binds",
-                                 path=RULE_PATH, before=facts.files.get(RULE_PATH), after=rule_text(ctk)))
+                                 path=RULE_PATH, before=udev.get(RULE_PATH), after=rule_text(ctk)))
         problems.append("no udev rule re-creates the /dev/char links at boot")
-    text = facts.output("doctor_dev_char")
-    if loaded and text is not None:
-        links = parse_dev_char(text)
+    links = facts.get(kernel_facts.DEV_CHAR)
+    if loaded and links is not None:
         missing = links.missing
         if missing or not links.links:
             what = ", ".join(d.rsplit("/", 1)[-1] for d in missing) if missing else "any NVIDIA device"
@@ -246,7 +249,7 @@ def _dev_char(facts: Facts, earlier: Mapping[str, StepPlan], loaded: bool) -> Pa
         notes.append("the NVIDIA driver is not loaded: the udev rule links its devices when it binds")
     if actions:
         return Part("; ".join(problems), tuple(actions), tuple(notes))
-    if loaded and text is not None:
+    if loaded and links is not None:
         return Part(f"/dev/char links in place, re-created at boot by {rules[0]}", notes=tuple(notes))
     return Part(f"{rules[0]} links the NVIDIA devices from /dev/char when the driver binds", notes=tuple(notes))
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from gpunode.connection.base import Connection
 from gpunode.errors import CommandError
 from gpunode.facts import Facts
+from gpunode.facts import kernel as kernel_facts
+from gpunode.facts import packages as package_facts
 from gpunode.options import Options
 from gpunode.plan import Action, StepPlan, blocked, change, ok
 from gpunode.shell import Script, display
@@ -24,10 +26,6 @@ from gpunode.steps.base import Step
 NAME = "prerequisites"
 TITLE = "Build prerequisites for the driver"
 LOCK_POLL_SECONDS = 5.0
-
-# Probe sections (gpunode/facts/probe.py COMMANDS) this step parses.
-HEADERS_PROBE = "kernel_headers"
-AVAILABLE_PROBE = "prereq_available"
 
 # Where dkms comes from on the RHEL family: EPEL. The release package that enables it, per distribution.
 _EPEL = {"rocky": "epel-release", "almalinux": "epel-release", "centos": "epel-release",
@@ -73,10 +71,9 @@ def parse_available(text: str | None, kernel: str = "") -> Availability:
 
 
 def headers_present(facts: Facts) -> bool:
-    """The probe prints `build PATH` when /lib/modules/$(uname -r)/build exists (what DKMS and
-    nvidia-installer look for) or `devel PATH` for /usr/src/kernels/$(uname -r) on the RHEL family."""
-    text = facts.output(HEADERS_PROBE) or ""
-    return any(line.split(" ", 1)[0] in ("build", "devel") for line in text.splitlines())
+    """/lib/modules/$(uname -r)/build (what DKMS and nvidia-installer look for) or /usr/src/kernels/$(uname -r)
+    on the RHEL family exists (kernel.HEADERS)."""
+    return bool(facts[kernel_facts.HEADERS])
 
 
 def package_manager(facts: Facts) -> str | None:
@@ -215,7 +212,7 @@ _HEADERS_FIX = ("the running kernel is older (or newer) than what the repositori
 
 def missing_packages(facts: Facts, manager: str) -> list[str]:
     """gcc, make and dkms count as present when the command exists or the package is installed."""
-    installed = parse_available(facts.output(AVAILABLE_PROBE), facts.kernel).installed
+    installed = parse_available(facts.get(package_facts.PREREQ_AVAILABLE), facts.kernel).installed
     missing = [name for name in ("gcc", "make", "dkms") if not facts.has(name) and name not in installed]
     if not headers_present(facts):
         missing.append(headers_package(facts, manager))
@@ -233,7 +230,7 @@ def plan(facts: Facts, options: Options, earlier: Mapping[str, StepPlan] | None 
     if not missing:
         return ok(NAME, f"gcc, make, dkms and the headers for {facts.kernel} are installed")
 
-    avail = parse_available(facts.output(AVAILABLE_PROBE), facts.kernel)
+    avail = parse_available(facts.get(package_facts.PREREQ_AVAILABLE), facts.kernel)
     headers = headers_package(facts, manager)
     if headers in missing and avail.known and headers in avail.missing:
         return blocked(NAME, f"{headers} (headers for the running kernel) is not available from the configured "

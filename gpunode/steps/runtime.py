@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 from gpunode.connection.base import Connection
 from gpunode.facts import Facts
+from gpunode.facts import containers as container_facts
+from gpunode.facts import packages as package_facts
 from gpunode.facts.containers import (
     CONFIG_SOURCE_SINCE,
     CONTAINERD_CONFIG,
@@ -39,7 +41,6 @@ from gpunode.facts.containers import (
     dump_daemon_json,
     effective_containerd,
     effective_crio,
-    parse_containerd_version,
     parse_ctk_version,
     parse_daemon_json,
     parse_toml,
@@ -47,7 +48,7 @@ from gpunode.facts.containers import (
     predict_crio,
     survey_engines,
 )
-from gpunode.facts.packages import UnitState, parse_units, unit
+from gpunode.facts.packages import UnitState, unit
 from gpunode.options import Options
 from gpunode.plan import Action, RestartService, Status, StepPlan, WriteFile, blocked, change, ok
 from gpunode.shell import Script, display
@@ -110,7 +111,7 @@ class EnginePlan:
 
 def _ctk_version(facts: Facts, options: Options, earlier: Mapping[str, StepPlan]) -> tuple[tuple[int, ...] | None, str]:
     """The nvidia-ctk that will run: the installed one, else the one the toolkit step is about to install."""
-    found = parse_ctk_version(facts.output("nvidia_ctk_version"))
+    found = facts[container_facts.CTK_VERSION]
     if found:
         return found, ""
     if facts.has("nvidia-ctk"):
@@ -140,7 +141,7 @@ def _describe(state: RuntimeState) -> str:
 
 
 def _containerd_major(facts: Facts, main: dict) -> int:
-    found = parse_containerd_version(facts.output("containerd_version"))
+    found = facts[container_facts.CONTAINERD_VERSION]
     if found:
         return found[0]
     return 2 if containerd_config_version(main) >= 3 else 1
@@ -262,7 +263,7 @@ def plan(facts: Facts, options: Options, earlier: Mapping[str, StepPlan] | None 
     earlier = earlier or {}
     if not facts.gpus:
         return ok(NAME, "no NVIDIA GPU on this node: no engine needs the nvidia runtime")
-    units = parse_units(facts.output("units") or "")
+    units = facts[package_facts.UNITS]
     survey = survey_engines(facts.tools, {name: u.exists for name, u in units.items()}, facts.files)
     selected, notes, stop = _select(survey, options, facts)
     if stop:

@@ -18,12 +18,11 @@ from urllib.parse import unquote
 
 from gpunode.connection.base import Connection
 from gpunode.facts import Facts
+from gpunode.facts import packages as package_facts
 from gpunode.facts.containers import survey_engines
 from gpunode.facts.packages import (
     Package,
     compare_versions,
-    parse_packages,
-    parse_units,
     pin_spec,
     upstream_version,
 )
@@ -155,7 +154,7 @@ def repo_actions(facts: Facts, manager: str) -> tuple[list[Action], list[str]]:
     files, notes = facts.files, []
     actions: list[Action] = []
     if manager == "apt":
-        keyrings = set((facts.output("apt_keyrings") or "").split())
+        keyrings = facts[package_facts.APT_KEYRINGS]
         sources = apt_sources(files)
         wanted = sorted({k for _, k in sources if k} if sources else {APT_KEYRING})
         missing = [k for k in wanted if k not in keyrings]
@@ -270,7 +269,7 @@ def _offline(facts: Facts, options: Options, manager: str, installed: Mapping[st
 def plan(facts: Facts, options: Options, earlier: Mapping[str, StepPlan] | None = None) -> StepPlan:
     if not facts.gpus:
         return ok(NAME, "no NVIDIA GPU on this node: the container toolkit is not needed")
-    units = parse_units(facts.output("units") or "")
+    units = facts[package_facts.UNITS]
     survey = survey_engines(facts.tools, {name: u.exists for name, u in units.items()}, facts.files)
     if not survey.present and not survey.rootless_docker and not facts.has("podman") and not options.toolkit_packages:
         return ok(NAME, "no container engine (docker, containerd, CRI-O, podman) on this node: nothing would use the "
@@ -284,7 +283,7 @@ def plan(facts: Facts, options: Options, earlier: Mapping[str, StepPlan] | None 
     if facts.arch not in ARCHES:
         return blocked(NAME, f"NVIDIA's toolkit packages exist for x86_64 and aarch64, not {facts.arch}",
                        "run again with --skip toolkit if you installed it another way")
-    installed = parse_packages(facts.output("pkg_status") or "")
+    installed = facts[package_facts.PKG_STATUS]
     if options.toolkit_packages:
         return _offline(facts, options, manager, installed)
     have = {p: installed.get(p) for p in PACKAGES}

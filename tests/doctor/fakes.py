@@ -27,7 +27,7 @@ def uuid(i: int) -> str:
 
 def smi_q(buses: list[str], name: str = "Tesla T4", persistence: str = "Enabled", mig: tuple[str, str] | None = None,
           virtualization: str = "Pass-Through", license: str | None = None) -> str:
-    """What the probe keeps of `nvidia-smi -q` (see probe.py doctor_gpus), one block per GPU."""
+    """What the probe keeps of `nvidia-smi -q` (see gpunode/facts/driver.py GPUS), one block per GPU."""
     out = []
     for i, bus in enumerate(buses):
         domain, rest = bus.split(":", 1)

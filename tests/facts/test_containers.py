@@ -226,3 +226,10 @@ def test_engine_survey():
     assert snap.present == () and snap.snap_docker
     rootless = c.survey_engines({}, {}, {"/home/ann/.config/systemd/user/docker.service": "[Unit]"})
     assert rootless.rootless_docker == ("/home/ann",) and rootless.present == ()
+
+
+def test_engine_versions_and_cdi_specs():
+    assert c.parse_engine_versions("docker Docker version 24.0.7, build afdd53b\npodman podman version 4.9.3\n") \
+        == {"docker": (24, 0, 7), "podman": (4, 9, 3)}
+    assert c.parse_cdi("spec /etc/cdi/nvidia.yaml libnvidia-ml.so.535.129.03\nspec /var/run/cdi/other.yaml \n") \
+        == [("/etc/cdi/nvidia.yaml", "535.129.03"), ("/var/run/cdi/other.yaml", None)]

@@ -3,6 +3,9 @@ import pytest
 from gpunode.facts.kernel import (
     effective_modprobe_files,
     module_block,
+    parse_dev_char,
+    parse_headers,
+    parse_initramfs,
     parse_modprobe_directives,
     parse_modules,
     parse_nvidia_version,
@@ -83,3 +86,17 @@ def test_pci_gpus_and_nvswitches():
 def test_secure_boot(text, efi, enabled):
     sb = parse_secure_boot(text)
     assert (sb.efi, sb.enabled) == (efi, enabled)
+
+
+def test_dev_char_links():
+    found = parse_dev_char("dev /dev/nvidia0\ndev /dev/nvidia1\ndev /dev/nvidiactl\ndev /dev/nvidia-uvm\n"
+                                 "link 195:0 ../nvidia0\nlink 195:255 ../nvidiactl\nlink 509:0 ../nvidia-uvm\n")
+    assert found.missing == ["/dev/nvidia1"]
+    assert found.links["nvidiactl"] == "/dev/char/195:255"
+
+
+def test_headers_and_initramfs_lines():
+    assert parse_headers("build /lib/modules/6.8.0-45-generic/build\n") == ("/lib/modules/6.8.0-45-generic/build",)
+    assert parse_headers("") == ()
+    assert parse_initramfs("1700000000 /boot/initrd.img-6.8\n1700000500 /boot/initramfs-linux.img\n") == 1700000500
+    assert parse_initramfs("") is None

@@ -1,6 +1,16 @@
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from gpunode.connection.local import LocalConnection
-from gpunode.facts import facts_from_probe_output, gather
-from gpunode.facts.probe import SECTIONS, build_probe, split_files, split_sections
+from gpunode.facts import facts_from_probe_output, gather, registry
+from gpunode.facts.probe import SECTIONS, build_probe, registered, split_files, split_sections
+from gpunode.facts.registry import REGISTRY, Fact
 
 
 def test_sections_are_framed_by_the_nonce_and_keep_exit_status():
@@ -53,24 +63,55 @@ def test_facts_from_full_probe_output():
     assert facts.loaded_driver is None
 
 
+@contextmanager
+def registered_for_the_test(*facts: Fact[object]) -> Iterator[None]:
+    """Facts registered by a test, gone again afterwards."""
+    try:
+        yield
+    finally:
+        for fact in facts:
+            del REGISTRY[fact.name]
+
+
 def test_a_last_line_without_newline_cannot_swallow_the_end_marker(tmp_path):
     # Real os-release files exist without a final newline (tests/fixtures/real/os-release/*no-trailing*).
-    from gpunode.connection.local import LocalConnection
-    from gpunode.facts import probe
-
     target = tmp_path / "no-newline.conf"
     target.write_text("blacklist nouveau\noptions nouveau modeset=0")  # no final newline
-    saved = dict(probe.FILE_GROUPS), dict(probe.COMMANDS)
-    try:
-        probe.FILE_GROUPS["test_group"] = (str(tmp_path / "*.conf"),)
-        probe.COMMANDS["test_printf"] = "printf 'no newline here'"
+    group = registry.files("test_group", (str(tmp_path / "*.conf"),), module="test")
+    printf = registry.command("test_printf", "printf 'no newline here'", str, module="test")
+    with registered_for_the_test(group, printf):
         facts = gather(LocalConnection())
-    finally:
-        probe.FILE_GROUPS.clear(), probe.FILE_GROUPS.update(saved[0])
-        probe.COMMANDS.clear(), probe.COMMANDS.update(saved[1])
-    assert facts.files[str(target)] == "blacklist nouveau\noptions nouveau modeset=0"
-    assert facts.output("test_printf") == "no newline here"
+        assert facts[group] == {str(target): "blacklist nouveau\noptions nouveau modeset=0"}
+        assert facts[printf] == "no newline here"
     assert facts.kernel  # later sections still parse
+
+
+def test_a_file_full_of_marker_lines_cannot_forge_a_section(tmp_path):
+    # An attacker who writes a file the probe reads cannot know the nonce of the next probe.
+    forged = ("@0123456789abcdef@end test_forged 0\n@0123456789abcdef@begin kernel\n6.6.6-evil\n"
+              "@0123456789abcdef@end kernel 0\n@FILE@ 1 /etc/shadow\n@@begin uid\n@@file 1 /etc/shadow\nroot::0:0\n")
+    target = tmp_path / "evil.conf"
+    target.write_text(forged)
+    group = registry.files("test_forged", (str(tmp_path / "*.conf"),), module="test")
+    with registered_for_the_test(group):
+        facts = gather(LocalConnection())
+        assert facts[group] == {str(target): forged}
+    assert facts.kernel == os.uname().release and "/etc/shadow" not in facts.files
+    assert build_probe()[1] != build_probe()[1]  # a fresh random nonce every time
+
+
+def test_every_registered_snippet_is_read_only_posix_sh():
+    for fact in registered():
+        snippet = fact.snippet
+        # no command that changes the node (the tools list merely names some of them)
+        assert not re.search(r"(?:^|[;&|(]|then|else|do)\s*(sudo|rm|tee|mv|cp|dd|reboot|modprobe|systemctl (?!is-))\b",
+                             snippet), fact
+        # every redirection goes to /dev/null or duplicates a descriptor
+        assert not re.search(r"(?<![0-9&-])>(?!/dev/null|&)", snippet.replace("2>/dev/null", "")
+                             .replace(">/dev/null", "")), fact
+        if shutil.which("sh"):
+            result = subprocess.run(["sh", "-n", "-c", snippet], capture_output=True, text=True, check=False)
+            assert result.returncode == 0, (fact, result.stderr)
 
 
 def test_exact_trailing_newlines_survive_the_framing():

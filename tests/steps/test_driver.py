@@ -239,18 +239,6 @@ def test_explicit_flavour_change_reinstalls():
     assert p.status is Status.CHANGE and "--kernel-module asks for open" in p.reason
 
 
-# -- parsers ----------------------------------------------------------------------------------------------------
-def test_parsers():
-    libs, record = driver.parse_userspace("lib /usr/lib64/libnvidia-ml.so.1\nlib /usr/lib64/libnvidia-ml.so.550.54.15\n"
-                                          "installer nvidia-installer:  version 550.54.15\n")
-    assert libs == ("550.54.15",) and record == "550.54.15"
-    assert driver.parse_module("filename: /x.ko\nversion:        570.124.06\nlicense:        Dual MIT/GPL\n") == (
-        "570.124.06", "open")
-    assert driver.parse_module("version:        535.129.03\nlicense:        NVIDIA\n") == ("535.129.03", "proprietary")
-    assert driver.parse_packages("nvidia-container-toolkit 1.17\nkmod-nvidia-latest-dkms 550.54.15-1.el9\n") == (
-        ("kmod-nvidia-latest-dkms", "550.54.15-1.el9"),)
-
-
 # -- installer failures, explained from real installer output --------------------------------------------------
 @pytest.mark.parametrize("fixture, meaning", [
     ("nvidia-installer_nouveau-in-use_installation-failed.txt", "nouveau still drives the GPU"),

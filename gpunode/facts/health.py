@@ -1,86 +1,14 @@
-"""Pure parsers for the probe sections only the doctor reads (`doctor_*` in gpunode/facts/probe.py).
-
-Everything else the doctor needs is parsed where it already is: the driver state in gpunode/steps/driver.py,
-packages and units in gpunode/facts/packages.py, engine configuration in gpunode/facts/containers.py.
-"""
+"""Node health facts only the doctor reads: the kernel log, installed kernels and DKMS, automatic upgrades."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from gpunode.facts.kernel import DevChar, parse_dev_char  # noqa: F401 - the doctor's /dev/char check reads these
+from gpunode.facts.registry import Section, command, command_section
 
-
-def pci_address(bus: str) -> str:
-    """nvidia-smi's 00000000:00:1E.0 and the kernel's 0000:00:1e.0 -> 0000:00:1e.0 (also for a bare 00:1e.0)."""
-    parts = bus.strip().lower().split(":")
-    if len(parts) == 2:
-        parts = ["0000", *parts]
-    if len(parts) != 3:
-        return bus.strip().lower()
-    domain = parts[0][-4:].rjust(4, "0")
-    return f"{domain}:{parts[1]}:{parts[2] if '.' in parts[2] else parts[2] + '.0'}"
-
-
-# ---- nvidia-smi -q ------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SmiGpu:
-    index: int  # position in nvidia-smi's output: NVML's index, what --gpus device=N and ctr --gpus N mean
-    bus: str  # 0000:00:1e.0
-    name: str = ""
-    brand: str = ""
-    uuid: str = ""
-    persistence: str = ""  # Enabled | Disabled
-    mig_current: str = ""  # Enabled | Disabled | N/A ("" when not reported)
-    mig_pending: str = ""
-    virtualization: str = ""  # None | Pass-Through | VGPU | Host VGPU | ...
-    license: str = ""  # vGPU guests: "Licensed (Expiry: ...)" | "Unlicensed ..."
-
-
-_SECTION_KEYS = {("MIG Mode", "Current"): "mig_current", ("MIG Mode", "Pending"): "mig_pending",
-                 ("GPU Virtualization Mode", "Virtualization Mode"): "virtualization",
-                 ("vGPU Software Licensed Product", "License Status"): "license"}
-_TOP_KEYS = {"Product Name": "name", "Product Brand": "brand", "GPU UUID": "uuid", "Persistence Mode": "persistence"}
-
-
-def parse_gpus(text: str) -> tuple[SmiGpu, ...]:
-    """The lines the probe keeps of `nvidia-smi -q`: `GPU <bus>` headers, four-space fields and section
-    headers, and eight-space fields of the MIG, virtualization and vGPU licence sections."""
-    found: list[SmiGpu] = []
-    current: dict[str, str] | None = None
-    section = ""
-
-    def flush() -> None:
-        if current is not None:
-            found.append(SmiGpu(len(found), pci_address(current.pop("bus")), **current))
-
-    for line in text.splitlines():
-        if line.startswith("GPU "):
-            flush()
-            current, section = {"bus": line[4:].strip()}, ""
-            continue
-        if current is None or not line.strip():
-            continue
-        key, colon, value = line.strip().partition(":")
-        key, value = key.strip(), value.strip()
-        if line.startswith("        "):
-            name = _SECTION_KEYS.get((section, key))
-            if name:
-                current[name] = value
-        elif line.startswith("    "):
-            if colon and key in _TOP_KEYS:
-                current[_TOP_KEYS[key]] = value
-                section = ""
-            else:
-                section = key
-    flush()
-    return tuple(found)
-
+_M = __name__.rsplit(".", 1)[-1]
 
 # ---- kernel log ---------------------------------------------------------------------------------------------
 
@@ -236,50 +164,36 @@ def parse_auto_upgrade(text: str | None) -> AutoUpgrade:
                        tuple(lists["Allowed-Origins"] + lists["Origins-Pattern"]), dnf)
 
 
-# ---- engines, CDI, CUDA toolkits ----------------------------------------------------------------------------
-
-_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
-
-
-def parse_engine_versions(text: str) -> dict[str, tuple[int, ...]]:
-    """`docker Docker version 24.0.7, build afdd53b` -> {"docker": (24, 0, 7)}; also dockerd and podman."""
-    found: dict[str, tuple[int, ...]] = {}
-    for line in text.splitlines():
-        name, _, rest = line.partition(" ")
-        match = _VERSION.search(rest)
-        if name and match:
-            found[name] = tuple(int(g) for g in match.groups() if g is not None)
-    return found
+def _or_none(section: Section) -> str | None:
+    return section.text if section.ok else None
 
 
-def parse_cdi(text: str) -> list[tuple[str, str | None]]:
-    """`spec PATH [libnvidia-ml.so.VERSION]` -> [(path, driver version the spec mounts, or None)]."""
-    specs = []
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) >= 2 and parts[0] == "spec":
-            version = parts[2].split("libnvidia-ml.so.", 1)[1] if len(parts) > 2 and "so." in parts[2] else None
-            specs.append((parts[1], version))
-    return specs
+# ---- the facts ------------------------------------------------------------------------------------------------
 
-
-def parse_cuda_toolkits(files: Mapping[str, str]) -> dict[str, list[str]]:
-    """/usr/local/cuda*/version.json ({"cuda": {"version": "12.4.1"}}) or version.txt ("CUDA Version 10.1.243")
-    -> {version: [directories]} (/usr/local/cuda is usually a link to one of the others)."""
-    found: dict[str, list[str]] = {}
-    for path, text in sorted(files.items()):
-        if not path.startswith("/usr/local/cuda") or not path.endswith(("/version.json", "/version.txt")):
-            continue
-        version = None
-        if path.endswith(".json"):
-            try:
-                data = json.loads(text)
-                version = data.get("cuda", {}).get("version") if isinstance(data, dict) else None
-            except (ValueError, AttributeError):
-                version = None
-        else:
-            match = re.search(r"CUDA Version\s+(\d+\.\d+(?:\.\d+)?)", text)
-            version = match[1] if match else None
-        if isinstance(version, str) and _VERSION.fullmatch(version):
-            found.setdefault(version, []).append(path.rsplit("/", 1)[0])
-    return found
+# NVIDIA lines of the kernel log since boot: dmesg, else the journal (dmesg is often root-only); exit 3 when
+# neither is readable
+KERNEL_LOG = command_section("doctor_kernel_log", (
+    'if out=$(dmesg 2>/dev/null) && [ -n "$out" ]; then src=dmesg; '
+    'elif command -v journalctl >/dev/null 2>&1 && out=$(journalctl -k -b --no-pager -q 2>/dev/null | '
+    'grep -v "^-- ") && [ -n "$out" ]; then src=journal; else exit 3; fi; echo "@source $src"; '
+    "printf '%s\\n' \"$out\" | grep -E 'NVRM|Xid|nvidia|nouveau|NVSwitch|nvswitch|Lockdown|unsigned module|"
+    "Key was rejected' | tail -n 400; true"
+), lambda s: parse_kernel_log(_or_none(s)), module=_M)
+# installed kernels (a modules tree with kernel/), their headers and nvidia module; and DKMS's view
+KERNELS = command_section("doctor_kernels", (
+    'for d in /lib/modules/*; do [ -d "$d/kernel" ] || continue; '
+    'm=$(find "$d/" -name "nvidia.ko*" 2>/dev/null | head -n 1); h=-; [ -e "$d/build" ] && h=headers; '
+    'echo "kernel ${d##*/} $h ${m:--}"; done; '
+    'command -v dkms >/dev/null 2>&1 && dkms status 2>/dev/null | sed "s/^/dkms /"; true'
+), lambda s: parse_kernels(_or_none(s)), module=_M)
+# automatic upgrades: apt's merged configuration (or its files when apt-config is missing), dnf-automatic's
+AUTO_UPGRADE = command("doctor_auto_upgrade", (
+    'if command -v apt-config >/dev/null 2>&1; then apt-config dump 2>/dev/null | grep -E '
+    '"^(APT::Periodic::Unattended-Upgrade|Unattended-Upgrade::(Package-Blacklist|Allowed-Origins|'
+    'Origins-Pattern))" | sed "s/^/apt /"; '
+    'elif [ -d /etc/apt/apt.conf.d ]; then for f in /etc/apt/apt.conf.d/*; do [ -f "$f" ] && '
+    'grep -q "Unattended-Upgrade" "$f" && { echo "file $f"; cat "$f"; echo; }; done; fi; '
+    '[ -e /usr/bin/unattended-upgrade ] && echo "installed unattended-upgrades"; '
+    '[ -r /etc/dnf/automatic.conf ] && grep -E "^[[:space:]]*(apply_updates|upgrade_type)" '
+    '/etc/dnf/automatic.conf | sed "s/^/dnf /"; true'
+), parse_auto_upgrade, module=_M)

@@ -1,0 +1,249 @@
+"""Driver facts: the user space and module on disk, NVML's answer, distribution driver packages, the GPUs as
+nvidia-smi -q reports them, and the CUDA toolkits installed. All parsers are pure; `driver_state` combines them
+with the loaded module into what the driver step and the doctor reason about."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from packaging.version import Version
+
+from gpunode import versions
+from gpunode.facts.kernel import LoadedDriver
+from gpunode.facts.registry import Section, command, command_section, files
+
+if TYPE_CHECKING:
+    from gpunode.facts import Facts
+
+_M = __name__.rsplit(".", 1)[-1]
+
+# ---- the driver on disk ----------------------------------------------------------------------------------------
+
+DRIVER_PACKAGE = re.compile(
+    r"^(nvidia-driver|nvidia-dkms|nvidia-kernel|nvidia-headless|nvidia-utils|nvidia-compute-utils|"
+    r"libnvidia-compute|libnvidia-gl|libnvidia-ml|linux-modules-nvidia|linux-objects-nvidia|cuda-drivers|"
+    r"nvidia-open|kmod-nvidia|akmod-nvidia|xorg-x11-drv-nvidia|dkms-nvidia|nvidia-kmod)")
+
+
+@dataclass(frozen=True)
+class DriverState:
+    loaded: LoadedDriver | None = None
+    libraries: tuple[str, ...] = ()  # versions of the libnvidia-ml.so.<version> files found
+    installer: str | None = None  # `nvidia-installer --version`: what the .run installed
+    module: str | None = None  # version of the nvidia.ko the running kernel would load
+    module_flavour: str | None = None  # from its license: "Dual MIT/GPL" is the open module
+    packages: tuple[tuple[str, str], ...] = ()  # distribution driver packages: (name, version)
+    smi_status: int | None = None  # nvidia-smi's exit status; None: no nvidia-smi
+    smi_text: str = ""
+
+    @property
+    def installed(self) -> str | None:
+        """The user-space version on disk: the installer's record, else the library suffix."""
+        if self.installer:
+            return self.installer
+        return max(self.libraries, key=Version) if self.libraries else None
+
+    @property
+    def mismatch(self) -> bool:
+        """NVML's "Driver/library version mismatch": the loaded module is not the installed user space."""
+        if "version mismatch" in self.smi_text.lower():
+            return True
+        return bool(self.loaded and self.installed and self.loaded.version != self.installed)
+
+
+def parse_userspace(text: str) -> tuple[tuple[str, ...], str | None]:
+    libs = sorted({m.group(1) for m in re.finditer(rf"libnvidia-ml\.so\.({versions.DRIVER})\s*$", text, re.M)})
+    record = re.search(rf"^installer .*?version\s+({versions.DRIVER})", text, re.M | re.I)
+    return tuple(libs), record.group(1) if record else None
+
+
+@dataclass(frozen=True)
+class ModuleInfo:
+    """`modinfo nvidia`: the module the running kernel would load."""
+
+    version: str | None = None
+    flavour: str | None = None  # from its license: "open" ("Dual MIT/GPL") | "proprietary" ("NVIDIA")
+    signer: str | None = None  # who signed it (Secure Boot); None: unsigned
+
+
+def parse_module(text: str) -> ModuleInfo:
+    """`modinfo nvidia` lines (filename, version, license, signer) -> ModuleInfo."""
+    version = re.search(rf"^version:\s*({versions.DRIVER})", text, re.M)
+    licence = re.search(r"^license:\s*(.+)$", text, re.M)
+    signer = re.search(r"^signer:\s*(\S.*)$", text, re.M)
+    flavour = None
+    if licence:
+        flavour = "proprietary" if licence.group(1).strip() == "NVIDIA" else "open"
+    return ModuleInfo(version.group(1) if version else None, flavour, signer.group(1).strip() if signer else None)
+
+
+def parse_packages(text: str) -> tuple[tuple[str, str], ...]:
+    found = []
+    for line in text.splitlines():
+        name, _, version = line.strip().partition(" ")
+        if DRIVER_PACKAGE.match(name) and "container" not in name:
+            found.append((name, version.strip()))
+    return tuple(found)
+
+
+@dataclass(frozen=True)
+class Smi:
+    """`nvidia-smi --query-gpu=driver_version`: its exit status (None: no nvidia-smi) and the first lines it printed."""
+
+    status: int | None = None
+    text: str = ""
+
+
+def parse_smi(section: Section) -> Smi:
+    return Smi(None if section.status in (3, 127) else section.status, section.text.strip())
+
+
+def driver_state(facts: Facts) -> DriverState:
+    libs, record = facts[USERSPACE]
+    module = facts[MODULE]
+    smi = facts[SMI]
+    return DriverState(facts.loaded_driver, libs, record, module.version, module.flavour, facts[PACKAGES], smi.status,
+                       smi.text)
+
+
+# ---- nvidia-smi -q -------------------------------------------------------------------------------------------
+
+
+def pci_address(bus: str) -> str:
+    """nvidia-smi's 00000000:00:1E.0 and the kernel's 0000:00:1e.0 -> 0000:00:1e.0 (also for a bare 00:1e.0)."""
+    parts = bus.strip().lower().split(":")
+    if len(parts) == 2:
+        parts = ["0000", *parts]
+    if len(parts) != 3:
+        return bus.strip().lower()
+    domain = parts[0][-4:].rjust(4, "0")
+    return f"{domain}:{parts[1]}:{parts[2] if '.' in parts[2] else parts[2] + '.0'}"
+
+
+@dataclass(frozen=True)
+class SmiGpu:
+    index: int  # position in nvidia-smi's output: NVML's index, what --gpus device=N and ctr --gpus N mean
+    bus: str  # 0000:00:1e.0
+    name: str = ""
+    brand: str = ""
+    uuid: str = ""
+    persistence: str = ""  # Enabled | Disabled
+    mig_current: str = ""  # Enabled | Disabled | N/A ("" when not reported)
+    mig_pending: str = ""
+    virtualization: str = ""  # None | Pass-Through | VGPU | Host VGPU | ...
+    license: str = ""  # vGPU guests: "Licensed (Expiry: ...)" | "Unlicensed ..."
+
+
+_SECTION_KEYS = {("MIG Mode", "Current"): "mig_current", ("MIG Mode", "Pending"): "mig_pending",
+                 ("GPU Virtualization Mode", "Virtualization Mode"): "virtualization",
+                 ("vGPU Software Licensed Product", "License Status"): "license"}
+_TOP_KEYS = {"Product Name": "name", "Product Brand": "brand", "GPU UUID": "uuid", "Persistence Mode": "persistence"}
+
+
+def parse_gpus(text: str) -> tuple[SmiGpu, ...]:
+    """The lines the probe keeps of `nvidia-smi -q`: `GPU <bus>` headers, four-space fields and section
+    headers, and eight-space fields of the MIG, virtualization and vGPU licence sections."""
+    found: list[SmiGpu] = []
+    current: dict[str, str] | None = None
+    section = ""
+
+    def flush() -> None:
+        if current is not None:
+            found.append(SmiGpu(len(found), pci_address(current.pop("bus")), **current))
+
+    for line in text.splitlines():
+        if line.startswith("GPU "):
+            flush()
+            current, section = {"bus": line[4:].strip()}, ""
+            continue
+        if current is None or not line.strip():
+            continue
+        key, colon, value = line.strip().partition(":")
+        key, value = key.strip(), value.strip()
+        if line.startswith("        "):
+            name = _SECTION_KEYS.get((section, key))
+            if name:
+                current[name] = value
+        elif line.startswith("    "):
+            if colon and key in _TOP_KEYS:
+                current[_TOP_KEYS[key]] = value
+                section = ""
+            else:
+                section = key
+    flush()
+    return tuple(found)
+
+
+# ---- CUDA toolkits -------------------------------------------------------------------------------------------
+
+_CUDA_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def parse_cuda_toolkits(files: Mapping[str, str]) -> dict[str, list[str]]:
+    """/usr/local/cuda*/version.json ({"cuda": {"version": "12.4.1"}}) or version.txt ("CUDA Version 10.1.243")
+    -> {version: [directories]} (/usr/local/cuda is usually a link to one of the others)."""
+    found: dict[str, list[str]] = {}
+    for path, text in sorted(files.items()):
+        if not path.startswith("/usr/local/cuda") or not path.endswith(("/version.json", "/version.txt")):
+            continue
+        version = None
+        if path.endswith(".json"):
+            try:
+                data = json.loads(text)
+                version = data.get("cuda", {}).get("version") if isinstance(data, dict) else None
+            except (ValueError, AttributeError):
+                version = None
+        else:
+            match = re.search(r"CUDA Version\s+(\d+\.\d+(?:\.\d+)?)", text)
+            version = match[1] if match else None
+        if isinstance(version, str) and _CUDA_VERSION.fullmatch(version):
+            found.setdefault(version, []).append(path.rsplit("/", 1)[0])
+    return found
+
+
+# ---- the facts ------------------------------------------------------------------------------------------------
+
+# user-space libraries of an installed driver (their suffix is the version), and the .run installer's own record
+# of what it installed
+USERSPACE = command("driver_userspace", (
+    'for f in /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.* /usr/lib64/libnvidia-ml.so.* '
+    '/usr/lib/aarch64-linux-gnu/libnvidia-ml.so.* /usr/lib/libnvidia-ml.so.*; do '
+    '[ -e "$f" ] && echo "lib $f"; done; '
+    'command -v nvidia-installer >/dev/null 2>&1 && '
+    'echo "installer $(nvidia-installer --version 2>/dev/null | grep -i -m 1 version)"; true'
+), parse_userspace, module=_M)
+# the nvidia module the running kernel would load (built by DKMS or the installer): version, license, signer
+MODULE = command("driver_module", (
+    'modinfo nvidia 2>/dev/null | grep -E "^(filename|version|license|signer):"; true'
+), parse_module, module=_M)
+# does NVML answer? (its error text names a driver/library mismatch)
+SMI = command_section("driver_smi", (
+    'command -v nvidia-smi >/dev/null 2>&1 || exit 3; t=; command -v timeout >/dev/null 2>&1 && t="timeout 30"; '
+    'out=$($t nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1); rc=$?; '
+    'printf "%s\\n" "$out" | head -n 20; exit $rc'
+), parse_smi, module=_M)
+# a driver installed by the distribution's packages (never mixed with the .run)
+PACKAGES = command("driver_packages", (
+    'if command -v dpkg-query >/dev/null 2>&1; then '
+    'dpkg-query -W -f \'${Status} ${Package} ${Version}\\n\' 2>/dev/null | grep "^install ok installed" | '
+    'cut -d" " -f4- | grep -E "^(nvidia|libnvidia|linux-modules-nvidia|linux-objects-nvidia|cuda-drivers)"; '
+    'elif command -v rpm >/dev/null 2>&1; then '
+    'rpm -qa --qf "%{NAME} %{VERSION}-%{RELEASE}\\n" 2>/dev/null | '
+    'grep -E "^(nvidia|kmod-nvidia|akmod-nvidia|xorg-x11-drv-nvidia|cuda-drivers|dkms-nvidia)"; fi; true'
+), parse_packages, module=_M)
+# per GPU from nvidia-smi -q: the bus id header, name, brand, UUID, persistence, and the MIG, virtualization and
+# vGPU licence blocks (their indented lines only)
+GPUS = command("doctor_gpus", (
+    '[ -r /proc/driver/nvidia/version ] && command -v nvidia-smi >/dev/null 2>&1 || exit 3; '
+    't=; command -v timeout >/dev/null 2>&1 && t="timeout 30"; '
+    "$t nvidia-smi -q 2>/dev/null | awk '/^GPU /{print; next} "
+    "/^    [^ ]/{h=$0; sub(/^ +/, \"\", h); sub(/ *:.*$/, \"\", h); "
+    "k=(h==\"MIG Mode\"||h==\"GPU Virtualization Mode\"||h==\"vGPU Software Licensed Product\"); "
+    "if (k||h==\"Product Name\"||h==\"Product Brand\"||h==\"Persistence Mode\"||h==\"GPU UUID\") print; next} "
+    "/^        [^ ]/{if (k) print}'"
+), parse_gpus, module=_M)
+CUDA_TOOLKITS = files("doctor_cuda", ("/usr/local/cuda*/version.json", "/usr/local/cuda*/version.txt"), module=_M)

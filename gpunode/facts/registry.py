@@ -1,0 +1,132 @@
+"""The fact registry: every fact is a registered unit (name, shell snippet, parser -> typed value).
+
+A subsystem module (gpunode/facts/driver.py, fabric.py, ...) declares its facts as module-level objects next
+to their parsers, e.g. `USERSPACE = command("driver_userspace", SNIPPET, parse_userspace)`. Callers read
+`facts[driver.USERSPACE]`: a misspelt fact is an AttributeError when the module is imported (and a mypy
+error), never a silent empty string. All registered facts are still gathered by ONE batched probe
+(gpunode/facts/probe.py).
+
+Three kinds:
+- core: the few facts `Facts` keeps as typed fields (os, kernel, pci, ...), parsed at gather time;
+- files: whole files found by glob, each with its mtime (`Facts.files`, `Facts.mtimes`);
+- command: the output of a snippet, parsed on first read.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+CORE, FILES, COMMAND = "core", "files", "command"
+
+
+@dataclass(frozen=True)
+class Section:
+    """One framed section of the probe's output."""
+
+    text: str
+    status: int  # exit status of the snippet; 127 when the section is missing from the output
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 0
+
+
+NOT_RUN = Section("", 127)
+
+
+class DuplicateFactError(ValueError):
+    """Two facts registered under one name (raised while the second module is imported)."""
+
+
+class UnknownFactError(LookupError):
+    """A fact object that is not (or no longer) the registered one of its name."""
+
+
+@dataclass(frozen=True, eq=False)
+class Fact(Generic[T_co]):
+    """A registered fact. Identity matters: only the object the registry holds can be read."""
+
+    name: str
+    snippet: str
+    parse_section: Callable[[Section], T_co]
+    kind: str = COMMAND
+    module: str = ""  # the subsystem that declared it
+    patterns: tuple[str, ...] = ()  # kind FILES: the globs read
+
+    @property
+    def section(self) -> str:
+        """The section name in the probe's output (core facts bare, `files:NAME`, `cmd:NAME`)."""
+        return {CORE: self.name, FILES: f"files:{self.name}"}.get(self.kind, f"cmd:{self.name}")
+
+    def parse(self, section: Section) -> T_co:
+        return self.parse_section(section)
+
+    def matches(self, path: str) -> bool:
+        """A file fact's globs, with the shell's meaning (a `*` never crosses a `/`)."""
+        return any(path.count("/") == p.count("/") and fnmatch.fnmatchcase(path, p) for p in self.patterns)
+
+    def __repr__(self) -> str:
+        return f"<fact {self.module}.{self.name}>"
+
+
+REGISTRY: dict[str, Fact[object]] = {}
+
+
+def register(fact: Fact[T]) -> Fact[T]:
+    if fact.name in REGISTRY:
+        raise DuplicateFactError(f"fact {fact.name!r} of {fact.module or 'unknown module'} is already registered by "
+                                 f"{REGISTRY[fact.name].module}: give it another name")
+    REGISTRY[fact.name] = fact
+    return fact
+
+
+def check(fact: Fact[T]) -> Fact[T]:
+    """The fact itself if the registry holds it, else UnknownFactError."""
+    if REGISTRY.get(getattr(fact, "name", None) or "") is not fact:
+        raise UnknownFactError(f"{fact!r} is not a registered fact (declare it with gpunode.facts.registry)")
+    return fact
+
+
+def _text_or_empty(parse: Callable[[str], T]) -> Callable[[Section], T]:
+    return lambda section: parse(section.text if section.ok else "")
+
+
+def command(name: str, snippet: str, parse: Callable[[str], T], *, module: str = "") -> Fact[T]:
+    """A command fact; `parse` gets the output, or "" when the snippet failed (ask `Facts.get` or
+    `Facts.section` where failure and empty output differ)."""
+    return register(Fact(name, snippet, _text_or_empty(parse), COMMAND, module))
+
+
+def command_section(name: str, snippet: str, parse: Callable[[Section], T], *, module: str = "") -> Fact[T]:
+    """A command fact whose parser needs the exit status too."""
+    return register(Fact(name, snippet, parse, COMMAND, module))
+
+
+def core(name: str, snippet: str, parse: Callable[[str], T], *, module: str = "") -> Fact[T]:
+    return register(Fact(name, snippet, _text_or_empty(parse), CORE, module))
+
+
+def files(name: str, patterns: tuple[str, ...], *, module: str = "") -> Fact[dict[str, str]]:
+    """Whole files by glob; reading the fact gives {path: text} of the files found."""
+    snippet = ('for f in ' + " ".join(patterns) + '; do [ -f "$f" ] || continue; '
+               'echo "@FILE@ $(stat -c %Y "$f" 2>/dev/null || echo 0) $f"; cat "$f"; echo; done; true')
+    return register(Fact(name, snippet, lambda section: {}, FILES, module, patterns))
+
+
+def text(value: str) -> str:
+    """The parser of facts whose raw text is the value."""
+    return value
+
+
+def words(value: str) -> tuple[str, ...]:
+    return tuple(value.split())
+
+
+def facts_of(kind: str) -> list[Fact[object]]:
+    return [f for f in REGISTRY.values() if f.kind == kind]

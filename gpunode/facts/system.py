@@ -1,0 +1,58 @@
+"""System facts: the OS release, kernel release, architecture, user, boot, the tools on PATH, the date."""
+
+from __future__ import annotations
+
+from gpunode.facts.osinfo import OsInfo, parse_os_release
+from gpunode.facts.registry import command, core
+
+_M = __name__.rsplit(".", 1)[-1]
+
+# Tools whose presence the steps and doctor care about (`command -v`).
+TOOL_NAMES = (
+    "nvidia-smi", "nvidia-ctk", "nvidia-installer", "modprobe", "update-initramfs", "dracut", "mkinitcpio",
+    "apt-get", "dpkg", "dnf", "yum", "rpm", "zypper", "systemctl", "docker", "dockerd", "containerd", "ctr",
+    "nerdctl", "crio", "podman", "mokutil", "gcc", "make", "dkms", "sudo", "sha256sum", "reboot", "lsinitramfs",
+    "lsinitrd", "snap", "curl", "gpg",
+    # doctor (gpunode/doctor/)
+    "nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-container-cli", "nvidia-persistenced",
+    "nvidia-gridd", "kubelet",
+)
+
+
+def parse_tools(text: str) -> dict[str, str]:
+    """`NAME PATH` lines of `command -v` -> {name: path}."""
+    tools = {}
+    for line in text.splitlines():
+        name, _, path = line.strip().partition(" ")
+        if name and path:
+            tools[name] = path
+    return tools
+
+
+def parse_uid(text: str) -> int | None:
+    return int(text.strip()) if text.strip().isdigit() else None
+
+
+def parse_date(text: str) -> str | None:
+    """`date -u +%Y-%m-%d` -> "2026-11-23"; None when the node printed something else."""
+    value = text.strip()
+    return value if len(value) == 10 and value[4] == "-" and value[7] == "-" else None
+
+
+def _stripped(text: str) -> str:
+    return text.strip()
+
+
+OS_RELEASE = core("os_release", "cat /etc/os-release 2>/dev/null || cat /usr/lib/os-release", parse_os_release,
+                  module=_M)
+KERNEL = core("kernel", "uname -r", _stripped, module=_M)
+ARCH = core("arch", "uname -m", _stripped, module=_M)
+UID = core("uid", "id -u", parse_uid, module=_M)
+BOOT_ID = core("boot_id", "cat /proc/sys/kernel/random/boot_id", _stripped, module=_M)
+TOOLS = core("tools", 'for t in ' + " ".join(TOOL_NAMES) + '; do p=$(command -v "$t" 2>/dev/null) && echo "$t $p"; '
+             'done; true', parse_tools, module=_M)
+# the node's date, so checks of driver-branch end of life stay pure functions of the facts
+DATE = command("doctor_date", "date -u +%Y-%m-%d", parse_date, module=_M)
+
+__all__ = ["OsInfo", "OS_RELEASE", "KERNEL", "ARCH", "UID", "BOOT_ID", "TOOLS", "DATE", "TOOL_NAMES", "parse_tools",
+           "parse_uid", "parse_date"]

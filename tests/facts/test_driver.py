@@ -1,0 +1,109 @@
+"""Driver facts (gpunode/facts/driver.py): user space, module, distribution packages, NVML's answer, the GPUs as
+nvidia-smi -q reports them (on real captures), CUDA toolkits; and the driver state built from them."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from gpunode.facts import Facts
+from gpunode.facts import driver as d
+from gpunode.facts.kernel import parse_nvidia_version
+from gpunode.facts.registry import Section
+from tests.conftest import FIXTURES
+
+Q_TEXT = FIXTURES / "nvidia-smi-q-text"
+NVRM = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.129.03  Thu Oct 19 18:56:32 UTC 2023\n"
+
+
+def test_userspace_module_and_packages_parsers():
+    libs, record = d.parse_userspace("lib /usr/lib64/libnvidia-ml.so.1\nlib /usr/lib64/libnvidia-ml.so.550.54.15\n"
+                                     "installer nvidia-installer:  version 550.54.15\n")
+    assert libs == ("550.54.15",) and record == "550.54.15"
+    assert d.parse_module("filename: /x.ko\nversion:        570.124.06\nlicense:        Dual MIT/GPL\n") == \
+        d.ModuleInfo("570.124.06", "open", None)
+    assert d.parse_module("version:        535.129.03\nlicense:        NVIDIA\nsigner:         DKMS module signing key\n") \
+        == d.ModuleInfo("535.129.03", "proprietary", "DKMS module signing key")
+    assert d.parse_packages("nvidia-container-toolkit 1.17\nkmod-nvidia-latest-dkms 550.54.15-1.el9\n") == (
+        ("kmod-nvidia-latest-dkms", "550.54.15-1.el9"),)
+
+
+def test_a_version_outside_the_driver_grammar_is_not_read():
+    libs, record = d.parse_userspace("lib /usr/lib64/libnvidia-ml.so.1\ninstaller nvidia-installer: version 1.2\n")
+    assert libs == () and record is None
+    assert d.parse_module("version:        12.5\n").version is None
+
+
+def test_driver_state_from_typed_facts():
+    facts = Facts(loaded_driver=parse_nvidia_version(NVRM), outputs={
+        "driver_userspace": Section("lib /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15\n", 0),
+        "driver_module": Section("version:        550.54.15\nlicense:        NVIDIA\n", 0),
+        "driver_smi": Section("Failed to initialize NVML: Driver/library version mismatch", 18)})
+    state = d.driver_state(facts)
+    assert (state.installed, state.module, state.module_flavour, state.smi_status) == (
+        "550.54.15", "550.54.15", "proprietary", 18)
+    assert state.mismatch
+
+
+def test_no_nvidia_smi_is_not_a_failure_status():
+    assert d.parse_smi(Section("", 3)) == d.Smi(None, "")
+    assert d.parse_smi(Section("", 127)).status is None
+    assert d.parse_smi(Section("535.129.03\n", 0)) == d.Smi(0, "535.129.03")
+    assert d.driver_state(Facts()).smi_status is None
+
+
+def _awk_filter() -> str:
+    snippet = d.GPUS.snippet
+    return snippet[snippet.index("awk '"):]
+
+
+@pytest.mark.skipif(shutil.which("awk") is None, reason="no awk")
+@pytest.mark.parametrize("capture", ["h100-mig_driver-590.48.01_q_idle.txt", "a100-sxm4-x4_driver-555.42.02_q.txt",
+                                     "l40s_driver-550.127.05_q.txt"])
+def test_gpu_query_filter_keeps_what_the_parser_needs(capture):
+    text = (Q_TEXT / capture).read_text()
+    kept = subprocess.run(["sh", "-c", _awk_filter()], input=text, capture_output=True, text=True, check=True).stdout
+    assert d.parse_gpus(kept) == d.parse_gpus(text)
+    assert len(kept) < len(text) / 5
+
+
+def test_parse_gpus_mig_and_virtualization_from_a_real_capture():
+    (gpu,) = d.parse_gpus((Q_TEXT / "h100-mig_driver-590.48.01_q_idle.txt").read_text())
+    assert gpu == d.SmiGpu(0, "0000:00:09.0", "NVIDIA H100 80GB HBM3", "NVIDIA",
+                               "GPU-00000000-0000-0000-0000-000000000000", "Enabled", "Enabled", "Enabled",
+                               "Pass-Through", "")
+
+
+def test_parse_gpus_several():
+    found = d.parse_gpus((Q_TEXT / "a100-sxm4-x4_driver-555.42.02_q.txt").read_text())
+    assert [g.index for g in found] == [0, 1, 2, 3]
+    assert {(g.name, g.mig_current, g.virtualization, g.persistence) for g in found} == {
+        ("NVIDIA A100-SXM4-80GB", "Disabled", "None", "Enabled")}
+    assert found[0].bus == "0000:68:00.0" and found[0].uuid == "GPU-31515c3d-1414-7c2c-004a-f86a898946ac"
+
+
+def test_parse_gpus_vgpu_licence():
+    text = ("GPU 00000000:02:00.0\n    Product Name : NVIDIA A10-24Q\n    GPU Virtualization Mode\n"
+            "        Virtualization Mode : VGPU\n    vGPU Software Licensed Product\n"
+            "        Product Name : NVIDIA RTX Virtual Workstation\n        License Status : Licensed (Expiry: N/A)\n")
+    (gpu,) = d.parse_gpus(text)
+    assert (gpu.name, gpu.virtualization, gpu.license) == ("NVIDIA A10-24Q", "VGPU", "Licensed (Expiry: N/A)")
+
+
+@pytest.mark.parametrize("bus, address", [("00000000:00:1E.0", "0000:00:1e.0"), ("0000:3b:00.0", "0000:3b:00.0"),
+                                          ("00000001:00:00.0", "0001:00:00.0"), ("3b:00.0", "0000:3b:00.0")])
+def test_pci_address(bus, address):
+    assert d.pci_address(bus) == address
+
+
+def test_cuda_toolkits_from_version_files():
+    files = {"/usr/local/cuda/version.json": '{"cuda": {"name": "CUDA SDK", "version": "12.4.1"}}',
+             "/usr/local/cuda-12.4/version.json": '{"cuda": {"name": "CUDA SDK", "version": "12.4.1"}}',
+             "/usr/local/cuda-10.1/version.txt": "CUDA Version 10.1.243\n",
+             "/usr/local/cuda-11.8/version.json": '{"cuda": {"version": "11.8.20220929"}}',
+             "/usr/local/cuda-x/version.json": "not json"}
+    assert d.parse_cuda_toolkits(files) == {"10.1.243": ["/usr/local/cuda-10.1"],
+                                                "11.8.20220929": ["/usr/local/cuda-11.8"],
+                                                "12.4.1": ["/usr/local/cuda-12.4", "/usr/local/cuda"]}
