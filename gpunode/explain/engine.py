@@ -90,33 +90,41 @@ def _superseded(finding: Finding, detectors: dict[str, Detector], present: set[s
     return False
 
 
-def explain(text: str) -> list[Finding]:
-    """Every recognised problem in `text` (a paste, a log), the strongest evidence first."""
-    doc = Doc(normalise(text))
-    if not doc.text:
-        return []
+def _hits(doc: Doc) -> list[tuple[int, int, Finding, tuple[Any, ...]]]:
+    """(strength, position, finding, key) for everything the tables recognise in one normalised text."""
     detectors, _ = tables()
-    hits: list[tuple[int, int, Finding]] = []  # (strength, position, finding)
-    best: dict[tuple[str, tuple[Any, ...]], tuple[int, int]] = {}  # (id, key) -> index in hits
+    hits: list[tuple[int, int, Finding, tuple[Any, ...]]] = []
+    best: dict[tuple[Any, ...], int] = {}  # (id, key) -> index in hits
     for detector in detectors:
         for candidate in candidates(detector, doc):
             finding = hooks.refine(candidate, doc)
             if finding is None:
                 continue
-            key = (finding.id, tuple(candidate.values.get(name) for name in detector.key))
-            entry = (finding.strength, candidate.match.start(), finding)
+            key = (finding.id, *(candidate.values.get(name) for name in detector.key))
+            entry = (finding.strength, candidate.match.start(), finding, key)
             if key in best:  # another variant of the same cause: the stronger evidence stays
-                index, strength = best[key]
-                if strength >= finding.strength:
-                    continue
-                hits[index] = entry
-                best[key] = (index, finding.strength)
+                if hits[best[key]][0] < finding.strength:
+                    hits[best[key]] = entry
                 continue
-            best[key] = (len(hits), finding.strength)
+            best[key] = len(hits)
             hits.append(entry)
-    hits += xid.findings(doc)
-    present = {finding.id for _, _, finding in hits}
-    by_id = {d.id: d for d in detectors}
+    for strength, position, finding in xid.findings(doc):
+        hits.append((strength, position, finding, (finding.id, finding.values.get("pci"))))
+    return hits
+
+
+def explain(text: str) -> list[Finding]:
+    """Every recognised problem in `text` (a paste, a log), the strongest evidence first."""
+    normalised = normalise(text)
+    if not normalised:
+        return []
+    hits = _hits(Doc(normalised))
+    terminal = normalise(text, terminal=True)
+    if terminal != normalised:  # lines that may have been cut by a terminal: read that way too
+        known = {hit[3] for hit in hits}
+        hits += [hit for hit in _hits(Doc(terminal)) if hit[3] not in known]
+    present = {hit[2].id for hit in hits}
+    by_id = {d.id: d for d in tables()[0]}
     kept = [hit for hit in hits if not _superseded(hit[2], by_id, present)]
     kept.sort(key=lambda hit: (-hit[0], hit[1]))
-    return [finding for _, _, finding in kept]
+    return [hit[2] for hit in kept]

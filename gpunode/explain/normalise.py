@@ -98,15 +98,52 @@ def _strip_prefixes(line: str) -> tuple[str, bool, bool]:
     return text, stamped, prompt
 
 
-def _lines(text: str) -> list[_Line]:
+_BOX = re.compile(r"^\s*[|+]|[|+]\s*$")  # table borders (nvidia-smi): every line as wide as the widest
+_TOKEN_END = re.compile(r"[\w./:=\\-]$")
+
+
+def _starts_record(line: str) -> bool:
+    stripped = line.strip()
+    return any(p.match(stripped) for p in (*_STAMPS, *_PROMPTS)) or bool(_RECORD_START.match(stripped)) \
+        or stripped.startswith("NVRM:")
+
+
+def _unwrap_hard(lines: list[str]) -> list[str]:
+    """Join the lines a terminal cut at its width (mid-word, with no regard for the text): a line exactly as wide as
+    the widest is continued by the next one, when that one does not begin a record of its own and either the cut
+    fell inside a word or several lines share that width (a terminal's, not a coincidence)."""
+    widths = [len(line) for line in lines if line.strip() and not _BOX.search(line) and not _FENCE.match(line)]
+    width = max(widths, default=0)
+    if width < 60:
+        return lines
+    repeated = widths.count(width) >= 2
+    out: list[str] = []
+    joining = False
+    for line in lines:
+        if joining and line.strip() and not _FENCE.match(line):
+            # cut inside a word: "capab" / "ilities: [[gpu]]" (which would otherwise look like a record "ilities: ")
+            mid_word = bool(_TOKEN_END.search(out[-1])) and bool(re.match(r"[a-z0-9_./\\\"':,;)\]}-]", line)) \
+                and not any(p.match(line) for p in (*_STAMPS, *_PROMPTS))
+            if mid_word or (repeated and not _starts_record(line)):
+                out[-1] += line
+                joining = len(line) == width and not _BOX.search(line)
+                continue
+        out.append(line)
+        joining = len(line) == width and not _BOX.search(line) and not _FENCE.match(line)
+    return out
+
+
+def _lines(text: str, terminal: bool) -> list[_Line]:
     text = _ANSI.sub("", text).replace("\r\n", "\n").replace("\r", "\n")
-    text = _unescape(_CONTROL.sub("", text.translate(_CHARS)).expandtabs(8))
+    text = _CONTROL.sub("", text.translate(_CHARS)).expandtabs(8)
+    lines = [_QUOTE.sub("", line) for line in text.split("\n")]
+    text = _unescape("\n".join(_unwrap_hard(lines) if terminal else lines))
     raw = []
     for line in text.split("\n"):
         if _FENCE.match(line):
             raw.append("")  # a fence ends a paragraph
             continue
-        raw.append(_MARKUP.sub("", _QUOTE.sub("", line)).rstrip())
+        raw.append(_MARKUP.sub("", line).rstrip())
     widths = [len(line) - len(line.lstrip()) for line in raw if line.strip()]
     common = min(widths, default=0)
     lines = []
@@ -149,12 +186,12 @@ def _continues(prev: _Line, head: _Line, line: _Line, widest: int) -> bool:
     return True  # wrapped inside an indented paragraph
 
 
-def _logical(text: str) -> list[str]:
+def _logical(text: str, terminal: bool = False) -> list[str]:
     out: list[list[str]] = []  # logical lines, as the parts that were joined
     head: _Line | None = None
     prev: _Line | None = None
     widest = 0
-    for line in _lines(text):
+    for line in _lines(text, terminal):
         if not line.text:
             if out and out[-1]:
                 out.append([])
@@ -177,8 +214,12 @@ def _logical(text: str) -> list[str]:
     return ["".join(parts) for parts in out]
 
 
-def normalise(text: str) -> str:
+def normalise(text: str, terminal: bool = False) -> str:
     """The paste as plain logical lines: no ANSI escapes, shell prompts, markdown quoting or common
     indentation, log timestamps or priorities; straight quotes; wrapped lines re-joined; runs of
-    whitespace collapsed. Blank lines between paragraphs are kept (one)."""
-    return "\n".join(_logical(text))
+    whitespace collapsed. Blank lines between paragraphs are kept (one).
+
+    A line exactly as wide as the widest may have been cut by a terminal inside a word, or wrapped at a space by
+    a program; the text alone cannot always tell. `terminal=True` reads such cuts as a terminal's (joined without
+    a space); explain matches both readings."""
+    return "\n".join(_logical(text, terminal))

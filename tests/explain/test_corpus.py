@@ -42,3 +42,25 @@ def test_dev_text_gives_its_cause_first(row):
     normalised = normalise((CORPUS / "dev" / row["file"]).read_text(encoding="utf-8"))
     quoted = findings[0].excerpt.strip("…")
     assert quoted and all(line in normalised for line in quoted.split("\n"))  # it quotes the line that proved it
+
+
+def _terminal_wrap(text: str, width: int) -> str:
+    """What a terminal of `width` columns does to long lines: cut them at the width, inside words or not."""
+    out = []
+    for line in text.splitlines():
+        while len(line) > width:
+            out.append(line[:width])
+            line = line[width:]
+        out.append(line)
+    return "\n".join(out)
+
+
+@pytest.mark.parametrize("width", [80, 100, 120, 132, 160])
+def test_dev_texts_cut_by_a_terminal_still_give_their_cause(width):
+    missed = []
+    for row in DEV:
+        text = _terminal_wrap((CORPUS / "dev" / row["file"]).read_text(encoding="utf-8"), width)
+        ids = [f.id for f in explain(text)]
+        if ids[:1] != [row["expected"]]:
+            missed.append((row["file"], ids))
+    assert missed == []
