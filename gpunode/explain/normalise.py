@@ -136,8 +136,8 @@ def _unwrap_hard(lines: list[str]) -> list[str]:
 def _lines(text: str, terminal: bool) -> list[_Line]:
     text = _ANSI.sub("", text).replace("\r\n", "\n").replace("\r", "\n")
     text = _CONTROL.sub("", text.translate(_CHARS)).expandtabs(8)
-    lines = [_QUOTE.sub("", line) for line in text.split("\n")]
-    text = _unescape("\n".join(_unwrap_hard(lines) if terminal else lines))
+    physical = [_QUOTE.sub("", line) for line in text.split("\n")]
+    text = _unescape("\n".join(_unwrap_hard(physical) if terminal else physical))
     raw = []
     for line in text.split("\n"):
         if _FENCE.match(line):
