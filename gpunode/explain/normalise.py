@@ -64,6 +64,7 @@ class _Line:
     prompt: bool  # was a shell prompt (the rest is a command)
     indent: int  # leading whitespace after dedent, before prefixes
     width: int  # width as pasted (after quoting and dedent)
+    stamp: str = ""  # the log prefix it carried
 
 
 def _unescape(text: str) -> str:
@@ -75,9 +76,11 @@ def _unescape(text: str) -> str:
     return text
 
 
-def _strip_prefixes(line: str) -> tuple[str, bool, bool]:
+def _strip_prefixes(line: str) -> tuple[str, str, bool]:
+    """(the text, the log prefixes stripped from it, whether it was a shell prompt)."""
     stamped = prompt = False
     text = line.strip()
+    original = text
     bullet = _BULLET.match(text)
     if bullet and any(p.match(text[bullet.end():]) for p in _STAMPS[:8]):
         text = text[bullet.end():]
@@ -95,7 +98,7 @@ def _strip_prefixes(line: str) -> tuple[str, bool, bool]:
             if match:
                 text, prompt = text[match.end():].lstrip(), True
                 break
-    return text, stamped, prompt
+    return text, original[:len(original) - len(text)].strip() if stamped else "", prompt
 
 
 _BOX = re.compile(r"^\s*[|+]|[|+]\s*$")  # table borders (nvidia-smi): every line as wide as the widest
@@ -149,9 +152,9 @@ def _lines(text: str, terminal: bool) -> list[_Line]:
     lines = []
     for line in raw:
         line = line[common:] if line.strip() else ""
-        content, stamped, prompt = _strip_prefixes(line)
-        lines.append(_Line(re.sub(r"\s+", " ", content).strip(), stamped, prompt,
-                           len(line) - len(line.lstrip()), len(line)))
+        content, stamp, prompt = _strip_prefixes(line)
+        lines.append(_Line(re.sub(r"\s+", " ", content).strip(), bool(stamp), prompt,
+                           len(line) - len(line.lstrip()), len(line), stamp))
     return lines
 
 
@@ -164,8 +167,8 @@ def _continues(prev: _Line, head: _Line, line: _Line, widest: int) -> bool:
     if line.prompt or head.prompt:
         return False
     nvrm = _NVRM.match(line.text)
-    if nvrm and _NVRM.match(head.text):
-        # the kernel splits one message over several "NVRM:" lines, stamped or not
+    if nvrm and _NVRM.match(head.text) and (not line.stamped or not prev.stamped or line.stamp == prev.stamp):
+        # the kernel splits one message over several "NVRM:" lines, each with the message's stamp or none
         rest = line.text[nvrm.end():]
         if rest and (rest[0].islower() or rest[0] == "(") and not prev.text.endswith((".", "!", "?")):
             return True

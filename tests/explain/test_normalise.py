@@ -66,3 +66,36 @@ def test_normalise_unescapes_quoted_go_errors_and_collapses_whitespace():
     text = 'caused \\\\\\"error running hook\\\\\\\\nnvidia-container-cli: x\\\\n\\\\\\"\\"":   unknown.\t\tend'
     assert normalise(text).splitlines() == ['caused "error running hook', "nvidia-container-cli: x",
                                             '""": unknown. end']
+
+
+def test_normalise_strips_markdown_code_and_bold_and_treats_a_fence_as_a_paragraph_break():
+    text = ("I get the error\n`docker: Error response from daemon: x`\n**nvidia-smi: y**\n```bash\n$ nvidia-smi\n```\n"
+            "after the fence")
+    assert normalise(text).splitlines() == ["I get the error", "docker: Error response from daemon: x",
+                                            "nvidia-smi: y", "", "nvidia-smi", "", "after the fence"]
+
+
+def test_normalise_strips_journal_lines_without_host_and_go_log_stamps():
+    text = ("     Mar 21 21:42:01 kernel: NVRM: GPU0 _kgspRpcRecvPoll: GSP RM heartbeat timed out\n"
+            "sep 03 13:25:15 cachyos kernel: NVRM: loading NVIDIA UNIX Open Kernel Module\n"
+            "2019/07/23 14:19:45 ERROR: inject NVIDIA hook: stat /usr/bin/nvidia-container-runtime-hook: no such file")
+    assert normalise(text).splitlines() == [
+        "NVRM: GPU0 _kgspRpcRecvPoll: GSP RM heartbeat timed out",
+        "NVRM: loading NVIDIA UNIX Open Kernel Module",
+        "ERROR: inject NVIDIA hook: stat /usr/bin/nvidia-container-runtime-hook: no such file"]
+
+
+def test_a_terminal_cut_inside_a_word_is_joined_without_a_space_only_in_the_terminal_reading():
+    message = ('docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].')
+    cut = message[:80] + "\n" + message[80:]  # "...with capab" / "ilities: [[gpu]]."
+    assert normalise(cut, terminal=True) == message
+    assert normalise(cut) != message  # a program's word wrap is the default reading
+    wrapped = textwrap.fill(message, 70)
+    assert normalise(wrapped) == message
+
+
+def test_tables_are_not_joined_as_terminal_wraps():
+    table = ("+-----------------------------------------------------------------------------+\n"
+             "| NVIDIA-SMI 550.54.15    Driver Version: 550.54.15    CUDA Version: 12.4     |\n"
+             "+-----------------------------------------------------------------------------+")
+    assert normalise(table, terminal=True) == normalise(table)
