@@ -31,6 +31,9 @@ SEVERITY_TEXT = {
 
 # Ranking: an Xid that takes the GPU away outranks the consequences it causes elsewhere in the text.
 STRENGTH = {"reboot": 89, "hardware": 87, "reset": 79, "unknown": 62, "nvlink": 62, "app": 58, "info": 40}
+# An uncorrectable memory error is evidence about the GPU itself even when contained (its action is the
+# application's): it ranks above the application faults of the same action.
+MEMORY_ERRORS = frozenset({48, 63, 64, 92, 94, 95})
 
 # Where a message's detail ends when several were run together on one line: the next timestamp.
 _NEXT_STAMP = r"\[\s*[+-]?\d+\.\d+\]|\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)\s"
@@ -126,8 +129,9 @@ def _xid_finding(xid: int, pci: str, lines: list[re.Match[str]], doc: Doc) -> Fi
     also.append(XID_CATALOG_URL)
     times = f" ({len(lines)} times)" if len(lines) > 1 else ""
     cause = f"Xid {xid} on GPU {pci}{times}: {meaning}. Action: {SEVERITY_TEXT[severity]}."
+    strength = STRENGTH[severity] + (2 if xid in MEMORY_ERRORS else 0)
     return Finding(f"xid.{xid}", f"Xid {xid}: {meaning.split(':')[0]}", cause, fix,
-                   doc.excerpt(first.start(), first.end()), values, tuple(also), STRENGTH[severity])
+                   doc.excerpt(first.start(), first.end()), values, tuple(also), strength)
 
 
 def _xids(doc: Doc) -> Iterator[Hit]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import re
 from pathlib import Path
 
 import pytest
@@ -45,13 +46,17 @@ def test_dev_text_gives_its_cause_first(row):
 
 
 def _terminal_wrap(text: str, width: int) -> str:
-    """What a terminal of `width` columns does to long lines: cut them at the width, inside words or not."""
+    """What a terminal of `width` columns does to long lines: cut them at the width, inside words or not (a line
+    quoted in markdown was quoted after the terminal cut it: every piece keeps the quote)."""
     out = []
     for line in text.splitlines():
+        quote = re.match(r"(?:\s*>)+\s?", line)
+        prefix = quote.group(0) if quote else ""
+        line = line[len(prefix):]
         while len(line) > width:
-            out.append(line[:width])
+            out.append(prefix + line[:width])
             line = line[width:]
-        out.append(line)
+        out.append(prefix + line)
     return "\n".join(out)
 
 
