@@ -10,14 +10,14 @@ Exit codes: 0 something was recognised, 1 nothing was, 2 usage error (no text, u
 
     {
       "schema_version": 1,
-      "findings": [                       # in the order the problems appear in the text; [] when none
+      "findings": [                       # the strongest evidence first (the likeliest root cause); [] when none
         {
           "id": "cuda.requirement",       # stable id; Xids are "xid.<N>", NVSwitch SXids "sxid.<N>"
           "title": "...",                 # one line
           "cause": "...",                 # why it happens, for this text
           "fix": "gpunode install --driver 580.178.04",   # the command to run first
           "also": ["nvidia-smi  # ..."],  # further commands or checks, in order (may be empty)
-          "excerpt": "...",               # the recognised text, normalised (prompts, timestamps removed)
+          "excerpt": "...",               # the line that proved it, normalised (prompts, timestamps removed)
           "values": {                     # what was read out of the text; keys depend on the id, e.g.
             "cuda_required": "12.8",      #   cuda.requirement: condition, cuda_required, driver_min,
             "driver_min": "570.26"        #     driver_branch_min, driver_min_minor_compat

@@ -34,7 +34,7 @@ def test_file_option_with_several_findings():
     path = ERRORS / "dmesg-ctime_xid-13-sm-exception_xid-109-ctx-switch-timeout.log"
     result = runner.invoke(app, ["explain", "--file", str(path)])
     assert result.exit_code == 0, result.output
-    assert result.stdout.index("xid.13") < result.stdout.index("xid.109")
+    assert result.stdout.index("xid.109") < result.stdout.index("xid.13")  # strongest first: reset before app
     assert "sudo nvidia-smi -r -i 0000:cb:00.0" in result.stdout
     assert runner.invoke(app, ["explain", "-f", str(path)]).stdout == result.stdout
 

@@ -1,5 +1,6 @@
-"""gpunode.explain: every real error text in tests/fixtures/real/errors/ is recognised with the right cause, and
-texts that are not in the fixtures (other versions, addresses, Xids; re-wrapped, quoted, prefixed) are too."""
+"""gpunode.explain.engine: every real error text in tests/fixtures/real/errors/ is recognised with the right cause
+(strongest evidence first), and texts that are not in the fixtures (other versions, addresses, Xids; re-wrapped,
+quoted, prefixed) are too."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import textwrap
 import pytest
 
 from gpunode import compat
-from gpunode.explain import IDS, XIDS, explain, normalise
+from gpunode.explain import IDS, explain
 from tests.conftest import FIXTURES, fixture_files
 
 ERRORS = fixture_files("errors")
@@ -17,7 +18,7 @@ ERRORS = fixture_files("errors")
 # test_every_fixture_has_an_entry.
 EXPECTED: dict[str, list[str]] = {
     "cuda-error-802_pytorch-warning_lisa-log.txt": ["fabricmanager.802"],
-    "dmesg-ctime_xid-13-sm-exception_xid-109-ctx-switch-timeout.log": ["xid.13", "xid.109"],
+    "dmesg-ctime_xid-13-sm-exception_xid-109-ctx-switch-timeout.log": ["xid.109", "xid.13"],  # reset before app
     "dmesg_gpu-fallen-off-bus_no-xid_open-module-570.158.01.log": ["kernel.fallen-off-bus"],
     "dmesg_nvrm-no-adapter-probed_nouveau-conflict.txt": ["kernel.no-adapter-probed"],
     "dmesg_xid-119_gsp-rpc-timeout_dell-xe9680.log": ["xid.119"],
@@ -44,7 +45,7 @@ EXPECTED: dict[str, list[str]] = {
     "nvml-mismatch_old-style_no-library-version_470.txt": ["nvml.mismatch"],
     "nvml-mismatch_with-nvml-library-version_570.124.txt": ["nvml.mismatch"],
     "xid-63_row-remapper_a100.txt": ["xid.63"],
-    "xid-94-contained_xid-95-uncontained_format-examples_driver-source.txt": ["xid.94", "xid.95"],
+    "xid-94-contained_xid-95-uncontained_format-examples_driver-source.txt": ["xid.95", "xid.94"],
 }
 
 
@@ -115,7 +116,7 @@ def test_cuda_requirement_computes_the_driver_from_the_compat_matrix():
 
 
 def test_xid_values_pci_count_meaning_and_severity():
-    f13, f109 = explain(_read("dmesg-ctime_xid-13-sm-exception_xid-109-ctx-switch-timeout.log"))
+    f109, f13 = explain(_read("dmesg-ctime_xid-13-sm-exception_xid-109-ctx-switch-timeout.log"))
     assert f13.values["pci"] == "0000:cb:00" and f13.values["count"] == 3 and f13.values["severity"] == "app"
     assert "graphics engine exception" in f13.values["meaning"]
     assert "pids" not in f13.values  # pid='<unknown>' is not a pid
@@ -131,7 +132,7 @@ def test_xid_values_pci_count_meaning_and_severity():
     assert remap.values["pci"] == "0000:10:1c" and remap.values["severity"] == "info"
     assert remap.values["detail"].startswith("Row Remapper: New row marked for remapping")
 
-    contained, uncontained = explain(_read("xid-94-contained_xid-95-uncontained_format-examples_driver-source.txt"))
+    uncontained, contained = explain(_read("xid-94-contained_xid-95-uncontained_format-examples_driver-source.txt"))
     assert contained.values["gpu_instance"] == "05" and contained.values["count"] == 2
     assert contained.values["reset_required"] is False and contained.values["severity"] == "app"
     assert uncontained.values["reset_required"] is True and uncontained.values["severity"] == "reset"
@@ -163,7 +164,8 @@ def test_other_fixture_values():
 
     drm = _one(_read("nvidia-installer-log_header_nvidia-drm-already-loaded_460.73.01_truncated.log"),
                "installer.module-in-use")
-    assert drm.values == {"module": "nvidia-drm", "driver_version": "460.73.01"}
+    assert drm.values == {"module": "nvidia-drm", "driver_version": "460.73.01",
+                          "log_file": "/var/log/nvidia-installer.log"}
 
     ko = _one(_read("nvidia-installer_unable-to-load-nvidia.ko_390.46.txt"), "installer.nvidia-ko-load")
     assert ko.values["log_file"] == "/usr/local/nvidia/nvidia-installer.log" and ko.values["likely"] == []
@@ -254,13 +256,13 @@ GENERAL = [
                  "when this kernel module was built against the wrong or improperly configured kernel sources\n\n"
                  "-> Kernel module load error: Key was rejected by service\n-> Kernel messages:\n"
                  "[   12.3] Lockdown: modprobe: unsigned module loading is restricted; see man kernel_lockdown.7",
-                 ["installer.nvidia-ko-load", "secureboot.module-rejected"], {"likely": ["secure-boot"]},
+                 ["secureboot.module-rejected", "installer.nvidia-ko-load"], {"likely": ["secure-boot"]},
                  id="installer-ko-secure-boot"),
     pytest.param("ERROR: Unable to load the kernel module 'nvidia.ko'.\n-> Kernel messages:\n"
                  "[    5.1] NVRM: The NVIDIA probe routine was not called for 1 device(s).\n"
                  "[    5.1] NVRM: This can occur when a driver such as:\nNVRM: nouveau, rivafb, nvidiafb or rivatv\n"
                  "NVRM: was loaded and obtained ownership of the NVIDIA device(s).",
-                 ["installer.nvidia-ko-load", "kernel.no-adapter-probed"], {"likely": ["nouveau"]},
+                 ["kernel.no-adapter-probed", "installer.nvidia-ko-load"], {"likely": ["nouveau"]},
                  id="installer-ko-nouveau"),
     pytest.param("ERROR: Unable to load the kernel module 'nvidia.ko'.\nThis is a VMware guest with an NVIDIA vGPU "
                  "profile.", ["installer.nvidia-ko-load"], {"likely": ["vgpu"]}, id="installer-ko-vgpu"),
@@ -310,7 +312,7 @@ GENERAL = [
                  {"devices": 2}, id="probe-failed-alone"),
     pytest.param("kernel: [123.456789] nvidia-nvswitch0: SXid (PCI:0000:c3:00.0): 20009, Non-fatal, Link 28 RX Short "
                  "Error Rate\nkernel: [123.456790] nvidia-nvswitch2: SXid (PCI:0000:c5:00.0): 11001, Fatal, ingress "
-                 "invalid command", ["sxid.20009", "sxid.11001"], {}, id="kernel-sxids"),
+                 "invalid command", ["sxid.11001", "sxid.20009"], {}, id="kernel-sxids"),  # fatal first
     pytest.param("RuntimeError: The NVIDIA driver on your system is too old (found version 11040). Please update "
                  "your GPU driver", ["cuda.insufficient-driver"], {"driver_cuda": "11.4"}, id="torch-too-old"),
 ]
@@ -350,32 +352,6 @@ def test_cuda_requirement_for_a_version_the_table_does_not_know():
     assert "does not know CUDA 99.1" in finding.cause
 
 
-def test_xid_154_takes_its_severity_from_the_recovery_action():
-    reset = _one("NVRM: Xid (PCI:0008:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 "
-                 "(GPU Reset Required)", "xid.154")
-    assert reset.values["recovery_action"] == "GPU Reset Required" and reset.values["severity"] == "reset"
-    assert reset.fix == "sudo nvidia-smi -r -i 0008:01:00.0"
-
-
-def test_xid_lines_on_several_gpus_are_separate_findings_and_repeats_are_counted():
-    text = "\n".join(f"NVRM: Xid (PCI:0000:{bus}:00): 13, pid={pid}, Graphics Exception" for bus, pid in
-                     (("1a", 1), ("1a", 2), ("3d", 3), ("1a", 4)))
-    findings = explain(text)
-    assert [(f.id, f.values["pci"], f.values["count"]) for f in findings] == [("xid.13", "0000:1a:00", 3),
-                                                                            ("xid.13", "0000:3d:00", 1)]
-    assert findings[0].values["pids"] == ["1", "2", "4"]
-
-
-def test_xid_table_entries_are_well_formed():
-    for number, (meaning, severity) in XIDS.items():
-        assert meaning and severity in ("info", "app", "reset", "reboot", "hardware", "nvlink"), number
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Negative samples
-# ---------------------------------------------------------------------------------------------------------
-
-
 def test_nvswitch_background_log_has_no_gpu_error():
     assert explain(_read("kmsg-raw_nvswitch-open.log")) == []
 
@@ -398,67 +374,3 @@ def test_healthy_outputs_give_no_finding(folder):
 ])
 def test_ordinary_text_gives_no_finding(text):
     assert explain(text) == []
-
-
-# ---------------------------------------------------------------------------------------------------------
-# normalise
-# ---------------------------------------------------------------------------------------------------------
-
-
-def test_normalise_strips_ansi_prompts_quotes_and_timestamps():
-    text = ("> \x1b[32m(base) alice@gpu-01:~/work$\x1b[0m nvidia-smi\n"
-            "> [  123.456789] NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.\n"
-            "> Jan 02 03:04:05 gpu-01 kernel: [  124.000001] NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.\n"
-            "> 6,3964,206764307,-;nvidia-nvswitch2: open (major=510)\n"
-            "> [Fri Aug 30 11:43:09 2024] NVRM: Xid (PCI:0000:cb:00): 13\n"
-            "> kern  :err   : [ 5.000000] nvidia: probe failed\n"
-            "> [root@node ~]# modprobe nvidia\n"
-            "> $ echo \u201cquoted\u201d \u2018single\u2019")
-    assert normalise(text).splitlines() == [
-        "nvidia-smi",
-        "NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.",
-        "NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.",
-        "nvidia-nvswitch2: open (major=510)",
-        "NVRM: Xid (PCI:0000:cb:00): 13",
-        "nvidia: probe failed",
-        "modprobe nvidia",
-        "echo \"quoted\" 'single'",
-    ]
-
-
-def test_normalise_rejoins_wrapped_and_continued_lines():
-    installer = ("ERROR: The Nouveau kernel driver is currently in use by your\n"
-                 "       system.  This driver is incompatible with the NVIDIA\n"
-                 "       driver.\n\n\n"
-                 "ERROR: Installation has failed.")
-    assert normalise(installer) == ("ERROR: The Nouveau kernel driver is currently in use by your system. This driver "
-                                    "is incompatible with the NVIDIA driver.\n\nERROR: Installation has failed.")
-    kernel = ("[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0\n"
-              "               NVRM: (PCI ID: 10de:26b5) installed in this system has\n"
-              "               NVRM: fallen off the bus and is not responding to commands.\n"
-              "[ 1843.439662] NVRM: The NVIDIA probe routine failed for 1 device(s).")
-    assert normalise(kernel).splitlines() == [
-        "NVRM: The NVIDIA GPU 0000:b3:00.0 (PCI ID: 10de:26b5) installed in this system has fallen off the bus and "
-        "is not responding to commands.",
-        "NVRM: The NVIDIA probe routine failed for 1 device(s).",
-    ]
-    message = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the "
-               "latest NVIDIA driver is installed and running.")
-    for width in (64, 100):  # (at 80 the break falls after a full stop, which also ends log messages)
-        assert normalise(textwrap.fill(message, width)) == message
-    split = "ERROR: Unable to load the kernel module 'nvidia-drm' because nvidia-\ndrm is in use by the X server"
-    assert normalise(split) == split.replace("-\n", "-")
-
-
-def test_normalise_keeps_separate_records_apart():
-    text = ("$ nvidia-smi\nFailed to initialize NVML: Driver/library version mismatch\nNVML library version: 570.124\n"
-            "NVRM: Xid (PCI:0000:01:00): 13, pid=1, a\nNVRM: Xid (PCI:0000:01:00): 13, pid=2, b")
-    assert normalise(text).splitlines() == [
-        "nvidia-smi", "Failed to initialize NVML: Driver/library version mismatch", "NVML library version: 570.124",
-        "NVRM: Xid (PCI:0000:01:00): 13, pid=1, a", "NVRM: Xid (PCI:0000:01:00): 13, pid=2, b"]
-
-
-def test_normalise_unescapes_quoted_go_errors_and_collapses_whitespace():
-    text = 'caused \\\\\\"error running hook\\\\\\\\nnvidia-container-cli: x\\\\n\\\\\\"\\"":   unknown.\t\tend'
-    assert normalise(text).splitlines() == ['caused "error running hook', "nvidia-container-cli: x",
-                                            '""": unknown. end']

@@ -1,0 +1,342 @@
+"""Code for the few causes whose finding says more than its table row can: a driver version looked up in the compat
+tables, a reason read elsewhere in the same text, a command that needs a value the message may lack.
+
+`refine(candidate, doc)` returns the finding for a candidate (None drops it); causes without code here get their
+row's texts, filled with the match's values."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from gpunode.explain.finding import Doc, Finding
+from gpunode.explain.tables import compile_pattern
+
+if TYPE_CHECKING:  # engine imports this module
+    from gpunode.explain.engine import Candidate
+
+Hook = Callable[["Candidate", Doc], "Finding | None"]
+HOOKS: dict[str, Hook] = {}
+
+
+def _hook(*ids: str) -> Callable[[Hook], Hook]:
+    def register(fn: Hook) -> Hook:
+        for finding_id in ids:
+            HOOKS[finding_id] = fn
+        return fn
+    return register
+
+
+def refine(candidate: Candidate, doc: Doc) -> Finding | None:
+    from gpunode.explain.engine import render
+    finding_id = candidate.detector.id
+    if finding_id in HOOKS:
+        return HOOKS[finding_id](candidate, doc)
+    if candidate.detector.table == "installer_failures.csv":
+        return _installer(candidate, doc)
+    return render(candidate, doc)
+
+
+def _render(candidate: Candidate, doc: Doc, **override: Any) -> Finding:
+    from gpunode.explain.engine import render
+    return render(candidate, doc, **override)
+
+
+# --- docker ------------------------------------------------------------------------------------------------------
+
+_SNAP = compile_pattern(r"\bsnap (?:services|list|install|remove)[^\n]*docker|/snap/docker\b|\bdocker\.dockerd\b|"
+                        r"/var/snap/docker")
+
+
+@_hook("docker.no-gpu-driver")
+def _no_gpu_driver(c: Candidate, doc: Doc) -> Finding:
+    caps = [cap.strip() for cap in c.values.get("caps", "").replace(" ", ",").split(",") if cap.strip()]
+    values = {"driver": c.values.get("driver", ""), "capabilities": caps}
+    if not doc.has(_SNAP):
+        return _render(c, doc, values=values)
+    values["snap"] = True
+    return _render(c, doc, values=values,
+                   cause="Docker here is the snap package (the text shows it). A snap's daemon runs confined and does "
+                         "not see the NVIDIA Container Toolkit installed on the host, so `--gpus` finds no GPU device "
+                         "driver. Use Docker from your distribution or docker.com instead.",
+                   fix="sudo snap remove docker",
+                   also=("curl -fsSL https://get.docker.com | sh  # or your distribution's docker package",
+                         "gpunode install --only toolkit --only runtime"))
+
+
+# --- CUDA requirement (versions from gpunode.compat) --------------------------------------------------------------
+
+def _required_cuda(condition: str, value: str) -> str:
+    try:
+        from gpunode import compat
+        return compat.parse_require_cuda(condition).cuda_minimum or value
+    except Exception:
+        return value
+
+
+def _driver_for_cuda(cuda: str) -> dict[str, Any]:
+    """Minimum drivers for a CUDA version from gpunode.compat (empty when the table does not know it)."""
+    try:
+        from gpunode import compat
+        need = compat.driver_needed_for_cuda(cuda)
+    except Exception:  # unknown version, or the tables are unavailable: say nothing rather than guess
+        return {}
+    values: dict[str, Any] = {}
+    if need.native_min is not None:
+        values["driver_min"] = str(need.native_min)
+        values["driver_branch_min"] = compat.branch_of(need.native_min)
+    if need.minor_compat_min is not None:
+        values["driver_min_minor_compat"] = str(need.minor_compat_min)
+    return values
+
+
+def _recommended_install(driver_min: str) -> str | None:
+    try:
+        from gpunode import compat
+        branches = compat.recommended_drivers(compat.parse_driver(driver_min))
+    except Exception:
+        return None
+    if not branches or branches[0].latest_known is None:
+        return None
+    return f"gpunode install --driver {branches[0].latest_known}"
+
+
+@_hook("cuda.requirement")
+def _cuda_requirement(c: Candidate, doc: Doc) -> Finding:
+    condition = f"cuda{c.values['_op']}{c.values['_value']}"
+    value = _required_cuda(condition, c.values["_value"])
+    values: dict[str, Any] = {"condition": condition, "cuda_required": value, **_driver_for_cuda(value)}
+    if "driver_min" in values:
+        need = (f" A driver that supports CUDA {value} natively is {values['driver_min']} or newer "
+                f"(branch R{values['driver_branch_min']}+). Alternatively run an image built for the CUDA version "
+                "`nvidia-smi` reports.")
+        fix = _recommended_install(values["driver_min"]) or f"gpunode compat --cuda {value}"
+    else:
+        need = f" gpunode's CUDA table does not know CUDA {value}; check NVIDIA's release notes for its driver."
+        fix = c.detector.fix
+    return _render(c, doc, values=values, cause=c.detector.cause + need, fix=fix)
+
+
+@_hook("container.requirement")
+def _container_requirement(c: Candidate, doc: Doc) -> Finding:
+    condition = f"{c.values['_req'].lower()}{c.values['_op']}{c.values['_value'].rstrip('.')}"
+    return _render(c, doc, values={"condition": condition})
+
+
+@_hook("cuda.insufficient-driver")
+def _insufficient(c: Candidate, doc: Doc) -> Finding:
+    values: dict[str, Any] = {}
+    if "found" in c.values:
+        found = int(c.values["found"])
+        values["driver_cuda"] = f"{found // 1000}.{found % 1000 // 10}"
+    return _render(c, doc, values=values)
+
+
+@_hook("lib.nvml-missing")
+def _nvml_missing(c: Candidate, doc: Doc) -> Finding:
+    values = {"library": c.values.get("library", "libnvidia-ml.so.1"), "reporter": c.detector.variant}
+    return _render(c, doc, values=values)
+
+
+# --- NVML --------------------------------------------------------------------------------------------------------
+
+_NVML_LIB_VERSION = compile_pattern(r"NVML library version: (?P<v>@VER@)")
+
+
+@_hook("nvml.mismatch")
+def _nvml_mismatch(c: Candidate, doc: Doc) -> Finding:
+    values = {k: v for k, v in c.values.items() if k in ("client", "library_version", "kernel_module_version")}
+    for m in c.matches:  # the API-mismatch line may come after the NVML one
+        values.update({k: v for k, v in re_values(m).items() if k not in values})
+    lib = doc.has(_NVML_LIB_VERSION)
+    excerpt = ""
+    if lib:
+        values = {"nvml_library_version": lib["v"], **values}
+        if lib.start() > c.match.start():
+            excerpt = doc.excerpt(c.match.start(), lib.end())
+    sides = ""
+    if "library_version" in values:
+        sides = (f" Here the user-space libraries are {values['library_version']} and the loaded kernel module is "
+                 f"{values['kernel_module_version']}.")
+    elif lib:
+        sides = f" Here the NVML library is {lib['v']}; `cat /proc/driver/nvidia/version` shows the loaded module."
+    return _render(c, doc, values=values, cause=c.detector.cause + sides, excerpt=excerpt)
+
+
+def re_values(match: re.Match[str]) -> dict[str, str]:
+    return {re.sub(r"__\d+$", "", k): v for k, v in match.groupdict().items() if v is not None}
+
+
+@_hook("smi.device-handle")
+def _device_handle(c: Candidate, doc: Doc) -> Finding:
+    if "lost" not in c.values.get("error", "").lower():
+        return _render(c, doc)
+    return _render(c, doc, cause=c.detector.cause.replace(
+        "a reboot (or a GPU reset, if the driver still allows one) is needed",
+        "the driver has marked it lost, and only a reboot brings it back"))
+
+
+# --- fabric manager ---------------------------------------------------------------------------------------------
+
+@_hook("fabricmanager.802")
+def _fm_802(c: Candidate, doc: Doc) -> Finding:
+    values: dict[str, Any] = {"cuda_error": 802}
+    if doc.has(compile_pattern(r"gpu count: 0")):
+        values["gpu_count"] = 0
+    return _render(c, doc, values=values)
+
+
+@_hook("fabricmanager.version-mismatch")
+def _fm_mismatch(c: Candidate, doc: Doc) -> Finding:
+    driver = c.values["driver_version"]
+    branch = int(driver.split(".")[0])
+    apt = (f"sudo apt-get install -y nvidia-fabricmanager={driver}-1" if branch >= 580 else
+           f"sudo apt-get install -y nvidia-fabricmanager-{branch}={driver}-1")
+    dnf = f"nvidia-fabric{'' if branch >= 580 else '-'}manager-{driver}-1"
+    return _render(c, doc, also=(f"{apt}  # Ubuntu; RHEL: sudo dnf install -y {dnf}", *c.detector.also))
+
+
+# --- nvidia-installer -------------------------------------------------------------------------------------------
+
+_INSTALLER_LOG = compile_pattern(r"Please see the file '(?P<log>[^']+)' for details|at the end of the file '(?P<log__2>"
+                                 r"[^']+)'|nvidia-installer log file '(?P<log__3>[^']+)'")
+_INSTALLER_VERSION = compile_pattern(r"installer version: (?P<v>@VER@)|NVIDIA-Linux-[\w]+-(?P<v__2>@VER@)"
+                                     r"(?:-[\w-]+)?\.run|Installing NVIDIA driver version (?P<v__3>@VER@)")
+_DEFAULT_LOG = "/var/log/nvidia-installer.log"
+
+
+def _installer_values(doc: Doc) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    log = doc.has(_INSTALLER_LOG)
+    if log:
+        values["log_file"] = re_values(log)["log"]
+    version = doc.has(_INSTALLER_VERSION)
+    if version:
+        values["driver_version"] = re_values(version)["v"]
+    return values
+
+
+def _installer(c: Candidate, doc: Doc, **override: Any) -> Finding:
+    values = {**c.values, **_installer_values(doc), **override.pop("values", {})}
+    log = values.get("log_file", _DEFAULT_LOG)
+    texts = {name: getattr(c.detector, name) for name in ("cause", "fix")}
+    texts["also"] = c.detector.also
+    if log != _DEFAULT_LOG:  # the row's commands name the default log; this text names another
+        texts = {"cause": texts["cause"].replace(_DEFAULT_LOG, log), "fix": texts["fix"].replace(_DEFAULT_LOG, log),
+                 "also": tuple(a.replace(_DEFAULT_LOG, log) for a in texts["also"])}
+    return _render(c, doc, values=values, **{**texts, **override})
+
+
+_SB_EVIDENCE = compile_pattern(r"Key was rejected by service|Required key not available|Loading of unsigned module is "
+                               r"(?:rejected|restricted)|unsigned module loading is restricted|Lockdown: [\w-]+: "
+                               r"unsigned module")
+_NOUVEAU_EVIDENCE = compile_pattern(r"^nouveau\s+\d+|\bnouveau \d{4}:|probe routine was not called|No NVIDIA graphics "
+                                    r"adapter probed|Nouveau kernel driver is currently in use")
+_VGPU_EVIDENCE = compile_pattern(r"\bvGPU\b|\bGRID\b|-grid\.run|\bVMware\b|\bhypervisor\b|virtual GPU")
+_BUILD_EVIDENCE = compile_pattern(r"Invalid module format|Exec format error|Unknown symbol|disagrees about version of "
+                                  r"symbol")
+_UNSUPPORTED_EVIDENCE = compile_pattern(r"is not supported by (?:the )?NVIDIA [\d.]+ driver release|not supported by "
+                                        r"open nvidia\.ko|Open nvidia\.ko is only ready for use on Data Center GPUs|"
+                                        r"could not insert 'nvidia': No such device|Kernel module load error: No such "
+                                        r"device")
+_LIKELY = (("secure-boot", _SB_EVIDENCE, "Secure Boot is on and the module is not signed with a key the firmware trusts",
+            "mokutil --sb-state"),
+           ("nouveau", _NOUVEAU_EVIDENCE, "nouveau (or another driver) holds the GPU", "gpunode install --only nouveau"),
+           ("vgpu", _VGPU_EVIDENCE, "this is a vGPU guest, which needs the vGPU (GRID) guest driver matching the host's "
+            "vGPU manager", "nvidia-smi vgpu  # on the host: the vGPU manager version the guest driver must match"),
+           ("kernel-mismatch", _BUILD_EVIDENCE, "the module was built for a different kernel than the running one",
+            "sudo apt-get install -y linux-headers-$(uname -r)  # then re-run the installer"),
+           ("unsupported-gpu", _UNSUPPORTED_EVIDENCE, "no GPU in the machine is supported by this driver release or "
+            "module flavour (the kernel reports 'No such device')",
+            "lspci -nn -d 10de:  # then pick a driver branch that supports that PCI id"))
+
+
+@_hook("installer.nvidia-ko-load")
+def _installer_ko(c: Candidate, doc: Doc) -> Finding:
+    likely = [(name, reason, fix) for name, pattern, reason, fix in _LIKELY if doc.has(pattern)]
+    module = c.values["module"]
+    values = {"module": module if module.endswith(".ko") else f"{module}.ko", "likely": [n for n, _, _ in likely]}
+    log = _installer_values(doc).get("log_file", _DEFAULT_LOG)
+    also = [f"sudo grep -A20 -E 'Kernel module load error|Kernel messages' {log}", "gpunode doctor"]
+    if not likely:
+        return _installer(c, doc, values=values, also=tuple(also))
+    if likely[0][0] == "secure-boot":
+        also.insert(0, "sign the module: gpunode install --driver <version> --module-signing-key KEY "
+                       "--module-signing-cert CERT, after sudo mokutil --import CERT and a reboot")
+    cause = ("nvidia.ko was built but the kernel refused to load it; the text points to: "
+             + "; ".join(reason for _, reason, _ in likely) + ".")
+    return _installer(c, doc, values=values, cause=cause, fix=likely[0][2], also=tuple(also))
+
+
+# --- kernel log -------------------------------------------------------------------------------------------------
+
+_CONFLICT = compile_pattern(r"a driver such as: (?P<drivers>[\w\s,]+?) was loaded and obtained ownership")
+
+
+@_hook("kernel.no-adapter-probed")
+def _not_probed(c: Candidate, doc: Doc) -> Finding:
+    values = dict(c.values)
+    count = next((int(m["devices"]) for m in c.matches if m["devices"]), None)
+    if count is not None:
+        values["devices"] = count
+    conflict = doc.has(_CONFLICT)
+    if conflict:
+        values["conflicting_drivers"] = [d for d in re.split(r"[,\s]+|\bor\b", conflict["drivers"]) if d]
+    if count is None and conflict is None:
+        return _render(c, doc, values=values)
+    shown = next((m for m in c.matches if m["devices"]), c.match)
+    end = conflict.end() if conflict and conflict.start() > shown.start() else shown.end()
+    return _render(c, doc, values=values, fix="gpunode install --only nouveau", excerpt=doc.excerpt(shown.start(), end),
+                   cause="nvidia.ko loaded but did not bind to any GPU because another kernel driver already owns "
+                         "them: nouveau almost always (vfio-pci on a passthrough host). Blacklist it, rebuild the "
+                         "initramfs and reboot.")
+
+
+_FIRMWARE = compile_pattern(r"Direct firmware load for (?P<fw>nvidia/[\w./-]+) failed|RmFetchGspRmImages: No firmware "
+                            r"image found")
+
+
+@_hook("kernel.rm-init-failed")
+def _rm_init(c: Candidate, doc: Doc) -> Finding:
+    firmware = doc.has(_FIRMWARE)
+    if not firmware:
+        return _render(c, doc)
+    return _render(c, doc, values={**c.values, "missing_firmware": firmware["fw"] or True},
+                   cause="The driver could not load its GSP firmware (the firmware files do not match the kernel "
+                         "module: a partial upgrade or a module built from another version), so the GPU did not start.",
+                   fix="sudo reboot  # if the packages are consistent; otherwise reinstall the driver")
+
+
+@_hook("kernel.module-missing")
+def _module_missing(c: Candidate, doc: Doc) -> Finding:
+    kernel = c.values.get("kernel")
+    if not kernel:
+        return _render(c, doc)
+    values = {"module": c.values["module"], "kernel": kernel}
+    return _render(c, doc, values=values, title=f"No {values['module']} module for kernel {kernel}",
+                   fix=f"sudo apt-get install -y linux-headers-{kernel} && sudo dkms autoinstall -k {kernel}",
+                   also=(f"sudo dnf install -y kernel-devel-{kernel} && sudo dkms autoinstall -k {kernel}  "
+                         "# RHEL/Fedora", "dkms status"))
+
+
+@_hook("secureboot.module-rejected")
+def _secureboot(c: Candidate, doc: Doc) -> Finding | None:
+    if "nvidia" not in doc.text.lower():  # another vendor's module
+        return None
+    return _render(c, doc)
+
+
+_DKMS_LOG = compile_pattern(r"Consult (?P<log>/\S*?/(?P<module>[\w-]+)/(?P<version>[\w.-]+)/build/make\.log)")
+
+
+@_hook("dkms.build-failed")
+def _dkms(c: Candidate, doc: Doc) -> Finding | None:
+    log = doc.has(_DKMS_LOG)
+    if log and "nvidia" not in log["module"]:
+        return None  # another module's build failed
+    values = dict(c.values)
+    if not log:
+        return _render(c, doc, values=values)
+    values.update(log_file=log["log"], module=log["module"], module_version=log["version"])
+    return _render(c, doc, values=values, fix=f"sudo tail -n 50 {log['log']}")

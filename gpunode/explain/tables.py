@@ -1,0 +1,199 @@
+"""The explain tables, read once and checked like gpunode.compat's (a bad row is a DataError naming file and line):
+
+    explain_detectors.csv   one row per cause (or per variant of a cause): the pattern that recognises it in a
+                            normalised text, how strong that evidence is, and the title, cause, fix and further
+                            commands shown for it
+    installer_failures.csv  the same columns, for nvidia-installer's failures (also read by the driver step
+                            through `installer_failure`)
+    xid.csv                 Xid number -> meaning and severity (the operator's immediate action)
+
+Patterns are regular expressions matched case-insensitively against the normalised text, with two conveniences:
+a literal space matches any run of whitespace (and a kernel `NVRM:` prefix where the kernel split the message),
+so a message matches however it was wrapped; `@PCI@` and `@VER@` stand for a PCI address and a driver version.
+Named groups become the finding's values (`name__2` is a second spelling of `name`; names starting with `_` stay
+internal) and fill `%(name)s` in the texts. `key` names the values that make two matches separate findings (one
+per GPU, one per condition); `superseded_by` lists ids (a trailing `.` = every id with that prefix) whose presence
+makes this finding a mere consequence, dropped. `also` separates commands with ` ;; `.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from gpunode.compat import DataError, data_dir, read_table
+
+MACROS = {"@PCI@": r"[0-9A-Fa-f]{3,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?", "@VER@": r"\d+\.\d+(?:\.\d+)?"}
+GAP = r"(?:\s+NVRM:)?\s+"  # between two words of a message: whitespace, maybe a line break and an NVRM: prefix
+PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+SEVERITIES = ("info", "app", "reset", "reboot", "hardware", "nvlink")
+
+# Values a detector's code adds (gpunode.explain.hooks), so that its texts may name them.
+HOOK_VALUES: dict[str, frozenset[str]] = {
+    "cuda.requirement": frozenset({"cuda_required", "driver_min", "driver_branch_min", "driver_min_minor_compat"}),
+    "docker.no-gpu-driver": frozenset({"capabilities", "snap"}),
+    "lib.nvml-missing": frozenset({"library", "reporter"}),
+}
+
+
+def compile_pattern(pattern: str) -> re.Pattern[str]:
+    for macro, expansion in MACROS.items():
+        pattern = pattern.replace(macro, expansion)
+    return re.compile(pattern.replace(" ", GAP), re.IGNORECASE | re.MULTILINE)
+
+
+def group_names(regex: re.Pattern[str]) -> set[str]:
+    return {re.sub(r"__\d+$", "", name) for name in regex.groupindex}
+
+
+@dataclass(frozen=True)
+class Detector:
+    id: str
+    variant: str
+    strength: int  # 1-100: how surely this text names the root cause (findings are ranked by it)
+    key: tuple[str, ...]
+    regex: re.Pattern[str]
+    title: str
+    cause: str
+    fix: str
+    also: tuple[str, ...]
+    superseded_by: tuple[str, ...]
+    source: str
+    table: str
+    line: int
+
+
+# --- column parsers (ValueError -> DataError naming the file, line and column) ----------------------------------
+
+def _id(text: str) -> str:
+    if not re.fullmatch(r"[a-z]+(?:\.[a-z0-9-]+)+", text):
+        raise ValueError(f"{text!r} is not a finding id (area.name, lowercase)")
+    return text
+
+
+def _optional(parser: Any) -> Any:
+    def parse(text: str) -> Any:
+        return parser(text) if text else None
+    parse.optional = True  # type: ignore[attr-defined]
+    return parse
+
+
+def _word(text: str) -> str:
+    if not re.fullmatch(r"[a-z0-9-]+", text):
+        raise ValueError(f"{text!r} is not a lowercase word")
+    return text
+
+
+def _strength(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 100:
+        raise ValueError(f"{text!r} is not a strength from 1 to 100")
+    return int(text)
+
+
+def _pattern(text: str) -> re.Pattern[str]:
+    if re.search(r"\[[^\]]* [^\]]*\]", text):
+        raise ValueError("a space inside [...] would be read as a line gap; write \\s")
+    try:
+        return compile_pattern(text)
+    except re.error as exc:
+        raise ValueError(f"not a regular expression: {exc}") from None
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(";") if part.strip())
+
+
+def _commands(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(" ;; ") if part.strip())
+
+
+def _text(text: str) -> str:
+    return text
+
+
+def _source(text: str) -> str:
+    if len(text) < 8:
+        raise ValueError("every row needs its source")
+    return text
+
+
+def _xid(text: str) -> int:
+    if not text.isdigit():
+        raise ValueError(f"{text!r} is not an Xid number")
+    return int(text)
+
+
+def _severity(text: str) -> str:
+    if text not in SEVERITIES:
+        raise ValueError(f"{text!r} is not one of {', '.join(SEVERITIES)}")
+    return text
+
+
+DETECTOR_SCHEMA = {"id": _id, "variant": _optional(_word), "strength": _strength, "key": _optional(_names),
+                   "pattern": _pattern, "title": _text, "cause": _text, "fix": _text, "also": _optional(_commands),
+                   "superseded_by": _optional(_names), "source": _source}
+XID_SCHEMA = {"xid": _xid, "meaning": _text, "severity": _severity, "source": _source}
+DETECTOR_TABLES = ("explain_detectors.csv", "installer_failures.csv")
+
+
+def _detectors(text: str, name: str) -> list[Detector]:
+    detectors = []
+    seen: dict[tuple[str, str], int] = {}
+    for row in read_table(text, name, DETECTOR_SCHEMA, key=None):
+        where = f"data/{name} line {row['_line']}"
+        variant = row["variant"] or ""
+        if (row["id"], variant) in seen:
+            raise DataError(f"{where}: id {row['id']} variant {variant!r} again (first on line "
+                            f"{seen[(row['id'], variant)]})")
+        seen[(row["id"], variant)] = row["_line"]
+        regex = row["pattern"]
+        available = group_names(regex) | HOOK_VALUES.get(row["id"], frozenset())
+        key = row["key"] or ()
+        texts = [row["title"], row["cause"], row["fix"], *(row["also"] or ())]
+        unknown = {name for t in texts for name in PLACEHOLDER.findall(t)} - available
+        if unknown or set(key) - group_names(regex):
+            raise DataError(f"{where}: {', '.join(sorted(unknown | (set(key) - group_names(regex))))} is not a named "
+                            "group of the pattern", fix="name the group in the pattern, or drop the placeholder")
+        detectors.append(Detector(row["id"], variant, row["strength"], key, regex, row["title"], row["cause"],
+                                  row["fix"], row["also"] or (), row["superseded_by"] or (), row["source"], name,
+                                  row["_line"]))
+    return detectors
+
+
+def load(directory: Any = None) -> tuple[tuple[Detector, ...], dict[int, tuple[str, str]]]:
+    """Read and check the explain tables (uncached; `tables()` is the cached form for the shipped data)."""
+    directory = directory if directory is not None else data_dir()
+
+    def read(name: str) -> str:
+        try:
+            return str((directory / name).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise DataError(f"data/{name} cannot be read: {exc}",
+                            fix="reinstall gpunode; the data tables ship inside the package") from None
+
+    detectors: list[Detector] = []
+    for name in DETECTOR_TABLES:
+        detectors += _detectors(read(name), name)
+    ids = {d.id for d in detectors}
+    for d in detectors:
+        for other in d.superseded_by:
+            if not other.endswith(".") and other not in ids and not other.startswith(("xid.", "sxid.")):
+                raise DataError(f"data/{d.table} line {d.line}: superseded_by names {other}, which no row has")
+    xids = {row["xid"]: (row["meaning"], row["severity"]) for row in read_table(read("xid.csv"), "xid.csv",
+                                                                                 XID_SCHEMA, key="xid")}
+    return tuple(detectors), xids
+
+
+@lru_cache(maxsize=1)
+def tables() -> tuple[tuple[Detector, ...], dict[int, tuple[str, str]]]:
+    return load()
+
+
+def ids(detectors: Iterable[Detector] | None = None) -> tuple[str, ...]:
+    seen: dict[str, None] = {}
+    for d in detectors if detectors is not None else tables()[0]:
+        seen.setdefault(d.id)
+    return tuple(seen)
