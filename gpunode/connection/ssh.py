@@ -298,7 +298,9 @@ class SSHConnection(Connection):
             raise _ssh_failure(self.name, r, exc, time.monotonic() - started, self.options.connect_timeout) from None
         except OSError as exc:
             client.close()
-            raise ConnectError(f"{self.name}: cannot connect to {r.host}:{r.port}: {exc.strerror or exc}",
+            reasons = getattr(exc, "errors", None)  # paramiko's NoValidConnectionsError: one error per address
+            reason = "; ".join(sorted({e.strerror or str(e) for e in reasons.values()})) if reasons else None
+            raise ConnectError(f"{self.name}: cannot connect to {r.host}:{r.port}: {reason or exc.strerror or exc}",
                                fix="check the node is up, the port is right and sshd is running") from None
         transport = client.get_transport()
         if transport is not None:
