@@ -299,17 +299,22 @@ class _FleetRun:
                 self.announced = left
                 self._announce("stopping", left)
             if time.monotonic() >= self.deadline:
-                self.token.abort()
+                self._abort()
 
     def _interrupted(self) -> None:
         if not self.token.cancelled:
             self.token.cancel()
             self.deadline = time.monotonic() + self.grace
         else:
-            self.token.abort()
+            self._abort()
+
+    def _abort(self) -> None:
+        self.mid_step = sorted(h for h in self.step if h not in self.results)  # working at this moment
+        self.token.abort()
 
     def _announce(self, stage: str, seconds_left: int = 0) -> None:
-        payload = {"stage": stage, "seconds_left": seconds_left, "running": sorted(self.step)}
+        running = self.mid_step if stage == "aborted" else sorted(self.step)
+        payload = {"stage": stage, "seconds_left": seconds_left, "running": running}
         self.on_event(("interrupt", "", payload))
 
     def _after_abort(self, group: list[InventoryHost], workers: list[threading.Thread],
@@ -320,7 +325,6 @@ class _FleetRun:
             time.sleep(0.05)
         while not finished.empty():
             self.finish(*finished.get())
-        self.mid_step = sorted(h for h in self.step if h not in self.results)
         self._announce("aborted")
         for host in group:
             if host.name in self.results:

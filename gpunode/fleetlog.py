@@ -59,6 +59,8 @@ _SECRET_KEYS = (r"auths?|identitytoken|registrytoken|token|access_token|refresh_
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(rf'("(?:{_SECRET_KEYS})"\s*:\s*)"(?:[^"\\]|\\.)*"', re.IGNORECASE), r'\1"***"'),
     (re.compile(rf"(\b(?:{_SECRET_KEYS})\s*=\s*)(\"(?:[^\"\\]|\\.)*\"|'[^']*')", re.IGNORECASE), r'\1"***"'),
+    # the same inside a JSON string (a TOML diff in a JSON report): password = \"...\"
+    (re.compile(rf'(\b(?:{_SECRET_KEYS})\s*=\s*)\\"(?:[^"\\]|\\[^"])*\\"', re.IGNORECASE), r'\1\\"***\\"'),
     (re.compile(r"(\b[A-Z0-9_]*(?:TOKEN|PASSWORD|PASSWD|SECRET|API_?KEY)[A-Z0-9_]*=)\S+"), r"\1***"),
     (re.compile(r"(\bauthorization:\s*(?:basic|bearer|token)\s+)\S+", re.IGNORECASE), r"\1***"),
     (re.compile(r"(\b[a-z][a-z0-9+.-]*://[^/\s:@]+:)[^@\s/]+@", re.IGNORECASE), r"\1***@"),
