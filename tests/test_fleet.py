@@ -203,7 +203,7 @@ def test_inventory_names_never_escape_the_log_dir_and_logs_are_private(tmp_path)
     assert [r.status for r in results] == ["ok"] * len(names)  # nobody's result was lost
     paths = [Path(r.log) for r in results]
     assert len(set(paths)) == len(names)
-    for path, name in zip(paths, names):
+    for path, name in zip(paths, names, strict=True):
         assert path.parent == log_dir and not path.name.startswith(".")
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
         assert path.read_text() == f"hello from {name}\n"
