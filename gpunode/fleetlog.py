@@ -84,8 +84,10 @@ class FleetLog:
 
     @classmethod
     def create(cls, path: Path, *, debug: bool = False) -> FleetLog:
-        # O_EXCL + O_NOFOLLOW: never follow a planted symlink, never append to someone else's file.
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        # O_NOFOLLOW: never follow a planted symlink. A log left by an earlier run in the same directory is
+        # replaced, and made private whatever its mode was.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        os.fchmod(fd, 0o600)
         return cls(os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace"), debug=debug)
 
     def write(self, text: str) -> int:

@@ -242,3 +242,19 @@ def test_an_unknown_log_level_is_a_usage_error():
     with pytest.raises(UsageError, match="--log-level 'trace'") as info:
         run_fleet(HOSTS[:1], lambda h, r, log: HostResult(h.name, "ok"), log_level="trace")
     assert "--log-level debug" in info.value.fix
+
+
+def test_a_rerun_into_the_same_log_dir_replaces_the_logs_and_a_planted_symlink_is_refused(tmp_path):
+    def work(host, reporter, log):
+        log.write(f"run of {host.name}\n")
+        return HostResult(host.name, "ok")
+
+    assert [r.status for r in run_fleet(HOSTS[:2], work, log_dir=tmp_path)] == ["ok", "ok"]
+    (tmp_path / "gpu-00.log").chmod(0o644)
+    (tmp_path / "gpu-01.log").unlink()
+    (tmp_path / "gpu-01.log").symlink_to(tmp_path / "victim")
+    results = run_fleet(HOSTS[:2], work, log_dir=tmp_path)
+    assert results[0].status == "ok" and (tmp_path / "gpu-00.log").read_text() == "run of gpu-00\n"
+    assert stat.S_IMODE((tmp_path / "gpu-00.log").stat().st_mode) == 0o600
+    assert results[1].status == "failed" and "cannot create the log file" in results[1].error
+    assert not (tmp_path / "victim").exists()
