@@ -520,17 +520,22 @@ class SSHConnection(Connection):
             raise self._upload_error(staged, total, sent, exc) from None
 
     def _upload_error(self, staged: str, total: int, sent: int, exc: BaseException) -> Exception:
+        dropped = ConnectError(f"{self.name}: the SSH connection dropped during the upload ({sent} of {total} "
+                               "bytes sent); nothing was installed",
+                               fix="check the node and its network, then run the same command again")
         assert self._client is not None
         transport = self._client.get_transport()
-        if transport is None or not transport.is_active():
-            return ConnectError(f"{self.name}: the SSH connection dropped during the upload ({sent} of {total} "
-                                "bytes sent); nothing was installed",
-                                fix="check the node and its network, then run the same command again")
+        closed = isinstance(exc, (EOFError, ConnectionError)) or "closed" in str(exc).lower()
+        if closed or transport is None or not transport.is_active():
+            return dropped
         if isinstance(exc, TimeoutError):
             return ConnectError(f"{self.name}: the upload stalled for {SFTP_TIMEOUT:.0f}s ({sent} of {total} bytes "
                                 "sent); nothing was installed", fix="check the node's network and disk, then run again")
         directory = posixpath.dirname(staged)
-        free = self._free_bytes(directory)
+        try:
+            free = self._free_bytes(directory)
+        except ConnectError:
+            return dropped
         if free is not None and free < max(total - sent, 1) * 1.01 + 65536:
             return NoSpaceError(self.name, posixpath.dirname(directory), f"uploading {total} bytes")
         return CommandError(f"{self.name}: the upload to {staged} failed ({exc or type(exc).__name__}); "
@@ -538,10 +543,8 @@ class SSHConnection(Connection):
                             "(space, permissions), then run the same command again")
 
     def _free_bytes(self, directory: str) -> int | None:
-        try:
-            result = self.run(["df", "-Pk", "--", directory], timeout=30)
-        except (ConnectError, cancel.Cancelled):
-            return None
+        """Free bytes in `directory` on the node, None when df cannot tell. A dropped connection raises."""
+        result = self.run(["df", "-Pk", "--", directory], timeout=30)
         lines = result.stdout.strip().splitlines()
         fields = lines[-1].split() if result.ok and len(lines) >= 2 else []
         return int(fields[3]) * 1024 if len(fields) >= 4 and fields[3].isdigit() else None
