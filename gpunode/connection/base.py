@@ -33,16 +33,17 @@ _WRITE_FILE = Script(
     body=r"""set -e
 dest=$1; mode=$2; keep=$3; size=$4; want=$5
 if [ -L "$dest" ]; then
-  target=$(readlink -f -- "$dest") || target=
+  target=$(readlink -f -- "$dest" && echo x) && target=${target%??} || target=
   if [ -z "$target" ] || [ -d "$target" ]; then
     echo "gpunode-badlink $dest points to ${target:-a path that cannot be resolved}" >&2
     exit 45
   fi
   dest=$target
 fi
-dir=$(dirname -- "$dest")
+# (command substitution drops trailing newlines, which a path may end with: keep them behind an "x")
+dir=$(dirname -- "$dest" && echo x); dir=${dir%??}
 mkdir -p -- "$dir"
-tmp=$(mktemp "$dir/.gpunode-tmp.XXXXXX")
+tmp=$(mktemp "$dir/.gpunode-tmp.XXXXXX" && echo x); tmp=${tmp%??}
 trap 'rm -f -- "$tmp"' EXIT
 trap 'exit 129' HUP INT TERM PIPE
 cat > "$tmp"

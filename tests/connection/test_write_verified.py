@@ -6,9 +6,12 @@ itself answers ENOSPC to the real write (nothing on this machine is filled up)."
 
 import hashlib
 import os
+import shutil
 import stat
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from gpunode.connection.base import _WRITE_FILE, NoSpaceError
 from gpunode.connection.local import LocalConnection
@@ -139,3 +142,24 @@ def test_disk_full_is_named_with_the_directory_and_df_fix(full_disk_conn, tmp_pa
     assert f"df -h {target.parent}" in info.value.fix
     assert target.read_text() == "old\n" and leftovers(target.parent) == []
     assert LocalConnection().write_file(str(target), "blacklist nouveau\n", sudo=False).changed  # space again
+
+
+names = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00/"), min_size=1, max_size=20).filter(
+    lambda n: n not in (".", "..") and len(n.encode()) < 200)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(directory=names, name=names, content=st.binary(max_size=3000))
+@example(directory="dir\n", name="-n\n", content=b"x")
+@example(directory="$(touch pwned)", name="'; rm -rf ~ '", content=b"")
+@example(directory=" ", name="*", content=b"\n\n")
+def test_any_path_and_content_round_trip_through_the_write_script(conn, tmp_path, directory, name, content):
+    """Paths are values that reach the node's shell: quotes, newlines, leading dashes, `$(...)` included."""
+    base = tmp_path / "p"
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir()
+    target = base / directory / name
+    outcome = conn.write_file(str(target), content, backup=False)
+    assert outcome.changed and target.read_bytes() == content
+    assert sorted(os.listdir(base)) == [directory] and sorted(os.listdir(base / directory)) == [name]
+    assert conn.read_file(str(target)) == content.decode("utf-8", "replace")
