@@ -4,13 +4,15 @@ so the node needs nothing but a shell and core utilities (no Python)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import posixpath
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpunode.errors import CommandError, CommandTimeout
-from gpunode.shell import Cmd, Script, Secret, display, render
+from gpunode.errors import CommandError, CommandTimeout, ConnectError
+from gpunode.shell import Cmd, Script, Secret, display, quote, render
 
 DEFAULT_TIMEOUT = 600.0
 ProgressCallback = Callable[[int, int], None]
@@ -20,23 +22,47 @@ _READ_FILE = Script(
     body='if [ -e "$1" ]; then exec cat -- "$1"; else exit 44; fi',
 )
 
-# Atomic replace with a backup: write a temp file in the same directory, keep a copy of the old file
-# next to it (suffix never matches *.conf / *.toml / *.json, so modprobe, containerd and docker ignore it),
-# then rename over the destination. Identical content leaves everything untouched.
+# Atomic, verified replace with a backup. The content arrives on stdin into a temp file in the destination's
+# directory; nothing is renamed unless exactly SIZE bytes with the expected SHA256 arrived (a dropped
+# connection ends stdin early: that must never look like success). Then fsync the file, keep a copy of the
+# old one (its suffix never matches *.conf / *.toml / *.json / *.list, so modprobe, containerd, docker and apt
+# ignore it), rename over the destination and fsync the directory. A symlink is written through: its
+# target is replaced and the link stays (configuration management often links these files).
 _WRITE_FILE = Script(
     name="write-file",
     body=r"""set -e
-dest=$1; mode=$2; keep=$3
-dir=$(dirname -- "$dest")
+dest=$1; mode=$2; keep=$3; size=$4; want=$5
+if [ -L "$dest" ]; then
+  target=$(readlink -f -- "$dest" && echo x) && target=${target%??} || target=
+  if [ -z "$target" ] || [ -d "$target" ]; then
+    echo "gpunode-badlink $dest points to ${target:-a path that cannot be resolved}" >&2
+    exit 45
+  fi
+  dest=$target
+fi
+# (command substitution drops trailing newlines, which a path may end with: keep them behind an "x")
+dir=$(dirname -- "$dest" && echo x); dir=${dir%??}
 mkdir -p -- "$dir"
-tmp=$(mktemp "$dir/.gpunode-tmp.XXXXXX")
+tmp=$(mktemp "$dir/.gpunode-tmp.XXXXXX" && echo x); tmp=${tmp%??}
 trap 'rm -f -- "$tmp"' EXIT
+trap 'exit 129' HUP INT TERM PIPE
 cat > "$tmp"
+got=$(($(wc -c < "$tmp")))
+if [ "$got" -ne "$size" ]; then
+  echo "gpunode-short only $got of $size bytes arrived" >&2
+  exit 46
+fi
+sum=$(sha256sum < "$tmp")
+if [ "${sum%% *}" != "$want" ]; then
+  echo "gpunode-checksum the content that arrived does not match its sha256" >&2
+  exit 46
+fi
 chmod "$mode" "$tmp"
-if [ -e "$dest" ] && cmp -s -- "$tmp" "$dest"; then
+if [ -f "$dest" ] && cmp -s -- "$tmp" "$dest"; then
   echo "gpunode-unchanged"
   exit 0
 fi
+sync -- "$tmp" 2>/dev/null || sync
 backup=
 if [ "$keep" = 1 ] && [ -e "$dest" ]; then
   backup="$dest.gpunode-bak.$(date +%Y%m%dT%H%M%S)"
@@ -45,11 +71,46 @@ if [ "$keep" = 1 ] && [ -e "$dest" ]; then
 fi
 mv -f -- "$tmp" "$dest"
 trap - EXIT
+sync -- "$dir" 2>/dev/null || sync
 echo "gpunode-written $backup"
 """,
 )
 
 _MKTEMP_DIR = Script(name="mktemp-dir", body='umask 077; mktemp -d "${1:-/var/tmp}/gpunode.XXXXXX"')
+
+
+class NoSpaceError(CommandError):
+    """The node's filesystem is full: nothing was replaced."""
+
+    def __init__(self, node: str, directory: str, what: str) -> None:
+        super().__init__(f"{node}: no space left on the node in {directory} ({what}; nothing was replaced)",
+                         fix=f"free space on the node (see: df -h {quote(directory)}), then run the same command again")
+        self.directory = directory
+
+
+def write_error(node: str, path: str, result: Result) -> CommandError:
+    """Turn a failed write-file run into an error that names the cause and the fix."""
+    text = result.stderr + result.stdout
+    if "No space left on device" in text or "Disk quota exceeded" in text:
+        return NoSpaceError(node, posixpath.dirname(path) or "/", f"writing {path}")
+    if result.timed_out:
+        return CommandTimeout(f"{node}: writing {path} timed out; the previous file was kept",
+                              fix="check the node's disk and load, then run the same command again")
+    if "gpunode-short" in text or "gpunode-checksum" in text:
+        detail = next(line for line in text.splitlines() if line.startswith(("gpunode-short", "gpunode-checksum")))
+        return CommandError(f"{node}: writing {path}: {detail.split(' ', 1)[1]}; the previous file was kept",
+                            fix="the transfer was cut short; run the same command again",
+                            stdout=result.stdout, stderr=result.stderr, exit_code=result.exit_code)
+    if "gpunode-badlink" in text:
+        detail = next(line for line in text.splitlines() if line.startswith("gpunode-badlink"))
+        return CommandError(f"{node}: cannot write through the symlink {detail.split(' ', 1)[1]}",
+                            fix=f"point the symlink at a regular file, or remove it: rm {quote(path)}",
+                            exit_code=result.exit_code)
+    try:
+        result.check(f"writing {path}")
+    except CommandError as exc:
+        return exc
+    return CommandError(f"writing {path} failed")  # pragma: no cover - result.ok is False here
 
 
 @dataclass(frozen=True)
@@ -73,6 +134,54 @@ class Result:
             raise CommandError(f"{what or self.command} failed with exit code {self.exit_code}{detail}",
                                stdout=self.stdout, stderr=self.stderr, exit_code=self.exit_code)
         return self
+
+
+def sudo_refusal(code: int, output: bytes) -> str:
+    """Why sudo refused: missing | tty | not-allowed | wrong-password | password | other."""
+    text = output.decode("utf-8", "replace").lower()
+    if code == 127 or "sudo: not found" in text or "command not found" in text or "no such file" in text:
+        return "missing"
+    if "must have a tty" in text or "a terminal is required" in text and "-s option" not in text:
+        return "tty"
+    if "not in the sudoers" in text or "is not allowed to" in text or "may not run sudo" in text:
+        return "not-allowed"
+    if "incorrect password" in text or "try again" in text or "no password was provided" in text:
+        return "wrong-password"
+    if "password is required" in text or "a terminal is required" in text:
+        return "password"
+    return "other"
+
+
+class PrivilegeError(CommandError):
+    """Root is needed and sudo refused. A CommandError, so read-only probes can fall back to the login user."""
+
+    exit_code = 2
+
+
+def sudo_error(node: str, code: int, output: bytes, *, with_password: bool) -> PrivilegeError:
+    """The refusal as an error that says which of the four cases it is, and its fix."""
+    said = output.decode("utf-8", "replace").strip().splitlines()
+    detail = f" (sudo said: {said[-1][:200]})" if said else ""
+    kind = sudo_refusal(code, output)
+    if kind == "missing":
+        return PrivilegeError(f"{node}: root is needed, the login user is not root and sudo is not installed",
+                              fix="log in as root (--host root@NODE), or install sudo on the node")
+    if kind == "tty":
+        return PrivilegeError(f"{node}: sudo on the node requires a terminal (Defaults requiretty){detail}",
+                              fix="allow sudo without a tty for this user on the node: run visudo and add "
+                                  "'Defaults:USER !requiretty', or log in as root")
+    if kind == "not-allowed":
+        return PrivilegeError(f"{node}: the login user is not allowed to use sudo (not in sudoers){detail}",
+                              fix="log in as a user who may use sudo (--host USER@NODE) or as root, "
+                                  "or grant sudo to this user on the node")
+    if kind == "wrong-password":
+        return PrivilegeError(f"{node}: sudo rejected the password given to --ask-become-pass",
+                              fix="run again and type the login user's own password at the become-password prompt")
+    if kind == "password" and not with_password:
+        return PrivilegeError(f"{node}: root is needed and sudo asks for a password{detail}",
+                              fix="re-run with --ask-become-pass, or log in as root, or allow passwordless sudo")
+    return PrivilegeError(f"{node}: root is needed and sudo failed with exit code {code}{detail}",
+                        fix="run 'sudo true' on the node as the login user to see why, or log in as root")
 
 
 @dataclass(frozen=True)
@@ -116,22 +225,18 @@ class Connection(ABC):
             code, out, _, _ = self._exec(render(["id", "-u"]), b"", 30)
             if code == 0 and out.strip() == b"0":
                 self._privilege_cache = ((), False)
+                return self._privilege_cache
+            code, out, err, _ = self._exec(render(["true"], privilege=("sudo", "-n", "--")), b"", 30)
+            if code == 0:
+                self._privilege_cache = (("sudo", "-n", "--"), False)
+            elif self._become_password is not None and sudo_refusal(code, out + err) == "password":
+                prefix = ("sudo", "-S", "-k", "-p", "", "--")
+                code, out, err, _ = self._exec(render(["true"], privilege=prefix), self._password_line(), 30)
+                if code != 0:
+                    raise sudo_error(self.name, code, out + err, with_password=True)
+                self._privilege_cache = (prefix, True)
             else:
-                code, _, err, _ = self._exec(render(["true"], privilege=("sudo", "-n", "--")), b"", 30)
-                if code == 0:
-                    self._privilege_cache = (("sudo", "-n", "--"), False)
-                elif self._become_password is not None:
-                    prefix = ("sudo", "-S", "-k", "-p", "", "--")
-                    code, _, err, _ = self._exec(render(["true"], privilege=prefix), self._password_line(), 30)
-                    if code != 0:
-                        raise CommandError(f"{self.name}: sudo rejected the password",
-                                           fix="check the password given to --ask-become-pass")
-                    self._privilege_cache = (prefix, True)
-                else:
-                    raise CommandError(
-                        f"{self.name}: root is needed and `sudo -n` was refused "
-                        f"({err.decode(errors='replace').strip() or 'a password is required'})",
-                        fix="re-run with --ask-become-pass, or log in as root, or allow passwordless sudo")
+                raise sudo_error(self.name, code, out + err, with_password=False)
         return self._privilege_cache
 
     def _password_line(self) -> bytes:
@@ -163,10 +268,20 @@ class Connection(ABC):
 
     def write_file(self, path: str, content: str | bytes, *, mode: int = 0o644, sudo: bool = True,
                    backup: bool = True) -> WriteOutcome:
-        """Atomically replace `path`, keeping the previous content as `path.gpunode-bak.<time>`."""
+        """Atomically replace `path` (or a symlink's target), keeping the previous content as
+        `path.gpunode-bak.<time>`. Nothing changes unless every byte arrived intact."""
         data = content.encode() if isinstance(content, str) else content
-        script = Script(_WRITE_FILE.body, (path, f"{mode:o}", "1" if backup else "0"), _WRITE_FILE.name)
-        result = self.run(script, sudo=sudo, stdin=data, timeout=120).check(f"writing {path}")
+        digest = hashlib.sha256(data).hexdigest()
+        script = Script(_WRITE_FILE.body, (path, f"{mode:o}", "1" if backup else "0", str(len(data)), digest),
+                        _WRITE_FILE.name)
+        try:
+            result = self.run(script, sudo=sudo, stdin=data, timeout=120)
+        except ConnectError as exc:
+            raise ConnectError(f"{exc.message} (writing {path}: the node keeps its previous file, since nothing "
+                               "is renamed into place before every byte arrived and its sha256 matched)",
+                               fix=exc.fix) from None
+        if not result.ok:
+            raise write_error(self.name, path, result)
         if "gpunode-unchanged" in result.stdout:
             return WriteOutcome(False, None)
         written = result.stdout.split("gpunode-written", 1)[-1].strip()

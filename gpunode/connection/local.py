@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 
+from gpunode.cancel import Cancelled
 from gpunode.connection.base import Connection
 from gpunode.shell import Secret
 
@@ -23,10 +24,23 @@ class LocalConnection(Connection):
         try:
             out, err = proc.communicate(stdin, timeout=timeout)
             return proc.returncode, out, err, False
-        except subprocess.TimeoutExpired:
+        except KeyboardInterrupt:
+            # Ctrl-C: the command runs in its own session, so pass the interrupt on, wait briefly, and report.
+            _signal_group(proc.pid, signal.SIGINT)
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                _signal_group(proc.pid, signal.SIGKILL)
+            raise Cancelled("interrupted (Ctrl-C) while a command was running on this machine",
+                            fix="check what the command left behind, then run the same command again") from None
+        except subprocess.TimeoutExpired:
+            _signal_group(proc.pid, signal.SIGKILL)
             out, err = proc.communicate()
             return -signal.SIGKILL, out, err, True
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import os
+import posixpath
 import select
 import socket
 import threading
@@ -19,11 +21,37 @@ from pathlib import Path
 
 import paramiko
 
-from gpunode.connection.base import Connection, ProgressCallback
-from gpunode.errors import ConnectError, UsageError
+from gpunode import cancel
+from gpunode.connection.base import Connection, NoSpaceError, ProgressCallback
+from gpunode.errors import CommandError, ConnectError, UsageError
 from gpunode.shell import Script, Secret
 
 _known_hosts_lock = threading.Lock()
+log = logging.getLogger("gpunode.ssh")
+SFTP_TIMEOUT = 60.0  # seconds without progress on the SFTP channel (every request, close included)
+SEND_TIMEOUT = 120.0  # seconds a command's stdin may wait for the node to accept more data
+
+
+class _ToGpunodeLog(logging.Handler):
+    """paramiko's transport thread logs tracebacks at ERROR while a node reboots or a port forward answers for
+    a node that is down. Those records belong in gpunode's log at DEBUG, never on the terminal."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s: %s", record.name, record.getMessage())
+
+
+def _route_paramiko_logging() -> None:
+    paramiko_log = logging.getLogger("paramiko")
+    if not any(isinstance(h, _ToGpunodeLog) for h in paramiko_log.handlers):
+        paramiko_log.addHandler(_ToGpunodeLog())
+    paramiko_log.propagate = False  # never reaches the root logger, nor logging's last-resort stderr handler
+    root = logging.getLogger("gpunode")
+    if not root.handlers:
+        root.addHandler(logging.NullHandler())
+
+
+_route_paramiko_logging()
 
 
 @dataclass(frozen=True)
@@ -267,32 +295,55 @@ class SSHConnection(Connection):
                                fix="check the node is up and reachable, or raise --connect-timeout") from None
         except (paramiko.SSHException, EOFError) as exc:
             client.close()
-            text = str(exc).lower()
-            silent = "banner" in text or ("no existing session" in text
-                                          and time.monotonic() - started >= 0.8 * self.options.connect_timeout)
-            if silent:  # paramiko's words for a peer that accepted TCP and then said nothing
-                raise ConnectError(f"{self.name}: timed out after {self.options.connect_timeout:.0f}s waiting for "
-                                   f"the SSH banner from {r.host}:{r.port} (something answers, but not sshd)",
-                                   fix="check sshd on the node (it may be hung or overloaded), or the port") from None
-            raise ConnectError(f"{self.name}: SSH error: {exc}", fix="check that an SSH server answers on "
-                               f"{r.host}:{r.port}") from None
+            raise _ssh_failure(self.name, r, exc, time.monotonic() - started, self.options.connect_timeout) from None
         except OSError as exc:
             client.close()
-            raise ConnectError(f"{self.name}: cannot connect to {r.host}:{r.port}: {exc.strerror or exc}",
+            reasons = getattr(exc, "errors", None)  # paramiko's NoValidConnectionsError: one error per address
+            reason = "; ".join(sorted({e.strerror or str(e) for e in reasons.values()})) if reasons else None
+            raise ConnectError(f"{self.name}: cannot connect to {r.host}:{r.port}: {reason or exc.strerror or exc}",
                                fix="check the node is up, the port is right and sshd is running") from None
         transport = client.get_transport()
         if transport is not None:
             transport.set_keepalive(15)
         self._client = client
+        try:
+            self._check_login_shell()
+        except BaseException:
+            self.close()
+            raise
         return self
 
-    def close(self) -> None:
-        if self._sftp is not None:
+    def _check_login_shell(self) -> None:
+        """sshd runs every command through the user's login shell: nologin/false accept the login and then
+        refuse to run anything. Say so now rather than failing later with a confusing probe error."""
+        assert self._client is not None
+        transport = self._client.get_transport()
+        assert transport is not None
+        try:
+            code, out, err, _ = self._exec_on(transport, "echo gpunode-shell-ok", b"", 30)
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            raise ConnectError(f"{self.name}: the SSH connection dropped right after login ({exc})",
+                               fix="check the node and run again") from None
+        if b"gpunode-shell-ok" not in out:
+            said = (err or out).decode("utf-8", "replace").strip().splitlines()
+            detail = f" (it said: {said[0][:200]!r})" if said else f" (exit code {code})"
+            user = self.resolved.user
+            raise ConnectError(f"{self.name}: the login shell of {user} refuses to run commands{detail}",
+                               fix=f"log in as a user with a shell (--host USER@HOST), or give {user} one on "
+                                   f"the node: chsh -s /bin/sh {user}")
+
+    def _drop_sftp(self) -> None:
+        """Close the SFTP channel without waiting for the node to acknowledge pending writes (that wait is
+        what hung for minutes after a Ctrl-C): the server ends the session and its open handles."""
+        sftp, self._sftp = self._sftp, None
+        if sftp is not None:
             try:
-                self._sftp.close()
-            except Exception:  # noqa: BLE001
+                sftp.get_channel().close()  # type: ignore[union-attr]
+            except Exception:  # noqa: BLE001 - already broken is fine: we are discarding it
                 pass
-            self._sftp = None
+
+    def close(self) -> None:
+        self._drop_sftp()
         if self._client is not None:
             self._client.close()
             self._client = None
@@ -306,14 +357,16 @@ class SSHConnection(Connection):
         deadline = time.monotonic() + timeout
         last: Exception | None = None
         while time.monotonic() < deadline:
+            cancel.check_abort(f"waiting for {self.name} to come back")
             try:
                 self.connect()
                 return
             except ConnectError as exc:
-                if "host key" in exc.message or "authentication" in exc.message:
+                if "host key" in exc.message or "authentication" in exc.message or "login shell" in exc.message:
                     raise
                 last = exc
-                time.sleep(1.0)
+                log.debug("%s: not back yet: %s", self.name, exc.message)
+                cancel.sleep(1.0)
         raise ConnectError(f"{self.name}: did not come back within {timeout:.0f}s ({last})",
                            fix="check the node's console; raise --reboot-timeout if it boots slowly")
 
@@ -336,6 +389,10 @@ class SSHConnection(Connection):
                 raise ConnectError(f"{self.name}: the SSH connection was lost", fix="check the node and run again")
         try:
             return self._exec_on(transport, line, stdin, timeout)
+        except KeyboardInterrupt:
+            raise cancel.Cancelled(f"{self.name}: interrupted (Ctrl-C) while a command was running on the node; "
+                                   "it may still be running there",
+                                   fix="check the node (gpunode status), then run the same command again") from None
         except (paramiko.SSHException, EOFError, OSError) as exc:
             # A reset or a closed transport mid-command (a reboot, a network drop) is a connection problem.
             raise ConnectError(f"{self.name}: the SSH connection dropped while running a command ({exc})",
@@ -344,9 +401,18 @@ class SSHConnection(Connection):
     def _exec_on(self, transport: paramiko.Transport, line: str, stdin: bytes,
                  timeout: float | None) -> tuple[int, bytes, bytes, bool]:
         chan = transport.open_session(timeout=30)
+        try:
+            return self._run_on(transport, chan, line, stdin, timeout)
+        except BaseException:
+            chan.close()
+            raise
+
+    def _run_on(self, transport: paramiko.Transport, chan: paramiko.Channel, line: str, stdin: bytes,
+                timeout: float | None) -> tuple[int, bytes, bytes, bool]:
+        chan.settimeout(SEND_TIMEOUT)  # bounds exec_command and sendall; reading below polls
         chan.exec_command(line)
         if stdin:
-            chan.sendall(stdin)
+            self._send_stdin(chan, stdin)
         chan.shutdown_write()
         out, err = bytearray(), bytearray()
         deadline = time.monotonic() + timeout if timeout else None
@@ -371,24 +437,27 @@ class SSHConnection(Connection):
                 chan.close()
                 raise ConnectError(f"{self.name}: the SSH connection dropped while running a command",
                                    fix="the node may have rebooted or lost its network; run again")
+            cancel.check_abort(f"running a command on {self.name}")
             if not drained:
                 select.select([chan], [], [], 0.05)
         status = chan.recv_exit_status() if chan.exit_status_ready() else -1
         chan.close()
         return status, bytes(out), bytes(err), False
 
+    def _send_stdin(self, chan: paramiko.Channel, data: bytes) -> None:
+        """Feed a command's stdin in pieces (a seam for tests that cut the connection half way)."""
+        for offset in range(0, len(data), 32768):
+            chan.sendall(data[offset:offset + 32768])
+
     def upload(self, local_path: str | os.PathLike[str], remote_path: str, *, mode: int = 0o644,
                sudo: bool = True, progress: ProgressCallback | None = None) -> None:
-        """SFTP into a directory only the login user can read, verify the sha256, then move into place."""
+        """SFTP into a directory only the login user can read, verify the sha256, then move into place.
+        Every SFTP request has a timeout; a drop, a full disk or a Ctrl-C ends in a GpunodeError."""
         self.connect()
-        assert self._client is not None
-        if self._sftp is None:
-            self._sftp = self._client.open_sftp()
         staging = self.make_private_dir("/var/tmp", sudo=False)
         staged = f"{staging}/upload"
         try:
-            self._sftp.put(os.fspath(local_path), staged, callback=progress, confirm=True)
-            local_sum = _sha256_file(local_path)
+            local_sum = self._put(local_path, staged, progress)
             move = Script(
                 name="install-upload",
                 body='set -e; sum=$(sha256sum -- "$1"); [ "${sum%% *}" = "$3" ] || '
@@ -396,9 +465,117 @@ class SSHConnection(Connection):
                      'install -m "$4" -- "$1" "$2.gpunode-tmp"; mv -f -- "$2.gpunode-tmp" "$2"',
                 args=(staged, remote_path, local_sum, f"{mode:o}"),
             )
-            self.run(move, sudo=sudo, timeout=600).check(f"installing the upload at {remote_path}")
+            result = self.run(move, sudo=sudo, timeout=600)
+            if "No space left on device" in result.stderr:
+                raise NoSpaceError(self.name, posixpath.dirname(remote_path) or "/", f"installing {remote_path}")
+            result.check(f"installing the upload at {remote_path}")
         finally:
-            self.run(Script('rm -rf -- "$1"', (staging,), "cleanup"), timeout=60)
+            try:
+                self.run(Script('rm -rf -- "$1"', (staging,), "cleanup"), timeout=60)
+            except (ConnectError, cancel.Cancelled):
+                pass  # the connection is gone: the error already raised says so; /var/tmp is cleaned at boot
+
+    def _open_sftp(self) -> paramiko.SFTPClient:
+        if self._sftp is None:
+            assert self._client is not None
+            try:
+                self._sftp = self._client.open_sftp()
+            except (paramiko.SSHException, EOFError, OSError) as exc:
+                raise ConnectError(f"{self.name}: cannot start SFTP ({exc})",
+                                   fix="enable the sftp subsystem in the node's sshd_config "
+                                       "(Subsystem sftp ...)") from None
+            self._sftp.get_channel().settimeout(SFTP_TIMEOUT)  # type: ignore[union-attr]
+        return self._sftp
+
+    def _put(self, local_path: str | os.PathLike[str], staged: str, progress: ProgressCallback | None) -> str:
+        """Copy the file; returns its sha256. On any failure the SFTP channel is dropped, not closed politely."""
+        total = os.path.getsize(local_path)
+        digest = hashlib.sha256()
+        sent = 0
+        try:
+            sftp = self._open_sftp()
+            with open(local_path, "rb") as source:
+                remote = sftp.open(staged, "wb")
+                remote.set_pipelined(True)
+                for chunk in iter(lambda: source.read(32768), b""):
+                    cancel.check_abort(f"uploading to {self.name}")
+                    remote.write(chunk)
+                    digest.update(chunk)
+                    sent += len(chunk)
+                    if progress:
+                        progress(sent, total)
+                remote.close()  # waits for every acknowledgement, within SFTP_TIMEOUT each
+            if progress and total == 0:
+                progress(0, 0)
+            return digest.hexdigest()
+        except KeyboardInterrupt:
+            self._drop_sftp()
+            raise cancel.Cancelled(f"{self.name}: interrupted (Ctrl-C) during the upload to {staged}; nothing "
+                                   "was installed", fix="run the same command again") from None
+        except cancel.Cancelled:
+            self._drop_sftp()
+            raise
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            self._drop_sftp()
+            raise self._upload_error(staged, total, sent, exc) from None
+
+    def _upload_error(self, staged: str, total: int, sent: int, exc: BaseException) -> Exception:
+        dropped = ConnectError(f"{self.name}: the SSH connection dropped during the upload ({sent} of {total} "
+                               "bytes sent); nothing was installed",
+                               fix="check the node and its network, then run the same command again")
+        assert self._client is not None
+        transport = self._client.get_transport()
+        closed = isinstance(exc, (EOFError, ConnectionError)) or "closed" in str(exc).lower()
+        if closed or transport is None or not transport.is_active():
+            return dropped
+        if isinstance(exc, TimeoutError):
+            return ConnectError(f"{self.name}: the upload stalled for {SFTP_TIMEOUT:.0f}s ({sent} of {total} bytes "
+                                "sent); nothing was installed", fix="check the node's network and disk, then run again")
+        directory = posixpath.dirname(staged)
+        try:
+            free = self._free_bytes(directory)
+        except ConnectError:
+            return dropped
+        if free is not None and free < max(total - sent, 1) * 1.01 + 65536:
+            return NoSpaceError(self.name, posixpath.dirname(directory), f"uploading {total} bytes")
+        return CommandError(f"{self.name}: the upload to {staged} failed ({exc or type(exc).__name__}); "
+                            "nothing was installed", fix=f"check {posixpath.dirname(directory)} on the node "
+                            "(space, permissions), then run the same command again")
+
+    def _free_bytes(self, directory: str) -> int | None:
+        """Free bytes in `directory` on the node, None when df cannot tell. A dropped connection raises."""
+        result = self.run(["df", "-Pk", "--", directory], timeout=30)
+        lines = result.stdout.strip().splitlines()
+        fields = lines[-1].split() if result.ok and len(lines) >= 2 else []
+        return int(fields[3]) * 1024 if len(fields) >= 4 and fields[3].isdigit() else None
+
+
+def _ssh_failure(name: str, r: _Resolved, exc: Exception, elapsed: float, timeout: float) -> ConnectError:
+    """paramiko's SSHException during connect, as what actually happened and what to do about it."""
+    text = str(exc)
+    where = f"{r.host}:{r.port}"
+    if "No authentication methods available" in text:
+        return ConnectError(f"{name}: no SSH key or password to log in as {r.user} (no --identity, no key in "
+                            "ssh-agent or ~/.ssh, no password)",
+                            fix="pass a key with --identity KEY, load one into ssh-agent (ssh-add KEY), "
+                                "or use --ask-pass")
+    if text.startswith("Indecipherable protocol version"):
+        said = text.split('"', 1)[-1].rstrip('"')
+        return ConnectError(f"{name}: something answers on {where} but it is not an SSH server "
+                            f"(it said {said[:80]!r})", fix="check the port (--host HOST:PORT or Port in ~/.ssh/config)")
+    banner = "banner" in text.lower() or "no existing session" in text.lower() or isinstance(exc, EOFError)
+    if banner and elapsed >= 0.8 * timeout:
+        return ConnectError(f"{name}: timed out after {timeout:.0f}s waiting for the SSH banner from {where} "
+                            "(something answers, but not sshd)",
+                            fix="check sshd on the node (it may be hung or overloaded), or the port")
+    if banner:
+        cause = "reset the connection" if "reset" in text.lower() else "closed the connection"
+        return ConnectError(f"{name}: {where} accepted the connection, then {cause} after {elapsed:.1f}s without "
+                            "speaking SSH (not sshd, a port forward to a node that is down, or sshd refusing "
+                            "connections: MaxStartups, TCP wrappers)",
+                            fix=f"check the port, and that sshd runs on the node: ssh -v -p {r.port} {r.host}")
+    return ConnectError(f"{name}: SSH error: {text}",
+                        fix=f"check that sshd on {where} accepts this client: ssh -v -p {r.port} {r.host}")
 
 
 def _load_keys(name: str, paths: list[str]) -> tuple[list[paramiko.PKey], bool]:
@@ -418,10 +595,3 @@ def _load_keys(name: str, paths: list[str]) -> tuple[list[paramiko.PKey], bool]:
         raise ConnectError(f"{name}: no usable private key", fix="check --identity")
     return keys, encrypted
 
-
-def _sha256_file(path: str | os.PathLike[str]) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
