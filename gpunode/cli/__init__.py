@@ -14,6 +14,7 @@ from gpunode.cli.facts import facts
 from gpunode.cli.pipeline import install, plan
 from gpunode.cli.status import status
 from gpunode.cli.verify import verify
+from gpunode.ui import broken_pipe
 
 app = typer.Typer(
     name="gpunode",
@@ -33,7 +34,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _main(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, metavar="",
                                           help="Print the version and exit.")] = False,
 ) -> None:
     """gpunode: plan, install, doctor, verify, compat."""
@@ -50,4 +51,9 @@ app.command()(facts)
 
 
 def main() -> None:
-    app()
+    """The `gpunode` entry point. Expected errors are handled inside each command (gpunode/cli/_params.py);
+    a reader that closes the pipe early ends the program quietly with 141, like any Unix filter."""
+    try:
+        app()
+    except BrokenPipeError:
+        broken_pipe()
