@@ -104,6 +104,11 @@ class RunReport:
         return "ready"
 
     @property
+    def ready(self) -> bool:
+        """Every step done and an NVIDIA driver loaded: the node can run GPU containers."""
+        return self.state == "ready" and (self.facts is None or self.facts.loaded_driver is not None)
+
+    @property
     def as_root(self) -> bool:
         return self.facts is not None and self.facts.uid == 0
 
@@ -121,7 +126,7 @@ class RunReport:
             "node": self.node,
             "steps": steps,
             "not_built": list(NOT_BUILT),
-            "summary": {"steps": counts, "state": self.state, "ready": self.state == "ready",
+            "summary": {"steps": counts, "state": self.state, "ready": self.ready,
                         "changes_pending": self.state != "ready", "reboot_required": self.reboot_pending,
                         "reboots": self.reboots},
             "error": self.error,

@@ -15,6 +15,7 @@ import re
 import sys
 import unicodedata
 from collections.abc import Callable, Iterable
+from typing import IO
 
 from rich.console import Console, ConsoleDimensions, RenderableType
 from rich.segment import Segment
@@ -64,10 +65,11 @@ class SafeConsole(Console):
     """A rich Console for gpunode: no markup, no highlighting, every character cleaned on its way out, no
     wrapping on a pipe, and a reader that goes away (`| head`) ends the program quietly."""
 
-    def __init__(self, *, stderr: bool = False) -> None:
+    def __init__(self, *, stderr: bool = False, file: IO[str] | None = None, force_terminal: bool | None = None,
+                 width: int | None = None) -> None:
         fixed = os.environ.get("GPUNODE_WIDTH", "")
-        super().__init__(stderr=stderr, highlight=False, markup=False, emoji=False,
-                         width=int(fixed) if fixed.isdigit() else None)
+        super().__init__(stderr=stderr, file=file, force_terminal=force_terminal, highlight=False, markup=False,
+                         emoji=False, width=width or (int(fixed) if fixed.isdigit() else None))
 
     @property
     def size(self) -> ConsoleDimensions:
@@ -238,7 +240,8 @@ def summary_line(report: RunReport) -> str:
         if report.reboot_pending:
             line += "; a reboot is required"
     else:
-        line += {"ready": "; the node is ready", "reboot-pending": "; a reboot is required before it is ready",
+        ready = "; the node is ready" if report.ready else "; every step is done, but no NVIDIA driver is loaded"
+        line += {"ready": ready, "reboot-pending": "; a reboot is required before it is ready",
                  "blocked": "; the node is NOT ready", "failed": "; the node is NOT ready"}.get(state, "")
     if report.reboots:
         line += f"; rebooted {report.reboots}x"

@@ -79,6 +79,8 @@ def next_step(mode: str, report: RunReport, target: Target, argv: list[str]) -> 
             return shlex.join(["gpunode", "install", *argv])
         return None
     if state == "ready":
+        if not report.ready:
+            return target.command("doctor") + "  # says which driver suits the GPUs"
         return target.command("verify") + "  # containers see the GPUs"
     if state == "reboot-pending":
         again = shlex.join(["gpunode", "install", *argv, *([] if "--reboot" in argv else ["--reboot"])])
