@@ -40,14 +40,14 @@ def _main(
     """gpunode: plan, install, doctor, verify, compat."""
 
 
-app.command()(plan)
-app.command()(install)
-app.command()(doctor)
-app.command()(verify)
-app.command()(compat)
-app.command()(status)
-app.command()(explain)
-app.command()(facts)
+app.command(add_help_option=False)(plan)
+app.command(add_help_option=False)(install)
+app.command(add_help_option=False)(doctor)
+app.command(add_help_option=False)(verify)
+app.command(add_help_option=False)(compat)
+app.command(add_help_option=False)(status)
+app.command(add_help_option=False)(explain)
+app.command(add_help_option=False)(facts)
 
 
 def main() -> None:

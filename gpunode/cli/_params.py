@@ -124,6 +124,16 @@ RebootOpt = Annotated[bool, typer.Option(
 RebootTimeoutOpt = Annotated[float, typer.Option(
     "--reboot-timeout", metavar="SECONDS", help="Seconds to wait for a rebooted node (more than 0).")]
 
+def _help(ctx: typer.Context, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        typer.echo(ctx.get_help(), color=ctx.color)
+        raise typer.Exit(0)
+
+
+# typer's own help option shows a `<bool>` type; commands use this one instead (app.command(add_help_option=False))
+HelpOpt = Annotated[bool, typer.Option("--help", "-h", metavar="", is_eager=True, expose_value=False,
+                                       callback=_help, help="Show this message and exit.")]
+
 # name, annotation, default: the shared parameters, in the order --help lists them
 CONNECTION: tuple[tuple[str, Any, Any], ...] = (
     ("identity", IdentityOpt, None), ("known_hosts", KnownHostsOpt, None),
@@ -156,7 +166,7 @@ def same_args(params: Sequence[inspect.Parameter], values: dict[str, Any], drop:
     words: list[str] = []
     for p in params:
         value = values.get(p.name, p.default)
-        if p.name in drop or value == p.default or value is None or value == []:
+        if p.name in drop or p.name == "help_" or value == p.default or value is None or value == []:
             continue
         name = option_name(p.annotation)
         if isinstance(value, bool):
@@ -195,10 +205,12 @@ def command(reach: str = "none") -> Callable[[Callable[..., None]], Callable[...
         own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
                for p in inspect.signature(func, eval_str=True).parameters.values()
                if p.name not in ("target", "argv")]
-        every = [*shared, *own]
+        every = [*shared, *own, inspect.Parameter("help_", inspect.Parameter.KEYWORD_ONLY, default=False,
+                                                  annotation=HelpOpt)]
 
         @functools.wraps(func)
         def run(**values: Any) -> None:
+            values.pop("help_", None)
             try:
                 extra: dict[str, Any] = {}
                 if "argv" in inspect.signature(func).parameters:
