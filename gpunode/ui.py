@@ -198,7 +198,7 @@ def render_plan(report: RunReport, console: Console | None = None, fixer: Fixer 
     console = console or out
     if report.facts is not None:
         console.print(Text(describe_node(report.host, report.facts), style="bold"))
-    console.print(_step_table(report, ((o.step, o.plan.status.value, o.error or o.plan.reason)
+    console.print(_step_table(report, ((o.step, o.plan.status.value, fixer(o.error or o.plan.reason))
                                        for o in report.outcomes)))
     for outcome in report.outcomes:
         plan = outcome.plan
@@ -211,7 +211,7 @@ def render_plan(report: RunReport, console: Console | None = None, fixer: Fixer 
         if plan.fix:
             console.print(labelled("fix:", node_text(fixer(plan.fix), "bold green"), indent=2))
         for note in plan.notes:
-            console.print(labelled("note:", node_text(note, "dim"), indent=2))
+            console.print(labelled("note:", node_text(fixer(note), "dim"), indent=2))
     summary = report.to_dict()["summary"]
     assert isinstance(summary, dict)
     console.print(Text("\n" + summary_line(report), style="bold"))
@@ -264,7 +264,7 @@ def render_install(report: RunReport, console: Console | None = None, fixer: Fix
         if outcome.result in ("ok", "changed"):
             continue
         head = Text.assemble((outcome.result, STATUS_STYLE.get(outcome.result, "")), (f" {outcome.step}: ", "bold"),
-                             clean(outcome.error or outcome.plan.reason))
+                             clean(fixer(outcome.error or outcome.plan.reason)))
         console.print(head)
         if outcome.result in ("blocked", "failed") and outcome.plan.fix:
             console.print(labelled("fix:", node_text(fixer(outcome.plan.fix), "bold green"), indent=2))

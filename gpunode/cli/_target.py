@@ -29,13 +29,18 @@ def runnable(fix: str, node_args: Sequence[str]) -> str:
     return _GPUNODE.sub(lambda m: m.group(0) + inserted, fix)
 
 
-def rewrite_fixes(data: Any, fixer: Callable[[str], str]) -> Any:
-    """Every "fix" string in a JSON document, made runnable for the node (the same text a human sees)."""
+TEXT_KEYS = frozenset({"fix", "reason", "notes", "error", "evidence", "also", "next"})  # prose that may hold a fix
+
+
+def rewrite_fixes(data: Any, fixer: Callable[[str], str], prose: bool = False) -> Any:
+    """Every fix (and any `gpunode ...` in reasons and notes) in a JSON document, made runnable for the node:
+    the same text a human sees."""
+    if isinstance(data, str):
+        return fixer(data) if prose else data
     if isinstance(data, dict):
-        return {k: (fixer(v) if k == "fix" and isinstance(v, str) else rewrite_fixes(v, fixer))
-                for k, v in data.items()}
+        return {k: rewrite_fixes(v, fixer, k in TEXT_KEYS) for k, v in data.items()}
     if isinstance(data, list):
-        return [rewrite_fixes(v, fixer) for v in data]
+        return [rewrite_fixes(v, fixer, prose) for v in data]
     return data
 
 
