@@ -10,10 +10,11 @@ from dataclasses import dataclass
 import pytest
 from typer.testing import CliRunner
 
-from gpunode import connection, runner as runner_module
+from gpunode import connection
+from gpunode import runner as runner_module
 from gpunode.cli import app
 from gpunode.connection.fake import FakeConnection, FakeNode
-from gpunode.plan import Action, StepPlan, Status
+from gpunode.plan import Action, Status, StepPlan
 from gpunode.runner import RunReport, StepOutcome
 from gpunode.ui import SafeConsole, render_plan
 from tests.cli.conftest import flat
