@@ -139,3 +139,19 @@ def test_a_pipe_gets_unwrapped_lines_and_a_narrow_terminal_indents_fix_continuat
     start = next(i for i, line in enumerate(lines) if line.startswith("  fix: "))
     continuation = lines[start + 1]
     assert continuation.startswith(" " * len("  fix: ")) and continuation.strip()
+
+
+@pytest.mark.parametrize("args, progress", [(["--json"], False), ([], True), (["-H", "a", "-H", "b"], False)])
+def test_progress_bars_are_off_for_json_and_fleets(monkeypatch, node, tmp_path, args, progress):
+    from gpunode.cli import pipeline
+
+    seen = []
+
+    def capture(conn, steps, options, reporter=None):
+        seen.append(options.progress)
+        return runner_module.plan_pipeline(conn, steps, options)
+
+    monkeypatch.setattr(pipeline, "apply_pipeline", capture)
+    hosts = args if "-H" in args else ["--host", "gpu-01", *args]
+    runner.invoke(app, ["install", *hosts, "--only", "nouveau", "--log-dir", str(tmp_path)])
+    assert seen and set(seen) == {progress}
