@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,21 @@ def image(value: str | None) -> str | None:
         return None
     cm.image_needs(value)
     return value.strip()
+
+
+@dataclass(frozen=True)
+class Request:
+    """What plan / install were asked to do: the steps, in pipeline order, and the options they read."""
+
+    steps: tuple[Step, ...]
+    options: Options
+
+
+def request(a: dict[str, Any], reach: Target | None) -> Request:
+    """The pipeline options (and --reboot) -> a Request. Progress bars only for one node and human output."""
+    chosen = steps(a["only"], a["skip"])
+    quiet = reach is not None and (reach.json_output or reach.fleet is not None)
+    return Request(chosen, pipeline_options(a, progress=not quiet))
 
 
 def pipeline_options(a: dict[str, Any], *, progress: bool) -> Options:

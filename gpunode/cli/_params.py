@@ -145,6 +145,17 @@ FLEET: tuple[tuple[str, Any, Any], ...] = (
     ("log_dir", LogDirOpt, None))
 ROLLING: tuple[tuple[str, Any, Any], ...] = (("batch", BatchOpt, None), ("max_fail", MaxFailOpt, None))
 
+# plan and install: what to make true on the node (checked into a Request by _inputs.request)
+PIPELINE: tuple[tuple[str, Any, Any], ...] = (
+    ("only", OnlyOpt, None), ("skip", SkipOpt, None), ("driver", DriverOpt, None), ("cuda", CudaOpt, None),
+    ("image", ImageOpt, None), ("driver_run", DriverRunOpt, None), ("sha256", Sha256Opt, None),
+    ("kernel_module", KernelModuleOpt, None), ("module_signing_key", SigningKeyOpt, None),
+    ("module_signing_cert", SigningCertOpt, None), ("cache_dir", CacheDirOpt, None),
+    ("lock_timeout", LockTimeoutOpt, 600.0), ("toolkit_version", ToolkitVersionOpt, None),
+    ("toolkit_package", ToolkitPackageOpt, None), ("set_as_default", SetAsDefaultOpt, False), ("k8s", K8sOpt, False),
+    ("engine", EngineOpt, None))
+REBOOT: tuple[tuple[str, Any, Any], ...] = (("reboot", RebootOpt, False), ("reboot_timeout", RebootTimeoutOpt, 900.0))
+
 # reach: which shared options a command takes
 REACH = {
     "none": (),  # compat, explain: offline
@@ -193,19 +204,25 @@ def expected_errors(fixer: Callable[[str], str] | None = None) -> Iterator[None]
         raise typer.Exit(exc.exit_code) from None
 
 
-def command(reach: str = "none") -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Adds the shared options of `reach` to a command. The command gets `target` (a Target, see
-    gpunode/cli/_target.py) and `argv` (the options it was given, to print the same command again)."""
+def command(reach: str = "none", pipeline: bool = False,
+            reboot: bool = False) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Adds the shared options of `reach` (and of the pipeline, and --reboot) to a command. The command gets
+    `target` (a Target, see gpunode/cli/_target.py), `request` (a Request: the steps and Options) and `argv`
+    (the options it was given, to print the same command again), each only if it declares them."""
     from gpunode.cli import _inputs
 
-    shared = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
-              for name, annotation, default in REACH[reach]]
+    def params(group: tuple[tuple[str, Any, Any], ...]) -> list[inspect.Parameter]:
+        return [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+                for name, annotation, default in group]
+
+    shared = params(REACH[reach])
+    wanted = params((*(PIPELINE if pipeline else ()), *(REBOOT if reboot else ())))
 
     def decorate(func: Callable[..., None]) -> Callable[..., None]:
         own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
                for p in inspect.signature(func, eval_str=True).parameters.values()
-               if p.name not in ("target", "argv")]
-        every = [*shared, *own, inspect.Parameter("help_", inspect.Parameter.KEYWORD_ONLY, default=False,
+               if p.name not in ("target", "argv", "request")]
+        every = [*shared, *wanted, *own, inspect.Parameter("help_", inspect.Parameter.KEYWORD_ONLY, default=False,
                                                   annotation=HelpOpt)]
 
         @functools.wraps(func)
@@ -215,9 +232,12 @@ def command(reach: str = "none") -> Callable[[Callable[..., None]], Callable[...
                 extra: dict[str, Any] = {}
                 if "argv" in inspect.signature(func).parameters:
                     extra["argv"] = same_args(every, values, drop=("json_output",))
-                if reach != "none":
-                    with expected_errors():
+                with expected_errors():
+                    if reach != "none":
                         extra["target"] = _inputs.target(reach, {p.name: values.pop(p.name) for p in shared})
+                    if wanted:
+                        extra["request"] = _inputs.request({p.name: values.pop(p.name) for p in wanted},
+                                                           extra.get("target"))
                 func(**values, **extra)
             except BrokenPipeError:
                 broken_pipe()

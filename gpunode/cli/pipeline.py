@@ -5,36 +5,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
-from typing import Any, TextIO
+from typing import TextIO
 
 import typer
 
-from gpunode.cli import _inputs
 from gpunode.cli._fleet import fleet_exit_code, print_summary, run_with_view
-from gpunode.cli._params import (
-    CacheDirOpt,
-    CudaOpt,
-    DriverOpt,
-    DriverRunOpt,
-    DryRunOpt,
-    EngineOpt,
-    ImageOpt,
-    K8sOpt,
-    KernelModuleOpt,
-    LockTimeoutOpt,
-    OnlyOpt,
-    RebootOpt,
-    RebootTimeoutOpt,
-    SetAsDefaultOpt,
-    Sha256Opt,
-    SigningCertOpt,
-    SigningKeyOpt,
-    SkipOpt,
-    ToolkitPackageOpt,
-    ToolkitVersionOpt,
-    command,
-    expected_errors,
-)
+from gpunode.cli._inputs import Request
+from gpunode.cli._params import DryRunOpt, command, expected_errors
 from gpunode.cli._target import Target, rewrite_fixes
 from gpunode.fleet import HostResult, LoggedConnection, QueueReporter, result_from_report
 from gpunode.inventory import InventoryHost
@@ -44,31 +21,16 @@ from gpunode.steps.base import Step
 from gpunode.ui import ConsoleReporter, print_json, render_install, render_plan
 
 
-@command(reach="rolling")
-def plan(
-    target: Target, argv: list[str], only: OnlyOpt = None, skip: SkipOpt = None, driver: DriverOpt = None,
-    cuda: CudaOpt = None, image: ImageOpt = None, driver_run: DriverRunOpt = None, sha256: Sha256Opt = None,
-    kernel_module: KernelModuleOpt = None, module_signing_key: SigningKeyOpt = None,
-    module_signing_cert: SigningCertOpt = None, cache_dir: CacheDirOpt = None, lock_timeout: LockTimeoutOpt = 600.0,
-    toolkit_version: ToolkitVersionOpt = None, toolkit_package: ToolkitPackageOpt = None,
-    set_as_default: SetAsDefaultOpt = False, k8s: K8sOpt = False, engine: EngineOpt = None,
-) -> None:
+@command(reach="rolling", pipeline=True)
+def plan(target: Target, request: Request, argv: list[str]) -> None:
     """Show what `install` would change, step by step, with exact commands and file diffs. Changes nothing."""
-    _run("plan", target, argv, dict(locals()))
+    _run("plan", target, request, argv)
 
 
-@command(reach="rolling")
-def install(
-    target: Target, argv: list[str], only: OnlyOpt = None, skip: SkipOpt = None, driver: DriverOpt = None,
-    dry_run: DryRunOpt = False, reboot: RebootOpt = False, reboot_timeout: RebootTimeoutOpt = 900.0,
-    cuda: CudaOpt = None, image: ImageOpt = None, driver_run: DriverRunOpt = None, sha256: Sha256Opt = None,
-    kernel_module: KernelModuleOpt = None, module_signing_key: SigningKeyOpt = None,
-    module_signing_cert: SigningCertOpt = None, cache_dir: CacheDirOpt = None, lock_timeout: LockTimeoutOpt = 600.0,
-    toolkit_version: ToolkitVersionOpt = None, toolkit_package: ToolkitPackageOpt = None,
-    set_as_default: SetAsDefaultOpt = False, k8s: K8sOpt = False, engine: EngineOpt = None,
-) -> None:
+@command(reach="rolling", pipeline=True, reboot=True)
+def install(target: Target, request: Request, argv: list[str], dry_run: DryRunOpt = False) -> None:
     """Apply the pipeline: each step is planned, applied, then planned again and must report `ok`."""
-    _run("plan" if dry_run else "install", target, [w for w in argv if w != "--dry-run"], dict(locals()))
+    _run("plan" if dry_run else "install", target, request, [w for w in argv if w != "--dry-run"])
 
 
 def next_step(mode: str, report: RunReport, target: Target, argv: list[str]) -> str | None:
@@ -88,19 +50,17 @@ def next_step(mode: str, report: RunReport, target: Target, argv: list[str]) -> 
     return None
 
 
-def _run(mode: str, target: Target, argv: list[str], a: dict[str, Any]) -> None:
-    """One implementation of plan and install, for one node or a fleet. Every option is checked first."""
+def _run(mode: str, target: Target, request: Request, argv: list[str]) -> None:
+    """One implementation of plan and install, for one node or a fleet. Every option was checked already."""
     with expected_errors(target.fixer()):
-        selected = _inputs.steps(a["only"], a["skip"])
-        quiet = target.json_output or target.fleet is not None
-        options = _inputs.pipeline_options(a, progress=not quiet)
         if target.fleet is not None:
-            _run_fleet(mode, target, target.fleet, selected, options)
+            _run_fleet(mode, target, target.fleet, request.steps, request.options)
         with target.open() as conn:
             if mode == "plan":
-                report = plan_pipeline(conn, selected, options)
+                report = plan_pipeline(conn, request.steps, request.options)
             else:
-                report = apply_pipeline(conn, selected, options, None if target.json_output else ConsoleReporter())
+                reporter = None if target.json_output else ConsoleReporter()
+                report = apply_pipeline(conn, request.steps, request.options, reporter)
     follow = next_step(mode, report, target, argv)
     if target.json_output:
         data = report.to_dict()
