@@ -241,6 +241,10 @@ def command(reach: str = "none", pipeline: bool = False,
                 func(**values, **extra)
             except BrokenPipeError:
                 broken_pipe()
+            except KeyboardInterrupt:
+                print_error("interrupted (Ctrl-C)", "run the same command again: every step starts from what it "
+                            "finds on the node")
+                raise typer.Exit(130) from None
 
         run.__signature__ = inspect.Signature(every)  # type: ignore[attr-defined]
         run.__annotations__ = {p.name: p.annotation for p in every}
