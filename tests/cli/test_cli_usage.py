@@ -122,3 +122,12 @@ def test_help_has_readable_metavars_and_says_user_at():
     assert "<bool>" not in result.output and "<list[str]>" not in result.output and "<float>" not in result.output
     assert "[USER@]HOST[:PORT]" in result.output and "user@host" in result.output
     assert "SECONDS" in result.output
+
+
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch):
+    def interrupted(spec):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(connection, "open_connection", interrupted)
+    result = runner.invoke(app, ["status", "--host", "n"])
+    assert result.exit_code == 130 and "interrupted (Ctrl-C)" in result.output and "Traceback" not in result.output
