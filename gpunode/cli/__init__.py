@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from gpunode import __version__
+from gpunode.cli._params import HelpOpt
 from gpunode.cli.compat import compat
 from gpunode.cli.doctor import doctor
 from gpunode.cli.explain import explain
@@ -32,8 +33,9 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
-@app.callback()
+@app.callback(add_help_option=False)
 def _main(
+    help_: HelpOpt = False,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, metavar="",
                                           help="Print the version and exit.")] = False,
 ) -> None:

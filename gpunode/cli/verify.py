@@ -78,8 +78,9 @@ def verify(
     target: Target, image: ImageOpt = None, engine: EngineOpt = None, cuda_test: CudaTestOpt = False,
     cuda_image: CudaImageOpt = None, timeout: TimeoutOpt = DEFAULT_TIMEOUT,
 ) -> None:
-    """Run nvidia-smi in a container with each configured engine (docker, containerd, podman) and compare the
-    GPUs it sees with the host's. Exit 0 all pass, 1 any failure, 2 usage or connection error."""
+    """Run nvidia-smi in a container per engine (docker, containerd, podman); compare its GPUs with the host's.
+
+    Exit 0 all pass, 1 any failure, 2 usage or connection error."""
     with expected_errors():
         engines = _inputs.verify_options(timeout, engine, ENGINES)
     name = target.host or "local"
