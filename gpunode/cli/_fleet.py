@@ -16,7 +16,7 @@ from gpunode.cli._target import Target, rewrite_fixes
 from gpunode.fleet import Event, HostResult, run_fleet
 from gpunode.inventory import InventoryHost
 from gpunode.runner import SCHEMA_VERSION
-from gpunode.ui import STATUS_STYLE, clean, err, node_text, out, print_json
+from gpunode.ui import STATUS_STYLE, clean, err, labelled, node_text, out, print_json
 
 RESULT_STYLE = {**STATUS_STYLE, "unreachable": "bold red", "skipped": "dim", "planned": "yellow"}
 
@@ -137,4 +137,10 @@ def print_summary(mode: str, results: Sequence[HostResult], log_dir: Path, targe
         table.add_row(node_text(r.host), Text(r.status, style=RESULT_STYLE.get(r.status, "")), *middle,
                       node_text(r.error or ""), node_text(r.log or ""))
     out.print(table)
+    for r in results:  # what to do about each blocked or failed step, runnable for its node
+        for o in r.report.outcomes if r.report is not None else []:
+            if o.result in ("blocked", "failed") and o.plan.fix:
+                out.print(Text.assemble((f"{clean(r.host)} {o.step}: ", "bold red"), clean(o.error or o.plan.reason)))
+                out.print(labelled("fix:", node_text(target.fixer(by_name.get(r.host))(o.plan.fix), "bold green"),
+                                   indent=2))
     out.print(Text("summary: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())), style="bold"))

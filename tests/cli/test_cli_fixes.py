@@ -115,3 +115,23 @@ def test_node_values_survive_a_shell_round_trip(value):
     assert fix is not None
     words = shlex.split(fix)
     assert words[words.index("--host") + 1] == value and words[words.index("--identity") + 1] == value
+
+
+def test_fleet_plan_lists_each_blocked_step_with_a_fix_for_its_node(monkeypatch, tmp_path):
+    from gpunode.connection.fake import FakeSystem
+
+    def open_connection(spec):
+        node = FakeNode(tools={"update-initramfs", "modprobe", "systemctl", "docker", "dockerd", "apt-get", "dpkg"})
+        node.add_gpu(0x1EB8)
+        FakeSystem(node).unit("docker").attach()
+        return FakeConnection(node, name=spec.host)
+
+    monkeypatch.setattr(connection, "open_connection", open_connection)
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("[gpu]\ngpu-a ansible_host=10.0.0.1 ansible_user=ubuntu\ngpu-b\n")
+    result = runner.invoke(app, ["plan", "-I", str(inventory), "--only", "runtime", "--log-dir", str(tmp_path / "l")])
+    assert result.exit_code == 1, result.output
+    out = flat(result.stdout)
+    for name in ("gpu-a", "gpu-b"):
+        assert (f"fix: run the toolkit step first: gpunode install --inventory {inventory} --limit {name} "
+                "--only toolkit") in out
