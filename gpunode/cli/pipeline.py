@@ -12,13 +12,14 @@ import typer
 from gpunode.cli._fleet import fleet_exit_code, print_summary, run_with_view
 from gpunode.cli._inputs import Request
 from gpunode.cli._params import DryRunOpt, command, expected_errors
+from gpunode.cli._pipeline_view import ConsoleReporter, render_install, render_plan
 from gpunode.cli._target import Target, rewrite_fixes
 from gpunode.fleet import HostResult, LoggedConnection, QueueReporter, result_from_report
 from gpunode.inventory import InventoryHost
 from gpunode.options import Options
 from gpunode.runner import RunReport, apply_pipeline, plan_pipeline
 from gpunode.steps.base import Step
-from gpunode.ui import ConsoleReporter, print_json, render_install, render_plan
+from gpunode.ui import print_json
 
 
 @command(reach="rolling", pipeline=True)

@@ -13,10 +13,11 @@ from typer.testing import CliRunner
 from gpunode import connection
 from gpunode import runner as runner_module
 from gpunode.cli import app
+from gpunode.cli._pipeline_view import render_plan
 from gpunode.connection.fake import FakeConnection, FakeNode
 from gpunode.plan import Action, Status, StepPlan
 from gpunode.runner import RunReport, StepOutcome
-from gpunode.ui import SafeConsole, render_plan
+from gpunode.ui import SafeConsole
 from tests.cli.conftest import flat
 
 runner = CliRunner()

@@ -17,6 +17,7 @@ from gpunode import connection
 from gpunode import verify as vf
 from gpunode.cli import app
 from gpunode.cli._fleet import FleetView
+from gpunode.cli._pipeline_view import ConsoleReporter, render_install, render_plan
 from gpunode.cli.doctor import render_checks
 from gpunode.cli.verify import render_report
 from gpunode.connection.fake import FakeConnection, FakeNode
@@ -27,7 +28,7 @@ from gpunode.inventory import InventoryHost
 from gpunode.journal import JOURNAL_PATH
 from gpunode.plan import RunCommand, Status, StepPlan, WriteFile
 from gpunode.runner import RunReport, StepOutcome
-from gpunode.ui import ConsoleReporter, SafeConsole, clean, print_error, render_install, render_plan
+from gpunode.ui import SafeConsole, clean, print_error
 
 runner = CliRunner()
 
