@@ -837,9 +837,15 @@ class Check:
     notes: tuple[str, ...] = field(default=())
     fix: str | None = None  # a fix that is not a driver change (e.g. "use CUDA 12.x for Volta")
     via: str | None = None  # how an ok target is met: native | minor-version compatibility | forward compatibility
+    conditional: bool = False  # ok only under a condition the reason states (a GPU brand, an unchecked image)
+
+    @property
+    def status(self) -> str:
+        """ok | conditional (works only if what the reason says holds) | blocked."""
+        return "blocked" if not self.ok else "conditional" if self.conditional else "ok"
 
     def to_dict(self) -> dict[str, object]:
-        return {"target": self.target, "status": "ok" if self.ok else "blocked", "reason": self.reason,
+        return {"target": self.target, "status": self.status, "reason": self.reason,
                 "min_driver": str(self.min_driver) if self.min_driver else None, "max_branch": self.max_branch,
                 "notes": list(self.notes), "fix": self.fix, "via": self.via}
 
@@ -907,7 +913,7 @@ def check_image(driver: Version, image: str | ImageRef, segments: Sequence[str |
     target = f"image {name}"
     if need.requirement is None:
         return Check(target, True, f"{name} is not an nvidia/cuda image: its NVIDIA_REQUIRE_CUDA was not checked",
-                     notes=(UNREADABLE_IMAGE,))
+                     notes=(UNREADABLE_IMAGE,), conditional=True)
     cuda_min = need.requirement.cuda_minimum
     fix_min = need.native_min
     native = native_phrase(driver, t)
@@ -938,7 +944,7 @@ def check_image(driver: Version, image: str | ImageRef, segments: Sequence[str |
         return Check(target, True,
                      f"{native}; {name} requires cuda>={cuda_min}: accepted only on GPUs whose brand its "
                      f"forward-compatibility clauses list ({branches})", fix_min, via="forward compatibility",
-                     notes=("check the GPU's brand with nvidia-smi -q (Product Brand); newer images do not list "
+                     conditional=True, notes=("check the GPU's brand with nvidia-smi -q (Product Brand); newer images do not list "
                             "GeForce", fc_note))
     ways = next(w for _, _, w, natively in results if not natively)
     return Check(target, True,

@@ -81,19 +81,72 @@ def lookup_id(device: int | str, gpus: Iterable[Gpu] | None = None) -> Gpu | Non
     return next((g for g in (gpus if gpus is not None else all_gpus()) if g.device_id == device_id), None)
 
 
+_VENDOR_WORDS = ("nvidia", "tesla", "geforce", "quadro")
+
+
 def _norm(text: str) -> str:
     text = text.lower()
-    for word in ("nvidia", "tesla", "geforce", "quadro"):
+    for word in _VENDOR_WORDS:
         text = re.sub(rf"\b{word}\b", " ", text)
     return re.sub(r"[^a-z0-9]", "", text)
 
 
+# Words in a product name that describe a variant, not the model: memory size, memory type, form factor.
+# nvidia-smi writes them in its own order ("NVIDIA H100 80GB HBM3", "NVIDIA A100 80GB PCIe").
+_DESCRIPTORS = (
+    ("memory", re.compile(r"^\d+(?:g|gb|gib)$")),
+    ("memory type", re.compile(r"^(?:hbm\d*e?|gddr\d+x?)$")),
+    ("form factor", re.compile(r"^(?:pcie|sxm\d*|nvl|oam|mezzanine)$")),
+)
+
+
+def _parts(text: str) -> tuple[str, dict[str, set[str]]]:
+    """A product name -> (model key, descriptors by kind). 'NVIDIA H100 80GB HBM3' -> ('h100', {memory: {80gb},
+    memory type: {hbm3}}). Vendor words are dropped; sizes like 80G and 80GB compare equal; SXM5 is an SXM."""
+    core: list[str] = []
+    found: dict[str, set[str]] = {}
+    for token in re.split(r"[^a-z0-9]+", text.lower()):
+        if not token or token in _VENDOR_WORDS:
+            continue
+        kind = next((k for k, pattern in _DESCRIPTORS if pattern.match(token)), None)
+        if kind is None:
+            core.append(token)
+        else:
+            value = re.sub(r"(?:gb|gib)$", "g", token) if kind == "memory" else token
+            found.setdefault(kind, set()).add("sxm" if value.startswith("sxm") else value)
+    return "".join(core), found
+
+
+def _by_variant(key: str, wanted: dict[str, set[str]], pool: tuple[Gpu, ...]) -> list[Gpu]:
+    """GPUs of the model `key`, best variant first: those whose descriptors agree most with the query's and
+    contradict none of them. A query variant the table lacks (another memory size) still names the model."""
+    scored: list[tuple[int, Gpu]] = []
+    for g in pool:
+        labels = [_parts(n) for n in (g.name, *g.aliases)]
+        if not any(core == key for core, _ in labels):
+            continue
+        have: dict[str, set[str]] = {}
+        for _, found in [*labels, _parts(g.pci_ids_name.partition("[")[2])]:
+            for kind, values in found.items():
+                have.setdefault(kind, set()).update(values)
+        agree = sum(1 for kind in wanted if wanted[kind] & have.get(kind, set()))
+        conflicts = sum(1 for kind in wanted if kind in have and not wanted[kind] & have[kind])
+        scored.append((agree - 100 * conflicts, g))
+    if not scored:
+        return []
+    best = max(score for score, _ in scored)
+    return [g for score, g in scored if score == best]
+
+
 def find(query: str, gpus: Iterable[Gpu] | None = None) -> list[Gpu]:
-    """GPUs matching a name ("H100", "rtx 4090", "Tesla T4") or a PCI id ("10de:2330", "2330").
+    """GPUs matching a name ("H100", "rtx 4090", "Tesla T4", "NVIDIA H100 80GB HBM3") or a PCI id
+    ("10de:2330", "2330").
 
     Name matching is case-insensitive and ignores spaces, dashes and the words NVIDIA/Tesla/GeForce/Quadro;
-    a name matches a GPU's name or one of its aliases exactly ("A10" is not "A100"). No match is a UsageError
-    that lists close names."""
+    a name matches a GPU's name or one of its aliases exactly ("A10" is not "A100"). Failing that, the name is
+    read as nvidia-smi and lspci print it: the model plus variant words (memory size, memory type, form
+    factor) in any order; the variant that agrees best is returned. No match is a UsageError that lists close
+    names."""
     pool = tuple(gpus if gpus is not None else all_gpus())
     text = (query or "").strip()
     if not text:
@@ -111,6 +164,10 @@ def find(query: str, gpus: Iterable[Gpu] | None = None) -> list[Gpu]:
                              fix="`lspci -nn -d 10de:` shows the GPU's name; try --gpu with that name")
     key = _norm(text)
     found = [g for g in pool if key in {_norm(g.name), *(_norm(a) for a in g.aliases)}]
+    if found:
+        return found
+    model, wanted = _parts(text)
+    found = _by_variant(model, wanted, pool) if model else []
     if found:
         return found
     names = sorted({n for g in pool for n in (g.name, *g.aliases)})

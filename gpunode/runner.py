@@ -33,6 +33,8 @@ from gpunode.steps import NOT_BUILT
 from gpunode.steps.base import Step
 
 SCHEMA_VERSION = 1
+# every StepOutcome.result, in the order summaries list them
+RESULTS = ("ok", "changed", "planned", "reboot-pending", "blocked", "unknown", "failed", "not-run")
 
 
 class Reporter(Protocol):
@@ -81,18 +83,37 @@ class RunReport:
     @property
     def exit_code(self) -> int:
         """0 done (or plan computed), 1 failed or blocked, 3 a reboot is needed before going on."""
-        if self.error or any(o.result in ("failed", "blocked") for o in self.outcomes):
+        state = self.state
+        if state in ("failed", "blocked"):
             return 1
-        if self.mode == "install" and any(o.result == "reboot-pending" for o in self.outcomes):
-            return 3
-        return 0
+        return 3 if state == "reboot-pending" and self.mode == "install" else 0
+
+    @property
+    def state(self) -> str:
+        """Where the node stands after this run. install: ready | reboot-pending | blocked | failed;
+        plan: ready (nothing to change) | changes-pending | blocked (a step cannot run as things are)."""
+        results = {o.result for o in self.outcomes}
+        if self.error or "failed" in results:
+            return "failed"
+        if "blocked" in results:
+            return "blocked"
+        if self.mode == "plan":
+            return "changes-pending" if results - {"ok"} else "ready"
+        if "reboot-pending" in results:
+            return "reboot-pending"
+        return "ready"
+
+    @property
+    def ready(self) -> bool:
+        """Every step done and an NVIDIA driver loaded: the node can run GPU containers."""
+        return self.state == "ready" and (self.facts is None or self.facts.loaded_driver is not None)
 
     @property
     def as_root(self) -> bool:
         return self.facts is not None and self.facts.uid == 0
 
     def to_dict(self) -> dict[str, object]:
-        counts = {s.value: sum(1 for o in self.outcomes if o.plan.status is s) for s in Status}
+        counts = {r: sum(1 for o in self.outcomes if o.result == r) for r in RESULTS}
         steps = [o.to_dict() for o in self.outcomes]
         for outcome, step in zip(self.outcomes, steps, strict=True):
             for action, shown in zip(outcome.plan.actions, step["actions"], strict=True):  # type: ignore[call-overload]
@@ -105,7 +126,8 @@ class RunReport:
             "node": self.node,
             "steps": steps,
             "not_built": list(NOT_BUILT),
-            "summary": {**counts, "changes_pending": counts["change"] > 0, "reboot_required": self.reboot_pending,
+            "summary": {"steps": counts, "state": self.state, "ready": self.ready,
+                        "changes_pending": self.state != "ready", "reboot_required": self.reboot_pending,
                         "reboots": self.reboots},
             "error": self.error,
         }

@@ -1,34 +1,134 @@
 """Everything a human sees. Results go to stdout (`out`), progress and errors to stderr (`err`).
-Only the main thread calls into this module."""
+Only the main thread calls into this module.
+
+Node text is untrusted: os-release, logs, journal lines and command output may hold escape sequences or
+`[brackets]`. Both consoles therefore never parse markup (styles come from `Text` objects only), and every
+character written passes through `clean()`: control characters other than newline are shown as `\\xNN`, so
+nothing a node sends can move the cursor, retitle the terminal or hide text. On a pipe nothing is wrapped.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import sys
+import unicodedata
+from collections.abc import Callable, Iterable
+from typing import IO
 
-from rich.console import Console
-from rich.padding import Padding
-from rich.syntax import Syntax
+from rich.console import Console, ConsoleDimensions
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
 from gpunode.facts import Facts
-from gpunode.plan import Action, StepPlan
-from gpunode.runner import RunReport
-from gpunode.steps import NOT_BUILT
-from gpunode.steps.base import Step
 
-_width = int(os.environ["GPUNODE_WIDTH"]) if os.environ.get("GPUNODE_WIDTH", "").isdigit() else None
-out = Console(highlight=False, width=_width)
-err = Console(stderr=True, highlight=False, width=_width)
+BROKEN_PIPE_EXIT = 141  # what a shell reports for a program stopped by SIGPIPE (`gpunode doctor | head`)
+NO_WRAP_WIDTH = 4000  # the width of a pipe or file: long lines, URLs and commands are never wrapped
 
 STATUS_STYLE = {"ok": "green", "change": "yellow", "planned": "yellow", "changed": "cyan", "blocked": "red",
                 "failed": "bold red", "unknown": "magenta", "reboot-pending": "yellow", "not-run": "dim"}
 
+# Bidirectional overrides and isolates reorder what the reader sees; they are shown escaped like controls.
+_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f")
+
+
+def _escape_char(ch: str) -> str:
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def _unsafe(ch: str) -> bool:
+    return ch != "\n" and (unicodedata.category(ch) in ("Cc", "Cs") or ch in _BIDI)
+
+
+def clean(text: object) -> str:
+    """Node-provided text made safe for a terminal: CRLF becomes a newline, a tab four spaces, and every
+    other control character (ESC, BEL, CR, C1 codes, bidi overrides, lone surrogates) a visible \\xNN."""
+    value = str(text).replace("\r\n", "\n").replace("\t", "    ")
+    if not any(_unsafe(ch) for ch in value):
+        return value
+    return "".join(_escape_char(ch) if _unsafe(ch) else ch for ch in value)
+
+
+def node_text(text: object, style: str = "") -> Text:
+    """A Text of untrusted text: cleaned, never parsed as markup."""
+    return Text(clean(text), style=style)
+
+
+class SafeConsole(Console):
+    """A rich Console for gpunode: no markup, no highlighting, every character cleaned on its way out, no
+    wrapping on a pipe, and a reader that goes away (`| head`) ends the program quietly."""
+
+    def __init__(self, *, stderr: bool = False, file: IO[str] | None = None, force_terminal: bool | None = None,
+                 width: int | None = None) -> None:
+        fixed = os.environ.get("GPUNODE_WIDTH", "")
+        super().__init__(stderr=stderr, file=file, force_terminal=force_terminal, highlight=False, markup=False,
+                         emoji=False, width=width or (int(fixed) if fixed.isdigit() else None))
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = super().size
+        if self._width is None and not self.is_terminal:
+            return ConsoleDimensions(NO_WRAP_WIDTH, size.height)
+        return size
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self._width, self._height = new_size
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        safe = (segment if segment.control else Segment(clean(segment.text), segment.style)
+                for segment in buffer)
+        rendered = super()._render_buffer(safe)
+        return rendered if self.is_terminal else re.sub(r"[ \t]+\n", "\n", rendered)
+
+    def on_broken_pipe(self) -> None:
+        broken_pipe()
+
+
+def broken_pipe() -> None:
+    """The reader of stdout went away: stop quietly, without the 'Exception ignored' noise at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    raise SystemExit(BROKEN_PIPE_EXIT)
+
+
+out = SafeConsole()
+err = SafeConsole(stderr=True)
+
 
 def print_json(data: object) -> None:
-    """Machine output: plain JSON on stdout, never styled or wrapped."""
-    print(json.dumps(data, indent=2, sort_keys=False))
+    """Machine output: plain JSON on stdout, never styled or wrapped (json escapes control characters)."""
+    try:
+        print(json.dumps(data, indent=2, sort_keys=False), flush=True)
+    except BrokenPipeError:
+        broken_pipe()
+
+
+Fixer = Callable[[str], str]
+
+
+def labelled(label: str, text: str | Text, style: str = "bold", indent: int = 0) -> Table:
+    """`label text` where the text's continuation lines stay under its first line, not under the label."""
+    grid = Table.grid(padding=(0, 1, 0, 0))
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    body = text if isinstance(text, Text) else node_text(text, style)
+    grid.add_row(Text(" " * indent + label, style="bold"), body)
+    return grid
+
+
+def print_error(message: str, fix: str | None = None, console: Console | None = None) -> None:
+    """`error: ...` and `fix: ...` on stderr."""
+    console = console or err
+    console.print(labelled("error:", node_text(message)))
+    if fix:
+        console.print(labelled("fix:", node_text(fix, "bold green"), indent=2))
 
 
 def describe_node(host: str, facts: Facts) -> str:
@@ -41,79 +141,4 @@ def describe_node(host: str, facts: Facts) -> str:
         gpu_text += f", {len(facts.nvswitches)} NVSwitch"
     driver = f"driver {facts.loaded_driver.version} loaded" if facts.loaded_driver else "no NVIDIA driver loaded"
     sb = {True: "Secure Boot on", False: "Secure Boot off", None: "Secure Boot unknown"}[facts.secure_boot.enabled]
-    return f"{host}: {facts.os}, kernel {facts.kernel} {facts.arch}; {gpu_text}; {driver}; {sb}"
-
-
-def _action_lines(action: Action, as_root: bool) -> list[object]:
-    parts: list[object] = [Text.assemble("  • ", (action.summary, "bold"))]
-    for command in action.shown_commands(as_root):
-        parts.append(Text("      $ " + command, style="dim"))
-    diff_of = getattr(action, "diff", None)  # file writes, and actions that predict a tool's edit
-    if callable(diff_of):
-        diff = diff_of()
-        if diff:
-            parts.append(Padding(Syntax(diff, "diff", theme="ansi_dark", background_color="default"), (0, 0, 0, 6)))
-    return parts
-
-
-def render_plan(report: RunReport, console: Console | None = None) -> None:
-    console = console or out
-    if report.facts is not None and report.mode == "plan":
-        console.print(Text(describe_node(report.host, report.facts), style="bold"))
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    table.add_column("#", justify="right")
-    table.add_column("step")
-    table.add_column("status")
-    table.add_column("reason", overflow="fold")
-    for index, outcome in enumerate(report.outcomes, 1):
-        shown = outcome.result if report.mode == "install" else outcome.plan.status.value
-        table.add_row(str(index), outcome.step, Text(shown, style=STATUS_STYLE.get(shown, "")),
-                      Text(outcome.error or outcome.plan.reason))
-    console.print(table)
-    for outcome in report.outcomes:
-        plan = outcome.plan
-        if not plan.actions and not plan.fix and not plan.notes:
-            continue
-        console.print(Text(f"\n{outcome.step}:", style="bold"))
-        for action in plan.actions:
-            for part in _action_lines(action, report.as_root):
-                console.print(part)
-        if plan.fix:
-            console.print(Text.assemble("  fix: ", (plan.fix, "bold")))
-        for note in plan.notes:
-            console.print(Text("  note: " + note, style="dim"))
-        for backup in outcome.backups:
-            console.print(Text("  " + backup, style="dim"))
-    summary = report.to_dict()["summary"]
-    assert isinstance(summary, dict)
-    bits = [f"{summary[k]} {k}" for k in ("ok", "change", "blocked", "unknown") if summary[k]]
-    line = "summary: " + (", ".join(bits) or "no steps selected")
-    if report.reboot_pending:
-        line += "; a reboot is required"
-    console.print(Text("\n" + line, style="bold"))
-    if NOT_BUILT:
-        console.print(Text("not built yet: " + ", ".join(NOT_BUILT), style="dim"))
-
-
-class ConsoleReporter:
-    """Progress for humans on stderr."""
-
-    def __init__(self, console: Console | None = None) -> None:
-        self.console = console or err
-
-    def node(self, host: str, facts: Facts) -> None:
-        self.console.print(Text(describe_node(host, facts), style="bold"))
-
-    def planned(self, host: str, step: Step, plan: StepPlan) -> None:
-        style = STATUS_STYLE.get(plan.status.value, "")
-        self.console.print(Text.assemble(f"[{step.name}] ", (plan.status.value, style), f" {plan.reason}"))
-
-    def action(self, host: str, step: Step, action: Action, state: str, detail: str = "") -> None:
-        marks = {"start": "→", "done": "✓", "failed": "✗"}
-        text = Text(f"  {marks.get(state, '·')} {action.summary}")
-        if detail:
-            text.append(f" ({detail})", style="dim")
-        self.console.print(text)
-
-    def message(self, host: str, text: str) -> None:
-        self.console.print(Text(f"  {text}", style="yellow"))
+    return clean(f"{host}: {facts.os}, kernel {facts.kernel} {facts.arch}; {gpu_text}; {driver}; {sb}")

@@ -462,3 +462,20 @@ def test_missing_table_is_a_clear_error(data_copy):
     with pytest.raises(compat.DataError) as exc:
         compat.load_tables(data_copy)
     assert "data/driver_branches.csv cannot be read" in exc.value.message
+
+
+@pytest.mark.parametrize("segments, status", [
+    ([], "conditional"),  # GPU unknown: the image's brand clauses decide
+    (["datacenter"], "ok"),  # a data-center GPU meets the forward-compatibility clause
+    (["geforce"], "blocked"),
+])
+def test_a_brand_dependent_image_is_conditional_not_ok(segments, status):
+    check = compat.check_image(Ver("535.129.03"), "nvidia/cuda:12.4.1-base-ubuntu22.04", segments)
+    assert check.status == status and check.to_dict()["status"] == status
+    if status == "conditional":
+        assert check.ok and "only on GPUs whose brand" in check.reason
+
+
+def test_an_unchecked_image_is_conditional():
+    check = compat.check_image(Ver("535.129.03"), "ubuntu:22.04")
+    assert check.status == "conditional" and "was not checked" in check.reason

@@ -137,3 +137,25 @@ def test_id_ranges_agree_with_the_table():
 def test_module_flavour_rejects_garbage():
     with pytest.raises(ValueError):
         gpus.module_flavour(["H100"], None)
+
+
+@pytest.mark.parametrize("name, expected", [
+    # as nvidia-smi --query-gpu=name prints them: vendor prefix, memory size and type, form factor, any order
+    ("NVIDIA H100 80GB HBM3", ["H100 SXM5 80GB"]),
+    ("NVIDIA A100-SXM4-40GB", ["A100 SXM4 40GB"]),
+    ("NVIDIA A100 80GB PCIe", ["A100 PCIe 80GB"]),
+    ("NVIDIA GeForce RTX 4090", ["GeForce RTX 4090"]),
+    ("NVIDIA H100 NVL", ["H100 NVL"]),
+    ("NVIDIA GH200 480GB", ["GH200 120GB / 480GB"]),
+    ("Tesla V100-PCIE-32GB", ["Tesla V100 PCIe 32GB"]),
+    # a variant the table lacks (another memory size) still names the model; the agreeing form factor wins
+    ("NVIDIA A100 96GB PCIe", ["A100 PCIe 40GB", "A100 PCIe 80GB"]),
+])
+def test_find_reads_nvidia_smi_names(name, expected):
+    assert [g.name for g in gpus.find(name)] == expected
+
+
+def test_variant_words_never_turn_one_model_into_another():
+    with pytest.raises(UsageError, match="unknown GPU"):
+        gpus.find("NVIDIA A1000 80GB PCIe")  # not an A100, not an A10
+    assert {g.name for g in gpus.find("A10 24GB")} == {"A10"}

@@ -61,13 +61,10 @@ def local_driver_run(text: str) -> tuple[Path, tuple[str, str] | None]:
 def request(driver: str | None, driver_run: str | None, sha256: str | None, kernel_module: str | None,
             signing_key: str | None, signing_cert: str | None, cache_dir: str | None,
             env: dict[str, str] | None = None) -> dict[str, object]:
+    """Validated option values (gpunode/cli/_inputs.py checks them first) -> Options fields: the local
+    --driver-run read for its version, the cache listed, the mirror taken from the environment."""
     env = dict(os.environ) if env is None else env
     sha = check_sha256_option(sha256)
-    if kernel_module is not None and kernel_module.lower() not in ("open", "proprietary"):
-        raise UsageError(f"--kernel-module {kernel_module!r}", fix="use --kernel-module open or proprietary")
-    if bool(signing_key) != bool(signing_cert):
-        raise UsageError("--module-signing-key and --module-signing-cert go together",
-                         fix="pass both: the private key and its certificate, as paths on the node")
     mirror = check_mirror(env.get(MIRROR_ENV))
     root = default_cache_root(cache_dir, env)
     version = driver

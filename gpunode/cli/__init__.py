@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from gpunode import __version__
+from gpunode.cli._params import HelpOpt
 from gpunode.cli.compat import compat
 from gpunode.cli.doctor import doctor
 from gpunode.cli.explain import explain
@@ -14,6 +15,7 @@ from gpunode.cli.facts import facts
 from gpunode.cli.pipeline import install, plan
 from gpunode.cli.status import status
 from gpunode.cli.verify import verify
+from gpunode.ui import broken_pipe
 
 app = typer.Typer(
     name="gpunode",
@@ -31,23 +33,29 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
-@app.callback()
+@app.callback(add_help_option=False)
 def _main(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+    help_: HelpOpt = False,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, metavar="",
                                           help="Print the version and exit.")] = False,
 ) -> None:
     """gpunode: plan, install, doctor, verify, compat."""
 
 
-app.command()(plan)
-app.command()(install)
-app.command()(doctor)
-app.command()(verify)
-app.command()(compat)
-app.command()(status)
-app.command()(explain)
-app.command()(facts)
+app.command(add_help_option=False)(plan)
+app.command(add_help_option=False)(install)
+app.command(add_help_option=False)(doctor)
+app.command(add_help_option=False)(verify)
+app.command(add_help_option=False)(compat)
+app.command(add_help_option=False)(status)
+app.command(add_help_option=False)(explain)
+app.command(add_help_option=False)(facts)
 
 
 def main() -> None:
-    app()
+    """The `gpunode` entry point. Expected errors are handled inside each command (gpunode/cli/_params.py);
+    a reader that closes the pipe early ends the program quietly with 141, like any Unix filter."""
+    try:
+        app()
+    except BrokenPipeError:
+        broken_pipe()

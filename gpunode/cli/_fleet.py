@@ -12,10 +12,11 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from gpunode.fleet import Event, HostResult, parse_percent, run_fleet
+from gpunode.cli._target import Target, rewrite_fixes
+from gpunode.fleet import Event, HostResult, run_fleet
 from gpunode.inventory import InventoryHost
 from gpunode.runner import SCHEMA_VERSION
-from gpunode.ui import STATUS_STYLE, err, out, print_json
+from gpunode.ui import STATUS_STYLE, clean, err, labelled, node_text, out, print_json
 
 RESULT_STYLE = {**STATUS_STYLE, "unreachable": "bold red", "skipped": "dim", "planned": "yellow"}
 
@@ -68,25 +69,24 @@ class FleetView:
         elif kind == "done":
             result: HostResult = payload
             self.status[host] = Text(result.status, style=RESULT_STYLE.get(result.status, ""))
-            line = f"{host}: {result.status}" + (f" ({result.error})" if result.error else "")
+            line = f"{host}: {result.status}" + (f" ({clean(result.error)})" if result.error else "")
         if self.live is not None:
             self.live.update(self._table())
         elif line is not None:
-            err.print(Text(line), soft_wrap=True)
+            err.print(node_text(line), soft_wrap=True)
 
 
 def default_log_dir(explicit: str | None) -> Path:
     return Path(explicit) if explicit else Path("gpunode-logs") / time.strftime("%Y%m%dT%H%M%S")
 
 
-def run_with_view(hosts: list[InventoryHost], columns: Sequence[str],
-                  work: Callable[..., HostResult], parallel: int, batch: str | None, max_fail: str | None,
-                  log_dir: str | None) -> tuple[list[HostResult], Path]:
-    directory = default_log_dir(log_dir)
-    threshold = parse_percent(max_fail, "--max-fail")
+def run_with_view(hosts: list[InventoryHost], columns: Sequence[str], work: Callable[..., HostResult],
+                  target: Target) -> tuple[list[HostResult], Path]:
+    """Every option was checked before this (gpunode/cli/_inputs.py): the log directory is created only now."""
+    directory = default_log_dir(target.log_dir)
     with FleetView(hosts, columns) as view:
-        results = run_fleet(hosts, work, parallel=parallel, batch=batch, max_fail=threshold, log_dir=directory,
-                            on_event=view.update)
+        results = run_fleet(hosts, work, parallel=target.parallel, batch=target.batch, max_fail=target.max_fail,
+                            log_dir=directory, on_event=view.update)
     return results, directory
 
 
@@ -98,14 +98,16 @@ def fleet_exit_code(results: Sequence[HostResult]) -> int:
     return 0
 
 
-def print_summary(mode: str, results: Sequence[HostResult], log_dir: Path, json_output: bool,
-                  extra: Callable[[HostResult], dict[str, Any]] | None = None) -> None:
+def print_summary(mode: str, results: Sequence[HostResult], log_dir: Path, target: Target,
+                  hosts: Sequence[InventoryHost], extra: Callable[[HostResult], dict[str, Any]] | None = None) -> None:
     counts: dict[str, int] = {}
     for r in results:
         counts[r.status] = counts.get(r.status, 0) + 1
-    if json_output:
+    by_name = {h.name: h for h in hosts}
+    if target.json_output:
         print_json({"schema_version": SCHEMA_VERSION, "mode": mode, "log_dir": str(log_dir),
-                    "hosts": [{**r.to_dict(), **(extra(r) if extra else {})} for r in results],
+                    "hosts": [rewrite_fixes({**r.to_dict(), **(extra(r) if extra else {})},
+                                            target.fixer(by_name.get(r.host))) for r in results],
                     "summary": {"hosts": len(results), **counts,
                                 "reboot_pending": sum(1 for r in results if r.reboot_pending)},
                     "exit_code": fleet_exit_code(results)})
@@ -123,13 +125,22 @@ def print_summary(mode: str, results: Sequence[HostResult], log_dir: Path, json_
                 o = outcome.get(step)
                 shown = (o.result if mode == "install" else o.plan.status.value) if o is not None else "-"
                 cells.append(Text(shown, style=RESULT_STYLE.get(shown, "dim")))
-            grid.add_row(r.host, *cells)
+            grid.add_row(node_text(r.host), *cells)
         out.print(grid)
+    pipeline = mode in ("plan", "install")
+    columns = ["host", "status", *(["steps changed", "reboot pending"] if pipeline else []), "error", "log"]
     table = Table(box=None, header_style="bold", pad_edge=False, title=f"gpunode {mode}: {len(results)} nodes")
-    for column in ("host", "status", "steps changed", "reboot pending", "error", "log"):
+    for column in columns:
         table.add_column(column, overflow="fold")
     for r in results:
-        table.add_row(r.host, Text(r.status, style=RESULT_STYLE.get(r.status, "")), str(r.steps_changed),
-                      "yes" if r.reboot_pending else "", Text(r.error or ""), r.log or "")
+        middle = [str(r.steps_changed), "yes" if r.reboot_pending else ""] if pipeline else []
+        table.add_row(node_text(r.host), Text(r.status, style=RESULT_STYLE.get(r.status, "")), *middle,
+                      node_text(r.error or ""), node_text(r.log or ""))
     out.print(table)
+    for r in results:  # what to do about each blocked or failed step, runnable for its node
+        for o in r.report.outcomes if r.report is not None else []:
+            if o.result in ("blocked", "failed") and o.plan.fix:
+                out.print(Text.assemble((f"{clean(r.host)} {o.step}: ", "bold red"), clean(o.error or o.plan.reason)))
+                out.print(labelled("fix:", node_text(target.fixer(by_name.get(r.host))(o.plan.fix), "bold green"),
+                                   indent=2))
     out.print(Text("summary: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())), style="bold"))

@@ -6,7 +6,8 @@
     gpunode compat --gpu H100               architecture, driver branches, CUDA majors, kernel-module flavour
 
 Options combine: with --driver and any of --cuda/--image/--gpu, `checks` says whether that driver fits them.
-Exit codes: 0 answered (and every check ok), 1 a check is blocked, 2 bad input (a version, image or GPU name).
+Exit codes: 0 answered (every check ok or conditional), 1 a check is blocked, 2 bad input (a version, image or
+GPU name). A conditional check is shown in yellow with the condition in its reason.
 
 JSON shape (`--json`); a section is null when its option was not given:
 
@@ -47,18 +48,19 @@ JSON shape (`--json`); a section is null when its option was not given:
                            "supported_branches": [{"branch", "type", "end_of_life", "status", "latest_known"}],
                            "kernel_module": {"open_module": "supported", "flavour": "open", "reason": str}}]
       },
-      "checks": [{"target": str, "status": "ok"|"blocked", "reason": str,
+      "checks": [{"target": str, "status": "ok"|"conditional"|"blocked", "reason": str,   # conditional: ok only
+                                                                  # if what the reason says holds (a GPU brand)
                   "via": "native"|"minor-version compatibility"|"forward compatibility"|null,
                   "min_driver": str|null, "max_branch": int|null,   # the driver range this target accepts
                   "fix": str|null, "notes": [str]}],                # fix: a non-driver fix (e.g. an older CUDA)
-      "status": "ok"|"blocked", "fix": str|null
+      "status": "ok"|"conditional"|"blocked", "fix": str|null
     }
 """
 
 from __future__ import annotations
 
 from datetime import date
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -66,30 +68,12 @@ from rich.text import Text
 
 from gpunode import compat as cm
 from gpunode import gpus as gpu_table
-from gpunode.cli._common import DriverOpt, JsonOpt, expected_errors
+from gpunode.cli._params import CudaOpt, DriverOpt, GpuOpt, ImageOpt, JsonOpt, command, expected_errors
 from gpunode.errors import UsageError
 from gpunode.runner import SCHEMA_VERSION
-from gpunode.ui import out, print_json
+from gpunode.ui import labelled, node_text, out, print_json
 
-CudaOpt = Annotated[str | None, typer.Option(
-    "--cuda", help="CUDA version, e.g. 12.4 or 12.4.1.", show_default=False)]
-ImageOpt = Annotated[str | None, typer.Option(
-    "--image", help="Container image, e.g. nvidia/cuda:12.4.1-base-ubuntu22.04.", show_default=False)]
-GpuOpt = Annotated[str | None, typer.Option(
-    "--gpu", help="GPU name (H100, A100, T4, RTX 4090) or PCI id (10de:2330, 2330).", show_default=False)]
-
-
-def check_cuda_option(value: str | None) -> str | None:
-    """Validate --cuda for `plan`/`install`: a CUDA release gpunode knows, or a UsageError."""
-    return None if value is None else cm.driver_needed_for_cuda(value).cuda
-
-
-def check_image_option(value: str | None) -> str | None:
-    """Validate --image for `plan`/`install` (reference syntax; nvidia/cuda tags must carry a known CUDA)."""
-    if value is None:
-        return None
-    cm.image_needs(value)
-    return value.strip()
+CHECK_STYLE = {"ok": "green", "conditional": "yellow", "blocked": "bold red"}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -222,6 +206,11 @@ def _cuda_on_gpus(matches: list[gpu_table.Gpu], need: cm.CudaNeed | None,
     return checks
 
 
+def _overall(checks: list[cm.Check]) -> str:
+    statuses = {c.status for c in checks}
+    return next((s for s in ("blocked", "conditional") if s in statuses), "ok")
+
+
 def build_report(driver: str | None = None, cuda: str | None = None, image: str | None = None,
                  gpu: str | None = None, today: date | None = None) -> dict[str, Any]:
     """Everything `gpunode compat` prints, as the documented JSON shape. Bad input raises UsageError."""
@@ -257,14 +246,14 @@ def build_report(driver: str | None = None, cuda: str | None = None, image: str 
             checks.append(cm.check_image(version, image_need.ref, [segment] if matches else []))
         checks += _cuda_on_gpus(matches, need, image_need)
         report["checks"] = [c.to_dict() for c in checks]
+        report["status"] = _overall(checks)
         if any(not c.ok for c in checks):
-            report["status"] = "blocked"
             report["fix"] = cm.fix_for(checks, version, today)
     elif matches and (need is not None or image_need is not None):
         checks = _cuda_on_gpus(matches, need, image_need)
         report["checks"] = [c.to_dict() for c in checks]
+        report["status"] = _overall(checks)
         if any(not c.ok for c in checks):
-            report["status"] = "blocked"
             report["fix"] = cm.fix_for(checks, None, today)
     return report
 
@@ -376,16 +365,17 @@ def render(report: dict[str, Any]) -> None:
         for column in ("check", "status", "reason"):
             table.add_column(column, overflow="fold")
         for c in report["checks"]:
-            style = "green" if c["status"] == "ok" else "bold red"
-            table.add_row(c["target"], Text(c["status"], style=style), Text(c["reason"]))
+            table.add_row(node_text(c["target"]), Text(c["status"], style=CHECK_STYLE.get(c["status"], "")),
+                          node_text(c["reason"]))
         out.print(table)
         for c in report["checks"]:
             for note in c["notes"]:
-                out.print(Text("  note: " + note, style="dim"))
+                out.print(labelled("note:", node_text(note, "dim"), indent=2))
         if report["fix"]:
-            out.print(Text.assemble("fix: ", (report["fix"], "bold")))
+            out.print(labelled("fix:", node_text(report["fix"], "bold green")))
 
 
+@command()
 def compat(
     driver: DriverOpt = None, cuda: CudaOpt = None, image: ImageOpt = None, gpu: GpuOpt = None,
     json_output: JsonOpt = False,

@@ -11,53 +11,39 @@ from rich.table import Table
 from rich.text import Text
 
 from gpunode import __version__
-from gpunode.cli._common import (
-    AcceptNewOpt,
-    AskBecomePassOpt,
-    AskPassOpt,
-    ConnectTimeoutOpt,
-    HostsOpt,
-    IdentityOpt,
-    InventoryOpt,
-    JsonOpt,
-    KnownHostsOpt,
-    LimitOpt,
-    LogDirOpt,
-    ParallelOpt,
-    Reach,
-    SshConfigOpt,
-    expected_errors,
-    print_error,
-)
 from gpunode.cli._fleet import print_summary, run_with_view
+from gpunode.cli._params import command, expected_errors
+from gpunode.cli._target import Target, rewrite_fixes
 from gpunode.doctor import CheckResult, exit_code, report, run_checks, summary
 from gpunode.errors import GpunodeError
 from gpunode.facts import Facts, gather
 from gpunode.fleet import HostResult, LoggedConnection, QueueReporter
 from gpunode.inventory import InventoryHost
 from gpunode.runner import SCHEMA_VERSION
-from gpunode.ui import describe_node, out, print_json
+from gpunode.ui import Fixer, clean, describe_node, labelled, node_text, out, print_error, print_json
 
 STATUS_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 
 
-def render_checks(host: str, facts: Facts, results: Sequence[CheckResult], console: Console | None = None) -> None:
-    """One node's checks as a table grouped by layer, then the counts. A fleet view calls this per host."""
+def render_checks(host: str, facts: Facts, results: Sequence[CheckResult], console: Console | None = None,
+                  fixer: Fixer | None = None) -> None:
+    """One node's checks as a table grouped by layer, then the counts. Fixes are made runnable for the node
+    by `fixer` (gpunode/cli/_target.py)."""
     console = console or out
     console.print(Text(describe_node(host, facts), style="bold"))
     table = Table(box=None, header_style="bold", pad_edge=False, show_edge=False)
     table.add_column("layer", style="bold")
     table.add_column("check", no_wrap=True)
     table.add_column("status", no_wrap=True)
-    table.add_column("evidence / fix", overflow="fold", ratio=1)
+    table.add_column("evidence / fix", overflow="fold")
     layer = None
     for r in results:
         if r.layer != layer and layer is not None:
             table.add_section()
-        detail = Text(r.evidence, style="dim" if r.status == "skip" else "")
+        detail = node_text(r.evidence, "dim" if r.status == "skip" else "")
         if r.fix and r.status in ("warn", "fail"):
             detail.append("\nfix: ", style="bold")
-            detail.append(r.fix, style="bold green")
+            detail.append_text(node_text(fixer(r.fix) if fixer else r.fix, "bold green"))
         table.add_row(r.layer if r.layer != layer else "", r.id, Text(r.status, style=STATUS_STYLE[r.status]), detail)
         layer = r.layer
     console.print(table)
@@ -70,73 +56,65 @@ def render_checks(host: str, facts: Facts, results: Sequence[CheckResult], conso
     console.print(line)
 
 
-def doctor(
-    host: HostsOpt = None, identity: IdentityOpt = None, known_hosts: KnownHostsOpt = None,
-    accept_new_host_key: AcceptNewOpt = False, ssh_config: SshConfigOpt = None, ask_pass: AskPassOpt = False,
-    ask_become_pass: AskBecomePassOpt = False, connect_timeout: ConnectTimeoutOpt = 15.0,
-    json_output: JsonOpt = False, inventory: InventoryOpt = None, limit: LimitOpt = None,
-    parallel: ParallelOpt = 8, log_dir: LogDirOpt = None,
-) -> None:
+@command(reach="fleet")
+def doctor(target: Target) -> None:
     """Diagnose the node (read-only): exit 0 all pass, 1 any failure, 2 usage or connection error."""
-    reach = Reach(list(host or []), list(identity or []), list(known_hosts or []), accept_new_host_key, ssh_config,
-                  ask_pass, ask_become_pass, connect_timeout, inventory, limit)
-    with expected_errors():
-        hosts = reach.targets()
-    if hosts is not None:
-        _doctor_fleet(reach, hosts, parallel, log_dir, json_output)
-    name = reach.hosts[0] if reach.hosts else "local"
+    if target.fleet is not None:
+        _doctor_fleet(target, target.fleet)
+    name = target.host or "local"
     try:
-        with reach.open() as conn:
+        with target.open() as conn:
             name = conn.name
             facts = gather(conn)
     except GpunodeError as exc:
         # doctor cannot diagnose a node it cannot read: that is a connection-level problem, never a check failure
-        if json_output:
+        if target.json_output:
             print_json({"schema_version": SCHEMA_VERSION, "gpunode_version": __version__, "host": name,
                         "node": None, "checks": [], "summary": None, "failures": [], "warnings": [], "exit_code": 2,
-                        "error": {"message": exc.message, "fix": exc.fix}})
+                        "error": {"message": exc.message, "fix": target.fix(exc.fix)}})
         else:
-            print_error(exc)
+            print_error(exc.message, target.fix(exc.fix))
         raise typer.Exit(2) from None
     results = run_checks(facts)
-    if json_output:
-        print_json(report(name, facts, results, SCHEMA_VERSION))
+    if target.json_output:
+        print_json(rewrite_fixes(report(name, facts, results, SCHEMA_VERSION), target.fixer()))
     else:
-        render_checks(name, facts, results)
+        render_checks(name, facts, results, fixer=target.fixer())
     raise typer.Exit(exit_code(results))
 
 
 _LETTER = {"pass": ("✓", "green"), "warn": ("!", "yellow"), "fail": ("✗", "bold red"), "skip": ("·", "dim")}
 
 
-def _doctor_fleet(reach: Reach, hosts: list[InventoryHost], parallel: int, log_dir: str | None,
-                  json_output: bool) -> None:
-    """Every node diagnosed in parallel; one table of hosts x checks, failures listed with their fix."""
-    reach.secrets()
+def _doctor_fleet(target: Target, hosts: list[InventoryHost]) -> None:
+    """Every node diagnosed in parallel; one table of checks x hosts, failures listed with their fix."""
+    target.secrets()
     checks: dict[str, list[CheckResult]] = {}
+    by_name = {h.name: h for h in hosts}
 
     def work(host: InventoryHost, reporter: QueueReporter, log: TextIO) -> HostResult:
-        with LoggedConnection(reach.open(host), log) as conn:
+        with LoggedConnection(target.open(host), log) as conn:
             facts = gather(conn)
         results = run_checks(facts)
         checks[host.name] = results  # one writer per key; read by the main thread after the pool is done
         for r in results:
-            log.write(f"{r.id}: {r.status}: {r.evidence}" + (f" -> fix: {r.fix}" if r.fix else "") + "\n")
+            log.write(f"{r.id}: {r.status}: {r.evidence}" + (f" -> fix: {target.fix(r.fix, host)}" if r.fix else "")
+                      + "\n")
         failing = [r.id for r in results if r.status == "fail"]
         return HostResult(host.name, "failed" if failing else "ok",
                           error=("failed: " + ", ".join(failing)) if failing else None)
 
     with expected_errors():
-        results, directory = run_with_view(hosts, [], work, parallel, None, None, log_dir)
-    if json_output:
-        print_summary("doctor", results, directory, True,
+        results, directory = run_with_view(hosts, [], work, target)
+    if target.json_output:
+        print_summary("doctor", results, directory, target, hosts,
                       extra=lambda r: {"checks": [c.to_dict() for c in checks.get(r.host, [])]})
     else:
         ids = [c.id for c in next(iter(checks.values()), [])]
         table = Table(box=None, header_style="bold", pad_edge=False, title=f"gpunode doctor: {len(hosts)} nodes")
         table.add_column("check")
         for h in hosts:
-            table.add_column(h.name, justify="center")
+            table.add_column(node_text(h.name), justify="center")
         for index, check_id in enumerate(ids):
             row = []
             for h in hosts:
@@ -145,12 +123,17 @@ def _doctor_fleet(reach: Reach, hosts: list[InventoryHost], parallel: int, log_d
                 row.append(Text(mark, style=style))
             table.add_row(check_id, *row)
         out.print(table)
+        out.print(Text("  ".join(f"{mark} {status}" for status, (mark, _) in _LETTER.items())
+                       + "  ? not diagnosed (unreachable)", style="dim"))
         for r in results:
             if r.status == "unreachable":
-                out.print(Text(f"{r.host}: unreachable: {r.error}", style="bold red"))
+                out.print(Text.assemble((f"{clean(r.host)}: ", "bold red"), ("unreachable: ", "bold red"),
+                                        clean(r.error or "")))
             for c in checks.get(r.host, []):
                 if c.status == "fail":
-                    out.print(Text.assemble((f"{r.host} {c.id}: ", "bold red"), c.evidence,
-                                            ("  fix: ", "bold"), c.fix or ""))
-        print_summary("doctor", results, directory, False)
+                    out.print(Text.assemble((f"{clean(r.host)} {c.id}: ", "bold red"), clean(c.evidence)))
+                    if c.fix:
+                        out.print(labelled("fix:", node_text(target.fix(c.fix, by_name.get(r.host)) or "",
+                                                             "bold green"), indent=2))
+        print_summary("doctor", results, directory, target, hosts)
     raise typer.Exit(1 if any(r.failed for r in results) else 0)

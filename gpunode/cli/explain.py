@@ -36,11 +36,11 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from gpunode.cli._common import JsonOpt, expected_errors
+from gpunode.cli._params import JsonOpt, command, expected_errors
 from gpunode.errors import UsageError
 from gpunode.explain import Finding
 from gpunode.explain import explain as explain_text
-from gpunode.ui import err, out, print_json
+from gpunode.ui import clean, err, node_text, out, print_json
 
 SCHEMA_VERSION = 1
 MAX_BYTES = 64 * 1024 * 1024  # a whole journal is fine; anything larger is not a paste
@@ -94,7 +94,7 @@ def _input(text: list[str] | None, file: str | None) -> str:
 
 def _render(finding: Finding) -> None:
     severity = finding.values.get("severity")
-    out.print(Text.assemble(("● ", _SEVERITY_STYLE.get(str(severity), "bold cyan")), (finding.title, "bold"),
+    out.print(Text.assemble(("● ", _SEVERITY_STYLE.get(str(severity), "bold cyan")), (clean(finding.title), "bold"),
                             ("  " + finding.id, "dim")))
     rows: list[tuple[str, str, str]] = [("seen", finding.excerpt, "dim"), ("cause", finding.cause, ""),
                                         ("fix", finding.fix, "bold green")]
@@ -105,7 +105,7 @@ def _render(finding: Finding) -> None:
     indent = 9  # "  values " is the widest label
     width = max(20, out.width - indent)
     for label, value, style in rows:
-        for number, line in enumerate(Text(value, style=style).wrap(out, width, overflow="fold")):
+        for number, line in enumerate(node_text(value, style).wrap(out, width, overflow="fold")):
             head = f"  {label:<{indent - 3}} " if number == 0 else " " * indent
             line.rstrip()
             out.print(Text.assemble((head, "bold"), line), soft_wrap=True)
@@ -119,11 +119,12 @@ def _value(value: object) -> str:
     return str(value)
 
 
+@command()
 def explain(
     text: Annotated[list[str] | None, typer.Argument(
         help="The error text (quote it). Omit it to read --file or standard input.", show_default=False)] = None,
     file: Annotated[str | None, typer.Option(
-        "--file", "-f", help="Read the text from this file ('-' for standard input).", show_default=False)] = None,
+        "--file", "-f", metavar="FILE", help="Read the text from this file ('-' for standard input).", show_default=False)] = None,
     json_output: JsonOpt = False,
 ) -> None:
     """Explain an error message: cause and fix. Exit 0 recognised, 1 nothing recognised, 2 usage error."""

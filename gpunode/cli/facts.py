@@ -2,29 +2,16 @@
 
 from __future__ import annotations
 
-from gpunode.cli._common import (
-    AcceptNewOpt,
-    AskPassOpt,
-    ConnectTimeoutOpt,
-    HostOpt,
-    IdentityOpt,
-    KnownHostsOpt,
-    SshConfigOpt,
-    connect,
-    expected_errors,
-)
+from gpunode.cli._params import command, expected_errors
+from gpunode.cli._target import Target
 from gpunode.facts import gather
 from gpunode.ui import print_json
 
 
-def facts(
-    host: HostOpt = None, identity: IdentityOpt = None, known_hosts: KnownHostsOpt = None,
-    accept_new_host_key: AcceptNewOpt = False, ssh_config: SshConfigOpt = None, ask_pass: AskPassOpt = False,
-    connect_timeout: ConnectTimeoutOpt = 15.0,
-) -> None:
-    """Print the parsed facts of the node as JSON (read-only)."""
-    with expected_errors():
-        with connect(host, identity, known_hosts, accept_new_host_key, ssh_config, ask_pass, False,
-                     connect_timeout) as conn:
+@command(reach="one")
+def facts(target: Target) -> None:
+    """Print the parsed facts of the node as JSON (read-only). The output is always JSON; --json is accepted."""
+    with expected_errors(target.fixer()):
+        with target.open() as conn:
             found = gather(conn)
     print_json(found.to_json())  # every registered fact's parsed value, by subsystem

@@ -175,3 +175,19 @@ def test_plan_rejects_bad_targets_before_connecting(monkeypatch, args):
     monkeypatch.setattr(connection, "open_connection", lambda spec: pytest.fail("connected"))
     result = runner.invoke(app, ["plan", "--host", "n", *args])
     assert result.exit_code == 2 and "error:" in result.output
+
+
+def test_gpu_name_as_nvidia_smi_prints_it():
+    result, data = run_json("--gpu", "NVIDIA H100 80GB HBM3")
+    assert result.exit_code == 0 and [d["name"] for d in data["gpu"]["devices"]] == ["H100 SXM5 80GB"]
+    assert "unknown GPU" not in run("--gpu", "NVIDIA H100 80GB HBM3").output
+
+
+def test_an_answer_that_depends_on_the_gpu_brand_is_conditional_not_ok():
+    result, data = run_json("--image", "nvidia/cuda:12.4.1-base-ubuntu22.04", "--driver", "535.129.03")
+    assert result.exit_code == 0
+    assert data["status"] == "conditional" and data["checks"][0]["status"] == "conditional"
+    assert "only on some GPU brands" in data["image"]["explanation"]
+    human = " ".join(run("--image", "nvidia/cuda:12.4.1-base-ubuntu22.04", "--driver", "535.129.03").stdout.split())
+    assert "conditional driver 535.129.03 runs CUDA up to 12.2 natively" in human
+    assert " ok " not in human

@@ -39,7 +39,7 @@ def test_failures_show_the_fix_and_exit_1(serve):
     assert result.exit_code == 1
     out = flat(result.stdout)
     assert "kernel.nouveau-loaded fail nouveau is in /proc/modules" in out
-    assert "fix: gpunode install --only nouveau --reboot" in out
+    assert "fix: gpunode install --host gpu-01 --only nouveau --reboot" in out
     assert "failed: kernel.nouveau-loaded, kernel.nouveau-blacklisted, driver.loaded, container.toolkit-installed" in out
 
 
@@ -48,7 +48,7 @@ def test_warnings_alone_exit_0(serve):
     set_output(node, "doctor_dev_char", "dev /dev/nvidia0\n")
     result = runner.invoke(app, ["doctor", "--host", "gpu-01"])
     assert result.exit_code == 0 and "1 warn" in result.stdout
-    assert "gpunode install --only nodesettings" in flat(result.stdout)
+    assert "gpunode install --host gpu-01 --only nodesettings" in flat(result.stdout)
 
 
 def test_json_document(serve):

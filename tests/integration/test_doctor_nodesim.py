@@ -25,6 +25,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpunode.cli import app
+from gpunode.cli._target import runnable
 from gpunode.doctor import CHECKS
 from tests.conftest import FIXTURES
 from tests.nodesim import SimNode, build_fake_driver_run, get_profile
@@ -116,11 +117,12 @@ def test_fresh_node_fails_where_work_is_left(sim_node):  # noqa: F811
     checks = doctor(node)
     assert flagged(checks) == {"kernel.nouveau-loaded": "fail", "kernel.nouveau-blacklisted": "fail",
                                "driver.loaded": "fail", "container.toolkit-installed": "fail"}
-    assert checks["kernel.nouveau-loaded"]["fix"] == "gpunode install --only nouveau --reboot"
-    assert checks["driver.loaded"]["fix"].startswith("gpunode install --driver VERSION")
+    # fixes name the node they are about (gpunode/cli/_target.py), so they run there as printed
+    assert checks["kernel.nouveau-loaded"]["fix"] == runnable("gpunode install --only nouveau --reboot", node.cli_args())
+    assert checks["driver.loaded"]["fix"].startswith(runnable("gpunode install --driver VERSION", node.cli_args()))
     assert checks["container.docker-nvidia-runtime"]["status"] == "skip"  # waits for the toolkit
     assert checks["hw.gpu-present"]["evidence"] == "1 NVIDIA GPU(s): Tesla T4 (Turing) at 0000:00:1e.0"
-    assert "fix: gpunode install --only nouveau --reboot" in " ".join(result.stdout.split())
+    assert "fix: " + runnable("gpunode install --only nouveau --reboot", node.cli_args()) in " ".join(result.stdout.split())
 
 
 def test_node_without_gpu(sim_node):  # noqa: F811
@@ -385,7 +387,7 @@ def test_broken_t4_variant_end_of_life_branch(t4, mirror):
         assert_exactly(checks, "driver.branch-lifecycle", "warn", T4_BASELINE, set())
         assert checks["driver.branch-lifecycle"]["evidence"] == (
             f"driver {OLD}: R470 LTSB reached end of life in 2024-07")
-        assert checks["driver.branch-lifecycle"]["fix"].startswith("gpunode install --driver 580.")
+        assert checks["driver.branch-lifecycle"]["fix"].startswith(runnable("gpunode install --driver 580.", t4.cli_args()))
 
 
 def _unattended(node: SimNode, undo: Undo) -> None:
@@ -434,7 +436,7 @@ def test_broken_variant_driver_branch_too_old_for_the_gpu(mirror):
         checks = doctor(node)
         assert checks["driver.branch-supports-gpu"]["status"] == "fail"
         assert "Ada Lovelace" in checks["driver.branch-supports-gpu"]["evidence"]
-        assert checks["driver.branch-supports-gpu"]["fix"].startswith("gpunode install --driver ")
+        assert checks["driver.branch-supports-gpu"]["fix"].startswith(runnable("gpunode install --driver ", node.cli_args()))
         assert set(flagged(checks)) == {"driver.branch-supports-gpu", "driver.branch-lifecycle"}
         assert checks["driver.loaded"]["status"] == "skip"  # the branch is why it does not load
     finally:

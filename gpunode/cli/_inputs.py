@@ -1,0 +1,176 @@
+"""Every check of what the user typed, in one place. Each problem is a UsageError that names the option and
+the fix (exit 2), raised before anything connects, prompts, downloads or creates a directory.
+
+Version grammar lives in gpunode/versions.py, CUDA and image lookups in gpunode/compat.py, GPU names in
+gpunode/gpus.py; this module only calls them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpunode import compat as cm
+from gpunode import steps as pipeline
+from gpunode import versions
+from gpunode.artifacts.naming import is_url
+from gpunode.artifacts.request import check_sha256_option
+from gpunode.artifacts.request import request as driver_request
+from gpunode.cli._target import Target
+from gpunode.cli.progress import rich_bars
+from gpunode.errors import UsageError
+from gpunode.fleet import batches, parse_percent
+from gpunode.inventory import InventoryHost, load_inventory
+from gpunode.inventory import limit as limit_hosts
+from gpunode.options import Options
+from gpunode.steps.base import Step
+
+KERNEL_MODULES = ("open", "proprietary")
+ENGINE_NAMES = ("docker", "containerd", "crio", "cri-o")
+_TOOLKIT_VERSION = re.compile(r"^\d+\.\d+\.\d+(-[0-9A-Za-z.+~]+)?$")
+
+
+def seconds(value: float, option: str, *, zero_ok: bool = False, example: str = "60") -> float:
+    """A duration in seconds: finite, and more than 0 (or at least 0 where 0 means 'do not wait')."""
+    if math.isnan(value) or math.isinf(value) or value < 0 or (value == 0 and not zero_ok):
+        bound = "0 or more" if zero_ok else "more than 0"
+        raise UsageError(f"{option} {value:g} is not a valid number of seconds (it must be {bound})",
+                         fix=f"use e.g. {option} {example}")
+    return value
+
+
+def target(reach: str, a: dict[str, Any]) -> Target:
+    """The connection and fleet options -> a Target, with the fleet resolved. Nothing is contacted."""
+    hosts = a["host"] if isinstance(a["host"], list) else [a["host"]] if a["host"] else []
+    for host in hosts:
+        if not host.strip() or host.strip() != host or any(c.isspace() for c in host):
+            raise UsageError(f"--host {host!r} is not a host name", fix="use e.g. --host gpu-01 or --host ubuntu@10.0.0.5")
+    chosen = Target(list(hosts), list(a["identity"] or []), list(a["known_hosts"] or []), a["accept_new_host_key"],
+                    a["ssh_config"], a["ask_pass"], a["ask_become_pass"],
+                    seconds(a["connect_timeout"], "--connect-timeout", example="15"), a["json_output"])
+    for path, option in ([(p, "--identity") for p in chosen.identity] + [(p, "--known-hosts") for p in chosen.known_hosts]
+                         + ([(chosen.ssh_config, "--ssh-config")] if chosen.ssh_config else [])):
+        if not Path(path).expanduser().is_file() and option != "--known-hosts":
+            raise UsageError(f"{option} {path}: no such file", fix=f"check the path given to {option}")
+    if reach in ("fleet", "rolling"):
+        chosen.inventory, chosen.limit, chosen.log_dir = a["inventory"], a["limit"], a["log_dir"]
+        if a["parallel"] < 1:
+            raise UsageError(f"--parallel {a['parallel']} must be at least 1", fix="use e.g. --parallel 8")
+        chosen.parallel = a["parallel"]
+        if chosen.log_dir and Path(chosen.log_dir).exists() and not Path(chosen.log_dir).is_dir():
+            raise UsageError(f"--log-dir {chosen.log_dir} is a file, not a directory",
+                             fix="pass a directory (it is created if missing)")
+        chosen.fleet = _fleet(chosen)
+    if reach == "rolling":
+        chosen.batch = a["batch"]
+        batches(chosen.fleet or [InventoryHost("node")], chosen.batch)  # raises on a bad --batch
+        chosen.max_fail = parse_percent(a["max_fail"], "--max-fail")
+        if chosen.fleet is None and (a["batch"] or a["max_fail"]):
+            raise UsageError("--batch and --max-fail need several nodes", fix="add --inventory or more --host, or "
+                             "drop --batch/--max-fail")
+    return chosen
+
+
+def _fleet(t: Target) -> list[InventoryHost] | None:
+    """The fleet, or None for a single node (no inventory and at most one --host)."""
+    if t.inventory is None and len(t.hosts) <= 1:
+        if t.limit:
+            raise UsageError("--limit needs --inventory or several --host", fix="drop --limit or add --inventory")
+        return None
+    found = load_inventory(t.inventory) if t.inventory else []
+    if t.inventory and not found:
+        raise UsageError(f"inventory {t.inventory} lists no hosts",
+                         fix="add hosts to it (e.g. a line `gpu-01` under [gpu] in an INI inventory), or use --host")
+    known = {h.name for h in found}
+    found += [InventoryHost(name) for name in t.hosts if name not in known]
+    chosen = limit_hosts(found, t.limit)
+    if not chosen:
+        raise UsageError(f"--limit {t.limit!r} matches no host", fix="list the hosts with names or groups that exist")
+    return chosen
+
+
+def steps(only: list[str] | None, skip: list[str] | None) -> tuple[Step, ...]:
+    selected = pipeline.select(only or [], skip or [])
+    if not selected:
+        given = " ".join([*(f"--only {s}" for s in only or []), *(f"--skip {s}" for s in skip or [])])
+        raise UsageError(f"{given} selects no step", fix="drop the --skip that names an --only step, or choose "
+                         "other steps: " + ", ".join(s.name for s in pipeline.PIPELINE))
+    return selected
+
+
+def cuda(value: str | None) -> str | None:
+    """--cuda for plan/install: a CUDA release gpunode knows."""
+    return None if value is None else cm.driver_needed_for_cuda(value).cuda
+
+
+def image(value: str | None) -> str | None:
+    """--image for plan/install: reference syntax; nvidia/cuda tags must carry a known CUDA."""
+    if value is None:
+        return None
+    cm.image_needs(value)
+    return value.strip()
+
+
+@dataclass(frozen=True)
+class Request:
+    """What plan / install were asked to do: the steps, in pipeline order, and the options they read."""
+
+    steps: tuple[Step, ...]
+    options: Options
+
+
+def request(a: dict[str, Any], reach: Target | None) -> Request:
+    """The pipeline options (and --reboot) -> a Request. Progress bars only for one node and human output."""
+    chosen = steps(a["only"], a["skip"])
+    quiet = reach is not None and (reach.json_output or reach.fleet is not None)
+    return Request(chosen, pipeline_options(a, progress=not quiet))
+
+
+def pipeline_options(a: dict[str, Any], *, progress: bool) -> Options:
+    """The plan/install options -> Options. Local files are read here (the --driver-run header, the cache
+    listing) so that plans never do I/O."""
+    driver = versions.check_driver(a["driver"])
+    module = a["kernel_module"]
+    if module is not None and module.strip().lower() not in KERNEL_MODULES:
+        raise UsageError(f"--kernel-module {module!r} is not a kernel module flavour (allowed: open, proprietary)",
+                         fix="use --kernel-module open or --kernel-module proprietary, or leave it out to let "
+                         "gpunode choose from the GPUs")
+    check_sha256_option(a["sha256"])
+    if bool(a["module_signing_key"]) != bool(a["module_signing_cert"]):
+        raise UsageError("--module-signing-key and --module-signing-cert go together",
+                         fix="pass both: the private key and its certificate, as paths on the node")
+    run = a["driver_run"]
+    if run and not is_url(run) and not Path(run).expanduser().is_file():
+        raise UsageError(f"--driver-run {run}: no such file", fix="pass a .run file or its URL")
+    toolkit = a["toolkit_version"]
+    if toolkit is not None and not _TOOLKIT_VERSION.match(toolkit.strip()):
+        raise UsageError(f"--toolkit-version {toolkit!r} is not a toolkit version",
+                         fix="use a release number such as 1.17.8 or 1.17.8-1")
+    for name in a["engine"] or []:
+        if name.lower() not in ENGINE_NAMES:
+            raise UsageError(f"--engine {name!r} is not an engine nvidia-ctk configures",
+                             fix="choose docker, containerd or crio")
+    lock = seconds(a["lock_timeout"], "--lock-timeout", zero_ok=True, example="600")
+    reboot_timeout = seconds(a.get("reboot_timeout", 900.0), "--reboot-timeout", example="900")
+    fields = driver_request(driver, run, a["sha256"], module.strip() if module else None, a["module_signing_key"],
+                               a["module_signing_cert"], a["cache_dir"])
+    options = Options(reboot=a.get("reboot", False), reboot_timeout=reboot_timeout, cuda=cuda(a["cuda"]),
+                      image=image(a["image"]), lock_timeout=lock, progress=rich_bars if progress else None,
+                      **fields)  # type: ignore[arg-type]
+    return dataclasses.replace(options, toolkit_version=toolkit.strip() if toolkit else None,
+                               toolkit_packages=tuple(str(p.resolve()) for p in a["toolkit_package"] or []),
+                               set_as_default=a["set_as_default"], k8s=a["k8s"],
+                               engines=tuple(e.lower() for e in a["engine"] or []))
+
+
+def verify_options(timeout: float, engines: list[str] | None, known: tuple[str, ...]) -> list[str]:
+    seconds(timeout, "--timeout", example="600")
+    chosen = [e.lower() for e in engines or []]
+    for name in chosen:
+        if name not in known:
+            raise UsageError(f"--engine {name!r} is not an engine verify runs", fix=f"choose {', '.join(known)}")
+    return chosen
