@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gpunode.actions.driver import FetchInstaller, RunInstaller
 from gpunode.connection.fake import FakeConnection, FakeNode
 from gpunode.errors import CommandError
 from gpunode.facts import Facts
@@ -16,9 +17,8 @@ from gpunode.facts.osinfo import parse_os_release
 from gpunode.facts.probe import Section
 from gpunode.installer import DownloadError
 from gpunode.options import Options
-from gpunode.plan import Reboot, RunCommand, Status, change
+from gpunode.plan import Earlier, Reboot, RunCommand, Status, change
 from gpunode.steps import driver
-from gpunode.steps.driver import FetchInstaller, RunInstaller
 from tests.conftest import FIXTURES
 from tests.test_installer import build_run
 
@@ -126,18 +126,23 @@ def test_fresh_node_downloads_verifies_and_installs():
     assert p.status is Status.CHANGE and p.reason == f"no NVIDIA driver installed; installing {V}"
     fetch, run = p.actions
     assert isinstance(fetch, FetchInstaller) and isinstance(run, RunInstaller)
-    assert fetch.commands()[0] == f"(local) download https://us.download.nvidia.com/tesla/{V}/NVIDIA-Linux-x86_64-{V}.run"
-    assert f"(local)   into /cache/{V}/x86_64/NVIDIA-Linux-x86_64-{V}.run (resumable)" in fetch.commands()
-    assert run.commands()[1].startswith(f"sudo sh NVIDIA-Linux-x86_64-{V}.run --silent --dkms --tmpdir=/var/tmp")
+    assert fetch.where == "control" and fetch.commands() == []  # nothing runs on the node
+    assert fetch.details()[0] == f"download https://us.download.nvidia.com/tesla/{V}/NVIDIA-Linux-x86_64-{V}.run"
+    assert f"  into /cache/{V}/x86_64/NVIDIA-Linux-x86_64-{V}.run (resumable)" in fetch.details()
+    assert run.where == "node" and run.commands()[0].startswith(
+        f"sudo sh NVIDIA-Linux-x86_64-{V}.run --silent --dkms --tmpdir=/var/tmp")
+    assert run.details()[0].startswith(f"upload NVIDIA-Linux-x86_64-{V}.run into a root-only directory")
     assert "kernel module: proprietary (Tesla T4 (Turing)" in p.notes[0]
     data = p.to_dict()
     assert data["actions"][0]["cached"] is False and data["actions"][1]["log"] == "/var/log/nvidia-installer.log"
+    assert data["actions"][0]["where"] == "control" and data["actions"][1]["where"] == "node"
+    assert data["outputs"] == {"version": V, "origin": "--driver", "changes": True}
 
 
 def test_a_cached_installer_is_shown_as_such():
     path = f"/cache/{V}/x86_64/NVIDIA-Linux-x86_64-{V}.run"
     p = plan(facts(), Options(driver=V, cache_dir="/cache", local_installers=((path, 325_000_000),)))
-    assert p.actions[0].commands()[0] == f"(local) cached: {path} (325 MB)"
+    assert p.actions[0].details()[0] == f"cached: {path} (325 MB)"
     assert p.actions[0].summary.startswith("verify ")
 
 
@@ -195,7 +200,7 @@ def test_installed_but_nouveau_holds_the_gpu_is_reboot_only():
 
 
 def test_nouveau_loaded_waits_for_the_reboot_of_the_nouveau_step():
-    earlier = {"nouveau": change("nouveau", "x", [Reboot("reboot")])}
+    earlier = Earlier({"nouveau": change("nouveau", "x", [Reboot("reboot")])}, driver.READS)
     p = plan(facts(modules=frozenset({"nouveau"})), earlier=earlier)
     assert p.status is Status.CHANGE and any("after the reboot the nouveau step needs" in n for n in p.notes)
     skipped = plan(facts(modules=frozenset({"nouveau"})))
