@@ -48,6 +48,9 @@ def _action_lines(action: Action, as_root: bool) -> list[object]:
     parts: list[object] = [Text.assemble("  • ", (action.summary, "bold"))]
     for command in action.shown_commands(as_root):
         parts.append(Text("      $ " + command, style="dim"))
+    where = " (on this machine)" if action.where == "control" else ""
+    for line in action.details():  # words, not commands: downloads, uploads, waits
+        parts.append(Text("      - " + line + where, style="dim"))
     diff_of = getattr(action, "diff", None)  # file writes, and actions that predict a tool's edit
     if callable(diff_of):
         diff = diff_of()

@@ -81,7 +81,7 @@ def test_rocky_9_containerd_config_v2_for_kubernetes(sim_node):  # noqa: F811
     assert before["version"] == 2
     steps = install(node, "--k8s")
     assert steps["runtime"]["status"] == "change"
-    assert "--set-as-default" in steps["runtime"]["actions"][0]["commands"][0]
+    assert "--set-as-default" in steps["runtime"]["actions"][0]["commands"][-1]  # after the backup-files command
     assert node.read("etc/yum.repos.d/nvidia-container-toolkit.repo")
     after = c.parse_toml(node.read("etc/containerd/config.toml"), "toml")
     assert after["imports"] == ["/etc/containerd/conf.d/*.toml"]
