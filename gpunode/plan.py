@@ -1,16 +1,23 @@
-"""What a step intends to do: a status, a reason, and concrete actions.
+"""What a step intends to do: a status, a reason, concrete actions, and typed outputs for later steps.
 
 Plans are plain data computed by pure functions. The same plan is shown by `gpunode plan` and executed by
 `gpunode install`, so what a dry run predicts is exactly what an apply does (Ansible's check-mode contract).
+A value a later step needs (the driver version that will be in place, the verify image...) travels in
+`outputs`, never in the reason or the notes, which are for people.
 """
 
 from __future__ import annotations
 
-import difflib
+import dataclasses
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TypeVar
 
-from gpunode.shell import Cmd, display
+from gpunode.actions.base import Action, Reboot, RestartService, RunCommand, WriteFile
+
+__all__ = ["Action", "Earlier", "Outputs", "Reboot", "RestartService", "RunCommand", "Status", "StepPlan",
+           "WriteFile", "blocked", "change", "ok", "unknown"]
 
 
 class Status(str, Enum):
@@ -24,100 +31,11 @@ class Status(str, Enum):
 
 
 @dataclass(frozen=True)
-class Action:
-    """One thing a step will do. Built-in kinds are executed by the runner; a kind defined next to its
-    step may add `apply(self, conn) -> str | None` (the optional note is kept in the report)."""
-
-    summary: str
-
-    kind = "action"
-
-    def commands(self) -> list[str]:
-        """The exact command lines this action runs, for the plan."""
-        return []
-
-    def shown_commands(self, as_root: bool = False) -> list[str]:
-        """commands() as they will really run: on a root login there is no sudo in front."""
-        return [c.removeprefix("sudo ") if as_root else c for c in self.commands()]
+class Outputs:
+    """Base of the typed values a step hands to later steps (gpunode/steps/outputs.py)."""
 
     def to_dict(self) -> dict[str, object]:
-        return {"kind": self.kind, "summary": self.summary, "commands": self.commands()}
-
-
-@dataclass(frozen=True)
-class RunCommand(Action):
-    cmd: Cmd = ()
-    sudo: bool = True
-    timeout: float = 600.0
-
-    kind = "command"
-
-    def commands(self) -> list[str]:
-        return [("sudo " if self.sudo else "") + display(self.cmd)]
-
-
-@dataclass(frozen=True)
-class WriteFile(Action):
-    path: str = ""
-    after: str = ""
-    before: str | None = None  # None: the file does not exist yet
-    mode: int = 0o644
-
-    kind = "file"
-
-    def diff(self) -> str:
-        before = [] if self.before is None else self.before.splitlines(keepends=True)
-        after = self.after.splitlines(keepends=True)
-        lines = difflib.unified_diff(before, after, fromfile="/dev/null" if self.before is None else self.path,
-                                     tofile=self.path)
-        return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
-                       for line in lines)
-
-    def to_dict(self) -> dict[str, object]:
-        return {**super().to_dict(), "path": self.path, "mode": f"{self.mode:04o}", "diff": self.diff()}
-
-
-@dataclass(frozen=True)
-class InstallPackages(Action):
-    manager: str = "apt"
-    packages: tuple[str, ...] = ()
-
-    kind = "packages"
-
-    def argv(self) -> tuple[str, ...]:
-        if self.manager == "apt":
-            return ("apt-get", "install", "-y", "--no-install-recommends", *self.packages)
-        if self.manager in ("dnf", "yum"):
-            return (self.manager, "install", "-y", *self.packages)
-        if self.manager == "zypper":
-            return ("zypper", "--non-interactive", "install", *self.packages)
-        raise ValueError(f"unknown package manager {self.manager}")
-
-    def commands(self) -> list[str]:
-        return ["sudo " + display(self.argv())]
-
-    def to_dict(self) -> dict[str, object]:
-        return {**super().to_dict(), "manager": self.manager, "packages": list(self.packages)}
-
-
-@dataclass(frozen=True)
-class RestartService(Action):
-    unit: str = ""
-
-    kind = "service"
-
-    def commands(self) -> list[str]:
-        return ["sudo " + display(("systemctl", "restart", self.unit))]
-
-    def to_dict(self) -> dict[str, object]:
-        return {**super().to_dict(), "unit": self.unit}
-
-
-@dataclass(frozen=True)
-class Reboot(Action):
-    """A reboot the step needs before it can converge. The runner decides whether and how to reboot."""
-
-    kind = "reboot"
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
@@ -128,6 +46,7 @@ class StepPlan:
     actions: tuple[Action, ...] = ()
     fix: str | None = None
     notes: tuple[str, ...] = field(default=())
+    outputs: Outputs | None = None
 
     @property
     def reboot_required(self) -> bool:
@@ -136,6 +55,9 @@ class StepPlan:
     @property
     def only_reboot_left(self) -> bool:
         return bool(self.actions) and all(isinstance(a, Reboot) for a in self.actions)
+
+    def with_outputs(self, outputs: Outputs) -> StepPlan:
+        return dataclasses.replace(self, outputs=outputs)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -146,7 +68,35 @@ class StepPlan:
             "reboot_required": self.reboot_required,
             "actions": [a.to_dict() for a in self.actions],
             "notes": list(self.notes),
+            "outputs": self.outputs.to_dict() if self.outputs is not None else None,
         }
+
+
+OutputsT = TypeVar("OutputsT", bound=Outputs)
+
+
+class Earlier:
+    """The plans, in this run, of the earlier steps a step declared it reads (Step.reads). Asking for a step
+    not declared is a programming error; a declared step that is not part of this run (--only/--skip) is None."""
+
+    def __init__(self, plans: Mapping[str, StepPlan] | None = None, reads: Iterable[str] | None = None) -> None:
+        self._plans = dict(plans or {})
+        self.reads = tuple(self._plans) if reads is None else tuple(reads)
+        self._plans = {name: plan for name, plan in self._plans.items() if name in self.reads}
+
+    def plan(self, step: str) -> StepPlan | None:
+        if step not in self.reads:
+            raise KeyError(f"step reads {step!r} without declaring it (declared: {', '.join(self.reads) or 'none'})")
+        return self._plans.get(step)
+
+    def outputs(self, step: str, kind: type[OutputsT]) -> OutputsT | None:
+        """The typed outputs of an earlier step's plan, or None when it is not in this run."""
+        plan = self.plan(step)
+        if plan is None or plan.outputs is None:
+            return None
+        if not isinstance(plan.outputs, kind):
+            raise TypeError(f"step {step!r} hands {type(plan.outputs).__name__}, not {kind.__name__}")
+        return plan.outputs
 
 
 def ok(step: str, reason: str, *notes: str) -> StepPlan:

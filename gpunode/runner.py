@@ -18,16 +18,7 @@ from gpunode.errors import CommandError, ConnectError, GpunodeError
 from gpunode.facts import Facts, gather
 from gpunode.journal import Journal
 from gpunode.options import Options
-from gpunode.plan import (
-    Action,
-    InstallPackages,
-    Reboot,
-    RestartService,
-    RunCommand,
-    Status,
-    StepPlan,
-    WriteFile,
-)
+from gpunode.plan import Action, Reboot, Status, StepPlan
 from gpunode.shell import Script
 from gpunode.steps import NOT_BUILT
 from gpunode.steps.base import Step
@@ -143,7 +134,7 @@ def plan_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
     reporter.node(conn.name, facts)
     earlier: dict[str, StepPlan] = {}
     for step in steps:
-        plan = step.plan(facts, options, earlier)
+        plan = step.plan_with(facts, options, earlier)
         earlier[step.name] = plan
         reporter.planned(conn.name, step, plan)
         result = {"ok": "ok", "change": "planned", "blocked": "blocked", "unknown": "unknown"}[plan.status.value]
@@ -180,10 +171,10 @@ def _apply_steps(conn: Connection, steps: Sequence[Step], options: Options, repo
     stopped: str | None = None
     for step in steps:
         if stopped:
-            plan = step.plan(facts, options, earlier)
+            plan = step.plan_with(facts, options, earlier)
             report.outcomes.append(StepOutcome(step.name, step.title, plan, "not-run", stopped))
             continue
-        plan = step.plan(facts, options, earlier)
+        plan = step.plan_with(facts, options, earlier)
         earlier[step.name] = plan
         reporter.planned(conn.name, step, plan)
         outcome = StepOutcome(step.name, step.title, plan, "ok")
@@ -230,7 +221,7 @@ def _converge(conn: Connection, step: Step, plan: StepPlan, facts: Facts, option
             outcome.backups.append(detail)
         reporter.action(conn.name, step, action, "done", detail or "")
     facts = gather(conn)
-    after = step.plan(facts, options, earlier)
+    after = step.plan_with(facts, options, earlier)
     while after.status is not Status.OK:
         if not after.only_reboot_left:
             left = "; ".join(a.summary for a in after.actions) or after.reason
@@ -253,30 +244,14 @@ def _converge(conn: Connection, step: Step, plan: StepPlan, facts: Facts, option
                                fix="look at the node's console or logs; something undoes the change at boot")
         facts = reboot_and_wait(conn, facts, options, reporter)
         report.reboots += 1
-        after = step.plan(facts, options, earlier)
+        after = step.plan_with(facts, options, earlier)
     outcome.result = "changed"
     return facts
 
 
 def execute(conn: Connection, action: Action) -> str | None:
-    """Carry out one action on the node. Returns a note worth keeping (a backup path), if any."""
-    if isinstance(action, WriteFile):
-        written = conn.write_file(action.path, action.after, mode=action.mode)
-        return f"backup of {action.path}: {written.backup}" if written.backup else None
-    if isinstance(action, RunCommand):
-        conn.run(action.cmd, sudo=action.sudo, timeout=action.timeout).check(action.summary)
-        return None
-    if isinstance(action, InstallPackages):
-        conn.run(action.argv(), sudo=True, timeout=1800).check(action.summary)
-        return None
-    if isinstance(action, RestartService):
-        conn.run(("systemctl", "restart", action.unit), sudo=True, timeout=300).check(action.summary)
-        return None
-    apply = getattr(action, "apply", None)
-    if callable(apply):  # actions defined next to their step carry their own executor
-        note = apply(conn)
-        return note if isinstance(note, str) else None
-    raise TypeError(f"no executor for {type(action).__name__}")
+    """Carry out one action (the Action contract, gpunode/actions/). Returns a note worth keeping, if any."""
+    return action.apply(conn)
 
 
 # systemd queues the reboot and returns at once, so the command finishes before the connection drops;

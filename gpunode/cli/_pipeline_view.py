@@ -37,12 +37,16 @@ def diff_text(diff: str, indent: int = 6) -> Text:
 def action_lines(action: Action, as_root: bool) -> list[RenderableType]:
     """One action of a plan. Actions on this machine (downloads, checksums) are labelled so; only commands
     that run on the node are shown as `$ ` lines."""
-    where = action.to_dict().get("where", "node")
-    if where == "control":
-        return [Text.assemble("  • ", ("on this machine: ", "bold cyan"), (clean(action.summary), "bold"))]
-    parts: list[RenderableType] = [Text.assemble("  • ", (clean(action.summary), "bold"))]
-    for command in action.shown_commands(as_root):
-        parts.append(node_text("      $ " + command, "dim"))
+    parts: list[RenderableType]
+    if action.where == "control":
+        parts = [Text.assemble("  • ", ("on this machine: ", "bold cyan"), (clean(action.summary), "bold"))]
+    else:
+        parts = [Text.assemble("  • ", (clean(action.summary), "bold"))]
+    if action.where != "control":  # only what runs on the node is a `$ ` line
+        for command in action.shown_commands(as_root):
+            parts.append(node_text("      $ " + command, "dim"))
+    for line in action.details():  # words, not commands: downloads, uploads, waits
+        parts.append(node_text("      - " + line, "dim"))
     diff_of = getattr(action, "diff", None)  # file writes, and actions that predict a tool's edit
     if callable(diff_of):
         diff = diff_of()
@@ -161,7 +165,7 @@ class ConsoleReporter:
 
     def action(self, host: str, step: Step, action: Action, state: str, detail: str = "") -> None:
         marks = {"start": "→", "done": "✓", "failed": "✗"}
-        where = "on this machine: " if action.to_dict().get("where") == "control" else ""
+        where = "on this machine: " if action.where == "control" else ""
         text = Text(f"  {marks.get(state, '·')} {where}{clean(action.summary)}")
         if detail:
             text.append(f" ({clean(detail)})", style="dim")

@@ -6,12 +6,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gpunode.fabric_packages import PACKAGE, all_names
 from gpunode.facts.packages import parse_versionlock
 from gpunode.facts.registry import command, words
 
 _M = __name__.rsplit(".", 1)[-1]
 
-FM_PACKAGE = re.compile(r"^nvidia-fabric-?manager(-\d+)?$")  # not the -dev / -devel SDK packages
+FM_PACKAGE = PACKAGE  # the service packages, not the -dev / -devel SDK
 SETTLED = ("Completed",)
 UNSET = ("", "N/A", "Not Supported", "[N/A]")
 
@@ -120,11 +121,9 @@ FM_AVAILABLE = command("fm_available", (
     "found=; for d in /sys/bus/pci/devices/*; do [ -r \"$d/class\" ] || continue; read v < \"$d/vendor\"; "
     'read c < "$d/class"; [ "$v" = 0x10de ] && [ "${c%??}" = 0x0680 ] && found=1; done; '
     '[ -n "$found" ] || [ -d /proc/driver/nvidia-nvswitch ] || exit 3; '
-    "if command -v apt-cache >/dev/null 2>&1; then apt-cache policy nvidia-fabricmanager "
-    + " ".join(f"nvidia-fabricmanager-{b}" for b in (450, 460, 470, 495, 510, 515, 520, 525, 530, 535, 545,
-                                                         550, 555, 560, 565, 570, 575))
+    "if command -v apt-cache >/dev/null 2>&1; then apt-cache policy " + " ".join(all_names("deb"))
     + " 2>/dev/null; elif command -v dnf >/dev/null 2>&1; then dnf -q -C list --showduplicates "
-    "nvidia-fabric-manager nvidia-fabricmanager 2>/dev/null; "
-    "elif command -v yum >/dev/null 2>&1; then yum -q -C list --showduplicates nvidia-fabric-manager "
-    "nvidia-fabricmanager 2>/dev/null; fi; true"
+    + " ".join(all_names("rpm")) + " 2>/dev/null; "
+    "elif command -v yum >/dev/null 2>&1; then yum -q -C list --showduplicates " + " ".join(all_names("rpm"))
+    + " 2>/dev/null; fi; true"
 ), parse_available, module=_M)

@@ -2,20 +2,22 @@
 
     plan(facts, options, earlier) -> StepPlan
 
-`earlier` holds the plans of the steps before it in this run, for steps whose answer depends on them
-(they return `unknown` rather than guess). Steps never touch the node: the runner executes their actions.
+`earlier` (gpunode.plan.Earlier) holds the plans, in this run, of the earlier steps the step declares in
+`reads`; a step uses their typed outputs (gpunode/steps/outputs.py) and returns `unknown` rather than guess.
+Steps never touch the node and define no I/O: their actions (gpunode/actions/) carry `apply(conn)`, which
+the runner calls.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpunode.facts import Facts
 from gpunode.options import Options
-from gpunode.plan import StepPlan
+from gpunode.plan import Earlier, StepPlan
 
-PlanFn = Callable[[Facts, Options, Mapping[str, StepPlan]], StepPlan]
+PlanFn = Callable[[Facts, Options, Earlier], StepPlan]
 
 
 @dataclass(frozen=True)
@@ -23,3 +25,8 @@ class Step:
     name: str  # used by --only / --skip and in reports
     title: str
     plan: PlanFn
+    reads: tuple[str, ...] = ()  # the earlier steps whose plans it reads
+
+    def plan_with(self, facts: Facts, options: Options, plans: dict[str, StepPlan]) -> StepPlan:
+        """Plan with the earlier plans of this run, of which it sees only those it declared."""
+        return self.plan(facts, options, Earlier(plans, self.reads))

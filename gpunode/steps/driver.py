@@ -13,30 +13,25 @@ module flavour. On failure the installer's log tail is shown with what it means.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from packaging.version import Version
 
 from gpunode import gpus
-from gpunode.artifacts import ProgressBars, silent
-from gpunode.artifacts.source import Source, obtain, resolve
-from gpunode.connection.base import Connection
-from gpunode.errors import CommandError, GpunodeError
+from gpunode.actions.driver import LOG, WORK_PARENT, FetchInstaller, RunInstaller
+from gpunode.artifacts.source import resolve
+from gpunode.errors import GpunodeError
 from gpunode.facts import Facts
-from gpunode.facts.driver import driver_state
+from gpunode.facts.driver import DriverState, driver_state
 from gpunode.options import Options
-from gpunode.plan import Action, Reboot, RunCommand, StepPlan, blocked, change, ok
-from gpunode.shell import Script, display
+from gpunode.plan import Action, Earlier, Reboot, RunCommand, Status, StepPlan, blocked, change, ok
 from gpunode.steps.base import Step
+from gpunode.steps.outputs import DriverOutputs
 from gpunode.versions import normalize_arch, parse_runfile_name
 
 NAME = "driver"
 TITLE = "NVIDIA driver"
-LOG = "/var/log/nvidia-installer.log"
-WORK_PARENT = "/var/tmp"  # not /tmp: often a small tmpfs, and the extracted driver is ~1 GB
-INSTALL_TIMEOUT = 3600.0  # a DKMS build of the module takes minutes on small VMs
+READS = ("nouveau",)  # an install waits for the reboot the nouveau step needs
 
 def branch(version: str) -> int:
     return int(version.split(".", 1)[0])
@@ -100,176 +95,6 @@ def installer_flags(arch: str, flavour: Flavour, options: Options) -> tuple[str,
     return tuple(flags)
 
 
-# (pattern in the installer's output or log, what it means, the fix) - wording from real installer errors
-# (tests/fixtures/real/errors/nvidia-installer*).
-EXPLANATIONS: tuple[tuple[str, str, str], ...] = (
-    (r"Nouveau kernel driver is currently in use",
-     "nouveau still drives the GPU, and the installer refuses to replace it while it is loaded",
-     "the nouveau step blacklists it; reboot (or pass --reboot) and run the same command again"),
-    (r"Unable to find the kernel source tree",
-     "the kernel headers for the running kernel are missing",
-     "install linux-headers-$(uname -r) / kernel-devel-$(uname -r) (the prerequisites step does) and run again"),
-    (r"Key was rejected by service|Required key not available|signed kernel module failed to load",
-     "Secure Boot rejected the module: it is unsigned or signed with a key that is not enrolled",
-     "enroll the certificate with `mokutil --import CERT` and confirm it in MOK Manager at the next boot, "
-     "then run again with --module-signing-key/--module-signing-cert"),
-    (r"kernel module '?nvidia[-_a-z]*'? appears to already be loaded",
-     "an older NVIDIA module is loaded and in use (nvidia-persistenced, DCGM, a container or X hold the GPU)",
-     "stop what uses the GPU, or reboot the node, then run the same command again"),
-    (r"GPL-incompatible module|GPL-only symbol|Unable to build the NVIDIA kernel module|"
-     r"Failed to install the kernel module through DKMS|Bad return status for module build",
-     "the NVIDIA kernel module did not build for this kernel: the driver is usually too old for the kernel",
-     "choose a newer release of the driver branch (or a newer branch), or a kernel that branch supports"),
-    (r"Unable to load the kernel module 'nvidia\.ko'",
-     "the module built but the kernel would not load it (a GPU this flavour cannot drive, Secure Boot, or "
-     "nouveau holding the GPU)",
-     "see `dmesg | grep -i nvrm`: pre-Turing GPUs need --kernel-module proprietary, Blackwell needs open; with "
-     "Secure Boot, sign the module with an enrolled key"),
-    (r"No space left on device",
-     "the disk filled up while extracting or building",
-     f"free space in {WORK_PARENT} and /usr (the driver needs about 1.5 GB), then run again"),
-    (r"CC version check failed|compiler used to compile the kernel",
-     "the gcc on the node is not the one the kernel was built with",
-     "install the gcc version the kernel was built with (see /proc/version), then run again"),
-    (r"pre-install script failed",
-     "the distribution's pre-install hook refused the .run installer",
-     "the distribution wants its own packaged driver here: remove that hook or use the packages"),
-)
-
-
-def explain(output: str) -> tuple[str, str]:
-    """(what went wrong, the fix) for an installer failure, from its output and log tail (whose lines the
-    installer wraps at any width, so whitespace is collapsed before matching)."""
-    text = " ".join(output.split())
-    for pattern, meaning, fix in EXPLANATIONS:
-        if re.search(pattern, text, re.I):
-            return meaning, fix
-    return ("the NVIDIA installer failed", f"read {LOG} on the node (its tail is above), fix the cause and run the "
-            "same command again")
-
-
-# ---------------------------------------------------------------------------------------------------------
-# actions
-# ---------------------------------------------------------------------------------------------------------
-
-
-def _mb(size: int) -> str:
-    return f"{size / 1e6:.0f} MB" if size >= 1e6 else f"{size / 1e3:.0f} kB"
-
-
-@dataclass(frozen=True)
-class FetchInstaller(Action):
-    """Runs on the machine running gpunode: download (or reuse) and verify the .run. Nothing touches the node."""
-
-    source: Source | None = None
-    local_size: int | None = None  # known size of the file already here (cache or --driver-run)
-    progress: ProgressBars | None = None
-
-    kind = "download"
-
-    def commands(self) -> list[str]:
-        assert self.source is not None
-        src = self.source
-        checks = "sha256 against " + ("--sha256" if src.sha256 else "NVIDIA's published .sha256sum when there is one")
-        checks += ", and the makeself archive's own checksums (as `sh FILE --check`), here, without running it"
-        if src.local:
-            lines = [f"(local) use {src.local}" + (f" ({_mb(self.local_size)})" if self.local_size else "")]
-        elif self.local_size is not None:
-            lines = [f"(local) cached: {src.cache} ({_mb(self.local_size)})"]
-        else:
-            lines = [f"(local) download {src.urls[0]}", *(f"(local)   or {u}" for u in src.urls[1:]),
-                     f"(local)   into {src.cache} (resumable)"]
-        return [*lines, f"(local) verify {checks}"]
-
-    def to_dict(self) -> dict[str, object]:
-        assert self.source is not None
-        return {**super().to_dict(), "urls": list(self.source.urls), "local": self.source.local,
-                "cache": self.source.cache, "cached": self.local_size is not None and not self.source.local,
-                "size": self.local_size, "sha256": self.source.sha256}
-
-    def apply(self, conn: Connection) -> str | None:
-        assert self.source is not None
-        verified = obtain(self.source, progress=self.progress)
-        return f"{verified.path}: {', '.join(verified.checks)}"
-
-
-# Runs on the node as root: check the uploaded file is the verified one, unload an older driver if one is
-# loaded (the installer replaces it), run the installer with TMPDIR on disk, and on failure print its output
-# and log tail. The work directory (root-only, from make_private_dir) is removed either way.
-_INSTALL = r"""dir=$1; run=$2; want=$3; log=$4; key=$5; cert=$6; shift 6
-trap 'rm -rf -- "$dir"' EXIT
-got=$(sha256sum -- "$dir/$run" 2>/dev/null); got=${got%% *}
-if [ "$got" != "$want" ]; then
-  echo "gpunode: the uploaded installer has sha256 ${got:-?}, not the verified $want: nothing was run" >&2
-  exit 90
-fi
-for f in "$key" "$cert"; do
-  if [ -n "$f" ] && [ ! -r "$f" ]; then echo "gpunode: module signing file $f is not readable on the node" >&2; exit 91; fi
-done
-if [ -e /proc/driver/nvidia/version ]; then
-  systemctl stop nvidia-persistenced >/dev/null 2>&1
-  modprobe -r nvidia_drm nvidia_modeset nvidia_uvm nvidia_peermem nvidia >/dev/null 2>&1
-fi
-cd "$dir" || exit 92
-TMPDIR=$dir sh "./$run" "$@" > "$dir/installer.out" 2>&1
-rc=$?
-if [ "$rc" -ne 0 ]; then
-  tail -n 25 "$dir/installer.out" >&2
-  if [ -r "$log" ]; then echo "gpunode-log-tail: $log" >&2; tail -n 40 "$log" >&2; fi
-fi
-exit "$rc"
-"""
-
-
-@dataclass(frozen=True)
-class RunInstaller(Action):
-    """Upload the verified .run into a root-only directory on the node and run it there."""
-
-    source: Source | None = None
-    flags: tuple[str, ...] = ()
-    signing_key: str = ""
-    signing_cert: str = ""
-    progress: ProgressBars | None = None
-
-    kind = "driver-install"
-
-    def commands(self) -> list[str]:
-        assert self.source is not None
-        name = self.source.name
-        return [f"upload {name} into a root-only directory under {WORK_PARENT}, check its sha256 on the node",
-                "sudo " + display(("sh", name, *self.flags))]
-
-    def to_dict(self) -> dict[str, object]:
-        return {**super().to_dict(), "flags": list(self.flags), "log": LOG}
-
-    def apply(self, conn: Connection) -> str | None:
-        assert self.source is not None
-        verified = obtain(self.source, progress=self.progress)  # the file uploaded is the file verified
-        workdir = conn.make_private_dir(WORK_PARENT)
-        try:
-            with (self.progress or silent)(f"upload {self.source.name}") as report:
-                conn.upload(verified.path, f"{workdir}/{self.source.name}", mode=0o700, progress=report)
-        except BaseException:
-            conn.run(Script('rm -rf -- "$1"', (workdir,), "cleanup"), sudo=True, timeout=60)
-            raise
-        script = Script(_INSTALL, (workdir, self.source.name, verified.sha256, LOG, self.signing_key,
-                                   self.signing_cert, *self.flags), "driver-install")
-        result = conn.run(script, sudo=True, timeout=INSTALL_TIMEOUT)
-        if result.timed_out:
-            raise CommandError(f"the NVIDIA installer did not finish within {INSTALL_TIMEOUT:.0f}s",
-                               fix=f"look at {LOG} on the node; it may still be building", stderr=result.stderr)
-        if not result.ok:
-            output = result.stdout + "\n" + result.stderr
-            if result.exit_code == 90:
-                raise CommandError(result.stderr.strip(), fix="the upload was altered or truncated: run again")
-            meaning, fix = explain(output)
-            tail = "\n".join(line for line in result.stderr.strip().splitlines()[-30:])
-            raise CommandError(f"the NVIDIA installer failed (exit {result.exit_code}): {meaning}\n"
-                               f"installer log: {LOG}\n{tail}", fix=fix, stdout=result.stdout,
-                               stderr=result.stderr, exit_code=result.exit_code)
-        return f"installed from {verified.path} (sha256 {verified.sha256[:16]}...); installer log: {LOG}"
-
-
 # ---------------------------------------------------------------------------------------------------------
 # the plan
 # ---------------------------------------------------------------------------------------------------------
@@ -315,9 +140,22 @@ def _install_actions(facts: Facts, options: Options, version: str, flavour: Flav
     ]
 
 
-def plan(facts: Facts, options: Options, earlier: Mapping[str, StepPlan] | None = None) -> StepPlan:
-    earlier = earlier or {}
+def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> StepPlan:
+    """The plan, with the driver version that will be in place as its outputs."""
     state = driver_state(facts)
+    decided = _plan(facts, options, earlier or Earlier({}, READS), state)
+    version = requested_version(options)
+    if version is not None:
+        origin = "--driver" if options.driver else "--driver-run"
+    elif not options.driver_run and state.loaded:
+        version, origin = state.loaded.version, "loaded"
+    else:
+        origin = None
+    changes = decided.status is Status.CHANGE
+    return decided.with_outputs(DriverOutputs(version, origin if version else None, changes))
+
+
+def _plan(facts: Facts, options: Options, earlier: Earlier, state: DriverState) -> StepPlan:
     version = requested_version(options)
     if version is None:
         if options.driver_run:
@@ -396,7 +234,7 @@ def plan(facts: Facts, options: Options, earlier: Mapping[str, StepPlan] | None 
 
 
 def _install(facts: Facts, options: Options, version: str, choice: Flavour, notes: list[str], reason: str,
-             earlier: Mapping[str, StepPlan] | None = None) -> StepPlan:
+             earlier: Earlier | None = None) -> StepPlan:
     if facts.secure_boot.enabled and not (options.module_signing_key and options.module_signing_cert):
         return blocked(NAME, "Secure Boot is enabled and no module signing key was given: the kernel would refuse "
                              "the unsigned NVIDIA module", _SECURE_BOOT_FIX)
@@ -406,7 +244,7 @@ def _install(facts: Facts, options: Options, version: str, choice: Flavour, note
     elif facts.secure_boot.enabled is None:
         notes.append(f"Secure Boot state unknown ({facts.secure_boot.evidence}): an unsigned module may be refused")
     if facts.module_loaded("nouveau"):
-        nouveau = (earlier or {}).get("nouveau")
+        nouveau = earlier.plan("nouveau") if earlier is not None else None
         if nouveau is None or not nouveau.reboot_required:
             return blocked(NAME, "nouveau is loaded: the NVIDIA installer refuses to run while it is",
                            "let the nouveau step blacklist it (do not --skip nouveau), reboot, and run again")
@@ -414,4 +252,4 @@ def _install(facts: Facts, options: Options, version: str, choice: Flavour, note
     return change(NAME, reason, _install_actions(facts, options, version, choice), *notes)
 
 
-STEP = Step(NAME, TITLE, plan)
+STEP = Step(NAME, TITLE, plan, READS)

@@ -10,13 +10,11 @@ PCIe boards have none and skip; so do GB200/GB300-style racks, whose fabric is m
 
 from __future__ import annotations
 
-import re
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 
-from gpunode.connection.base import Connection
-from gpunode.errors import CommandError
+from gpunode import fabric_packages, pkgmgr
+from gpunode.actions.fabric import StartFabricManager
+from gpunode.actions.packages import install_packages, package_command
 from gpunode.facts import Facts
 from gpunode.facts import fabric as fabric_facts
 from gpunode.facts import packages as package_facts
@@ -26,34 +24,21 @@ from gpunode.facts.packages import (
     compare_versions,
     held_packages,
     parse_versionlock,
-    pin_spec,
     unit,
     upstream_version,
 )
 from gpunode.options import Options
-from gpunode.plan import Action, InstallPackages, RunCommand, StepPlan, blocked, change, ok, unknown
+from gpunode.plan import Action, Earlier, RunCommand, StepPlan, blocked, change, ok, unknown
 from gpunode.shell import Script
 from gpunode.steps.base import Step
+from gpunode.steps.outputs import DriverOutputs
 
 NAME = "fabricmanager"
 TITLE = "Fabric manager (NVSwitch systems)"
 SERVICE = "nvidia-fabricmanager"
 UNIT = f"{SERVICE}.service"
-RENAMED_AT = 580  # from R580 the packages lose the branch suffix (apt) and the hyphen (rpm)
+READS = ("driver",)  # fabric manager must match the driver version that will be in place
 LOG = "/var/log/fabricmanager.log"
-DRIVER_VERSION = re.compile(r"\b(\d{3}\.\d{1,3}(?:\.\d{1,3})?)\b")
-VERSIONLOCK_PLUGIN = {"dnf": "python3-dnf-plugin-versionlock", "yum": "yum-plugin-versionlock"}
-
-
-def package_name(branch: int, manager: str) -> str:
-    """nvidia-fabricmanager-535 (apt) / nvidia-fabric-manager (rpm) below R580; nvidia-fabricmanager from R580."""
-    if branch >= RENAMED_AT:
-        return "nvidia-fabricmanager"
-    return f"nvidia-fabricmanager-{branch}" if manager == "apt" else "nvidia-fabric-manager"
-
-
-def package_version(driver: str) -> str:
-    return f"{driver}-1"  # NVIDIA's CUDA repositories: revision 1
 
 
 def pick_version(offered: list[str], driver: str) -> str | None:
@@ -88,7 +73,7 @@ def cuda_repo_dir(os_id: str, version: str, family: str) -> str | None:
 
 def cuda_repo_configured(files: Mapping[str, str]) -> bool:
     return any(CUDA_MARKER in line and not line.lstrip().startswith("#") and "enabled=0" not in text
-               for path, text in files.items() if path.startswith(("/etc/apt/", "/etc/yum.repos.d/", "/etc/zypp/"))
+               for path, text in files.items() if path.startswith(pkgmgr.REPO_CONFIG_ROOTS)
                for line in text.splitlines())
 
 
@@ -99,7 +84,7 @@ _CUDA_KEYRING = Script(
 )
 
 
-def cuda_repo_actions(facts: Facts, manager: str) -> list[Action] | None:
+def cuda_repo_actions(facts: Facts, manager: str, lock_timeout: float) -> list[Action] | None:
     """Add NVIDIA's CUDA repository the way NVIDIA documents it (cuda-keyring on apt, the .repo elsewhere)."""
     directory = cuda_repo_dir(facts.os.id, facts.os.version, facts.os.family)
     arch = {"x86_64": "x86_64", "aarch64": "sbsa"}.get(facts.arch)
@@ -107,133 +92,71 @@ def cuda_repo_actions(facts: Facts, manager: str) -> list[Action] | None:
         return None
     base = f"{CUDA_REPOS}/{directory}/{arch}"
     if manager == "apt":
-        return [RunCommand("add NVIDIA's CUDA repository (cuda-keyring), where fabric manager is published",
-                           Script(_CUDA_KEYRING.body, (f"{base}/cuda-keyring_1.1-1_all.deb",), _CUDA_KEYRING.name),
-                           timeout=600)]
-    repo = f"{base}/cuda-{directory}.repo"
-    if manager == "zypper":
-        return [RunCommand("add NVIDIA's CUDA repository", ("zypper", "--non-interactive", "addrepo", repo)),
-                RunCommand("refresh it and accept NVIDIA's key",
-                           ("zypper", "--non-interactive", "--gpg-auto-import-keys", "refresh"), timeout=900)]
-    if manager == "yum":
-        return [RunCommand("add NVIDIA's CUDA repository", ("yum-config-manager", "--add-repo", repo))]
-    return [RunCommand("add NVIDIA's CUDA repository", ("dnf", "config-manager", "--add-repo", repo))]
+        return [package_command("add NVIDIA's CUDA repository (cuda-keyring), where fabric manager is published",
+                                manager, Script(_CUDA_KEYRING.body, (f"{base}/cuda-keyring_1.1-1_all.deb",),
+                                                _CUDA_KEYRING.name), packages=("cuda-keyring",),
+                                lock_timeout=lock_timeout, timeout=600)]
+    m = pkgmgr.get(manager)
+    actions: list[Action] = [package_command("add NVIDIA's CUDA repository", manager, m.add_repo(f"{base}/cuda-{directory}.repo"),
+                               lock_timeout=lock_timeout, timeout=600)]
+    if m.refresh_argv:
+        actions.append(package_command("refresh it and accept NVIDIA's key", manager, m.refresh_argv,
+                                       lock_timeout=lock_timeout, timeout=900))
+    return actions
 
 
 # ---- which driver must it match ----------------------------------------------------------------------------
 
 
-def planned_driver_version(plan: StepPlan) -> str | None:
-    """The version the driver step works towards: an action's `version` attribute, else the first driver
-    version its reason names."""
-    for action in plan.actions:
-        for attr in ("version", "driver_version"):
-            value = getattr(action, attr, None)
-            if isinstance(value, str) and DRIVER_VERSION.fullmatch(value):
-                return value
-    match = DRIVER_VERSION.search(plan.reason)
-    return match.group(1) if match else None
-
-
-def driver_target(facts: Facts, options: Options, earlier: Mapping[str, StepPlan]) -> tuple[str, str] | None:
-    """(version, where it came from): --driver, else the driver step's plan, else the loaded driver."""
+def driver_target(facts: Facts, options: Options, earlier: Earlier) -> tuple[str, str] | None:
+    """(version, where it came from): the driver step's outputs when it is part of this run, else --driver,
+    else the loaded driver."""
+    out = earlier.outputs("driver", DriverOutputs)
+    if out is not None:
+        if out.version is None:
+            return None
+        return out.version, "--driver" if out.origin == "--driver" else "the driver step"
     if options.driver:
         return options.driver, "--driver"
-    if "driver" in earlier:
-        found = planned_driver_version(earlier["driver"])
-        if found:
-            return found, "the driver step"
     if facts.loaded_driver:
         return facts.loaded_driver.version, "the loaded driver"
     return None
 
 
-# ---- actions -----------------------------------------------------------------------------------------------
-
-_FABRIC = Script(
-    name="fabric-state",
-    body="nvidia-smi -q 2>/dev/null | awk '/^GPU /{print; next} /^    Fabric *$/{f=1; print; next} "
-         "f && /^        /{print; next} {f=0}'",
-)
-_LOG_TAIL = Script(name="fabricmanager-log", body=f'tail -n 15 {LOG} 2>/dev/null; true')
-POLL_SECONDS = 2.0
+def unsettled(text: str) -> list[str]:
+    """The GPUs whose fabric is not programmed yet, from the `fabric-state` output (what StartFabricManager
+    waits for)."""
+    return [f"GPU {g.gpu} {g.state}/{g.status}" for g in parse_fabric(text) if g.reported and not g.settled]
 
 
-@dataclass(frozen=True)
-class StartFabricManager(Action):
-    """Enable and (re)start the service, then wait for the fabric to be programmed: the GPUs report state
-    "Completed" once fabric manager is done, or the reason it failed. A failing start brings the log along."""
-
-    wait: float = 180.0
-
-    kind = "service"
-
-    def commands(self) -> list[str]:
-        return [f"sudo systemctl enable {SERVICE}", f"sudo systemctl restart {SERVICE}",
-                f"wait up to {self.wait:.0f}s for every GPU's fabric state to be Completed (nvidia-smi -q)"]
-
-    def to_dict(self) -> dict[str, object]:
-        return {**super().to_dict(), "unit": UNIT}
-
-    def apply(self, conn: Connection) -> str | None:
-        conn.run(("systemctl", "enable", SERVICE), sudo=True, timeout=120).check(f"enabling {SERVICE}")
-        result = conn.run(("systemctl", "restart", SERVICE), sudo=True, timeout=300)
-        if not result.ok:
-            log = conn.run(_LOG_TAIL, sudo=True, timeout=60).stdout.strip()
-            raise CommandError(f"{SERVICE} did not start" + (f"; {LOG} says:\n{log}" if log else ""),
-                               fix="the fabric manager version must equal the loaded driver's exactly; check "
-                                   f"`journalctl -u {SERVICE}`")
-        deadline = time.monotonic() + self.wait
-        while True:
-            fabric = [g for g in parse_fabric(conn.run(_FABRIC, sudo=True, timeout=120).stdout) if g.reported]
-            if all(g.settled for g in fabric) or time.monotonic() >= deadline:
-                break
-            time.sleep(POLL_SECONDS)
-        stuck = [g for g in fabric if not g.settled]
-        if stuck:
-            raise CommandError(f"{SERVICE} runs, but the fabric is not ready: " + "; ".join(
-                f"GPU {g.gpu} {g.state}/{g.status}" for g in stuck[:4]),
-                fix=f"look at {LOG} and `nvidia-smi -q` (Fabric section)")
-        return None
+def _start(summary: str) -> StartFabricManager:
+    return StartFabricManager(summary, service=SERVICE, log=LOG, unsettled=unsettled)
 
 
-def _hold(manager: str, name: str, version: str) -> Action:
-    if manager == "apt":
-        return RunCommand(f"hold {name} so upgrades cannot separate it from the driver", ("apt-mark", "hold", name))
-    if manager == "zypper":
-        return RunCommand(f"lock {name} against upgrades", ("zypper", "--non-interactive", "addlock", name))
-    return RunCommand(f"versionlock {name} at {version}", (manager, "versionlock", "add", pin_spec(manager, name,
-                                                                                                  version)))
+def _hold(m: pkgmgr.Manager, name: str, version: str, lock_timeout: float) -> Action:
+    what = {"apt": f"hold {name} so upgrades cannot separate it from the driver",
+            "zypper": f"lock {name} against upgrades"}.get(m.name, f"versionlock {name} at {version}")
+    return package_command(what, m.name, m.hold(name, version), packages=(name,), lock_timeout=lock_timeout,
+                           timeout=600)
 
 
-def _unhold(manager: str, names: list[str]) -> Action:
-    if manager == "apt":
-        return RunCommand("release the hold on " + ", ".join(names), ("apt-mark", "unhold", *names))
-    if manager == "zypper":
-        return RunCommand("unlock " + ", ".join(names), ("zypper", "--non-interactive", "removelock", *names))
-    return RunCommand("delete the versionlock of " + ", ".join(names), (manager, "versionlock", "delete", *names))
+def _unhold(m: pkgmgr.Manager, names: list[str], lock_timeout: float) -> Action:
+    what = {"apt": "release the hold on ", "zypper": "unlock "}.get(m.name, "delete the versionlock of ")
+    return package_command(what + ", ".join(names), m.name, m.unhold(names), packages=names,
+                           lock_timeout=lock_timeout, timeout=600)
 
 
-def _install(manager: str, name: str, version: str, current: Package | None) -> Action:
-    spec = pin_spec(manager, name, version)
-    what = f"install {name} {version}, pinned to the driver version"
-    if manager == "apt":
-        return RunCommand(what, ("apt-get", "install", "-y", "--no-install-recommends", "--allow-downgrades", spec),
-                          timeout=1800)
-    if manager == "zypper":
-        return RunCommand(what, ("zypper", "--non-interactive", "install", "--oldpackage", spec), timeout=1800)
-    if manager == "yum" and current is not None and compare_versions(current.version, version) > 0:
-        return RunCommand(what, ("yum", "downgrade", "-y", spec), timeout=1800)
-    return RunCommand(what, (manager, "install", "-y", spec), timeout=1800)
+def _install(m: pkgmgr.Manager, name: str, version: str, current: Package | None, lock_timeout: float) -> Action:
+    spec = m.spec(name, version)
+    down = current is not None and compare_versions(current.version, version) > 0
+    argv = m.downgrade([spec]) if down and m.name == "yum" else m.install([spec], downgrade=True)
+    return package_command(f"install {name} {version}, pinned to the driver version", m.name, argv,
+                           packages=(name,), lock_timeout=lock_timeout)
 
 
-def _remove(manager: str, names: list[str]) -> Action:
-    what = "remove " + ", ".join(names) + " (another fabric manager branch)"
-    if manager == "apt":
-        return RunCommand(what, ("apt-get", "remove", "-y", *names), timeout=900)
-    if manager == "zypper":
-        return RunCommand(what, ("zypper", "--non-interactive", "remove", *names), timeout=900)
-    return RunCommand(what, (manager, "remove", "-y", *names), timeout=900)
+def _remove(m: pkgmgr.Manager, names: list[str], lock_timeout: float) -> Action:
+    return package_command("remove " + ", ".join(names) + " (another fabric manager branch)", m.name,
+                           m.remove(names), packages=names, lock_timeout=lock_timeout, timeout=900)
 
 
 # ---- plan --------------------------------------------------------------------------------------------------
@@ -257,8 +180,8 @@ def _no_switch_plan(facts: Facts, fabric: list[FabricGpu], installed: Mapping[st
     return ok(NAME, "no NVSwitch on this node (PCIe or directly linked GPUs): fabric manager is not needed", *notes)
 
 
-def plan(facts: Facts, options: Options, earlier: Mapping[str, StepPlan] | None = None) -> StepPlan:
-    earlier = earlier or {}
+def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> StepPlan:
+    earlier = earlier or Earlier({}, READS)
     installed = facts[package_facts.PKG_STATUS]
     fabric = facts[fabric_facts.FABRIC_STATE]
     bound = facts[fabric_facts.NVSWITCH_DEVICES]
@@ -275,9 +198,10 @@ def plan(facts: Facts, options: Options, earlier: Mapping[str, StepPlan] | None 
         return unknown(NAME, f"{switches} found, but the driver version is not known yet and fabric manager must match "
                              "it exactly; pass --driver VERSION or install the driver first")
     driver, source = target
-    name = package_name(int(driver.split(".")[0]), manager)
+    m = pkgmgr.get(manager)
+    name = fabric_packages.package_name(int(driver.split(".")[0]), m.package_format)
     offered = pick_version(facts[fabric_facts.FM_AVAILABLE].get(name, []), driver)
-    version = offered or package_version(driver)
+    version = offered or fabric_packages.package_version(driver)
     present = {n: p for n, p in installed.items() if FM_PACKAGE.match(n)}
     current = present.get(name)
     matches = current is not None and current.upstream == driver
@@ -301,31 +225,32 @@ def plan(facts: Facts, options: Options, earlier: Mapping[str, StepPlan] | None 
         stale = [n for n in present if n != name]
         unhold = [n for n in present if n in held]
         if unhold:
-            actions.append(_unhold(manager, unhold))
+            actions.append(_unhold(m, unhold, options.lock_timeout))
         if stale:
-            actions.append(_remove(manager, stale))
+            actions.append(_remove(m, stale, options.lock_timeout))
         if not offered:  # not in the local package metadata: NVIDIA's CUDA repository has it
             if not cuda_repo_configured(facts[package_facts.PACKAGE_SOURCES]):
-                repo = cuda_repo_actions(facts, manager)
+                repo = cuda_repo_actions(facts, manager, options.lock_timeout)
                 if repo is None:
                     return blocked(NAME, f"{switches}: {name} {version} must come from NVIDIA's CUDA repository, "
                                          f"which has no build for {facts.os} ({facts.arch})",
                                    f"install {name} {version} by hand, hold it, then run again", *notes)
                 actions += repo
-            if manager == "apt":
-                actions.append(RunCommand("refresh the package lists", ("apt-get", "update"), timeout=900))
-        actions.append(_install(manager, name, version, current))
-    hold_ok = matches and name in held and (manager not in VERSIONLOCK_PLUGIN or
+            if manager == "apt" and m.refresh_argv:
+                actions.append(package_command("refresh the package lists", manager, m.refresh_argv,
+                                               lock_timeout=options.lock_timeout, timeout=900))
+        actions.append(_install(m, name, version, current, options.lock_timeout))
+    hold_ok = matches and name in held and (not m.versionlock_plugin or
                                             locks.get(name, "").split("-")[0] == driver)
     if not hold_ok:
         if matches:
             problems.append(f"{name} is not held")
             if name in locks:  # a lock on another version: replace it
-                actions.append(_unhold(manager, [name]))
-        if manager in VERSIONLOCK_PLUGIN and VERSIONLOCK_PLUGIN[manager] not in installed:
-            actions.append(InstallPackages(f"install the {manager} versionlock plugin", manager=manager,
-                                           packages=(VERSIONLOCK_PLUGIN[manager],)))
-        actions.append(_hold(manager, name, version))
+                actions.append(_unhold(m, [name], options.lock_timeout))
+        if m.versionlock_plugin and m.versionlock_plugin not in installed:
+            actions.append(install_packages(f"install the {manager} versionlock plugin", manager,
+                                            (m.versionlock_plugin,), lock_timeout=options.lock_timeout))
+        actions.append(_hold(m, name, version, options.lock_timeout))
 
     loaded = facts.loaded_driver.version if facts.loaded_driver else None
     if loaded == driver:
@@ -338,10 +263,10 @@ def plan(facts: Facts, options: Options, earlier: Mapping[str, StepPlan] | None 
                     notes.append(f"{LOG}: " + log.strip().splitlines()[-1])
             elif matches:
                 problems.append(f"{UNIT} is not enabled")
-            actions.append(StartFabricManager(f"enable and start {SERVICE}, wait for the fabric"))
+            actions.append(_start(f"enable and start {SERVICE}, wait for the fabric"))
         elif stuck:
             problems.append("fabric not ready: " + "; ".join(f"GPU {g.gpu} {g.state}/{g.status}" for g in stuck[:4]))
-            actions.append(StartFabricManager(f"restart {SERVICE}, wait for the fabric"))
+            actions.append(_start(f"restart {SERVICE}, wait for the fabric"))
         elif any(g.state == "In Progress" for g in fabric):
             notes.append("the fabric is still being programmed (state In Progress)")
     else:
@@ -360,4 +285,4 @@ def plan(facts: Facts, options: Options, earlier: Mapping[str, StepPlan] | None 
     return change(NAME, f"{switches}: " + "; ".join(problems), actions, *notes)
 
 
-STEP = Step(NAME, TITLE, plan)
+STEP = Step(NAME, TITLE, plan, READS)

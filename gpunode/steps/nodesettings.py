@@ -29,11 +29,13 @@ from gpunode.facts import packages as package_facts
 from gpunode.facts.nodesettings import SYSTEMD_UNIT_DIRS, UDEV_RULES_DIRS
 from gpunode.facts.packages import UnitState, unit
 from gpunode.options import Options
-from gpunode.plan import Action, RunCommand, Status, StepPlan, WriteFile, change, ok, unknown
+from gpunode.plan import Action, Earlier, RunCommand, StepPlan, WriteFile, change, ok, unknown
 from gpunode.steps.base import Step
+from gpunode.steps.outputs import DriverOutputs, ToolkitOutputs
 
 NAME = "nodesettings"
 TITLE = "Persistence daemon and /dev/char links"
+READS = ("driver", "toolkit")  # decided once the driver is in place; nvidia-ctk may come with the toolkit
 
 SERVICE = "nvidia-persistenced"
 UNIT = f"{SERVICE}.service"
@@ -219,10 +221,10 @@ def _persistence(facts: Facts, loaded: bool) -> Part:
                                        if state.enabled == "static" else ""), notes=tuple(notes))
 
 
-def _dev_char(facts: Facts, earlier: Mapping[str, StepPlan], loaded: bool) -> Part:
+def _dev_char(facts: Facts, earlier: Earlier, loaded: bool) -> Part:
     found = facts.tools.get("nvidia-ctk")
-    toolkit = earlier.get("toolkit")
-    coming = found is None and toolkit is not None and toolkit.status is Status.CHANGE
+    toolkit = earlier.outputs("toolkit", ToolkitOutputs)
+    coming = found is None and toolkit is not None and toolkit.installs
     if found is None and not coming:
         return Part("no NVIDIA Container Toolkit (nvidia-ctk): no /dev/char links to keep")
     ctk = found or CTK
@@ -254,14 +256,20 @@ def _dev_char(facts: Facts, earlier: Mapping[str, StepPlan], loaded: bool) -> Pa
     return Part(f"{rules[0]} links the NVIDIA devices from /dev/char when the driver binds", notes=tuple(notes))
 
 
-def plan(facts: Facts, options: Options, earlier: Mapping[str, StepPlan] | None = None) -> StepPlan:
-    earlier = earlier or {}
+def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> StepPlan:
+    earlier = earlier or Earlier({}, READS)
     if not facts.gpus:
         return ok(NAME, "no NVIDIA GPU on this node: no persistence daemon or /dev/char links to set up")
     loaded = facts.loaded_driver is not None
-    driver = earlier.get("driver")
-    if not loaded and driver is not None and driver.status is Status.CHANGE:
-        return unknown(NAME, "the driver step installs or loads the NVIDIA driver first: decided once it is loaded")
+    driver = earlier.outputs("driver", DriverOutputs)
+    if driver is not None and driver.changes and driver.version:
+        running = facts.loaded_driver.version if facts.loaded_driver else None
+        if not loaded:
+            return unknown(NAME, f"the driver step installs or loads NVIDIA driver {driver.version} first: decided "
+                                 "once it is loaded")
+        if running != driver.version:
+            return unknown(NAME, f"the driver step replaces the loaded driver {running} with {driver.version} "
+                                 "first: decided once that is loaded")
     if not (loaded or facts.has(SERVICE) or facts.has("nvidia-smi")):
         return ok(NAME, "no NVIDIA driver installed: nothing to keep persistent (install one with --driver VERSION)")
     parts = (_persistence(facts, loaded), _dev_char(facts, earlier, loaded))
@@ -271,4 +279,4 @@ def plan(facts: Facts, options: Options, earlier: Mapping[str, StepPlan] | None 
     return change(NAME, reason, actions, *notes) if actions else ok(NAME, reason, *notes)
 
 
-STEP = Step(NAME, TITLE, plan)
+STEP = Step(NAME, TITLE, plan, READS)

@@ -7,11 +7,9 @@ boot honours it too; a nouveau that is already loaded only goes away with a rebo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from gpunode.facts import Facts
 from gpunode.options import Options
-from gpunode.plan import Action, Reboot, RunCommand, StepPlan, WriteFile, blocked, change, ok
+from gpunode.plan import Action, Earlier, Reboot, RunCommand, StepPlan, WriteFile, blocked, change, ok
 from gpunode.steps.base import Step
 
 NAME = "nouveau"
@@ -44,7 +42,7 @@ def desired_content(current: str | None) -> str:
     return current + ("" if current.endswith("\n") else "\n") + "".join(d + "\n" for d in missing)
 
 
-def plan(facts: Facts, options: Options, earlier: Mapping[str, StepPlan] | None = None) -> StepPlan:
+def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> StepPlan:
     block = facts.nouveau_block()
     loaded = facts.module_loaded("nouveau")
     if not facts.gpus and not loaded:

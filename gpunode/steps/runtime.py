@@ -11,10 +11,9 @@ configured: the system-wide configure does not reach them.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpunode.connection.base import Connection
+from gpunode.actions.runtime import ConfigureRuntime
 from gpunode.facts import Facts
 from gpunode.facts import containers as container_facts
 from gpunode.facts import packages as package_facts
@@ -50,55 +49,16 @@ from gpunode.facts.containers import (
 )
 from gpunode.facts.packages import UnitState, unit
 from gpunode.options import Options
-from gpunode.plan import Action, RestartService, Status, StepPlan, WriteFile, blocked, change, ok
-from gpunode.shell import Script, display
+from gpunode.plan import Action, Earlier, RestartService, StepPlan, blocked, change, ok
 from gpunode.steps.base import Step
+from gpunode.steps.outputs import RuntimeOutputs, ToolkitOutputs
 
 NAME = "runtime"
 TITLE = "Wire the nvidia runtime into the container engines"
+READS = ("toolkit",)  # nvidia-ctk may come with it
 ASSUMED_CTK = DROPIN_SINCE  # what the toolkit step installs when no version is pinned: current releases
 ENGINE_ALIASES = {"cri-o": "crio", "docker": "docker", "containerd": "containerd", "crio": "crio"}
 DISPLAY = {"docker": "docker", "containerd": "containerd", "crio": "CRI-O"}
-
-# Copies each existing file next to itself before nvidia-ctk rewrites it (it drops comments). The suffix never
-# matches *.json / *.toml / *.conf, so no engine reads the copy.
-_BACKUP = Script(
-    name="backup-files",
-    body='stamp=$(date +%Y%m%dT%H%M%S); for f; do [ -f "$f" ] || continue; b="$f.gpunode-bak.$stamp"; '
-         '[ ! -e "$b" ] || b="$b.$$"; cp -p -- "$f" "$b" && echo "$b"; done',
-)
-
-
-@dataclass(frozen=True)
-class ConfigureRuntime(Action):
-    """`nvidia-ctk runtime configure` for one engine, with the files it is predicted to leave behind."""
-
-    engine: str = ""
-    argv: tuple[str, ...] = ()
-    files: tuple[tuple[str, str | None, str], ...] = ()  # (path, content now or None, predicted content)
-    backups: tuple[str, ...] = ()  # existing files nvidia-ctk rewrites: copied aside first
-
-    kind = "runtime-config"
-
-    def commands(self) -> list[str]:
-        return ["sudo " + display(self.argv)]
-
-    def diff(self) -> str:
-        return "".join(WriteFile(path, path=path, before=before, after=after).diff() for path, before, after in self.files)
-
-    def to_dict(self) -> dict[str, object]:
-        return {**super().to_dict(), "engine": self.engine, "files": [f[0] for f in self.files],
-                "diff": self.diff()}
-
-    def apply(self, conn: Connection) -> str | None:
-        note = None
-        if self.backups:
-            result = conn.run(Script(_BACKUP.body, self.backups, _BACKUP.name), sudo=True, timeout=60)
-            kept = result.check(f"backing up {', '.join(self.backups)}").stdout.split()
-            note = "backup: " + ", ".join(kept) if kept else None
-        conn.run(self.argv, sudo=True, timeout=180).check(self.summary)
-        return note
-
 
 @dataclass(frozen=True)
 class EnginePlan:
@@ -109,17 +69,17 @@ class EnginePlan:
     blocked: tuple[str, str] | None = None  # (reason, fix)
 
 
-def _ctk_version(facts: Facts, options: Options, earlier: Mapping[str, StepPlan]) -> tuple[tuple[int, ...] | None, str]:
+def _ctk_version(facts: Facts, earlier: Earlier) -> tuple[tuple[int, ...] | None, str]:
     """The nvidia-ctk that will run: the installed one, else the one the toolkit step is about to install."""
     found = facts[container_facts.CTK_VERSION]
     if found:
         return found, ""
     if facts.has("nvidia-ctk"):
         return ASSUMED_CTK, "nvidia-ctk did not print its version; predicted as a current (1.18+) release"
-    toolkit = earlier.get("toolkit")
-    if toolkit is not None and toolkit.status is Status.CHANGE:
-        pinned = parse_ctk_version("version " + options.toolkit_version) if options.toolkit_version else None
-        shown = options.toolkit_version or "a current release"
+    toolkit = earlier.outputs("toolkit", ToolkitOutputs)
+    if toolkit is not None and toolkit.installs:
+        pinned = parse_ctk_version("version " + toolkit.version.split("-")[0]) if toolkit.version else None
+        shown = toolkit.version.split("-")[0] if toolkit.version else "a current release"
         return pinned or ASSUMED_CTK, (f"predicted for nvidia-ctk {shown}, which the toolkit step installs first; "
                                        "decided again once it is installed")
     return None, ""
@@ -259,22 +219,27 @@ def _select(survey: EngineSurvey, options: Options, facts: Facts) -> tuple[list[
     return selected, notes, None
 
 
-def plan(facts: Facts, options: Options, earlier: Mapping[str, StepPlan] | None = None) -> StepPlan:
-    earlier = earlier or {}
+def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> StepPlan:
+    """The plan, with the engines that have or will have the nvidia runtime as its outputs."""
+    decided, engines = _plan(facts, options, earlier or Earlier({}, READS))
+    return decided.with_outputs(RuntimeOutputs(tuple(engines)))
+
+
+def _plan(facts: Facts, options: Options, earlier: Earlier) -> tuple[StepPlan, list[str]]:
     if not facts.gpus:
-        return ok(NAME, "no NVIDIA GPU on this node: no engine needs the nvidia runtime")
+        return ok(NAME, "no NVIDIA GPU on this node: no engine needs the nvidia runtime"), []
     units = facts[package_facts.UNITS]
     survey = survey_engines(facts.tools, {name: u.exists for name, u in units.items()}, facts.files)
     selected, notes, stop = _select(survey, options, facts)
     if stop:
-        return blocked(NAME, stop[0], stop[1], *notes)
+        return blocked(NAME, stop[0], stop[1], *notes), []
     if not selected:
         return ok(NAME, "no container engine (docker, containerd, CRI-O) on this node: nothing to wire in", *notes,
-                  "install an engine, then run again to give it the nvidia runtime")
-    ctk, ctk_note = _ctk_version(facts, options, earlier)
+                  "install an engine, then run again to give it the nvidia runtime"), []
+    ctk, ctk_note = _ctk_version(facts, earlier)
     if ctk is None:
         return blocked(NAME, "nvidia-ctk is not installed (it comes with the NVIDIA Container Toolkit)",
-                       "run the toolkit step first: gpunode install --only toolkit", *notes)
+                       "run the toolkit step first: gpunode install --only toolkit", *notes), []
     if ctk_note:
         notes.append(ctk_note)
     plans = [_engine_plan(name, facts, options, ctk, unit(units, ENGINES[name].unit)) for name in selected]
@@ -285,10 +250,10 @@ def plan(facts: Facts, options: Options, earlier: Mapping[str, StepPlan] | None 
         others = [n for n in selected if n not in {p.engine for p in plans if p.blocked}]
         fix = "; ".join(s[1] for s in stops) + (f" (or pass --engine {others[0]} to configure only that)"
                                                if others else "")
-        return blocked(NAME, "; ".join(s[0] for s in stops), fix, *notes)
+        return blocked(NAME, "; ".join(s[0] for s in stops), fix, *notes), []
     actions = [a for p in plans for a in p.actions]
     reason = "; ".join(p.reason for p in plans)
-    return change(NAME, reason, actions, *notes) if actions else ok(NAME, reason, *notes)
+    return (change(NAME, reason, actions, *notes) if actions else ok(NAME, reason, *notes)), selected
 
 
-STEP = Step(NAME, TITLE, plan)
+STEP = Step(NAME, TITLE, plan, READS)

@@ -13,23 +13,23 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from urllib.parse import unquote
 
-from gpunode.connection.base import Connection
+from gpunode import pkgmgr
+from gpunode.actions.packages import InstallLocalPackages, install_packages, package_command
 from gpunode.facts import Facts
 from gpunode.facts import packages as package_facts
 from gpunode.facts.containers import survey_engines
 from gpunode.facts.packages import (
     Package,
     compare_versions,
-    pin_spec,
     upstream_version,
 )
 from gpunode.options import Options
-from gpunode.plan import Action, InstallPackages, RunCommand, StepPlan, WriteFile, blocked, change, ok
-from gpunode.shell import Script, display
+from gpunode.plan import Action, Earlier, RunCommand, StepPlan, WriteFile, blocked, change, ok
+from gpunode.shell import Script
 from gpunode.steps.base import Step
+from gpunode.steps.outputs import ToolkitOutputs
 
 NAME = "toolkit"
 TITLE = "NVIDIA Container Toolkit"
@@ -43,8 +43,9 @@ DEPRECATED = ("nvidia.github.io/nvidia-docker", "nvidia.github.io/nvidia-contain
 KEY_URL = f"{REPO}/gpgkey"
 APT_KEYRING = "/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg"
 APT_LIST = "/etc/apt/sources.list.d/nvidia-container-toolkit.list"
-YUM_REPO = "/etc/yum.repos.d/nvidia-container-toolkit.repo"
-ZYPP_REPO = "/etc/zypp/repos.d/nvidia-container-toolkit.repo"
+REPO_FILE = "nvidia-container-toolkit.repo"  # in the rpm managers' repository directory (gpunode/pkgmgr.py)
+YUM_REPO = f"{pkgmgr.get('dnf').repo_dir}/{REPO_FILE}"
+ZYPP_REPO = f"{pkgmgr.get('zypper').repo_dir}/{REPO_FILE}"
 HEADER = f"# Written by gpunode: NVIDIA Container Toolkit packages ({REPO})\n"
 
 APT_SOURCE = HEADER + f"deb [signed-by={APT_KEYRING}] {REPO}/stable/deb/$(ARCH) /\n"
@@ -64,45 +65,6 @@ _FETCH_KEY = Script(
     body='set -e; tmp=$(mktemp); trap \'rm -f "$tmp"\' EXIT; curl -fsSL -o "$tmp" "$1"; '
          'mkdir -p "$(dirname "$2")"; gpg --batch --yes --dearmor -o "$2" "$tmp"; chmod 0644 "$2"',
 )
-_REMOVE_DIR = Script(name="remove-dir", body='rm -rf -- "$1"')
-
-
-@dataclass(frozen=True)
-class InstallLocalPackages(Action):
-    """Offline install: copy the given package files into a private directory on the node, install them there
-    in one transaction (so they satisfy each other's dependencies), then remove the copies."""
-
-    manager: str = "apt"
-    files: tuple[str, ...] = ()  # paths on the machine gpunode runs on
-
-    kind = "local-packages"
-
-    def remote_argv(self, directory: str) -> tuple[str, ...]:
-        paths = tuple(f"{directory}/{posixpath.basename(f)}" for f in self.files)
-        if self.manager == "apt":
-            return ("apt-get", "install", "-y", "--no-install-recommends", "--allow-downgrades", *paths)
-        if self.manager == "zypper":
-            return ("zypper", "--non-interactive", "install", "--allow-unsigned-rpm", "--oldpackage", *paths)
-        return (self.manager, "install", "-y", *paths)
-
-    def commands(self) -> list[str]:
-        return [f"upload {f} to <private dir>/" for f in self.files] + [
-            "sudo " + display(self.remote_argv("<private dir>"))]
-
-    def to_dict(self) -> dict[str, object]:
-        return {**super().to_dict(), "manager": self.manager, "files": list(self.files)}
-
-    def apply(self, conn: Connection) -> str | None:
-        directory = conn.make_private_dir()
-        try:
-            for path in self.files:
-                conn.upload(path, f"{directory}/{posixpath.basename(path)}")
-            conn.run(self.remote_argv(directory), sudo=True, timeout=1800).check(self.summary)
-        finally:
-            conn.run(Script(_REMOVE_DIR.body, (directory,), _REMOVE_DIR.name), sudo=True, timeout=60)
-        return None
-
-
 # ---- repositories already on the node ----------------------------------------------------------------------
 
 
@@ -149,18 +111,19 @@ def deprecated_sources(files: Mapping[str, str]) -> list[str]:
                           for line in text.splitlines()))
 
 
-def repo_actions(facts: Facts, manager: str) -> tuple[list[Action], list[str]]:
+def repo_actions(facts: Facts, manager: str, lock_timeout: float) -> tuple[list[Action], list[str]]:
     """What it takes to make NVIDIA's repository usable, and notes."""
     files, notes = facts.files, []
     actions: list[Action] = []
+    m = pkgmgr.get(manager)
     if manager == "apt":
         keyrings = facts[package_facts.APT_KEYRINGS]
         sources = apt_sources(files)
         wanted = sorted({k for _, k in sources if k} if sources else {APT_KEYRING})
         missing = [k for k in wanted if k not in keyrings]
         if missing and not (facts.has("curl") and facts.has("gpg")):
-            actions.append(InstallPackages("install curl and gnupg to fetch NVIDIA's signing key", manager="apt",
-                                           packages=("ca-certificates", "curl", "gnupg")))
+            actions.append(install_packages("install curl and gnupg to fetch NVIDIA's signing key", manager,
+                                            ("ca-certificates", "curl", "gnupg"), lock_timeout=lock_timeout))
         actions += [RunCommand(f"fetch NVIDIA's repository key into {k}", Script(_FETCH_KEY.body, (KEY_URL, k),
                                                                                _FETCH_KEY.name), timeout=300)
                     for k in missing]
@@ -170,19 +133,18 @@ def repo_actions(facts: Facts, manager: str) -> tuple[list[Action], list[str]]:
         else:
             actions.append(WriteFile(f"add NVIDIA's toolkit repository ({APT_LIST})", path=APT_LIST,
                                      after=APT_SOURCE, before=files.get(APT_LIST)))
-        actions.append(RunCommand("refresh the package lists", ("apt-get", "update"), timeout=900))
     else:
-        directory, path = ("/etc/zypp/repos.d", ZYPP_REPO) if manager == "zypper" else ("/etc/yum.repos.d", YUM_REPO)
-        existing = rpm_repos(files, directory)
+        path = f"{m.repo_dir}/{REPO_FILE}"
+        existing = rpm_repos(files, m.repo_dir)
         if existing:
             notes.append("NVIDIA's toolkit repository is already configured in " + ", ".join(existing))
         else:
             actions.append(WriteFile(f"add NVIDIA's toolkit repository ({path})", path=path,
                                      after=rpm_repo(manager == "zypper"), before=files.get(path)))
-        if manager == "zypper":
-            actions.append(RunCommand("refresh the repository and accept NVIDIA's key",
-                                      ("zypper", "--non-interactive", "--gpg-auto-import-keys", "refresh"),
-                                      timeout=900))
+    if m.refresh_argv:
+        actions.append(package_command("refresh the package lists" if manager == "apt" else
+                                       "refresh the repository and accept NVIDIA's key", manager, m.refresh_argv,
+                                       lock_timeout=lock_timeout, timeout=900))
     old = deprecated_sources(files)
     if old:
         notes.append("deprecated NVIDIA repositories still configured (" + ", ".join(old) + "): the toolkit now "
@@ -204,24 +166,22 @@ def satisfied(pkg: Package | None, requested: str) -> bool:
     return pkg.version == requested if "-" in requested else pkg.upstream == requested
 
 
-def install_actions(manager: str, specs: list[tuple[str, str]], installed: Mapping[str, Package]) -> list[Action]:
-    """Pinned installs. apt and zypper need an explicit flag to go down a version; dnf installs the exact
-    version asked either way; yum needs `downgrade` for those."""
+def install_actions(manager: str, specs: list[tuple[str, str]], installed: Mapping[str, Package],
+                    lock_timeout: float = 600.0) -> list[Action]:
+    """Pinned installs, allowed to go down a version. yum's install cannot: its `downgrade` takes those."""
+    m = pkgmgr.get(manager)
     down = [(n, v) for n, v in specs if n in installed and compare_versions(installed[n].version, v) > 0]
-    spelled = tuple(pin_spec(manager, n, v) for n, v in specs)
     what = f"install the container toolkit {specs[0][1]}"
-    if manager == "apt":
-        return [RunCommand(what, ("apt-get", "install", "-y", "--no-install-recommends", "--allow-downgrades",
-                                  *spelled), timeout=1800)]
-    if manager == "zypper":
-        return [RunCommand(what, ("zypper", "--non-interactive", "install", "--oldpackage", *spelled), timeout=1800)]
+    names = [n for n, _ in specs]
     if manager == "yum" and down:
-        ups = tuple(pin_spec(manager, n, v) for n, v in specs if (n, v) not in down)
-        actions: list[Action] = [RunCommand(what + " (downgrade)", ("yum", "downgrade", "-y",
-                                                                     *(pin_spec(manager, n, v) for n, v in down)),
-                                            timeout=1800)]
-        return actions + ([RunCommand(what, ("yum", "install", "-y", *ups), timeout=1800)] if ups else [])
-    return [RunCommand(what, (manager, "install", "-y", *spelled), timeout=1800)]
+        up = [(n, v) for n, v in specs if (n, v) not in down]
+        actions: list[Action] = [package_command(what + " (downgrade)", manager,
+                                                 m.downgrade([m.spec(n, v) for n, v in down]),
+                                                 packages=[n for n, _ in down], lock_timeout=lock_timeout)]
+        return actions + ([package_command(what, manager, m.install([m.spec(n, v) for n, v in up]),
+                                           packages=[n for n, _ in up], lock_timeout=lock_timeout)] if up else [])
+    return [package_command(what, manager, m.install([m.spec(n, v) for n, v in specs], downgrade=True),
+                            packages=names, lock_timeout=lock_timeout)]
 
 
 _DEB_FILE = re.compile(r"^(?P<name>[a-z0-9][a-z0-9+.-]+)_(?P<version>[^_]+)_(?P<arch>[^_]+)\.deb$")
@@ -263,10 +223,17 @@ def _offline(facts: Facts, options: Options, manager: str, installed: Mapping[st
                   *notes)
     return change(NAME, "offline install of " + ", ".join(todo),
                   [InstallLocalPackages("install the toolkit from the package files given", manager=manager,
-                                        files=tuple(options.toolkit_packages))], *notes)
+                                        files=tuple(options.toolkit_packages), lock_timeout=options.lock_timeout)],
+                  *notes).with_outputs(ToolkitOutputs(True, next((v for n, v, _ in parsed if n == PACKAGES[0]), None)))
 
 
-def plan(facts: Facts, options: Options, earlier: Mapping[str, StepPlan] | None = None) -> StepPlan:
+def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> StepPlan:
+    """The plan, with whether it installs the toolkit (and which version) as its outputs."""
+    decided = _plan(facts, options)
+    return decided if decided.outputs is not None else decided.with_outputs(ToolkitOutputs(False))
+
+
+def _plan(facts: Facts, options: Options) -> StepPlan:
     if not facts.gpus:
         return ok(NAME, "no NVIDIA GPU on this node: the container toolkit is not needed")
     units = facts[package_facts.UNITS]
@@ -306,12 +273,13 @@ def plan(facts: Facts, options: Options, earlier: Mapping[str, StepPlan] | None 
         version = main.version
     else:
         reason, version = "nvidia-container-toolkit is not installed", ""
-    actions, notes = repo_actions(facts, manager)
+    actions, notes = repo_actions(facts, manager, options.lock_timeout)
     if version:
-        actions += install_actions(manager, [(p, version) for p in PACKAGES], installed)
+        actions += install_actions(manager, [(p, version) for p in PACKAGES], installed, options.lock_timeout)
     else:
-        actions.append(InstallPackages("install the container toolkit", manager=manager, packages=(PACKAGES[0],)))
-    return change(NAME, reason, actions, *notes)
+        actions.append(install_packages("install the container toolkit", manager, (PACKAGES[0],),
+                                        lock_timeout=options.lock_timeout))
+    return change(NAME, reason, actions, *notes).with_outputs(ToolkitOutputs(True, version or None))
 
 
 STEP = Step(NAME, TITLE, plan)

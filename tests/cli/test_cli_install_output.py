@@ -94,12 +94,16 @@ def test_plan_next_is_the_same_command_as_install(node):
 @dataclass(frozen=True)
 class _Download(Action):
     kind = "download"
+    where = "control"
 
     def commands(self) -> list[str]:
         return ["curl -o /tmp/x https://example.invalid/x.run"]
 
-    def to_dict(self) -> dict[str, object]:
-        return {**super().to_dict(), "where": "control"}
+    def details(self) -> list[str]:
+        return ["from https://example.invalid/x.run"]
+
+    def apply(self, conn: object) -> None:
+        return None
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,9 @@ class _OnNode(Action):
 
     def commands(self) -> list[str]:
         return ["sh /tmp/x.run --silent"]
+
+    def apply(self, conn: object) -> None:
+        return None
 
 
 def _render(report: RunReport, width: int = 200, terminal: bool = False) -> str:
@@ -123,6 +130,7 @@ def test_control_machine_actions_are_labelled_and_never_shown_as_node_commands()
     text = _render(report)
     assert "on this machine: download NVIDIA-Linux-x86_64-580.95.05.run" in text
     assert "$ curl" not in text and "curl" not in text
+    assert "- from https://example.invalid/x.run" in text
     assert "$ sh /tmp/x.run --silent" in text
 
 

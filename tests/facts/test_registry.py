@@ -124,7 +124,7 @@ def test_no_string_lookup_of_a_fact_remains_outside_the_registry():
         if rel.startswith("gpunode/facts/") or rel.startswith("gpunode/connection/"):
             continue
         text = path.read_text()
-        if re.search(r"\.output\(|\.outputs\b", text):
+        if re.search(r"\bfacts\.output\(|\bfacts\.outputs\b", text):
             offenders.append(rel)
     assert offenders == []
 

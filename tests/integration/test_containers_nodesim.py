@@ -9,9 +9,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from gpunode.actions import fabric as fabric_actions
 from gpunode.cli import app
 from gpunode.facts import containers as c
-from gpunode.steps import fabricmanager
 from tests.nodesim.fixtures import host_guard, nodesim_available, sim_node  # noqa: F401 - pytest fixtures
 
 pytestmark = pytest.mark.integration
@@ -23,7 +23,7 @@ USER_DAEMON_JSON = '{\n  "log-driver": "journald",\n  "registry-mirrors": ["http
 
 @pytest.fixture(autouse=True)
 def _fast_fabric_polls(monkeypatch):
-    monkeypatch.setattr(fabricmanager, "POLL_SECONDS", 0.2)
+    monkeypatch.setattr(fabric_actions, "POLL_SECONDS", 0.2)
 
 
 def start(sim_node, profile: str, **overrides):  # noqa: F811
@@ -81,7 +81,7 @@ def test_rocky_9_containerd_config_v2_for_kubernetes(sim_node):  # noqa: F811
     assert before["version"] == 2
     steps = install(node, "--k8s")
     assert steps["runtime"]["status"] == "change"
-    assert "--set-as-default" in steps["runtime"]["actions"][0]["commands"][0]
+    assert "--set-as-default" in steps["runtime"]["actions"][0]["commands"][-1]  # after the backup-files command
     assert node.read("etc/yum.repos.d/nvidia-container-toolkit.repo")
     after = c.parse_toml(node.read("etc/containerd/config.toml"), "toml")
     assert after["imports"] == ["/etc/containerd/conf.d/*.toml"]

@@ -16,8 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from gpunode import runner as gpunode_runner
+from gpunode.actions import packages as package_actions
 from gpunode.cli import app
-from gpunode.steps import prerequisites
 from tests.nodesim.driver_run import build_fake_driver_run
 
 pytestmark = pytest.mark.integration
@@ -57,7 +57,7 @@ def mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nodesim_available: b
     m = Mirror(tmp_path / "www")
     monkeypatch.setenv("GPUNODE_DRIVER_MIRROR", m.url)
     monkeypatch.setattr(gpunode_runner, "REBOOT_POLL_SECONDS", 0.2)
-    monkeypatch.setattr(prerequisites, "LOCK_POLL_SECONDS", 1.0)
+    monkeypatch.setattr(package_actions, "LOCK_POLL_SECONDS", 1.0)
     yield m
     m.stop()
 

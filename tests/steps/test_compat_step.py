@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from gpunode import steps
 from gpunode.facts import Facts
 from gpunode.facts.kernel import LoadedDriver, PciDevice
 from gpunode.options import Options
-from gpunode.plan import RunCommand, Status, StepPlan, change, unknown
+from gpunode.plan import Earlier, RunCommand, Status, StepPlan, change, unknown
 from gpunode.steps import compat as step
+from gpunode.steps.outputs import CompatOutputs, DriverOutputs
 
 
 def node(*devices: int, driver: str | None = None) -> Facts:
@@ -50,34 +53,52 @@ def test_requested_driver_wins_over_the_loaded_one():
     assert "verify image: nvidia/cuda:13.0.2-base-ubuntu24.04" in plan.notes
 
 
+def driver_step(plan: StepPlan) -> Earlier:
+    return Earlier({"driver": plan}, step.READS)
+
+
 def test_uses_what_an_earlier_driver_step_installs():
-    driver_plan = change("driver", "install driver 580.105.08", [RunCommand("run the installer", ("true",))],
-                         "driver version: 580.105.08")
-    plan = step.plan(node(V100, driver="535.129.03"), Options(), {"driver": driver_plan})
+    driver_plan = change("driver", "install driver 580.105.08", [RunCommand("run the installer", ("true",))]
+                         ).with_outputs(DriverOutputs("580.105.08", "--driver-run", changes=True))
+    plan = step.plan(node(V100, driver="535.129.03"), Options(), driver_step(driver_plan))
     assert plan.status is Status.OK and "580.105.08 (to be installed by the driver step" in plan.reason
+    assert plan.outputs == CompatOutputs("580.105.08", "nvidia/cuda:13.0.2-base-ubuntu24.04")
 
 
-def test_version_found_in_the_driver_plans_reason():
-    # the target version is the last one the reason names, not the installed one
+def test_the_driver_steps_outputs_not_its_reason_name_the_version():
+    # the reason names the installed version first and the requested one last; only the outputs count
     driver_plan = change("driver", "driver 535.129.03 is installed; 590.48.01 was requested: upgrading", [],
-                         "the loaded 535.129.03 module is unloaded first")
-    plan = step.plan(node(V100, driver="535.129.03"), Options(), {"driver": driver_plan})
+                         "the loaded 535.129.03 module is unloaded first"
+                         ).with_outputs(DriverOutputs("590.48.01", "--driver", changes=True))
+    plan = step.plan(node(V100, driver="535.129.03"), Options(), driver_step(driver_plan))
     assert plan.status is Status.BLOCKED and "R580 is the last driver branch for Volta" in plan.reason
+    assert plan.outputs is not None and plan.outputs.driver == "590.48.01"
+    no_outputs = change("driver", "driver 535.129.03 is installed; 590.48.01 was requested: upgrading", [])
+    assert step.plan(node(V100), Options(), driver_step(no_outputs)).reason.startswith("no NVIDIA driver")
 
 
 def test_version_from_the_driver_run_file_name():
-    if "driver_run" not in Options.__dataclass_fields__:
-        pytest.skip("no --driver-run in this tree")
-    options = Options(driver_run="/srv/NVIDIA-Linux-x86_64-580.105.08.run")  # type: ignore[call-arg]
-    plan = step.plan(node(V100), options, {"driver": change("driver", "no NVIDIA driver installed", [])})
+    from gpunode.steps import driver
+
+    options = Options(driver_run="/srv/NVIDIA-Linux-x86_64-580.105.08.run")
+    facts = dataclasses.replace(node(V100), arch="x86_64")
+    driver_plan = driver.plan(facts, options)
+    assert driver_plan.status is Status.CHANGE, driver_plan.reason
+    assert driver_plan.outputs == DriverOutputs("580.105.08", "--driver-run", changes=True)
+    plan = step.plan(facts, options, driver_step(driver_plan))
     assert plan.status is Status.OK and "driver 580.105.08 (to be installed" in plan.reason
 
 
 def test_waits_for_a_driver_step_whose_version_is_unknown():
-    plan = step.plan(node(H100), Options(), {"driver": change("driver", "install the driver", [])})
-    assert plan.status is Status.UNKNOWN
-    plan = step.plan(node(H100), Options(), {"driver": unknown("driver", "after reboot")})
-    assert plan.status is Status.UNKNOWN
+    installs = change("driver", "install the driver", []).with_outputs(DriverOutputs(None, changes=True))
+    assert step.plan(node(H100), Options(), driver_step(installs)).status is Status.UNKNOWN
+    later = unknown("driver", "after reboot").with_outputs(DriverOutputs(None))
+    assert step.plan(node(H100), Options(), driver_step(later)).status is Status.UNKNOWN
+
+
+def test_reading_a_step_it_did_not_declare_is_an_error():
+    with pytest.raises(KeyError, match="without declaring it"):
+        Earlier({"toolkit": unknown("toolkit", "x")}, step.READS).plan("toolkit")
 
 
 def test_volta_on_r590_is_blocked_with_a_driver_that_works():

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gpunode.actions.driver import FetchInstaller, RunInstaller, explain_failure
 from gpunode.artifacts import DownloadError
 from gpunode.errors import CommandError
 from gpunode.facts import Facts
@@ -15,9 +16,8 @@ from gpunode.facts.kernel import PciDevice, SecureBoot, parse_nvidia_version
 from gpunode.facts.osinfo import parse_os_release
 from gpunode.facts.probe import Section
 from gpunode.options import Options
-from gpunode.plan import Reboot, RunCommand, Status, change
+from gpunode.plan import Earlier, Reboot, RunCommand, Status, change
 from gpunode.steps import driver
-from gpunode.steps.driver import FetchInstaller, RunInstaller
 from tests.conftest import FIXTURES
 from tests.fakes.connection import FakeConnection, FakeNode
 from tests.fakes.runfile import build_run
@@ -126,18 +126,23 @@ def test_fresh_node_downloads_verifies_and_installs():
     assert p.status is Status.CHANGE and p.reason == f"no NVIDIA driver installed; installing {V}"
     fetch, run = p.actions
     assert isinstance(fetch, FetchInstaller) and isinstance(run, RunInstaller)
-    assert fetch.commands()[0] == f"(local) download https://us.download.nvidia.com/tesla/{V}/NVIDIA-Linux-x86_64-{V}.run"
-    assert f"(local)   into /cache/{V}/x86_64/NVIDIA-Linux-x86_64-{V}.run (resumable)" in fetch.commands()
-    assert run.commands()[1].startswith(f"sudo sh NVIDIA-Linux-x86_64-{V}.run --silent --dkms --tmpdir=/var/tmp")
+    assert fetch.where == "control" and fetch.commands() == []  # nothing runs on the node
+    assert fetch.details()[0] == f"download https://us.download.nvidia.com/tesla/{V}/NVIDIA-Linux-x86_64-{V}.run"
+    assert f"  into /cache/{V}/x86_64/NVIDIA-Linux-x86_64-{V}.run (resumable)" in fetch.details()
+    assert run.where == "node" and run.commands()[0].startswith(
+        f"sudo sh NVIDIA-Linux-x86_64-{V}.run --silent --dkms --tmpdir=/var/tmp")
+    assert run.details()[0].startswith(f"upload NVIDIA-Linux-x86_64-{V}.run into a root-only directory")
     assert "kernel module: proprietary (Tesla T4 (Turing)" in p.notes[0]
     data = p.to_dict()
     assert data["actions"][0]["cached"] is False and data["actions"][1]["log"] == "/var/log/nvidia-installer.log"
+    assert data["actions"][0]["where"] == "control" and data["actions"][1]["where"] == "node"
+    assert data["outputs"] == {"version": V, "origin": "--driver", "changes": True}
 
 
 def test_a_cached_installer_is_shown_as_such():
     path = f"/cache/{V}/x86_64/NVIDIA-Linux-x86_64-{V}.run"
     p = plan(facts(), Options(driver=V, cache_dir="/cache", local_installers=((path, 325_000_000),)))
-    assert p.actions[0].commands()[0] == f"(local) cached: {path} (325 MB)"
+    assert p.actions[0].details()[0] == f"cached: {path} (325 MB)"
     assert p.actions[0].summary.startswith("verify ")
 
 
@@ -195,7 +200,7 @@ def test_installed_but_nouveau_holds_the_gpu_is_reboot_only():
 
 
 def test_nouveau_loaded_waits_for_the_reboot_of_the_nouveau_step():
-    earlier = {"nouveau": change("nouveau", "x", [Reboot("reboot")])}
+    earlier = Earlier({"nouveau": change("nouveau", "x", [Reboot("reboot")])}, driver.READS)
     p = plan(facts(modules=frozenset({"nouveau"})), earlier=earlier)
     assert p.status is Status.CHANGE and any("after the reboot the nouveau step needs" in n for n in p.notes)
     skipped = plan(facts(modules=frozenset({"nouveau"})))
@@ -239,22 +244,22 @@ def test_explicit_flavour_change_reinstalls():
     assert p.status is Status.CHANGE and "--kernel-module asks for open" in p.reason
 
 
-# -- installer failures, explained from real installer output --------------------------------------------------
+# -- installer failures, explained from real installer output (data/installer_failures.csv via gpunode.explain) ---
 @pytest.mark.parametrize("fixture, meaning", [
-    ("nvidia-installer_nouveau-in-use_installation-failed.txt", "nouveau still drives the GPU"),
-    ("nvidia-installer_kernel-source-tree-not-found_fedora27.txt", "kernel headers for the running kernel"),
-    ("nvidia-installer_nvidia-drm-already-loaded_410.72.txt", "an older NVIDIA module is loaded and in use"),
-    ("nvidia-installer-log_header_nvidia-drm-already-loaded_460.73.01_truncated.log", "older NVIDIA module"),
-    ("nvidia-installer_unable-to-load-nvidia.ko_390.46.txt", "the kernel would not load it"),
+    ("nvidia-installer_nouveau-in-use_installation-failed.txt", "nouveau is loaded"),
+    ("nvidia-installer_kernel-source-tree-not-found_fedora27.txt", "Kernel headers for the running kernel"),
+    ("nvidia-installer_nvidia-drm-already-loaded_410.72.txt", "is loaded and in use"),
+    ("nvidia-installer-log_header_nvidia-drm-already-loaded_460.73.01_truncated.log", "is loaded and in use"),
+    ("nvidia-installer_unable-to-load-nvidia.ko_390.46.txt", "could not load it"),
 ])
 def test_real_installer_errors_are_explained(fixture, meaning):
-    text = (FIXTURES / "errors" / fixture).read_text()
-    got, fix = driver.explain(text)
+    text = (FIXTURES / "errors" / fixture).read_text(errors="replace")
+    got, fix = explain_failure(text)
     assert meaning in got and fix
 
 
 def test_unknown_failures_point_at_the_log():
-    assert "/var/log/nvidia-installer.log" in driver.explain("something new")[1]
+    assert "/var/log/nvidia-installer.log" in explain_failure("something new")[1]
 
 
 # -- applying on a fake node --------------------------------------------------------------------------------------
@@ -343,7 +348,7 @@ def test_installer_failure_shows_the_explanation_and_the_log(tmp_path):
     p = plan(gather(conn), options)
     with pytest.raises(CommandError) as exc:
         p.actions[1].apply(conn)
-    assert "the NVIDIA installer failed (exit 1): the kernel headers for the running kernel are missing" in (
+    assert "the NVIDIA installer failed (exit 1): Kernel headers for the running kernel are not installed" in (
         exc.value.message)
     assert "installer log: /var/log/nvidia-installer.log" in exc.value.message
     assert "linux-headers-$(uname -r)" in (exc.value.fix or "")

@@ -5,12 +5,19 @@ from __future__ import annotations
 
 import pytest
 
+from gpunode import fabric_packages
+from gpunode.actions import fabric as fabric_actions
+from gpunode.actions.base import Action
+from gpunode.actions.fabric import StartFabricManager
+from gpunode.actions.packages import PackageCommand
 from gpunode.facts import gather
 from gpunode.options import Options
-from gpunode.plan import InstallPackages, Status, StepPlan, change, ok
+from gpunode.plan import Earlier, Status, StepPlan, change, ok
 from gpunode.runner import apply_pipeline
+from gpunode.shell import to_argv
 from gpunode.steps import fabricmanager as fm
 from gpunode.steps.base import Step
+from gpunode.steps.outputs import DriverOutputs
 from tests.conftest import FIXTURES
 from tests.fakes.connection import ROCKY_9, FakeConnection, FakeNode, FakeSystem
 
@@ -19,7 +26,7 @@ SWITCHES = ("0000:83:00.0", "0000:84:00.0", "0000:85:00.0", "0000:86:00.0")
 
 @pytest.fixture(autouse=True)
 def _no_waiting(monkeypatch):
-    monkeypatch.setattr(fm, "POLL_SECONDS", 0.0)
+    monkeypatch.setattr(fabric_actions, "POLL_SECONDS", 0.0)
 
 
 CUDA_LIST = ("/etc/apt/sources.list.d/cuda-ubuntu2204-x86_64.list",
@@ -47,7 +54,13 @@ def hgx(driver="535.129.03", os_release=None, packages=None, bound=True, cuda=Tr
 
 
 def plan_of(node, earlier=None, **options):
-    return fm.plan(gather(FakeConnection(node)), Options(**options), earlier or {})
+    return fm.plan(gather(FakeConnection(node)), Options(**options), Earlier(earlier or {}, fm.READS))
+
+
+def argv(action: Action) -> tuple[str, ...]:
+    """The (last) command line of a command or package action, as argv."""
+    assert isinstance(action, PackageCommand), action
+    return to_argv(action.cmds[-1])
 
 
 def run(node, steps=(fm.STEP,), **options):
@@ -60,11 +73,12 @@ def test_hgx_h100_gets_fabric_manager_pinned_held_and_running():
     assert plan.status is Status.CHANGE
     assert plan.reason == "4 NVSwitch: nvidia-fabricmanager-535 is not installed"
     update, install, hold, start = plan.actions
-    assert update.cmd == ("apt-get", "update")  # the version is not in the local lists yet
-    assert install.cmd == ("apt-get", "install", "-y", "--no-install-recommends", "--allow-downgrades",
+    assert argv(update) == ("apt-get", "update")  # the version is not in the local lists yet
+    assert argv(install) == ("apt-get", "install", "-y", "--no-install-recommends", "--allow-downgrades",
                            "nvidia-fabricmanager-535=535.129.03-1")
-    assert hold.cmd == ("apt-mark", "hold", "nvidia-fabricmanager-535")
-    assert isinstance(start, fm.StartFabricManager)
+    assert argv(hold) == ("apt-mark", "hold", "nvidia-fabricmanager-535")
+    assert isinstance(start, StartFabricManager)
+    assert all(a.lock_timeout == 600 for a in (update, install, hold))  # every package call waits for the lock
     assert "driver version 535.129.03 from the loaded driver" in plan.notes
     report = run(node)
     assert report.outcomes[0].result == "changed", report.outcomes[0].error
@@ -81,10 +95,10 @@ def test_hgx_h100_gets_fabric_manager_pinned_held_and_running():
 
 def test_from_r580_the_package_has_no_branch_suffix():
     node, _ = hgx("580.65.06")
-    assert plan_of(node).actions[1].cmd[-1] == "nvidia-fabricmanager=580.65.06-1"
-    assert fm.package_name(580, "dnf") == "nvidia-fabricmanager"
-    assert fm.package_name(570, "dnf") == "nvidia-fabric-manager"
-    assert fm.package_name(570, "apt") == "nvidia-fabricmanager-570"
+    assert argv(plan_of(node).actions[1])[-1] == "nvidia-fabricmanager=580.65.06-1"
+    assert fabric_packages.package_name(580, "rpm") == "nvidia-fabricmanager"
+    assert fabric_packages.package_name(570, "rpm") == "nvidia-fabric-manager"
+    assert fabric_packages.package_name(570, "deb") == "nvidia-fabricmanager-570"
 
 
 def test_rocky_pins_with_dnf_and_versionlock():
@@ -92,9 +106,9 @@ def test_rocky_pins_with_dnf_and_versionlock():
     node.tools.add("dnf")
     plan = plan_of(node)
     install, plugin, lock, _ = plan.actions
-    assert install.cmd == ("dnf", "install", "-y", "nvidia-fabric-manager-535.129.03-1")
-    assert isinstance(plugin, InstallPackages) and plugin.packages == ("python3-dnf-plugin-versionlock",)
-    assert lock.cmd == ("dnf", "versionlock", "add", "nvidia-fabric-manager-535.129.03-1")
+    assert argv(install) == ("dnf", "install", "-y", "nvidia-fabric-manager-535.129.03-1")
+    assert isinstance(plugin, PackageCommand) and plugin.packages == ("python3-dnf-plugin-versionlock",)
+    assert argv(lock) == ("dnf", "versionlock", "add", "nvidia-fabric-manager-535.129.03-1")
     system.versions["python3-dnf-plugin-versionlock"] = "4.3.0-13.el9"
     assert run(node).outcomes[0].result == "changed"
     assert "nvidia-fabric-manager-0:535.129.03-1.*" in node.files["/etc/dnf/plugins/versionlock.list"]
@@ -107,24 +121,26 @@ def test_before_the_driver_loads_it_is_installed_and_enabled_and_starts_after_th
     assert "driver version is not known yet" in plan_of(node).reason
     plan = plan_of(node, driver="550.90.07")
     assert [a.summary for a in plan.actions][-1] == "enable nvidia-fabricmanager (it starts with driver 550.90.07)"
-    assert not any(isinstance(a, fm.StartFabricManager) for a in plan.actions)
+    assert not any(isinstance(a, StartFabricManager) for a in plan.actions)
     assert run(node, driver="550.90.07").outcomes[0].result == "changed"
     assert system.units["nvidia-fabricmanager.service"] == ["inactive", "enabled"]
     after = plan_of(node, driver="550.90.07")
     assert after.status is Status.OK and any("starts once it is (after the reboot)" in n for n in after.notes)
 
 
-def test_the_driver_steps_plan_gives_the_version():
+def test_the_driver_steps_outputs_give_the_version():
     node, _ = hgx(driver=None)
-
-    class InstallDriver:  # what an action of the driver step may carry
-        summary, version = "install", "550.54.15"
-
-    by_action = StepPlan("driver", Status.CHANGE, "install the driver", (InstallDriver(),))  # type: ignore[arg-type]
-    assert plan_of(node, {"driver": by_action}).actions[1].cmd[-1] == "nvidia-fabricmanager-550=550.54.15-1"
-    by_reason = change("driver", "driver 535.183.01 is not installed", [])
-    assert plan_of(node, {"driver": by_reason}).actions[1].cmd[-1] == "nvidia-fabricmanager-535=535.183.01-1"
-    assert plan_of(node, {"driver": by_reason}, driver="535.129.03").actions[1].cmd[-1].endswith("535.129.03-1")
+    installs = change("driver", "driver 535.129.03 is installed; 550.54.15 was requested: upgrading", []
+                      ).with_outputs(DriverOutputs("550.54.15", "--driver-run", changes=True))
+    plan = plan_of(node, {"driver": installs})
+    assert argv(plan.actions[1])[-1] == "nvidia-fabricmanager-550=550.54.15-1"  # not the 535 the reason names first
+    assert "driver version 550.54.15 from the driver step" in plan.notes
+    # with the driver step in the run, its outputs win over --driver (the step already took --driver into account)
+    assert argv(plan_of(node, {"driver": installs}, driver="535.129.03").actions[1])[-1].endswith("550.54.15-1")
+    # without it, --driver decides
+    assert argv(plan_of(node, driver="535.129.03").actions[1])[-1].endswith("535.129.03-1")
+    unknown_version = StepPlan("driver", Status.BLOCKED, "cannot tell", outputs=DriverOutputs(None))
+    assert plan_of(node, {"driver": unknown_version}).status is Status.UNKNOWN
 
 
 def test_a_later_driver_update_makes_it_plan_the_matching_fabric_manager():
@@ -269,19 +285,20 @@ def test_the_exact_version_the_repositories_offer_is_pinned():
     node, _ = hgx(cuda=False)  # a driver from Ubuntu's archive: its fabric manager is there too
     node.outputs["fm_available"] = (POLICY, 0)
     (install, *_) = plan_of(node).actions
-    assert install.cmd[-1] == "nvidia-fabricmanager-535=535.129.03-0ubuntu0.22.04.2"
+    assert argv(install)[-1] == "nvidia-fabricmanager-535=535.129.03-0ubuntu0.22.04.2"
     assert fm.pick_version(["535.129.03-0ubuntu1", "535.129.03-1"], "535.129.03") == "535.129.03-1"
 
 
 def test_without_the_cuda_repository_it_is_added_first():
     node, system = hgx(cuda=False)
     plan = plan_of(node)
-    assert plan.actions[0].cmd.args == (
+    keyring = plan.actions[0]
+    assert isinstance(keyring, PackageCommand) and keyring.cmds[0].args == (  # type: ignore[union-attr]
         "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/cuda-keyring_1.1-1_all.deb",)
     assert run(node).outcomes[0].result == "changed"
     assert system.packages["cuda-keyring"] == "1.1-1" and plan_of(node).status is Status.OK
     rocky, _ = hgx(os_release=ROCKY_9, cuda=False)
-    assert plan_of(rocky).actions[0].cmd == (
+    assert argv(plan_of(rocky).actions[0]) == (
         "dnf", "config-manager", "--add-repo",
         "https://developer.download.nvidia.com/compute/cuda/repos/rhel9/x86_64/cuda-rhel9.repo")
     assert fm.cuda_repo_dir("ubuntu", "23.10", "debian") is None

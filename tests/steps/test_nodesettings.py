@@ -13,11 +13,12 @@ from gpunode.cli import app
 from gpunode.connection.base import Connection
 from gpunode.facts import Facts, gather
 from gpunode.options import Options
-from gpunode.plan import Action, RunCommand, Status, StepPlan, WriteFile, change, ok
+from gpunode.plan import Action, Earlier, RunCommand, Status, StepPlan, WriteFile, change, ok
 from gpunode.runner import apply_pipeline, plan_pipeline
 from gpunode.steps import PIPELINE
 from gpunode.steps import nodesettings as ns
 from gpunode.steps.base import Step
+from gpunode.steps.outputs import DriverOutputs, ToolkitOutputs
 from tests.fakes.connection import FakeConnection, FakeNode, FakeSystem
 
 DRIVER = "580.95.05"
@@ -50,7 +51,7 @@ def make_node(driver: str | None = DRIVER, toolkit: bool = True, daemon: bool = 
 
 
 def plan_of(node: FakeNode, earlier: dict[str, StepPlan] | None = None) -> StepPlan:
-    return ns.plan(gather(FakeConnection(node)), Options(), earlier or {})
+    return ns.plan(gather(FakeConnection(node)), Options(), Earlier(earlier or {}, ns.READS))
 
 
 def run(node: FakeNode, steps: tuple[Step, ...] = (ns.STEP,)):
@@ -197,8 +198,10 @@ def test_no_gpu_and_no_driver_skip_cleanly():
 
 def test_waits_for_a_driver_the_driver_step_installs():
     node, _ = make_node(driver=None)
-    plan = plan_of(node, {"driver": change("driver", "install 580", [])})
+    installs = change("driver", "install 580", []).with_outputs(DriverOutputs("580.105.08", "--driver", changes=True))
+    plan = plan_of(node, {"driver": installs})
     assert plan.status is Status.UNKNOWN and "decided once it is loaded" in plan.reason
+    assert "580.105.08" in plan.reason
 
 
 class InstallDriver(Action):
@@ -216,13 +219,14 @@ class InstallDriver(Action):
 
 def _driver_plan(facts: Facts, options: Options, earlier) -> StepPlan:
     if facts.loaded_driver:
-        return ok("driver", f"driver {DRIVER} is loaded")
-    return change("driver", f"install driver {DRIVER}", [InstallDriver("install the driver")])
+        return ok("driver", f"driver {DRIVER} is loaded").with_outputs(DriverOutputs(DRIVER, "loaded"))
+    return change("driver", f"install driver {DRIVER}", [InstallDriver("install the driver")]).with_outputs(
+        DriverOutputs(DRIVER, "--driver", changes=True))
 
 
 def test_decided_at_apply_time_once_the_driver_step_has_run():
     node, system = make_node(driver=None)
-    steps = (Step("driver", "NVIDIA driver", _driver_plan), ns.STEP)
+    steps = (Step("driver", "NVIDIA driver", _driver_plan), ns.STEP)  # ns.STEP declares it reads "driver"
     planned = plan_pipeline(FakeConnection(node), steps, Options())
     assert [o.plan.status for o in planned.outcomes] == [Status.CHANGE, Status.UNKNOWN]
     report = run(node, steps)
@@ -253,7 +257,8 @@ def test_without_the_toolkit_there_are_no_links_to_keep():
 
 def test_a_toolkit_the_toolkit_step_installs_is_planned_for():
     node, _ = make_node(toolkit=False)
-    plan = plan_of(node, {"toolkit": change("toolkit", "install nvidia-container-toolkit", [])})
+    toolkit = change("toolkit", "install nvidia-container-toolkit", []).with_outputs(ToolkitOutputs(True))
+    plan = plan_of(node, {"toolkit": toolkit})
     assert ns.RULE_PATH in writes(plan) and LINK in commands(plan)
     assert "nvidia-ctk comes with the toolkit step (expected at /usr/bin/nvidia-ctk)" in plan.notes
 

@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 
+from gpunode.actions.packages import PackageCommand
 from gpunode.errors import CommandError
 from gpunode.facts import Facts
 from gpunode.facts.osinfo import parse_os_release
@@ -11,7 +12,6 @@ from gpunode.facts.probe import Section
 from gpunode.options import Options
 from gpunode.plan import Status
 from gpunode.steps import prerequisites
-from gpunode.steps.prerequisites import PackageTransaction
 from tests.fakes.connection import ROCKY_9, FakeConnection, FakeNode
 
 UBUNTU = parse_os_release('ID=ubuntu\nID_LIKE=debian\nVERSION_ID="22.04"\nPRETTY_NAME="Ubuntu 22.04.5 LTS"\n')
@@ -31,7 +31,7 @@ def outputs(**sections: str) -> dict[str, Section]:
 
 
 def plan(f: Facts, options: Options = DRIVER):
-    return prerequisites.plan(f, options, {})
+    return prerequisites.plan(f, options)
 
 
 def test_nothing_to_build_without_a_driver_request():
@@ -43,7 +43,7 @@ def test_fresh_ubuntu_installs_compiler_dkms_and_headers_for_the_running_kernel(
     p = plan(facts())
     assert p.status is Status.CHANGE
     (action,) = p.actions
-    assert isinstance(action, PackageTransaction)
+    assert isinstance(action, PackageCommand) and action.lock_timeout == 600
     assert action.commands() == [
         "sudo apt-get update",
         f"sudo apt-get install -y --no-install-recommends gcc make dkms linux-headers-{KERNEL}",
@@ -97,26 +97,7 @@ def test_unknown_distribution_is_blocked():
     assert plan(facts(os=other, tools={})).status is Status.BLOCKED
 
 
-# -- applying on a fake node -------------------------------------------------------------------------------
-@pytest.fixture(autouse=True)
-def _no_waiting(monkeypatch):
-    monkeypatch.setattr(prerequisites, "LOCK_POLL_SECONDS", 1.0)
-
-
-def locked_apt(free_after: int):
-    """apt-get that fails like apt does while unattended-upgrades holds the lock, `free_after` times."""
-    state = {"calls": 0}
-
-    def handler(node, argv, stdin):
-        state["calls"] += 1
-        if state["calls"] <= free_after:
-            return 100, "", ("E: Could not get lock /var/lib/dpkg/lock-frontend. It is held by process 1717 "
-                             "(unattended-upgr)\nN: Be aware that removing the lock file is not a solution\n")
-        node.tools.update(a for a in argv if a in ("gcc", "make", "dkms"))
-        return 0, "Setting up gcc\n", ""
-    return handler
-
-
+# -- applying on a fake node (the lock wait itself: tests/actions/test_packages.py) -------------------------
 def test_apply_installs_and_the_step_converges():
     node = FakeNode(tools={"apt-get"})
     conn = FakeConnection(node)
@@ -129,41 +110,12 @@ def test_apply_installs_and_the_step_converges():
     assert "build" in node.outputs["kernel_headers"][0]
 
 
-def test_a_held_lock_is_waited_for_and_the_holder_named():
-    node = FakeNode(tools={"apt-get"})
-    node.handlers["apt-get"] = locked_apt(free_after=2)
-    note = PackageTransaction("x", packages=("gcc",), lock_timeout=30).apply(FakeConnection(node))
-    assert note == "waited for the package lock (process 1717 (unattended-upgr) holds /var/lib/dpkg/lock-frontend)"
-    assert "gcc" in node.tools
-
-
-def test_a_lock_held_past_the_timeout_fails_naming_the_holder():
-    node = FakeNode(tools={"apt-get"})
-    node.handlers["apt-get"] = locked_apt(free_after=1000)
-    with pytest.raises(CommandError) as exc:
-        PackageTransaction("x", packages=("gcc",), lock_timeout=3).apply(FakeConnection(node))
-    assert "lock is still held after 3s: process 1717 (unattended-upgr)" in exc.value.message
-    assert "--lock-timeout" in (exc.value.fix or "") and "cloud-init" in (exc.value.fix or "")
-
-
 def test_missing_headers_at_install_time_are_explained():
     node = FakeNode(tools={"apt-get"})
     node.files["/fake/unavailable-packages"] = f"linux-headers-{KERNEL}"
     with pytest.raises(CommandError) as exc:
         plan(facts()).actions[0].apply(FakeConnection(node))
     assert f"linux-headers-{KERNEL} is not available from the configured repositories" in exc.value.message
-
-
-def test_a_failing_apt_get_update_does_not_stop_the_install():
-    node = FakeNode(tools={"apt-get"})
-
-    def apt(node, argv, stdin):
-        if argv[1] == "update":
-            return 100, "", "E: The repository 'https://broken.example  InRelease' is not signed.\n"
-        return 0, "", ""
-    node.handlers["apt-get"] = apt
-    note = PackageTransaction("x", packages=("gcc",), update=True).apply(FakeConnection(node))
-    assert "apt-get update` reported errors" in (note or "")
 
 
 def test_rocky_end_to_end_on_a_fake_node():

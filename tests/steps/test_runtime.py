@@ -10,10 +10,11 @@ import pytest
 from gpunode.facts import containers as c
 from gpunode.facts import gather
 from gpunode.options import Options
-from gpunode.plan import RestartService, Status, change
+from gpunode.plan import Earlier, RestartService, Status, change
 from gpunode.runner import apply_pipeline, plan_pipeline
 from gpunode.steps import runtime, toolkit
 from gpunode.steps.base import Step
+from gpunode.steps.outputs import ToolkitOutputs
 from tests.conftest import FIXTURES, fixture_files
 from tests.fakes.connection import FakeConnection, FakeNode, FakeSystem
 
@@ -52,7 +53,9 @@ def test_docker_plan_shows_the_exact_command_and_the_diff_nvidia_ctk_will_make()
     plan = plan_of(node)
     assert plan.status is Status.CHANGE and plan.reason == "docker: nvidia runtime missing"
     configure, restart = plan.actions
-    assert configure.commands() == ["sudo nvidia-ctk runtime configure --runtime=docker --config=/etc/docker/daemon.json"]
+    backup, configure_line = configure.commands()  # daemon.json exists: a copy is kept first, then nvidia-ctk
+    assert backup.startswith("sudo sh -c 'stamp=$(date") and backup.endswith(f"gpunode-backup-files {c.DOCKER_CONFIG}")
+    assert configure_line == "sudo nvidia-ctk runtime configure --runtime=docker --config=/etc/docker/daemon.json"
     data = configure.to_dict()
     assert data["kind"] == "runtime-config" and data["files"] == [c.DOCKER_CONFIG]
     assert '+    "runtimes": {' in data["diff"] and '+            "path": "nvidia-container-runtime"' in data["diff"]
@@ -256,8 +259,8 @@ def test_without_nvidia_ctk_it_waits_for_the_toolkit_step():
     facts = gather(FakeConnection(node))
     alone = runtime.plan(facts, Options(), {})
     assert alone.status is Status.BLOCKED and "--only toolkit" in alone.fix
-    pending = change("toolkit", "not installed", [])
-    planned = runtime.plan(facts, Options(toolkit_version="1.17.8"), {"toolkit": pending})
+    pending = change("toolkit", "not installed", []).with_outputs(ToolkitOutputs(True, "1.17.8-1"))
+    planned = runtime.plan(facts, Options(), Earlier({"toolkit": pending}, runtime.READS))
     assert planned.status is Status.CHANGE
     assert any("predicted for nvidia-ctk 1.17.8, which the toolkit step installs first" in n for n in planned.notes)
 
@@ -304,7 +307,8 @@ def test_cli_options_reach_the_plan_and_json_carries_the_diff(monkeypatch):
     result = cli.invoke(app, ["plan", "--host", "n", "--only", "runtime", "--engine", "containerd", "--k8s", "--json"])
     step = json.loads(result.stdout)["steps"][0]
     assert step["status"] == "change" and step["actions"][0]["kind"] == "runtime-config"
-    assert "--set-as-default" in step["actions"][0]["commands"][0]
+    assert "--set-as-default" in step["actions"][0]["commands"][-1]
+    assert step["outputs"] == {"engines": ["containerd"]}
     assert '+      default_runtime_name = "nvidia"' in step["actions"][0]["diff"]
     bad = cli.invoke(app, ["plan", "--host", "n", "--engine", "podman"])
     assert bad.exit_code == 2 and "is not an engine nvidia-ctk configures" in bad.output

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from gpunode.actions.base import Action
+from gpunode.actions.packages import PackageCommand
 from gpunode.facts import gather
 from gpunode.options import Options
-from gpunode.plan import InstallPackages, RunCommand, Status, WriteFile
+from gpunode.plan import RunCommand, Status, WriteFile
 from gpunode.runner import apply_pipeline
+from gpunode.shell import to_argv
 from gpunode.steps import toolkit
 from tests.fakes.connection import ROCKY_9, UBUNTU_2204, FakeConnection, FakeNode, FakeSystem
 
@@ -26,6 +29,12 @@ def make_node(os_release=UBUNTU_2204, packages=None, tools=("curl", "gpg"), **kw
     return node, system
 
 
+def argv(action: Action) -> tuple[str, ...]:
+    """The (last) command line of a package action, as argv."""
+    assert isinstance(action, PackageCommand), action
+    return to_argv(action.cmds[-1])
+
+
 def plan_of(node, **options):
     return toolkit.plan(gather(FakeConnection(node)), Options(**options), {})
 
@@ -39,13 +48,15 @@ def test_ubuntu_fresh_install_adds_keyring_and_signed_source_then_converges():
     plan = plan_of(node)
     assert plan.status is Status.CHANGE and plan.reason == "nvidia-container-toolkit is not installed"
     key, source, update, install = plan.actions
-    assert key.commands() == ["sudo '<fetch-apt-key>' https://nvidia.github.io/libnvidia-container/gpgkey "
-                              "/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg"]
+    (line,) = key.commands()  # the real command line: the script in full, then its arguments
+    assert line.startswith("sudo sh -c 'set -e; tmp=$(mktemp);") and "<" not in line
+    assert line.endswith("' gpunode-fetch-apt-key https://nvidia.github.io/libnvidia-container/gpgkey "
+                         "/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg")
     assert isinstance(source, WriteFile) and source.path == toolkit.APT_LIST
     assert ("deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] "
             "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /") in source.after
-    assert update.cmd == ("apt-get", "update")
-    assert isinstance(install, InstallPackages) and install.packages == ("nvidia-container-toolkit",)
+    assert argv(update) == ("apt-get", "update")
+    assert isinstance(install, PackageCommand) and install.packages == ("nvidia-container-toolkit",)
     report = run(node)
     assert report.outcomes[0].result == "changed", report.outcomes[0].error
     assert {p: system.packages[p] for p in TOOLKIT} == {p: "1.18.1-1" for p in TOOLKIT}
@@ -58,7 +69,7 @@ def test_ubuntu_fresh_install_adds_keyring_and_signed_source_then_converges():
 def test_missing_curl_or_gpg_is_installed_first():
     node, _ = make_node(tools=())
     first = plan_of(node).actions[0]
-    assert isinstance(first, InstallPackages) and first.packages == ("ca-certificates", "curl", "gnupg")
+    assert isinstance(first, PackageCommand) and first.packages == ("ca-certificates", "curl", "gnupg")
 
 
 def test_pin_installs_all_four_and_may_go_down_a_version():
@@ -66,7 +77,7 @@ def test_pin_installs_all_four_and_may_go_down_a_version():
     assert plan_of(node).status is Status.OK  # unpinned: whatever is installed is kept
     plan = plan_of(node, toolkit_version="1.17.8")
     install = plan.actions[-1]
-    assert install.cmd == ("apt-get", "install", "-y", "--no-install-recommends", "--allow-downgrades",
+    assert argv(install) == ("apt-get", "install", "-y", "--no-install-recommends", "--allow-downgrades",
                            "nvidia-container-toolkit=1.17.8-1", "nvidia-container-toolkit-base=1.17.8-1",
                            "libnvidia-container-tools=1.17.8-1", "libnvidia-container1=1.17.8-1")
     assert "--toolkit-version 1.17.8: nvidia-container-toolkit 1.18.1-1" in plan.reason
@@ -80,7 +91,7 @@ def test_mismatched_toolkit_packages_are_aligned_on_the_toolkit_version():
     node, _ = make_node(packages={**{p: "1.18.1-1" for p in TOOLKIT}, "libnvidia-container1": "1.17.8-1"})
     plan = plan_of(node)
     assert "since 1.18 all four must match" in plan.reason
-    assert "libnvidia-container1=1.18.1-1" in plan.actions[-1].cmd
+    assert "libnvidia-container1=1.18.1-1" in argv(plan.actions[-1])
 
 
 def test_existing_repository_is_not_duplicated_and_its_keyring_is_fetched_where_it_points():
@@ -93,7 +104,7 @@ def test_existing_repository_is_not_duplicated_and_its_keyring_is_fetched_where_
     assert any("already configured in /etc/apt/sources.list.d/nvidia-docker.list" in n for n in plan.notes)
     node.files["/etc/apt/keyrings/nvidia.gpg"] = "key"
     FakeSystem(node).sync()
-    assert [type(a).__name__ for a in plan_of(node).actions] == ["RunCommand", "InstallPackages"]
+    assert [type(a).__name__ for a in plan_of(node).actions] == ["PackageCommand", "PackageCommand"]
 
 
 def test_deb822_sources_and_deprecated_repositories():
@@ -114,7 +125,7 @@ def test_rocky_gets_a_repo_file_and_dnf_pins():
     repo, install = plan.actions
     assert repo.path == toolkit.YUM_REPO and "baseurl=https://nvidia.github.io/libnvidia-container/stable/rpm/$basearch" \
         in repo.after and "repo_gpgcheck=1" in repo.after
-    assert install.cmd == ("dnf", "install", "-y", "nvidia-container-toolkit-1.17.8-1",
+    assert argv(install) == ("dnf", "install", "-y", "nvidia-container-toolkit-1.17.8-1",
                            "nvidia-container-toolkit-base-1.17.8-1", "libnvidia-container-tools-1.17.8-1",
                            "libnvidia-container1-1.17.8-1")
     assert run(node, toolkit_version="1.17.8-1").outcomes[0].result == "changed"
@@ -128,9 +139,9 @@ def test_sles_uses_zypper():
     plan = plan_of(node, toolkit_version="1.17.8")
     repo, refresh, install = plan.actions
     assert repo.path == toolkit.ZYPP_REPO and "sslcacert" not in repo.after
-    assert refresh.cmd == ("zypper", "--non-interactive", "--gpg-auto-import-keys", "refresh")
-    assert install.cmd[:4] == ("zypper", "--non-interactive", "install", "--oldpackage")
-    assert "nvidia-container-toolkit-1.17.8-1" in install.cmd
+    assert argv(refresh) == ("zypper", "--non-interactive", "--gpg-auto-import-keys", "refresh")
+    assert argv(install)[:4] == ("zypper", "--non-interactive", "install", "--oldpackage")
+    assert "nvidia-container-toolkit-1.17.8-1" in argv(install)
 
 
 def test_unsupported_distribution_and_architecture_are_blocked_and_explained():

@@ -1,0 +1,146 @@
+"""The NVIDIA .run installer: fetched and verified on the machine running gpunode, then uploaded into a root-only
+directory on the node, checked again there (sha256) and run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpunode.actions.base import Action, command_line
+from gpunode.artifacts import ProgressBars, silent
+from gpunode.artifacts.source import Source, obtain
+from gpunode.connection.base import Connection
+from gpunode.errors import CommandError
+from gpunode.explain import installer_failure
+from gpunode.shell import Script
+
+LOG = "/var/log/nvidia-installer.log"
+WORK_PARENT = "/var/tmp"  # not /tmp: often a small tmpfs, and the extracted driver is ~1 GB
+INSTALL_TIMEOUT = 3600.0  # a DKMS build of the module takes minutes on small VMs
+
+def _mb(size: int) -> str:
+    return f"{size / 1e6:.0f} MB" if size >= 1e6 else f"{size / 1e3:.0f} kB"
+
+
+@dataclass(frozen=True)
+class FetchInstaller(Action):
+    """Runs on the machine running gpunode: download (or reuse) and verify the .run. Nothing touches the node."""
+
+    source: Source | None = None
+    local_size: int | None = None  # known size of the file already here (cache or --driver-run)
+    progress: ProgressBars | None = None  # the CLI's progress displays; None: silent
+
+    kind = "download"
+    where = "control"
+
+    def details(self) -> list[str]:
+        assert self.source is not None
+        src = self.source
+        checks = "sha256 against " + ("--sha256" if src.sha256 else "NVIDIA's published .sha256sum when there is one")
+        checks += ", and the makeself archive's own checksums (as `sh FILE --check`), here, without running it"
+        if src.local:
+            lines = [f"use {src.local}" + (f" ({_mb(self.local_size)})" if self.local_size else "")]
+        elif self.local_size is not None:
+            lines = [f"cached: {src.cache} ({_mb(self.local_size)})"]
+        else:
+            lines = [f"download {src.urls[0]}", *(f"  or {u}" for u in src.urls[1:]),
+                     f"  into {src.cache} (resumable)"]
+        return [*lines, f"verify {checks}"]
+
+    def to_dict(self) -> dict[str, object]:
+        assert self.source is not None
+        return {**super().to_dict(), "urls": list(self.source.urls), "local": self.source.local,
+                "cache": self.source.cache, "cached": self.local_size is not None and not self.source.local,
+                "size": self.local_size, "sha256": self.source.sha256}
+
+    def apply(self, conn: Connection) -> str | None:
+        assert self.source is not None
+        verified = obtain(self.source, progress=self.progress)
+        return f"{verified.path}: {', '.join(verified.checks)}"
+
+
+# Runs on the node as root: check the uploaded file is the verified one, unload an older driver if one is
+# loaded (the installer replaces it), run the installer with TMPDIR on disk, and on failure print its output
+# and log tail. The work directory (root-only, from make_private_dir) is removed either way.
+_INSTALL = r"""dir=$1; run=$2; want=$3; log=$4; key=$5; cert=$6; shift 6
+trap 'rm -rf -- "$dir"' EXIT
+got=$(sha256sum -- "$dir/$run" 2>/dev/null); got=${got%% *}
+if [ "$got" != "$want" ]; then
+  echo "gpunode: the uploaded installer has sha256 ${got:-?}, not the verified $want: nothing was run" >&2
+  exit 90
+fi
+for f in "$key" "$cert"; do
+  if [ -n "$f" ] && [ ! -r "$f" ]; then echo "gpunode: module signing file $f is not readable on the node" >&2; exit 91; fi
+done
+if [ -e /proc/driver/nvidia/version ]; then
+  systemctl stop nvidia-persistenced >/dev/null 2>&1
+  modprobe -r nvidia_drm nvidia_modeset nvidia_uvm nvidia_peermem nvidia >/dev/null 2>&1
+fi
+cd "$dir" || exit 92
+TMPDIR=$dir sh "./$run" "$@" > "$dir/installer.out" 2>&1
+rc=$?
+if [ "$rc" -ne 0 ]; then
+  tail -n 25 "$dir/installer.out" >&2
+  if [ -r "$log" ]; then echo "gpunode-log-tail: $log" >&2; tail -n 40 "$log" >&2; fi
+fi
+exit "$rc"
+"""
+
+
+def explain_failure(output: str) -> tuple[str, str]:
+    """(what went wrong, the fix) from the installer's output and log tail (data/installer_failures.csv and the
+    other explain tables), else a pointer at the log."""
+    return installer_failure(output) or (
+        "the NVIDIA installer failed",
+        f"read {LOG} on the node (its tail is above), fix the cause and run the same command again")
+
+
+@dataclass(frozen=True)
+class RunInstaller(Action):
+    """Upload the verified .run into a root-only directory on the node and run it there."""
+
+    source: Source | None = None
+    flags: tuple[str, ...] = ()
+    signing_key: str = ""
+    signing_cert: str = ""
+    progress: ProgressBars | None = None  # the CLI's progress displays; None: silent
+
+    kind = "driver-install"
+
+    def commands(self) -> list[str]:
+        assert self.source is not None
+        return [command_line(("sh", self.source.name, *self.flags))]
+
+    def details(self) -> list[str]:
+        assert self.source is not None
+        return [f"upload {self.source.name} into a root-only directory under {WORK_PARENT}, check its sha256 on "
+                "the node, unload a loaded older driver, then run the installer there"]
+
+    def to_dict(self) -> dict[str, object]:
+        return {**super().to_dict(), "flags": list(self.flags), "log": LOG}
+
+    def apply(self, conn: Connection) -> str | None:
+        assert self.source is not None
+        verified = obtain(self.source, progress=self.progress)  # the file uploaded is the file verified
+        workdir = conn.make_private_dir(WORK_PARENT)
+        try:
+            with (self.progress or silent)(f"upload {self.source.name}") as report:
+                conn.upload(verified.path, f"{workdir}/{self.source.name}", mode=0o700, progress=report)
+        except BaseException:
+            conn.run(Script('rm -rf -- "$1"', (workdir,), "cleanup"), sudo=True, timeout=60)
+            raise
+        script = Script(_INSTALL, (workdir, self.source.name, verified.sha256, LOG, self.signing_key,
+                                   self.signing_cert, *self.flags), "driver-install")
+        result = conn.run(script, sudo=True, timeout=INSTALL_TIMEOUT)
+        if result.timed_out:
+            raise CommandError(f"the NVIDIA installer did not finish within {INSTALL_TIMEOUT:.0f}s",
+                               fix=f"look at {LOG} on the node; it may still be building", stderr=result.stderr)
+        if not result.ok:
+            output = result.stdout + "\n" + result.stderr
+            if result.exit_code == 90:
+                raise CommandError(result.stderr.strip(), fix="the upload was altered or truncated: run again")
+            meaning, fix = explain_failure(output)
+            tail = "\n".join(line for line in result.stderr.strip().splitlines()[-30:])
+            raise CommandError(f"the NVIDIA installer failed (exit {result.exit_code}): {meaning}\n"
+                               f"installer log: {LOG}\n{tail}", fix=fix, stdout=result.stdout,
+                               stderr=result.stderr, exit_code=result.exit_code)
+        return f"installed from {verified.path} (sha256 {verified.sha256[:16]}...); installer log: {LOG}"

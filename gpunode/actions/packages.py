@@ -1,0 +1,133 @@
+"""Package-manager actions. Every command runs inside the lock wait of gpunode/pkgmgr.py, for at most
+--lock-timeout seconds, so a node busy with unattended-upgrades, cloud-init or another dnf does not fail at once.
+
+`commands()` shows the package-manager command lines themselves; `lock_timeout` in to_dict says how long each
+may wait for the lock first.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+from dataclasses import dataclass
+
+from gpunode import pkgmgr
+from gpunode.actions.base import Action, command_line
+from gpunode.connection.base import Connection, Result
+from gpunode.errors import CommandError
+from gpunode.shell import Cmd, Script, to_argv
+
+LOCK_POLL_SECONDS = 5.0
+
+_REMOVE_DIR = Script(name="remove-dir", body='rm -rf -- "$1"')
+
+
+def run_locked(conn: Connection, cmd: Cmd, lock_timeout: float, timeout: float, manager: str) -> tuple[Result, str]:
+    """Run one package-manager command, waiting for the package lock. (result, note about the wait)."""
+    script = Script(pkgmgr.LOCKED_RUN, (str(int(lock_timeout)), str(LOCK_POLL_SECONDS), *to_argv(cmd)),
+                    pkgmgr.LOCKED_RUN_NAME)
+    result = conn.run(script, sudo=True, timeout=lock_timeout + timeout)
+    lines = result.stderr.splitlines()
+    waits = [line.split(":", 1)[1].strip() for line in lines if line.startswith(pkgmgr.LOCK_WAIT_PREFIX)]
+    if result.exit_code == pkgmgr.LOCK_TIMEOUT_EXIT:
+        holder = next((line.split(":", 1)[1].strip() for line in lines
+                       if line.startswith(pkgmgr.LOCK_TIMEOUT_PREFIX)), "unknown holder")
+        raise CommandError(f"the {manager} lock is still held after {lock_timeout:.0f}s: {holder}",
+                           fix=pkgmgr.LOCK_FIX, stdout=result.stdout, stderr=result.stderr,
+                           exit_code=pkgmgr.LOCK_TIMEOUT_EXIT)
+    return result, f"waited for the package lock ({waits[-1]})" if waits else ""
+
+
+@dataclass(frozen=True)
+class PackageCommand(Action):
+    """Package-manager commands run in order, each after waiting for the package lock. A metadata refresh
+    followed by more commands may fail (one broken repository) without stopping the rest."""
+
+    manager: str = "apt"
+    cmds: tuple[Cmd, ...] = ()
+    packages: tuple[str, ...] = ()  # the packages it installs, removes or holds
+    lock_timeout: float = 600.0
+    timeout: float = 1800.0  # for each command, once the lock is free
+
+    kind = "packages"
+
+    def commands(self) -> list[str]:
+        return [command_line(c) for c in self.cmds]
+
+    def to_dict(self) -> dict[str, object]:
+        return {**super().to_dict(), "manager": self.manager, "packages": list(self.packages),
+                "lock_timeout": self.lock_timeout}
+
+    def apply(self, conn: Connection) -> str | None:
+        notes: list[str] = []
+        manager = pkgmgr.get(self.manager)
+        for i, cmd in enumerate(self.cmds):
+            result, waited = run_locked(conn, cmd, self.lock_timeout, self.timeout, self.manager)
+            if waited:
+                notes.append(waited)
+            argv = to_argv(cmd)
+            if result.timed_out:
+                result.check(self.summary)
+            if not result.ok and manager.is_refresh(argv) and i + 1 < len(self.cmds):
+                notes.append(f"`{shlex.join(argv)}` reported errors (a broken repository?); going on")
+                continue
+            if not result.ok:
+                message, fix = pkgmgr.explain_failure(result.stdout + "\n" + result.stderr, shlex.join(argv),
+                                                      result.exit_code)
+                raise CommandError(message, fix=fix, stdout=result.stdout, stderr=result.stderr,
+                                   exit_code=result.exit_code)
+        return "; ".join(notes) or None
+
+
+def package_command(summary: str, manager: str, *cmds: Cmd, packages: tuple[str, ...] | list[str] = (),
+                    lock_timeout: float = 600.0, timeout: float = 1800.0) -> PackageCommand:
+    return PackageCommand(summary, manager=manager, cmds=cmds, packages=tuple(packages), lock_timeout=lock_timeout,
+                          timeout=timeout)
+
+
+def install_packages(summary: str, manager: str, packages: tuple[str, ...] | list[str], *,
+                     lock_timeout: float = 600.0, refresh: bool = False) -> PackageCommand:
+    """Install packages from the configured repositories (after refreshing the metadata, if asked and the
+    manager needs it)."""
+    m = pkgmgr.get(manager)
+    cmds = [m.refresh_argv] if refresh and m.refresh_argv else []
+    return package_command(summary, manager, *cmds, m.install(tuple(packages)), packages=packages,
+                           lock_timeout=lock_timeout)
+
+
+@dataclass(frozen=True)
+class InstallLocalPackages(Action):
+    """Offline install: copy the given package files into a private directory on the node, install them there
+    in one transaction (so they satisfy each other's dependencies), then remove the copies."""
+
+    manager: str = "apt"
+    files: tuple[str, ...] = ()  # paths on the machine gpunode runs on
+    lock_timeout: float = 600.0
+
+    kind = "local-packages"
+    PLACEHOLDER = "<private dir>"  # made by mktemp when the action runs
+
+    def remote_argv(self, directory: str) -> tuple[str, ...]:
+        return pkgmgr.get(self.manager).install_files(tuple(f"{directory}/{posixpath.basename(f)}"
+                                                            for f in self.files))
+
+    def commands(self) -> list[str]:
+        return [command_line(self.remote_argv(self.PLACEHOLDER))]
+
+    def details(self) -> list[str]:
+        return [f"upload {f} to {self.PLACEHOLDER}/ (a root-only directory made on the node)" for f in self.files]
+
+    def to_dict(self) -> dict[str, object]:
+        return {**super().to_dict(), "manager": self.manager, "files": list(self.files),
+                "lock_timeout": self.lock_timeout}
+
+    def apply(self, conn: Connection) -> str | None:
+        directory = conn.make_private_dir()
+        try:
+            for path in self.files:
+                conn.upload(path, f"{directory}/{posixpath.basename(path)}")
+            result, waited = run_locked(conn, self.remote_argv(directory), self.lock_timeout, 1800, self.manager)
+            result.check(self.summary)
+        finally:
+            conn.run(Script(_REMOVE_DIR.body, (directory,), _REMOVE_DIR.name), sudo=True, timeout=60)
+        return waited or None

@@ -1,0 +1,49 @@
+"""`nvidia-ctk runtime configure` for one container engine, with the files it is predicted to leave behind."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpunode.actions.base import Action, WriteFile, command_line
+from gpunode.connection.base import Connection
+from gpunode.shell import Script
+
+# Copies each existing file next to itself before nvidia-ctk rewrites it (it drops comments). The suffix never
+# matches *.json / *.toml / *.conf, so no engine reads the copy.
+_BACKUP = Script(
+    name="backup-files",
+    body='stamp=$(date +%Y%m%dT%H%M%S); for f; do [ -f "$f" ] || continue; b="$f.gpunode-bak.$stamp"; '
+         '[ ! -e "$b" ] || b="$b.$$"; cp -p -- "$f" "$b" && echo "$b"; done',
+)
+
+
+@dataclass(frozen=True)
+class ConfigureRuntime(Action):
+    engine: str = ""
+    argv: tuple[str, ...] = ()
+    files: tuple[tuple[str, str | None, str], ...] = ()  # (path, content now or None, predicted content)
+    backups: tuple[str, ...] = ()  # existing files nvidia-ctk rewrites: copied aside first
+
+    kind = "runtime-config"
+
+    def backup_script(self) -> Script:
+        return Script(_BACKUP.body, self.backups, _BACKUP.name)
+
+    def commands(self) -> list[str]:
+        return [command_line(self.backup_script())] * bool(self.backups) + [command_line(self.argv)]
+
+    def diff(self) -> str:
+        return "".join(WriteFile(path, path=path, before=before, after=after).diff() for path, before, after in self.files)
+
+    def to_dict(self) -> dict[str, object]:
+        return {**super().to_dict(), "engine": self.engine, "files": [f[0] for f in self.files],
+                "diff": self.diff()}
+
+    def apply(self, conn: Connection) -> str | None:
+        note = None
+        if self.backups:
+            result = conn.run(self.backup_script(), sudo=True, timeout=60)
+            kept = result.check(f"backing up {', '.join(self.backups)}").stdout.split()
+            note = "backup: " + ", ".join(kept) if kept else None
+        conn.run(self.argv, sudo=True, timeout=180).check(self.summary)
+        return note

@@ -1,0 +1,171 @@
+"""Package-manager differences, in one place: the command lines apt, dnf, yum and zypper take for each thing
+gpunode does with packages, where their repository files live, and how gpunode waits for their locks.
+
+Everything here is pure (argv tuples and text); gpunode/actions/packages.py runs them on the node, each inside
+the lock wait below, so --lock-timeout covers every package-manager call.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from gpunode.facts.packages import pin_spec
+
+
+@dataclass(frozen=True)
+class Manager:
+    name: str  # apt | dnf | yum | zypper
+    package_format: str  # deb | rpm
+    install_argv: tuple[str, ...]
+    downgrade_flag: str | None  # the flag that lets an install go down a version (None: dnf does it anyway)
+    remove_argv: tuple[str, ...]
+    refresh_argv: tuple[str, ...] | None  # None: the manager refreshes its metadata by itself
+    hold_argv: tuple[str, ...]
+    unhold_argv: tuple[str, ...]
+    hold_takes_version: bool  # versionlock pins NAME-VERSION; apt-mark and zypper lock the name
+    add_repo_argv: tuple[str, ...] | None  # None: a repository is a file (apt)
+    repo_dir: str
+    versionlock_plugin: str | None = None  # the package that provides `versionlock`
+    local_flags: tuple[str, ...] = ()  # extra flags to install package files that are not from a repository
+    lock_files: tuple[str, ...] = ()  # pid files of a running transaction (apt names its holder itself)
+
+    def spec(self, name: str, version: str) -> str:
+        return pin_spec(self.name, name, version)
+
+    def install(self, packages: tuple[str, ...] | list[str], *, downgrade: bool = False) -> tuple[str, ...]:
+        flag = (self.downgrade_flag,) if downgrade and self.downgrade_flag else ()
+        return (*self.install_argv, *flag, *packages)
+
+    def install_files(self, paths: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+        return self.install((*self.local_flags, *paths), downgrade=True)
+
+    def downgrade(self, packages: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+        """yum's install refuses to go down a version; its `downgrade` does."""
+        return (self.name, "downgrade", "-y", *packages) if self.name == "yum" else self.install(packages,
+                                                                                                 downgrade=True)
+
+    def remove(self, names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+        return (*self.remove_argv, *names)
+
+    def hold(self, name: str, version: str) -> tuple[str, ...]:
+        return (*self.hold_argv, self.spec(name, version) if self.hold_takes_version else name)
+
+    def unhold(self, names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+        return (*self.unhold_argv, *names)
+
+    def add_repo(self, url: str) -> tuple[str, ...]:
+        if self.add_repo_argv is None:
+            raise ValueError(f"{self.name} repositories are files: write one into {self.repo_dir}")
+        return (*self.add_repo_argv, url)
+
+    def is_refresh(self, argv: tuple[str, ...]) -> bool:
+        return self.refresh_argv is not None and argv == self.refresh_argv
+
+
+_DNF_LOCKS = ("/var/cache/dnf/metadata_lock.pid", "/var/cache/dnf/download_lock.pid", "/var/lib/dnf/rpmdb_lock.pid")
+
+MANAGERS: dict[str, Manager] = {m.name: m for m in (
+    Manager("apt", "deb", ("apt-get", "install", "-y", "--no-install-recommends"), "--allow-downgrades",
+            ("apt-get", "remove", "-y"), ("apt-get", "update"), ("apt-mark", "hold"), ("apt-mark", "unhold"),
+            False, None, "/etc/apt/sources.list.d"),
+    Manager("dnf", "rpm", ("dnf", "install", "-y"), None, ("dnf", "remove", "-y"), None,
+            ("dnf", "versionlock", "add"), ("dnf", "versionlock", "delete"), True,
+            ("dnf", "config-manager", "--add-repo"), "/etc/yum.repos.d", "python3-dnf-plugin-versionlock",
+            lock_files=_DNF_LOCKS),
+    Manager("yum", "rpm", ("yum", "install", "-y"), None, ("yum", "remove", "-y"), None,
+            ("yum", "versionlock", "add"), ("yum", "versionlock", "delete"), True,
+            ("yum-config-manager", "--add-repo"), "/etc/yum.repos.d", "yum-plugin-versionlock",
+            lock_files=("/var/run/yum.pid",)),
+    Manager("zypper", "rpm", ("zypper", "--non-interactive", "install"), "--oldpackage",
+            ("zypper", "--non-interactive", "remove"), ("zypper", "--non-interactive", "--gpg-auto-import-keys",
+                                                        "refresh"),
+            ("zypper", "--non-interactive", "addlock"), ("zypper", "--non-interactive", "removelock"), False,
+            ("zypper", "--non-interactive", "addrepo"), "/etc/zypp/repos.d", local_flags=("--allow-unsigned-rpm",),
+            lock_files=("/run/zypp.pid",)),
+)}
+
+
+# Where repository definitions live, for every manager: a file under one of these configures a repository.
+REPO_CONFIG_ROOTS = ("/etc/apt/", "/etc/yum.repos.d/", "/etc/zypp/")
+
+
+def get(name: str) -> Manager:
+    try:
+        return MANAGERS[name]
+    except KeyError:
+        raise ValueError(f"unknown package manager {name!r}; known: {', '.join(MANAGERS)}") from None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# waiting for the package lock
+# ---------------------------------------------------------------------------------------------------------
+
+LOCKED_RUN_NAME = "pkg-locked-run"
+LOCK_TIMEOUT_EXIT = 75
+LOCK_WAIT_PREFIX = "gpunode-lock-wait:"
+LOCK_TIMEOUT_PREFIX = "gpunode-lock-timeout:"
+_PID_FILES = " ".join(dict.fromkeys(f for m in MANAGERS.values() for f in m.lock_files))
+
+# Runs "$@" (after wait and poll), retrying while another package manager holds the lock, for at most `wait`
+# seconds. apt names the holder itself ("Could not get lock X. It is held by process N (name)"); dnf and yum wait
+# silently, so their pid files are checked first; zypper says "System management is locked by the application
+# with pid N (name)". Exit 75 and a `gpunode-lock-timeout:` line on stderr when the lock is still held at the end.
+LOCKED_RUN = r"""wait=$1; poll=$2; shift 2
+start=$(date +%s)
+while :; do
+  holder=
+  for f in @PIDFILES@; do
+    [ -r "$f" ] || continue
+    p=$(cat "$f" 2>/dev/null)
+    if [ -n "$p" ] && [ -d "/proc/$p" ]; then holder="process $p ($(cat "/proc/$p/comm" 2>/dev/null)) holds $f"; fi
+  done
+  if [ -z "$holder" ]; then
+    out=$("$@" 2>&1); rc=$?
+    if [ "$rc" -eq 0 ]; then printf '%s\n' "$out"; exit 0; fi
+    holder=$(printf '%s\n' "$out" | sed -n -e 's/.*Could not get lock \([^ ]*\)\. It is held by process \([0-9]*\) (\([^)]*\)).*/process \2 (\3) holds \1/p' -e 's/.*System management is locked by the application with pid \([0-9]*\) (\([^)]*\)).*/process \1 (\2) holds the zypp lock/p' | head -n 1)
+    if [ -z "$holder" ]; then
+      case $out in
+        *"Could not get lock"*|*"Unable to acquire the dpkg frontend lock"*|*"System management is locked"*) holder="another package manager holds the lock" ;;
+        *) printf '%s\n' "$out"; exit "$rc" ;;
+      esac
+    fi
+  fi
+  if [ $(( $(date +%s) - start )) -ge "$wait" ]; then
+    ci=$(cloud-init status 2>/dev/null | head -n 1)
+    echo "gpunode-lock-timeout: $holder${ci:+ (cloud-init $ci)}" >&2
+    exit 75
+  fi
+  echo "gpunode-lock-wait: $holder" >&2
+  sleep "$poll"
+done
+""".replace("@PIDFILES@", _PID_FILES)
+
+LOCK_FIX = ("a first boot often runs unattended-upgrades or cloud-init: let it finish (`cloud-init status --wait`), "
+            "then run the same command again, or raise --lock-timeout")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# what a failed transaction means
+# ---------------------------------------------------------------------------------------------------------
+
+HEADERS_FIX = ("the running kernel is older (or newer) than what the repositories carry: upgrade the kernel "
+               "package (apt-get install linux-generic / dnf update kernel), reboot into it, and run the same "
+               "command again; or install the matching headers by hand")
+
+_MISSING = re.compile(r"Unable to locate package (\S+)|No match for argument: (\S+)|"
+                      r"Package '(\S+)' has no installation candidate|No provider of '(\S+)' found")
+
+
+def explain_failure(output: str, command: str, code: int) -> tuple[str, str]:
+    """(message, fix) for a failed package-manager command, naming the cause users actually hit."""
+    tail = "\n".join(output.strip().splitlines()[-8:])
+    names = sorted({n for group in _MISSING.findall(output) for n in group if n})
+    headers = [n for n in names if n.startswith(("linux-headers-", "kernel-devel-"))]
+    if headers:
+        return f"{headers[0]} is not available from the configured repositories\n{tail}", HEADERS_FIX
+    if names:
+        return (f"`{command}` failed: no package {', '.join(names)} in the configured repositories\n{tail}",
+                "check the node's package sources (and EPEL for dkms on the RHEL family), then run again")
+    return (f"`{command}` failed with exit code {code}\n{tail}",
+            "fix the package manager error above, then run the same command again")

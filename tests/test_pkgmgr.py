@@ -1,0 +1,55 @@
+"""The package-manager table: each manager's command lines, and the lock wait wrapped around every call."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpunode import fabric_packages, pkgmgr
+
+
+def test_install_pinned_and_downgrade_per_manager():
+    apt, dnf, yum, zypper = (pkgmgr.get(n) for n in ("apt", "dnf", "yum", "zypper"))
+    assert apt.install([apt.spec("x", "1-1")], downgrade=True) == (
+        "apt-get", "install", "-y", "--no-install-recommends", "--allow-downgrades", "x=1-1")
+    assert dnf.install([dnf.spec("x", "1-1")], downgrade=True) == ("dnf", "install", "-y", "x-1-1")
+    assert yum.downgrade(["x-1-1"]) == ("yum", "downgrade", "-y", "x-1-1")
+    assert zypper.install(["x-1-1"], downgrade=True) == ("zypper", "--non-interactive", "install", "--oldpackage",
+                                                         "x-1-1")
+    assert zypper.install_files(["/d/x.rpm"]) == ("zypper", "--non-interactive", "install", "--oldpackage",
+                                                  "--allow-unsigned-rpm", "/d/x.rpm")
+
+
+def test_hold_refresh_and_repositories_per_manager():
+    assert pkgmgr.get("apt").hold("x", "1-1") == ("apt-mark", "hold", "x")
+    assert pkgmgr.get("dnf").hold("x", "1-1") == ("dnf", "versionlock", "add", "x-1-1")
+    assert pkgmgr.get("zypper").unhold(["x"]) == ("zypper", "--non-interactive", "removelock", "x")
+    assert pkgmgr.get("apt").refresh_argv == ("apt-get", "update") and pkgmgr.get("dnf").refresh_argv is None
+    assert pkgmgr.get("yum").add_repo("u") == ("yum-config-manager", "--add-repo", "u")
+    with pytest.raises(ValueError, match="repositories are files"):
+        pkgmgr.get("apt").add_repo("u")
+    with pytest.raises(ValueError, match="unknown package manager 'pacman'"):
+        pkgmgr.get("pacman")
+
+
+def test_the_lock_wait_knows_every_managers_lock():
+    for manager in pkgmgr.MANAGERS.values():
+        assert all(f in pkgmgr.LOCKED_RUN for f in manager.lock_files)
+    assert "Could not get lock" in pkgmgr.LOCKED_RUN and "System management is locked" in pkgmgr.LOCKED_RUN
+    assert "@PIDFILES@" not in pkgmgr.LOCKED_RUN
+
+
+def test_failures_are_explained():
+    message, fix = pkgmgr.explain_failure("E: Unable to locate package linux-headers-6.1.0-99-amd64\n",
+                                          "apt-get install -y x", 100)
+    assert message.startswith("linux-headers-6.1.0-99-amd64 is not available") and fix == pkgmgr.HEADERS_FIX
+    message, _ = pkgmgr.explain_failure("No match for argument: dkms\n", "dnf install -y dkms", 1)
+    assert "no package dkms" in message
+
+
+def test_fabric_manager_names_around_the_r580_rename():
+    assert fabric_packages.package_name(535, "deb") == "nvidia-fabricmanager-535"
+    assert fabric_packages.package_name(535, "rpm") == "nvidia-fabric-manager"
+    assert {fabric_packages.package_name(580, f) for f in ("deb", "rpm")} == {"nvidia-fabricmanager"}
+    assert fabric_packages.package_version("580.105.08") == "580.105.08-1"
+    assert all(fabric_packages.PACKAGE.match(n) for f in ("deb", "rpm") for n in fabric_packages.all_names(f))
+    assert not fabric_packages.PACKAGE.match("nvidia-fabricmanager-dev-535")
