@@ -26,7 +26,9 @@ def runnable(fix: str, node_args: Sequence[str]) -> str:
     if not node_args:
         return fix
     inserted = " " + shlex.join(node_args)
-    return _GPUNODE.sub(lambda m: m.group(0) + inserted, fix)
+    # idempotent: a command already made for this node (e.g. the `next` command) is left as it is
+    return _GPUNODE.sub(lambda m: m.group(0) if m.string.startswith(inserted, m.end()) else m.group(0) + inserted,
+                        fix)
 
 
 TEXT_KEYS = frozenset({"fix", "reason", "notes", "error", "evidence", "also", "next"})  # prose that may hold a fix

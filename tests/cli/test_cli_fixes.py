@@ -37,6 +37,11 @@ def test_runnable_inserts_the_node_right_after_the_subcommand():
     assert runnable("gpunode install --driver X", []) == "gpunode install --driver X"
 
 
+def test_runnable_leaves_a_command_already_made_for_the_node_alone():
+    once = runnable("gpunode install --driver X", ["--host", "n", "--identity", "/k"])
+    assert runnable(once, ["--host", "n", "--identity", "/k"]) == once == "gpunode install --host n --identity /k --driver X"
+
+
 def test_node_args_quote_every_value_and_carry_the_connection_options():
     t = _target(hosts=["ops user@gpu-01:2222"], identity=["/keys/my key"], known_hosts=["/tmp/kh"],
                 ssh_config="/cfg/ssh config", ask_become_pass=True, connect_timeout=30.0, accept_new_host_key=True)
