@@ -212,7 +212,7 @@ def _driver_version(text: str) -> Version:
     return Ver(text)
 
 
-def _optional(parser: Parser) -> Parser:
+def optional_field(parser: Parser) -> Parser:
     def parse(text: str) -> Any:
         return parser(text) if text else None
     parse.optional = True  # type: ignore[attr-defined]
@@ -231,7 +231,7 @@ def _branch(text: str) -> int:
     return int(text)
 
 
-def _choice(*choices: str) -> Parser:
+def choice_field(*choices: str) -> Parser:
     def parse(text: str) -> str:
         if text not in choices:
             raise ValueError(f"{text!r} is not one of {', '.join(choices)}")
@@ -268,33 +268,33 @@ def _word_list(text: str) -> tuple[str, ...]:
     return words
 
 
-def _text(text: str) -> str:
+def text_field(text: str) -> str:
     return text
 
 
-def _source(text: str) -> str:
+def source_field(text: str) -> str:
     if len(text) < 8:
         raise ValueError("every row needs its source")
     return text
 
 
 SCHEMAS: dict[str, dict[str, Parser]] = {
-    "compat_matrix.csv": {"cuda_version": _cuda_version, "release": _text, "min_driver_linux": _optional(_driver_version),
-                          "source": _source, "note": _optional(_text)},
-    "cuda_minor_compat.csv": {"cuda_major": _int, "min_driver_linux": _driver_version, "source": _source,
-                              "note": _optional(_text)},
-    "gpu_architectures.csv": {"compute_capability": _cc, "architecture": _text, "first_cuda": _cuda_version,
-                              "last_cuda": _optional(_cuda_version), "last_driver_branch": _optional(_branch),
-                              "open_module": _choice("required", "supported", "unsupported"), "source": _source},
-    "driver_branches.csv": {"branch": _branch, "type": _choice("lts", "production", "new-feature"),
-                            "end_of_life": _optional(_month), "latest_known": _optional(_driver_version),
-                            "source": _source, "note": _optional(_text)},
+    "compat_matrix.csv": {"cuda_version": _cuda_version, "release": text_field, "min_driver_linux": optional_field(_driver_version),
+                          "source": source_field, "note": optional_field(text_field)},
+    "cuda_minor_compat.csv": {"cuda_major": _int, "min_driver_linux": _driver_version, "source": source_field,
+                              "note": optional_field(text_field)},
+    "gpu_architectures.csv": {"compute_capability": _cc, "architecture": text_field, "first_cuda": _cuda_version,
+                              "last_cuda": optional_field(_cuda_version), "last_driver_branch": optional_field(_branch),
+                              "open_module": choice_field("required", "supported", "unsupported"), "source": source_field},
+    "driver_branches.csv": {"branch": _branch, "type": choice_field("lts", "production", "new-feature"),
+                            "end_of_life": optional_field(_month), "latest_known": optional_field(_driver_version),
+                            "source": source_field, "note": optional_field(text_field)},
     "cuda_image_requirements.csv": {"cuda_version": _cuda_version, "forward_compat_branches": _branch_list,
-                                    "brands": _word_list, "source": _source},
-    "verify_images.csv": {"image": _text, "cuda_version": _cuda_version, "source": _source},
-    "gpus.csv": {"pci_id": _pci_id, "name": _text, "aliases": _optional(_text), "pci_ids_name": _text,
-                 "compute_capability": _cc, "segment": _choice("datacenter", "workstation", "geforce"),
-                 "open_module": _optional(_choice("required", "supported", "unsupported")), "source": _source},
+                                    "brands": _word_list, "source": source_field},
+    "verify_images.csv": {"image": text_field, "cuda_version": _cuda_version, "source": source_field},
+    "gpus.csv": {"pci_id": _pci_id, "name": text_field, "aliases": optional_field(text_field), "pci_ids_name": text_field,
+                 "compute_capability": _cc, "segment": choice_field("datacenter", "workstation", "geforce"),
+                 "open_module": optional_field(choice_field("required", "supported", "unsupported")), "source": source_field},
 }
 KEYS = {"compat_matrix.csv": "cuda_version", "cuda_minor_compat.csv": "cuda_major",
         "gpu_architectures.csv": "compute_capability", "driver_branches.csv": "branch",

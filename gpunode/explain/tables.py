@@ -24,7 +24,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from gpunode.compat import DataError, data_dir, read_table
+from gpunode.compat import (
+    DataError,
+    choice_field,
+    data_dir,
+    optional_field,
+    read_table,
+    source_field,
+    text_field,
+)
 
 MACROS = {"@PCI@": r"[0-9A-Fa-f]{3,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?", "@VER@": r"\d+\.\d+(?:\.\d+)?"}
 GAP = r"(?:\s+NVRM:)?\s+"  # between two words of a message: whitespace, maybe a line break and an NVRM: prefix
@@ -74,13 +82,6 @@ def _id(text: str) -> str:
     return text
 
 
-def _optional(parser: Any) -> Any:
-    def parse(text: str) -> Any:
-        return parser(text) if text else None
-    parse.optional = True  # type: ignore[attr-defined]
-    return parse
-
-
 def _word(text: str) -> str:
     if not re.fullmatch(r"[a-z0-9-]+", text):
         raise ValueError(f"{text!r} is not a lowercase word")
@@ -110,32 +111,16 @@ def _commands(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(" ;; ") if part.strip())
 
 
-def _text(text: str) -> str:
-    return text
-
-
-def _source(text: str) -> str:
-    if len(text) < 8:
-        raise ValueError("every row needs its source")
-    return text
-
-
 def _xid(text: str) -> int:
     if not text.isdigit():
         raise ValueError(f"{text!r} is not an Xid number")
     return int(text)
 
 
-def _severity(text: str) -> str:
-    if text not in SEVERITIES:
-        raise ValueError(f"{text!r} is not one of {', '.join(SEVERITIES)}")
-    return text
-
-
-DETECTOR_SCHEMA = {"id": _id, "variant": _optional(_word), "strength": _strength, "key": _optional(_names),
-                   "pattern": _pattern, "title": _text, "cause": _text, "fix": _text, "also": _optional(_commands),
-                   "superseded_by": _optional(_names), "source": _source}
-XID_SCHEMA = {"xid": _xid, "meaning": _text, "severity": _severity, "source": _source}
+DETECTOR_SCHEMA = {"id": _id, "variant": optional_field(_word), "strength": _strength, "key": optional_field(_names),
+                   "pattern": _pattern, "title": text_field, "cause": text_field, "fix": text_field, "also": optional_field(_commands),
+                   "superseded_by": optional_field(_names), "source": source_field}
+XID_SCHEMA = {"xid": _xid, "meaning": text_field, "severity": choice_field(*SEVERITIES), "source": source_field}
 DETECTOR_TABLES = ("explain_detectors.csv", "installer_failures.csv")
 
 
