@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = ("startup", "roundtrips", "upload", "fleet")
 
 
-def machine() -> list[str]:
+def machine(load: tuple[float, float, float]) -> list[str]:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor() or "unknown")
     mem = next((line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
@@ -38,7 +38,6 @@ def machine() -> list[str]:
         if path.exists():
             out = subprocess.run([str(path), "--version"], capture_output=True, text=True).stdout
             tools.append(out.splitlines()[0].strip() if out else name)
-    load = os.getloadavg()
     return [f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; gpunode {__version__}",
             f"machine: {platform.system()} {platform.release()} {platform.machine()}; {os.cpu_count()} CPUs ({cpu}); "
             f"{int(mem) // 1024} MiB RAM; load average at start {load[0]:.2f}",
@@ -64,6 +63,7 @@ def main() -> int:
     if missing:
         print("cannot run: " + "; ".join(missing), file=sys.stderr)
         return 2
+    load = os.getloadavg()
     wanted = args.only or list(SECTIONS)
     sizes = [int(n) for n in args.fleet.split(",")]
     rows: list[Row] = []
@@ -88,7 +88,7 @@ def main() -> int:
                 nodes.stop(started)
     text = table(rows)
     print(text)
-    _write(Path(args.output), rows, text, args)
+    _write(Path(args.output), machine(load), text)
     return 0
 
 
@@ -98,11 +98,11 @@ def _report(rows: list[Row]) -> list[Row]:
     return rows
 
 
-def _write(path: Path, rows: list[Row], text: str, args: argparse.Namespace) -> None:
+def _write(path: Path, about: list[str], text: str) -> None:
     head = path.read_text().split("<!-- results -->")[0] if path.exists() else "# Benchmarks\n\n"
     flags = " ".join(a for a in sys.argv[1:]) or "(defaults)"
     body = (f"<!-- results -->\n## Last run\n\n`python -m benchmarks.bench {flags}`\n\n"
-            + "\n".join(f"- {line}" for line in machine()) + "\n\n" + text + "\n")
+            + "\n".join(f"- {line}" for line in about) + "\n\n" + text + "\n")
     path.write_text(head.rstrip() + "\n\n" + body)
     print(f"written to {path}")
 
