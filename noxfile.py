@@ -22,3 +22,12 @@ def lint(session: nox.Session) -> None:
 def typecheck(session: nox.Session) -> None:
     session.install("-e", ".", "mypy", "types-requests", "types-paramiko", "types-PyYAML")
     session.run("mypy")
+
+
+@nox.session(python=False)
+def bench(session: nox.Session) -> None:
+    """Benchmarks on node-simulator nodes (root, openssh-server): `nox -s bench -- --latency`. Never part of
+    the default sessions or of the test suite. Ansible and pyinfra go to a throwaway venv (.venv-bench)."""
+    session.run("python3", "-m", "venv", ".venv-bench", external=True)
+    session.run(".venv-bench/bin/pip", "install", "-q", "-e", ".[bench]", external=True)
+    session.run(".venv-bench/bin/python", "-m", "benchmarks.bench", *session.posargs, external=True)

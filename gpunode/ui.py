@@ -15,14 +15,19 @@ import re
 import sys
 import unicodedata
 from collections.abc import Callable, Iterable
-from typing import IO
+from functools import cache
+from typing import IO, TYPE_CHECKING, Any
 
-from rich.console import Console, ConsoleDimensions
-from rich.segment import Segment
-from rich.table import Table
-from rich.text import Text
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.segment import Segment
+    from rich.table import Table
+    from rich.text import Text
 
-from gpunode.facts import Facts
+    from gpunode.facts import Facts
+
+# rich is imported when something is first printed (`out`, `err`, `SafeConsole` are made on first use, see
+# __getattr__ at the end), so `gpunode --help` and `--version` do not pay for it.
 
 BROKEN_PIPE_EXIT = 141  # what a shell reports for a program stopped by SIGPIPE (`gpunode doctor | head`)
 NO_WRAP_WIDTH = 4000  # the width of a pipe or file: long lines, URLs and commands are never wrapped
@@ -54,38 +59,47 @@ def clean(text: object) -> str:
 
 def node_text(text: object, style: str = "") -> Text:
     """A Text of untrusted text: cleaned, never parsed as markup."""
+    from rich.text import Text
+
     return Text(clean(text), style=style)
 
 
-class SafeConsole(Console):
-    """A rich Console for gpunode: no markup, no highlighting, every character cleaned on its way out, no
-    wrapping on a pipe, and a reader that goes away (`| head`) ends the program quietly."""
+@cache
+def _safe_console_class() -> type[Console]:
+    from rich.console import Console, ConsoleDimensions
+    from rich.segment import Segment
 
-    def __init__(self, *, stderr: bool = False, file: IO[str] | None = None, force_terminal: bool | None = None,
-                 width: int | None = None) -> None:
-        fixed = os.environ.get("GPUNODE_WIDTH", "")
-        super().__init__(stderr=stderr, file=file, force_terminal=force_terminal, highlight=False, markup=False,
-                         emoji=False, width=width or (int(fixed) if fixed.isdigit() else None))
+    class SafeConsole(Console):
+        """A rich Console for gpunode: no markup, no highlighting, every character cleaned on its way out, no
+        wrapping on a pipe, and a reader that goes away (`| head`) ends the program quietly."""
 
-    @property
-    def size(self) -> ConsoleDimensions:
-        size = super().size
-        if self._width is None and not self.is_terminal:
-            return ConsoleDimensions(NO_WRAP_WIDTH, size.height)
-        return size
+        def __init__(self, *, stderr: bool = False, file: IO[str] | None = None, force_terminal: bool | None = None,
+                     width: int | None = None) -> None:
+            fixed = os.environ.get("GPUNODE_WIDTH", "")
+            super().__init__(stderr=stderr, file=file, force_terminal=force_terminal, highlight=False, markup=False,
+                             emoji=False, width=width or (int(fixed) if fixed.isdigit() else None))
 
-    @size.setter
-    def size(self, new_size: tuple[int, int]) -> None:
-        self._width, self._height = new_size
+        @property
+        def size(self) -> ConsoleDimensions:
+            size = super().size
+            if self._width is None and not self.is_terminal:
+                return ConsoleDimensions(NO_WRAP_WIDTH, size.height)
+            return size
 
-    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
-        safe = (segment if segment.control else Segment(clean(segment.text), segment.style)
-                for segment in buffer)
-        rendered = super()._render_buffer(safe)
-        return rendered if self.is_terminal else re.sub(r"[ \t]+\n", "\n", rendered)
+        @size.setter
+        def size(self, new_size: tuple[int, int]) -> None:
+            self._width, self._height = new_size
 
-    def on_broken_pipe(self) -> None:
-        broken_pipe()
+        def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+            safe = (segment if segment.control else Segment(clean(segment.text), segment.style)
+                    for segment in buffer)
+            rendered = super()._render_buffer(safe)
+            return rendered if self.is_terminal else re.sub(r"[ \t]+\n", "\n", rendered)
+
+        def on_broken_pipe(self) -> None:
+            broken_pipe()
+
+    return SafeConsole
 
 
 def broken_pipe() -> None:
@@ -98,8 +112,18 @@ def broken_pipe() -> None:
     raise SystemExit(BROKEN_PIPE_EXIT)
 
 
-out = SafeConsole()
-err = SafeConsole(stderr=True)
+@cache
+def _console(name: str) -> Console:
+    return _safe_console_class()(stderr=name == "err")
+
+
+def __getattr__(name: str) -> Any:
+    """`out`, `err` (the two consoles) and `SafeConsole`, made on first use."""
+    if name in ("out", "err"):
+        return _console(name)
+    if name == "SafeConsole":
+        return _safe_console_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def print_json(data: object) -> None:
@@ -115,6 +139,9 @@ Fixer = Callable[[str], str]
 
 def labelled(label: str, text: str | Text, style: str = "bold", indent: int = 0) -> Table:
     """`label text` where the text's continuation lines stay under its first line, not under the label."""
+    from rich.table import Table
+    from rich.text import Text
+
     grid = Table.grid(padding=(0, 1, 0, 0))
     grid.add_column(no_wrap=True)
     grid.add_column(overflow="fold")
@@ -125,7 +152,7 @@ def labelled(label: str, text: str | Text, style: str = "bold", indent: int = 0)
 
 def print_error(message: str, fix: str | None = None, console: Console | None = None) -> None:
     """`error: ...` and `fix: ...` on stderr."""
-    console = console or err
+    console = console or _console("err")
     console.print(labelled("error:", node_text(message)))
     if fix:
         console.print(labelled("fix:", node_text(fix, "bold green"), indent=2))

@@ -1,24 +1,80 @@
-"""The `gpunode` command line. Each command lives in its own module; this file only composes them."""
+"""The `gpunode` command line. Each command lives in its own module; this file only composes them.
+
+Commands are imported when they run, not at start-up: `gpunode --help` and `--version` load neither the compat
+tables, nor paramiko, nor the pipeline. The listing in `--help` comes from COMMANDS (a test keeps each line equal
+to the first paragraph of the command's own docstring, which `gpunode COMMAND --help` shows)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+import importlib
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from gpunode import __version__
 from gpunode.cli._params import HelpOpt
-from gpunode.cli.compat import compat
-from gpunode.cli.doctor import doctor
-from gpunode.cli.explain import explain
-from gpunode.cli.facts import facts
-from gpunode.cli.pipeline import install, plan
-from gpunode.cli.status import status
-from gpunode.cli.verify import verify
 from gpunode.ui import broken_pipe
+
+# name -> (module, function, the one-line help shown by `gpunode --help`)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "plan": ("gpunode.cli.pipeline", "plan",
+             "Show what `install` would change, step by step, with exact commands and file diffs. Changes nothing."),
+    "install": ("gpunode.cli.pipeline", "install",
+                "Apply the pipeline: each step is planned, applied, then planned again and must report `ok`."),
+    "doctor": ("gpunode.cli.doctor", "doctor",
+               "Diagnose the node (read-only): exit 0 all pass, 1 any failure, 2 usage or connection error."),
+    "verify": ("gpunode.cli.verify", "verify",
+               "Run nvidia-smi in a container per engine (docker, containerd, podman); compare its GPUs with the "
+               "host's."),
+    "compat": ("gpunode.cli.compat", "compat",
+               "CUDA / driver / GPU compatibility, offline: --driver, --cuda, --image, --gpu (combinable)."),
+    "status": ("gpunode.cli.status", "status",
+               "Show the node's journal: runs, steps applied, backups made. Exit 1 if the last run did not finish."),
+    "explain": ("gpunode.cli.explain", "explain",
+                "Explain an error message: cause and fix. Exit 0 recognised, 1 nothing recognised, 2 usage error."),
+    "facts": ("gpunode.cli.facts", "facts",
+              "Print the parsed facts of the node as JSON (read-only). The output is always JSON; --json is "
+              "accepted."),
+}
+
+
+def load_command(name: str) -> Any:
+    """The click command of `name`, built by typer from its module (imported now)."""
+    module, function, _ = COMMANDS[name]
+    single = typer.Typer(add_completion=False, pretty_exceptions_show_locals=False)
+    single.command(name=name, add_help_option=False)(getattr(importlib.import_module(module), function))
+    return typer.main.get_command(single)
+
+
+class LazyGroup(TyperGroup):
+    """Lists every command from COMMANDS; imports a command's module only when that command is resolved."""
+
+    _listing = False
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name not in COMMANDS:
+            return None
+        if self._listing:  # the help listing needs only the name and the line
+            return TyperCommand(cmd_name, help=COMMANDS[cmd_name][2], add_help_option=False)
+        if cmd_name not in self.commands:
+            self.commands[cmd_name] = load_command(cmd_name)
+        return self.commands[cmd_name]
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        self._listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
+
 
 app = typer.Typer(
     name="gpunode",
+    cls=LazyGroup,
     help="Turn a Linux box with NVIDIA GPUs into a working GPU container host, locally or over SSH.",
     no_args_is_help=True,
     add_completion=False,
@@ -40,16 +96,6 @@ def _main(
                                           help="Print the version and exit.")] = False,
 ) -> None:
     """gpunode: plan, install, doctor, verify, compat."""
-
-
-app.command(add_help_option=False)(plan)
-app.command(add_help_option=False)(install)
-app.command(add_help_option=False)(doctor)
-app.command(add_help_option=False)(verify)
-app.command(add_help_option=False)(compat)
-app.command(add_help_option=False)(status)
-app.command(add_help_option=False)(explain)
-app.command(add_help_option=False)(facts)
 
 
 def main() -> None:

@@ -209,8 +209,6 @@ def command(reach: str = "none", pipeline: bool = False,
     """Adds the shared options of `reach` (and of the pipeline, and --reboot) to a command. The command gets
     `target` (a Target, see gpunode/cli/_target.py), `request` (a Request: the steps and Options) and `argv`
     (the options it was given, to print the same command again), each only if it declares them."""
-    from gpunode.cli import _inputs
-
     def params(group: tuple[tuple[str, Any, Any], ...]) -> list[inspect.Parameter]:
         return [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
                 for name, annotation, default in group]
@@ -228,6 +226,8 @@ def command(reach: str = "none", pipeline: bool = False,
         @functools.wraps(func)
         def run(**values: Any) -> None:
             values.pop("help_", None)
+            from gpunode.cli import _inputs  # the checks load the pipeline: only when a command runs
+
             try:
                 extra: dict[str, Any] = {}
                 if "argv" in inspect.signature(func).parameters:

@@ -34,4 +34,4 @@ def open_connection(spec: ConnectionSpec) -> Connection:
     options = SSHOptions(identity=spec.identity, known_hosts=spec.known_hosts,
                          accept_new_host_key=spec.accept_new_host_key, ssh_config=spec.ssh_config,
                          password=spec.password, connect_timeout=spec.connect_timeout)
-    return SSHConnection(spec.host, options, become_password=spec.become_password).connect()
+    return SSHConnection(spec.host, options, become_password=spec.become_password).connect(defer_checks=True)

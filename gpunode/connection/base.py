@@ -76,6 +76,10 @@ echo "gpunode-written $backup"
 """,
 )
 
+# The first privileged command checks for root in the same round trip (see Connection._run_if_root).
+_NOT_ROOT = "gpunode-not-root"
+_NOT_ROOT_EXIT = 86
+
 _MKTEMP_DIR = Script(name="mktemp-dir", body='umask 077; mktemp -d "${1:-/var/tmp}/gpunode.XXXXXX"')
 
 
@@ -239,6 +243,22 @@ class Connection(ABC):
                 raise sudo_error(self.name, code, out + err, with_password=False)
         return self._privilege_cache
 
+    def _learns_root_inline(self) -> bool:
+        """Whether the first privileged command may carry the root check itself (one round trip instead of
+        an `id -u` before it). Connections where a round trip is cheap keep the separate check."""
+        return False
+
+    def _run_if_root(self, cmd: Cmd, timeout: float | None) -> Result | None:
+        """Run `cmd` as is when the login user is root, learning that in the same round trip. None when the
+        login user is not root: nothing ran, and the ordinary sudo discovery follows."""
+        line = f'[ "$(id -u)" = 0 ] || {{ echo {_NOT_ROOT} >&2; exit {_NOT_ROOT_EXIT}; }}; ' + render(cmd)
+        code, out, err, timed_out = self._exec(line, b"", timeout)
+        if code == _NOT_ROOT_EXIT and err.startswith(_NOT_ROOT.encode() + b"\n"):
+            return None
+        if not timed_out:
+            self._privilege_cache = ((), False)
+        return Result(display(cmd), code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), timed_out)
+
     def _password_line(self) -> bytes:
         assert self._become_password is not None
         return self._become_password.value.encode() + b"\n"
@@ -246,6 +266,10 @@ class Connection(ABC):
     # -- the interface every step uses -----------------------------------------------------------------
     def run(self, cmd: Cmd, *, sudo: bool = False, stdin: bytes | None = None,
             timeout: float | None = DEFAULT_TIMEOUT, check: bool = False) -> Result:
+        if sudo and self._privilege_cache is None and not stdin and self._learns_root_inline():
+            result = self._run_if_root(cmd, timeout)
+            if result is not None:
+                return result.check() if check else result
         prefix: tuple[str, ...] = ()
         feed = b""
         if sudo:

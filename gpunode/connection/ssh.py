@@ -29,6 +29,7 @@ from gpunode.shell import Script, Secret
 _known_hosts_lock = threading.Lock()
 log = logging.getLogger("gpunode.ssh")
 SFTP_TIMEOUT = 60.0  # seconds without progress on the SFTP channel (every request, close included)
+_SHELL_OK = "gpunode-shell-ok"
 SEND_TIMEOUT = 120.0  # seconds a command's stdin may wait for the node to accept more data
 
 
@@ -213,9 +214,13 @@ class SSHConnection(Connection):
         self._client: paramiko.SSHClient | None = None
         self._jump: SSHConnection | None = None
         self._sftp: paramiko.SFTPClient | None = None
+        self._shell_unchecked = False  # the login-shell check rides on the next command (connect(defer_checks))
 
     # -- connecting ------------------------------------------------------------------------------------
-    def connect(self) -> SSHConnection:
+    def connect(self, *, defer_checks: bool = False) -> SSHConnection:
+        """Log in and check that the login shell runs commands. With `defer_checks` that check (and learning
+        whether the login user is root) rides on the first command instead of costing round trips of its own:
+        `gpunode plan` and `doctor` then open exactly one SSH channel, the probe."""
         if self._client is not None:
             return self
         r = self.resolved
@@ -306,12 +311,18 @@ class SSHConnection(Connection):
         if transport is not None:
             transport.set_keepalive(15)
         self._client = client
+        if defer_checks:
+            self._shell_unchecked = True
+            return self
         try:
             self._check_login_shell()
         except BaseException:
             self.close()
             raise
         return self
+
+    def _learns_root_inline(self) -> bool:
+        return True
 
     def _check_login_shell(self) -> None:
         """sshd runs every command through the user's login shell: nologin/false accept the login and then
@@ -325,12 +336,15 @@ class SSHConnection(Connection):
             raise ConnectError(f"{self.name}: the SSH connection dropped right after login ({exc})",
                                fix="check the node and run again") from None
         if b"gpunode-shell-ok" not in out:
-            said = (err or out).decode("utf-8", "replace").strip().splitlines()
-            detail = f" (it said: {said[0][:200]!r})" if said else f" (exit code {code})"
-            user = self.resolved.user
-            raise ConnectError(f"{self.name}: the login shell of {user} refuses to run commands{detail}",
-                               fix=f"log in as a user with a shell (--host USER@HOST), or give {user} one on "
-                                   f"the node: chsh -s /bin/sh {user}")
+            raise self._shell_refuses(code, out, err)
+
+    def _shell_refuses(self, code: int, out: bytes, err: bytes) -> ConnectError:
+        said = (err or out).decode("utf-8", "replace").strip().splitlines()
+        detail = f" (it said: {said[0][:200]!r})" if said else f" (exit code {code})"
+        user = self.resolved.user
+        return ConnectError(f"{self.name}: the login shell of {user} refuses to run commands{detail}",
+                            fix=f"log in as a user with a shell (--host USER@HOST), or give {user} one on "
+                                f"the node: chsh -s /bin/sh {user}")
 
     def _drop_sftp(self) -> None:
         """Close the SFTP channel without waiting for the node to acknowledge pending writes (that wait is
@@ -388,6 +402,8 @@ class SSHConnection(Connection):
             if transport is None or not transport.is_active():
                 raise ConnectError(f"{self.name}: the SSH connection was lost", fix="check the node and run again")
         try:
+            if self._shell_unchecked:
+                return self._exec_checking_shell(transport, line, stdin, timeout)
             return self._exec_on(transport, line, stdin, timeout)
         except KeyboardInterrupt:
             raise cancel.Cancelled(f"{self.name}: interrupted (Ctrl-C) while a command was running on the node; "
@@ -397,6 +413,17 @@ class SSHConnection(Connection):
             # A reset or a closed transport mid-command (a reboot, a network drop) is a connection problem.
             raise ConnectError(f"{self.name}: the SSH connection dropped while running a command ({exc})",
                                fix="the node may have rebooted or lost its network; run again") from None
+
+    def _exec_checking_shell(self, transport: paramiko.Transport, line: str, stdin: bytes,
+                             timeout: float | None) -> tuple[int, bytes, bytes, bool]:
+        """The deferred login-shell check: a marker on stderr before the command proves the shell ran it."""
+        code, out, err, timed_out = self._exec_on(transport, f"echo {_SHELL_OK} >&2; {line}", stdin, timeout)
+        marker = _SHELL_OK.encode() + b"\n"
+        if not err.startswith(marker):
+            self.close()
+            raise self._shell_refuses(code, out, err)
+        self._shell_unchecked = False
+        return code, out, err[len(marker):], timed_out
 
     def _exec_on(self, transport: paramiko.Transport, line: str, stdin: bytes,
                  timeout: float | None) -> tuple[int, bytes, bytes, bool]:

@@ -91,8 +91,9 @@ def sim_node(nodesim_available: bool) -> Iterator[Callable[..., SimNode]]:
     """Factory: sim_node(profile_name, **overrides) -> started SimNode, stopped at test end."""
     nodes: list[SimNode] = []
 
-    def make(profile_name: str = "ubuntu-22.04-t4", *, name: str | None = None, **overrides) -> SimNode:
-        node = SimNode(get_profile(profile_name, **overrides), name=name)
+    def make(profile_name: str = "ubuntu-22.04-t4", *, name: str | None = None, sshd_log_level: str = "INFO",
+             **overrides) -> SimNode:
+        node = SimNode(get_profile(profile_name, **overrides), name=name, sshd_log_level=sshd_log_level)
         nodes.append(node)
         return node.start()
 

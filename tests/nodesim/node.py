@@ -126,8 +126,10 @@ class SimNode:
     host = "127.0.0.1"
     user = "root"
 
-    def __init__(self, profile: Profile, name: str | None = None) -> None:
+    def __init__(self, profile: Profile, name: str | None = None, *, sshd_log_level: str = "INFO") -> None:
+        """`sshd_log_level` DEBUG1 makes sshd log each channel it opens (benchmarks count round trips)."""
         profile.validate()
+        self.sshd_log_level = sshd_log_level
         self.profile = profile
         self.name = name or profile.name
         self.dir: Path | None = None
@@ -664,7 +666,8 @@ class SimNode:
             f"AllowTcpForwarding {'local' if self.profile.tcp_forwarding else 'no'}\n"
             + ("PermitOpen 127.0.0.1:*\n" if self.profile.tcp_forwarding else "") +
             "PermitTunnel no\nPrintMotd no\nPrintLastLog no\nUseDNS no\nPermitUserEnvironment no\n"
-            "MaxStartups 200:30:400\nMaxSessions 100\nLoginGraceTime 60\nLogLevel INFO\n")
+            "MaxStartups 200:30:400\nMaxSessions 100\nLoginGraceTime 60\n"
+            f"LogLevel {self.sshd_log_level}\n")
         return cfg
 
     def _start_sshd(self) -> None:

@@ -1,0 +1,111 @@
+"""gpunode benchmarks on node-simulator nodes (real sshd on 127.0.0.1; needs root and openssh-server, like the
+integration tests). One entry point: `nox -s bench` (or `python -m benchmarks.bench`). Prints a table and
+writes it to docs/benchmarks.md with the machine it ran on. Every figure is measured in this run and shown
+as a ratio to a reference measured in the same run; nothing is typed in.
+
+    python -m benchmarks.bench [--latency] [--repeat 5] [--upload-mb 400] [--fleet 1,10,50,100] [--only SECTION]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from benchmarks import fleet, nodes, roundtrips, startup, upload
+from benchmarks.measure import HEADER, Row
+from gpunode import __version__
+from tests.nodesim.rootfs import missing_requirements
+
+ROOT = Path(__file__).resolve().parent.parent
+SECTIONS = ("startup", "roundtrips", "upload", "fleet")
+
+
+def machine(load: tuple[float, float, float]) -> list[str]:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor() or "unknown")
+    mem = next((line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
+                if line.startswith("MemTotal")), "0")
+    ssh = subprocess.run(["ssh", "-V"], capture_output=True, text=True).stderr.strip()
+    tools = []
+    for name in ("ansible-playbook", "pyinfra"):
+        path = roundtrips.ROOT_VENV / "bin" / name
+        if path.exists():
+            out = subprocess.run([str(path), "--version"], capture_output=True, text=True).stdout
+            tools.append(out.splitlines()[0].strip() if out else name)
+    return [f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; gpunode {__version__}",
+            f"machine: {platform.system()} {platform.release()} {platform.machine()}; {os.cpu_count()} CPUs ({cpu}); "
+            f"{int(mem) // 1024} MiB RAM; load average at start {load[0]:.2f}",
+            f"python {platform.python_version()}; {ssh}; {'; '.join(tools) or 'ansible-core/pyinfra not installed'}"]
+
+
+def table(rows: list[Row]) -> str:
+    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row.cells()) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--latency", action="store_true", help="also run round trips through a 50 ms relay")
+    parser.add_argument("--repeat", type=int, default=5, help="runs per timed figure (start-up uses 2x+1)")
+    parser.add_argument("--upload-mb", type=int, default=400)
+    parser.add_argument("--fleet", default="1,10,50,100", help="fleet sizes, the first is the reference")
+    parser.add_argument("--only", action="append", choices=SECTIONS, help="run only this section (repeatable)")
+    parser.add_argument("--output", default=str(ROOT / "docs" / "benchmarks.md"))
+    args = parser.parse_args()
+    missing = missing_requirements()
+    if missing:
+        print("cannot run: " + "; ".join(missing), file=sys.stderr)
+        return 2
+    load = os.getloadavg()
+    wanted = args.only or list(SECTIONS)
+    sizes = [int(n) for n in args.fleet.split(",")]
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="gpunode-bench-", dir="/var/tmp") as tmp:
+        work = Path(tmp)
+        if "startup" in wanted:
+            rows += _report(startup.bench(max(10, 2 * args.repeat + 1)))
+        if "roundtrips" in wanted or "upload" in wanted:
+            started = nodes.start(1, log_level="DEBUG1", prefix="bench-rt")
+            try:
+                if "roundtrips" in wanted:
+                    rows += _report(roundtrips.bench(started[0], work, args.repeat, args.latency))
+                if "upload" in wanted:
+                    rows += _report(upload.bench(started[0], args.upload_mb))
+            finally:
+                nodes.stop(started)
+        if "fleet" in wanted:
+            started = nodes.start(max(sizes), prefix="bench-fl")
+            try:
+                rows += _report(fleet.bench(started, sizes, work))
+            finally:
+                nodes.stop(started)
+    text = table(rows)
+    print(text)
+    _write(Path(args.output), machine(load), text)
+    return 0
+
+
+def _report(rows: list[Row]) -> list[Row]:
+    for row in rows:
+        print("  " + " | ".join(c for c in row.cells() if c), flush=True)
+    return rows
+
+
+def _write(path: Path, about: list[str], text: str) -> None:
+    head = path.read_text().split("<!-- results -->")[0] if path.exists() else "# Benchmarks\n\n"
+    flags = " ".join(a for a in sys.argv[1:]) or "(defaults)"
+    body = (f"<!-- results -->\n## Last run\n\n`python -m benchmarks.bench {flags}`\n\n"
+            + "\n".join(f"- {line}" for line in about) + "\n\n" + text + "\n")
+    path.write_text(head.rstrip() + "\n\n" + body)
+    print(f"written to {path}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,59 @@
+"""Start-up stays cheap: importing the CLI (what `gpunode --help` and `--version` need) loads no command module,
+no SSH, HTTP or YAML library, no compat tables and no pipeline; the lazy `--help` listing says what each
+command's own docstring says."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpunode.cli import COMMANDS
+
+ROOT = Path(__file__).resolve().parents[2]
+HEAVY = ("paramiko", "requests", "yaml", "gpunode.compat", "gpunode.gpus", "gpunode.runner", "gpunode.steps",
+         "gpunode.facts", "gpunode.connection", "gpunode.cli.compat", "gpunode.cli.pipeline")
+
+
+def run_main(*argv: str) -> str:
+    return f"import sys\nfrom gpunode.cli import main\nsys.argv = ['gpunode', *{list(argv)!r}]\n" \
+           "try:\n    main()\nexcept SystemExit:\n    pass"
+
+
+def loaded_after(code: str) -> set[str]:
+    script = f"import sys\n{code}\nimport json; print(json.dumps(sorted(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, check=True)
+    return set(json.loads(result.stdout.splitlines()[-1]))
+
+
+def heavy(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY))
+
+
+def test_importing_the_cli_loads_nothing_heavy():
+    modules = loaded_after("import gpunode.cli")
+    assert "gpunode.cli" in modules  # the probe really imported it
+    assert heavy(modules) == [] and "rich.table" not in modules  # typer's help renders with rich: not here
+
+
+def test_help_and_version_load_nothing_heavy():
+    for argv in (["--help"], ["--version"]):
+        modules = loaded_after(run_main(*argv))
+        assert heavy(modules) == [], argv
+
+
+def test_running_a_command_loads_its_module():
+    modules = loaded_after(run_main("compat", "--gpu", "T4"))
+    assert {"gpunode.cli.compat", "gpunode.compat"} <= modules and "paramiko" not in modules
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_the_help_listing_is_the_command_s_own_first_paragraph(name):
+    module, function, line = COMMANDS[name]
+    doc = inspect.getdoc(getattr(importlib.import_module(module), function)) or ""
+    assert " ".join(doc.split("\n\n")[0].split()) == line

@@ -1,0 +1,59 @@
+"""Round trips: the CLI's connection learns that the login shell works and that the login user is root from
+the first command itself, so `plan` and `doctor` open one SSH channel (the probe). Counted from sshd's own log
+at DEBUG1, which records every channel a client opens."""
+
+from __future__ import annotations
+
+import pwd
+from pathlib import Path
+
+import pytest
+
+from gpunode.connection import ConnectionSpec, open_connection
+from gpunode.errors import ConnectError
+from gpunode.facts import gather
+
+pytestmark = pytest.mark.integration
+
+
+def channels(node) -> int:
+    return Path(node.sshd_log).read_text(errors="replace").count("server_input_channel_open: ctype session")
+
+
+def spec(node, tmp_path) -> ConnectionSpec:
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("")
+    return ConnectionSpec(host=f"root@127.0.0.1:{node.port}", identity=[node.key_path],
+                          known_hosts=[node.known_hosts], ssh_config=str(cfg))
+
+
+def test_the_probe_is_the_only_channel_and_root_is_learnt_from_it(sim_node, tmp_path):
+    node = sim_node("ubuntu-22.04-t4", sshd_log_level="DEBUG1")
+    before = channels(node)
+    with open_connection(spec(node, tmp_path)) as conn:
+        facts = gather(conn)
+        assert channels(node) - before == 1
+        assert facts.kernel == node.kernel
+        assert conn.run(["id", "-u"], sudo=True).stdout == "0\n"  # no sudo prefix, no second root check
+        assert channels(node) - before == 2
+    assert node.calls("sudo") == []
+
+
+def test_a_refusing_login_shell_is_named_by_the_first_command(sim_node, tmp_path):
+    node = sim_node("ubuntu-22.04-nogpu")
+    shell = pwd.getpwuid(0).pw_shell  # sshd runs the host user's shell path inside the chroot
+    node.write(shell, "#!/bin/sh\necho 'This account is currently not available.'\nexit 1\n", 0o755)
+    conn = open_connection(spec(node, tmp_path))
+    with pytest.raises(ConnectError) as info:
+        gather(conn)
+    assert info.value.message == (f"root@127.0.0.1:{node.port}: the login shell of root refuses to run commands "
+                                  "(it said: 'This account is currently not available.')")
+    assert info.value.fix.endswith("chsh -s /bin/sh root")
+
+
+def test_stderr_of_the_first_command_is_the_command_s_own(sim_node, tmp_path):
+    node = sim_node("ubuntu-22.04-nogpu")
+    with open_connection(spec(node, tmp_path)) as conn:
+        result = conn.run(["sh", "-c", "echo out; echo err >&2; exit 3"], sudo=True)
+    assert (result.exit_code, result.stdout, result.stderr, result.command) == (3, "out\n", "err\n",
+                                                                                "sh -c 'echo out; echo err >&2; exit 3'")
