@@ -115,7 +115,11 @@ class LoggedConnection(Connection):
         self._privilege_cache = None
 
     def _privilege(self) -> tuple[tuple[str, ...], bool]:
-        return self.inner._privilege()
+        # learned here when the first command carried the root check (_run_if_root), else the inner one's
+        return self._privilege_cache if self._privilege_cache is not None else self.inner._privilege()
+
+    def _learns_root_inline(self) -> bool:
+        return self.inner._privilege_cache is None and self.inner._learns_root_inline()
 
     def _password_line(self) -> bytes:
         return self.inner._password_line()

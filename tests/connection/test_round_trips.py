@@ -57,3 +57,19 @@ def test_stderr_of_the_first_command_is_the_command_s_own(sim_node, tmp_path):
         result = conn.run(["sh", "-c", "echo out; echo err >&2; exit 3"], sudo=True)
     assert (result.exit_code, result.stdout, result.stderr, result.command) == (3, "out\n", "err\n",
                                                                                 "sh -c 'echo out; echo err >&2; exit 3'")
+
+
+def test_a_fleet_logged_connection_also_learns_root_from_the_probe(sim_node, tmp_path):
+    import io
+
+    from gpunode.fleet import LoggedConnection
+
+    node = sim_node("ubuntu-22.04-t4", sshd_log_level="DEBUG1")
+    before = channels(node)
+    log = io.StringIO()
+    with LoggedConnection(open_connection(spec(node, tmp_path)), log) as conn:
+        gather(conn)
+        assert channels(node) - before == 1
+        assert conn.run(["id", "-u"], sudo=True).stdout == "0\n"
+        assert channels(node) - before == 2
+    assert "$ " in log.getvalue()
