@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -68,7 +70,7 @@ def _unavailable() -> str | None:
 
 
 @pytest.fixture(scope="session")
-def realos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Realos]:
+def realos() -> Iterator[Realos]:
     why = _unavailable()
     keep = os.environ.get("GPUNODE_REALOS_KEEP") == "1"
     if why:
@@ -78,7 +80,9 @@ def realos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Realos]:
     started = time.monotonic()
     image = ensure_image()
     TIMINGS["image (build or cache)"] = round(time.monotonic() - started, 1)
-    work = tmp_path_factory.mktemp("realos")
+    # not pytest's tmp_path: its basetemp rotation (shared by every pytest run of this user) could remove the
+    # VM's disk overlay while it runs
+    work = Path(tempfile.mkdtemp(prefix="gpunode-realos."))
     served = work / "served"
     toolkit_repo.build(served)
     mirror = MirrorServer(served, cache_root() / "apt").start()
@@ -93,6 +97,7 @@ def realos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Realos]:
                   f"ssh -F {vm.ssh_config} {HOST_ALIAS}   (the mirror forward ended with pytest)")
         else:
             vm.stop()
+            shutil.rmtree(work, ignore_errors=True)
         mirror.stop()
 
 
