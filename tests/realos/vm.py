@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.realos import toolkit_repo
 from tests.realos.mirror import MirrorServer
 
 HERE = Path(__file__).resolve().parent
@@ -202,19 +203,27 @@ def main(argv: list[str]) -> int:
     image = ensure_image()
     work = Path(tempfile.mkdtemp(prefix="gpunode-realos-vm."))
     repo = work / "repo"
-    repo.mkdir()
+    toolkit_repo.build(repo)  # the stand-in toolkit, as the tests serve it
     mirror = MirrorServer(repo, cache_root() / "apt").start()
     vm = Vm(image, work / "vm", mirror).start()
     print(f"up in {vm.timings['boot to ssh']:.0f} s; QEMU pid {vm.proc.pid if vm.proc else '?'}\n"
           f"  ssh -F {vm.ssh_config} {HOST_ALIAS}\n  gpunode plan --host {HOST_ALIAS} --ssh-config {vm.ssh_config}\n"
-          f"  serial console log: {vm.serial_log}\nCtrl-C stops it.")
+          f"  serial console log: {vm.serial_log}\nCtrl-C (or SIGTERM to this process) stops it.")
+
+    def interrupted(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupted)
+    signal.signal(signal.SIGINT, interrupted)  # also when started in the background, where SIGINT is ignored
     try:
         while vm.alive():
             time.sleep(1)
     except KeyboardInterrupt:
         pass
-    vm.stop()
-    mirror.stop()
+    finally:
+        vm.stop()
+        mirror.stop()
+        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
