@@ -43,9 +43,9 @@ class Realos:
     workdir: Path
     runs: list[Run] = field(default_factory=list)
 
-    def gpunode(self, *args: str, timeout: float = 2400) -> Run:
-        """`gpunode ARGS --host realos --ssh-config FILE` as a real process. A traceback on its stderr fails the
-        test whatever the exit code."""
+    def gpunode(self, *args: str, timeout: float = 2400, stage: str | None = None) -> Run:
+        """`gpunode ARGS --host realos --ssh-config FILE` as a real process, its time recorded under `stage`.
+        A traceback on its stderr fails the test whatever the exit code."""
         argv = [sys.executable, "-m", "gpunode", *args, "--host", HOST_ALIAS, "--ssh-config", str(self.vm.ssh_config)]
         env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), COLUMNS="200", NO_COLOR="1")
         started = time.monotonic()
@@ -53,6 +53,8 @@ class Realos:
                               stdin=subprocess.DEVNULL)
         run = Run(argv[3:], done.returncode, done.stdout, done.stderr, time.monotonic() - started)
         self.runs.append(run)
+        if stage:
+            self.stage(stage, run.seconds)
         assert "Traceback" not in run.err, f"traceback on stderr of gpunode {' '.join(args)}:\n{run.err}"
         return run
 
@@ -90,6 +92,7 @@ def realos() -> Iterator[Realos]:
     try:
         vm.start()
         TIMINGS["boot to ssh"] = round(vm.timings["boot to ssh"], 1)
+        TIMINGS["boot finished (systemd)"] = round(vm.timings["boot finished (systemd)"], 1)
         yield Realos(vm, mirror, work)
     finally:
         if keep and vm.alive():

@@ -147,7 +147,14 @@ class Vm:
                                      stderr=open(self.workdir / "qemu.stderr", "w"), start_new_session=True)
         self.wait_ssh(timeout=600)
         self.timings["boot to ssh"] = time.monotonic() - started
+        self.wait_booted()
+        self.timings["boot finished (systemd)"] = time.monotonic() - started
         return self
+
+    def wait_booted(self, timeout: float = 600) -> str:
+        """Until systemd has finished starting the boot's units (sshd comes up before dockerd has, and
+        dockerd's first start writes /etc/docker/key.json): "running", or "degraded" when a unit failed."""
+        return self.ssh("systemctl is-system-running --wait", timeout=timeout).out.strip()
 
     def stop(self) -> None:
         if self.proc is None:
