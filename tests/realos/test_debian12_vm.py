@@ -160,7 +160,7 @@ def test_second_run_changes_nothing_and_restarts_nothing(realos):
     boot = realos.vm.boot_id()
     run = realos.gpunode("install", "--only", "nouveau", "--only", "prerequisites", "--only", "toolkit",
                          "--only", "runtime", "--driver", DRIVER, "--reboot", timeout=1800,
-                                                                                                                       stage="second install run (must change nothing)")
+                         stage="second install run (must change nothing)")
     assert run.rc == 0, run.out + run.err
     assert realos.vm.boot_id() == boot
     assert realos.ssh(FINGERPRINT) == before
