@@ -229,3 +229,25 @@ def test_distro_specifics(sim_fleet):
         assert out.splitlines() == ["ok", "2"]
         osr = (Path(__file__).parent / "data" / "os-release" / n.profile.d.os_release).read_text()
         assert n.read("/etc/os-release").rstrip("\n") == osr.rstrip("\n")
+
+
+def _ctk_log(err):
+    return [line.split(" ", 1)[1] for line in err.splitlines()]  # without time="..."
+
+
+def test_create_dev_char_symlinks_needs_the_majors_like_real_nvidia_ctk(sim_node):
+    """As the real nvidia-ctk did on a Debian 12 VM with a T4 and no driver (tests/realos): --create-all reads
+    the majors from /proc/devices first and fails without nvidia's and nvidia-uvm's; without --create-all
+    it reports that no device node exists."""
+    node = sim_node("debian-12-t4", engines=("docker",), toolkit_version="1.20.0-1")
+    lister = "failed to create symlink creator: failed to create all possible device lister: "
+    rc, _, err = node.ssh("nvidia-ctk system create-dev-char-symlinks --create-all --dev-char-path=/tmp/dc")
+    assert rc == 1 and _ctk_log(err) == [
+        f'level=error msg="{lister}failed reading device majors: no NVIDIA devices found"']
+    rc, _, err = node.ssh("nvidia-ctk system create-dev-char-symlinks --dev-char-path=/tmp/dc")
+    assert rc == 0 and _ctk_log(err) == ['level=info msg="No NVIDIA devices found in /"']
+    assert not node.exists("/tmp/dc")
+
+    node = sim_node("debian-12-t4", engines=("docker",), toolkit_version="1.20.0-1", preinstalled_driver="535.129.03")
+    rc, _, err = node.ssh("nvidia-ctk system create-dev-char-symlinks --create-all --dev-char-path=/tmp/dc")
+    assert rc == 0 and sorted(node.listdir("/tmp/dc")) == ["195:0", "195:254", "195:255", "510:0", "510:1"]

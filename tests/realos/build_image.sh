@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Build the Debian 12 disk image of the real-OS test tier (tests/realos/README.md).
+#
+#   build_image.sh OUT_DIR
+#
+# Writes into OUT_DIR: disk.raw (sparse, 8 GiB, MBR + one ext4 partition, real grub in the MBR),
+# id_ed25519[.pub] (root's login key), ssh_host_ed25519_key.pub (the guest's host key) and build.log.
+# Everything comes from Debian's archive through mmdebstrap; the boot loader is installed by a first
+# boot under QEMU (grub-install needs the guest's own /dev/vda). Needs root, mmdebstrap, qemu-system-x86,
+# e2fsprogs, fdisk (sfdisk) and openssh-client. Runs at nice 10: the machine is shared.
+set -euo pipefail
+OUT=${1:?usage: build_image.sh OUT_DIR}
+HERE=$(cd "$(dirname "$0")" && pwd)
+MIRROR=${GPUNODE_REALOS_BUILD_MIRROR:-http://deb.debian.org/debian}
+SIZE_MIB=8192
+mkdir -p "$OUT"
+WORK=$(mktemp -d /var/tmp/gpunode-realos-build.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+ROOT=$WORK/root
+stamp() { echo "[build_image $(date +%H:%M:%S)] $*"; }
+
+stamp "keys"
+rm -f "$OUT/id_ed25519" "$OUT/id_ed25519.pub"
+ssh-keygen -q -t ed25519 -N '' -C gpunode-realos -f "$OUT/id_ed25519"
+
+stamp "mmdebstrap (Debian 12 from the archive)"
+# The packages a GPU container host has before gpunode runs: real systemd, grub, initramfs-tools, kmod,
+# apt/dpkg, sshd, python3 (only for the toolkit stand-in), and Debian's docker.io + containerd.
+nice -n 10 mmdebstrap --mode=root --variant=apt --format=directory \
+  --include=systemd-sysv,udev,dbus,linux-image-amd64,grub-pc,initramfs-tools,zstd,kmod,openssh-server,python3,pciutils,iproute2,procps,docker.io,containerd,less \
+  --customize-hook="cp -r '$HERE/guest/.' \"\$1/\"" \
+  --customize-hook='chroot "$1" sh /usr/local/lib/realos/customize.sh' \
+  bookworm "$ROOT" "$MIRROR" "${MIRROR%/debian}/debian-security bookworm-security main" \
+  "$MIRROR bookworm-updates main"
+
+install -d -m 0700 "$ROOT/root/.ssh"
+install -m 0600 "$OUT/id_ed25519.pub" "$ROOT/root/.ssh/authorized_keys"
+cp "$ROOT/etc/ssh/ssh_host_ed25519_key.pub" "$OUT/ssh_host_ed25519_key.pub"
+ls "$ROOT"/boot/vmlinuz-* >/dev/null
+KVER=$(basename "$(ls "$ROOT"/boot/vmlinuz-* | sort -V | tail -n1)" | sed 's/^vmlinuz-//')
+cp "$ROOT/boot/vmlinuz-$KVER" "$ROOT/boot/initrd.img-$KVER" "$WORK/"
+echo "$KVER" > "$OUT/kernel"
+
+stamp "disk image (ext4 from the tree, no loop device)"
+DISK=$WORK/disk.raw
+truncate -s "${SIZE_MIB}M" "$DISK"
+echo 'start=2048, type=83, bootable' | sfdisk -q "$DISK"
+nice -n 10 mke2fs -q -F -t ext4 -L realos-root -E offset=$((2048 * 512)) -d "$ROOT" "$DISK" $((SIZE_MIB - 1))M
+rm -rf "$ROOT"
+
+stamp "first boot: grub-install /dev/vda, update-grub, power off"
+timeout 900 nice -n 10 qemu-system-x86_64 -accel tcg -m 2048 -smp 1 -display none -no-reboot \
+  -drive file="$DISK",format=raw,if=virtio -nic none -serial file:"$WORK/firstboot.log" \
+  -kernel "$WORK/vmlinuz-$KVER" -initrd "$WORK/initrd.img-$KVER" \
+  -append "root=/dev/vda1 ro console=ttyS0"
+grep -q 'realos-firstboot: done' "$WORK/firstboot.log" || { tail -n 60 "$WORK/firstboot.log"; stamp "first boot failed"; exit 1; }
+cp "$WORK/firstboot.log" "$OUT/firstboot.log"
+mv "$DISK" "$OUT/disk.raw"
+stamp "done: $OUT/disk.raw (kernel $KVER)"

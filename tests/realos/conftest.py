@@ -1,0 +1,111 @@
+"""Fixtures of the real-OS tier (tests/realos/README.md): one Debian 12 VM per test session, shared by the
+scenario tests in order; every gpunode command runs as a real process against it over real ssh."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.realos import toolkit_repo
+from tests.realos.mirror import MirrorServer
+from tests.realos.vm import HOST_ALIAS, Vm, cache_root, ensure_image, missing_requirements
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TIMINGS: dict[str, float] = {}
+
+
+@dataclass
+class Run:
+    argv: list[str]
+    rc: int
+    out: str
+    err: str
+    seconds: float
+
+    def json(self) -> object:
+        return json.loads(self.out)
+
+
+@dataclass
+class Realos:
+    vm: Vm
+    mirror: MirrorServer
+    workdir: Path
+    runs: list[Run] = field(default_factory=list)
+
+    def gpunode(self, *args: str, timeout: float = 2400, stage: str | None = None) -> Run:
+        """`gpunode ARGS --host realos --ssh-config FILE` as a real process, its time recorded under `stage`.
+        A traceback on its stderr fails the test whatever the exit code."""
+        argv = [sys.executable, "-m", "gpunode", *args, "--host", HOST_ALIAS, "--ssh-config", str(self.vm.ssh_config)]
+        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), COLUMNS="200", NO_COLOR="1")
+        started = time.monotonic()
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=self.workdir, env=env,
+                              stdin=subprocess.DEVNULL)
+        run = Run(argv[3:], done.returncode, done.stdout, done.stderr, time.monotonic() - started)
+        self.runs.append(run)
+        if stage:
+            self.stage(stage, run.seconds)
+        assert "Traceback" not in run.err, f"traceback on stderr of gpunode {' '.join(args)}:\n{run.err}"
+        return run
+
+    def ssh(self, command: str, timeout: float = 900):
+        return self.vm.ssh(command, timeout=timeout, check=True).out
+
+    def stage(self, name: str, seconds: float) -> None:
+        TIMINGS[name] = round(seconds, 1)
+
+
+def _unavailable() -> str | None:
+    if os.environ.get("GPUNODE_REALOS") == "0":
+        return "GPUNODE_REALOS=0: real-OS tier switched off"
+    return missing_requirements()
+
+
+@pytest.fixture(scope="session")
+def realos() -> Iterator[Realos]:
+    why = _unavailable()
+    keep = os.environ.get("GPUNODE_REALOS_KEEP") == "1"
+    if why:
+        if os.environ.get("GPUNODE_REQUIRE_REALOS") == "1":
+            pytest.fail(f"GPUNODE_REQUIRE_REALOS=1 but the real-OS tier cannot run: {why}")
+        pytest.skip(why)
+    started = time.monotonic()
+    image = ensure_image()
+    TIMINGS["image (build or cache)"] = round(time.monotonic() - started, 1)
+    # not pytest's tmp_path: its basetemp rotation (shared by every pytest run of this user) could remove the
+    # VM's disk overlay while it runs
+    work = Path(tempfile.mkdtemp(prefix="gpunode-realos."))
+    served = work / "served"
+    toolkit_repo.build(served)
+    mirror = MirrorServer(served, cache_root() / "apt").start()
+    vm = Vm(image, work / "vm", mirror)
+    try:
+        vm.start()
+        TIMINGS["boot to ssh"] = round(vm.timings["boot to ssh"], 1)
+        TIMINGS["boot finished (systemd)"] = round(vm.timings["boot finished (systemd)"], 1)
+        yield Realos(vm, mirror, work)
+    finally:
+        if keep and vm.alive():
+            print(f"\nGPUNODE_REALOS_KEEP=1: the VM stays up (QEMU pid {vm.proc.pid if vm.proc else '?'}): "
+                  f"ssh -F {vm.ssh_config} {HOST_ALIAS}   (the mirror forward ended with pytest)")
+        else:
+            vm.stop()
+            shutil.rmtree(work, ignore_errors=True)
+        mirror.stop()
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
+    if TIMINGS:
+        terminalreporter.section("real-OS tier: seconds per stage")
+        for name, seconds in TIMINGS.items():
+            terminalreporter.write_line(f"{seconds:8.1f}  {name}")
