@@ -45,7 +45,7 @@ def test_failures_show_the_fix_and_exit_1(serve):
 
 def test_warnings_alone_exit_0(serve):
     node = serve(finished())
-    set_output(node, "doctor_dev_char", "dev /dev/nvidia0\n")
+    set_output(node, "doctor_dev_char", "dev /dev/nvidia0\ndev /dev/nvidia-uvm\nlink 510:0 ../nvidia-uvm\n")
     result = runner.invoke(app, ["doctor", "--host", "gpu-01"])
     assert result.exit_code == 0 and "1 warn" in result.stdout
     assert "gpunode install --host gpu-01 --only nodesettings" in flat(result.stdout)
@@ -61,7 +61,7 @@ def test_json_document(serve):
     assert data["schema_version"] == 1 and data["host"] == "gpu-01" and data["exit_code"] == 1 and data["error"] is None
     assert data["node"]["gpus"] == [{"pci": "0000:00:1e.0", "device_id": "10de:1eb8"}]
     assert len(data["checks"]) == len(CHECKS)
-    assert set(data["checks"][0]) == {"id", "layer", "title", "status", "evidence", "fix"}
+    assert set(data["checks"][0]) == {"id", "layer", "title", "status", "evidence", "fix", "reboot"}
     assert sum(data["summary"].values()) == len(CHECKS) and set(data["summary"]) == {"pass", "warn", "fail", "skip"}
     assert data["failures"] == [c["id"] for c in data["checks"] if c["status"] == "fail"]
     assert data["summary"]["fail"] == len(data["failures"]) == 4
