@@ -57,7 +57,7 @@ def test_json_document(serve):
     assert result.exit_code == 1
     data = json.loads(result.stdout)
     assert set(data) == {"schema_version", "gpunode_version", "host", "node", "checks", "summary", "failures",
-                         "warnings", "exit_code", "error"}
+                         "warnings", "exit_code", "error", "readiness"}
     assert data["schema_version"] == 1 and data["host"] == "gpu-01" and data["exit_code"] == 1 and data["error"] is None
     assert data["node"]["gpus"] == [{"pci": "0000:00:1e.0", "device_id": "10de:1eb8"}]
     assert len(data["checks"]) == len(CHECKS)
