@@ -285,10 +285,9 @@ GPU_HEALTH = command("doctor_gpu_health", (
 MIG = command("doctor_mig", (
     '[ -r /proc/driver/nvidia/version ] && command -v nvidia-smi >/dev/null 2>&1 || exit 3; '
     't=; command -v timeout >/dev/null 2>&1 && t="timeout 30"; $t nvidia-smi -L 2>/dev/null; '
-    'sel=$(systemctl show -p Environment nvidia-mig-manager.service 2>/dev/null | tr " " "\\n" | '
-    'sed -n "s/^MIG_PARTED_SELECTED_CONFIG=//p" | head -n 1); '
-    'cfg=$(systemctl show -p Environment nvidia-mig-manager.service 2>/dev/null | tr " " "\\n" | '
-    'sed -n "s/^MIG_PARTED_CONFIG_FILE=//p" | head -n 1); '
+    'u="/etc/systemd/system/nvidia-mig-manager.service /etc/systemd/system/nvidia-mig-manager.service.d/*.conf"; '
+    'sel=$(cat $u 2>/dev/null | tr " " "\\n" | sed -n "s/.*MIG_PARTED_SELECTED_CONFIG=\\([^\\"]*\\).*/\\1/p" | tail -n 1); '
+    'cfg=$(cat $u 2>/dev/null | tr " " "\\n" | sed -n "s/.*MIG_PARTED_CONFIG_FILE=\\([^\\"]*\\).*/\\1/p" | tail -n 1); '
     '[ -n "$cfg" ] || cfg=/etc/nvidia-mig-manager/config.yaml; '
     '[ -n "$sel" ] && echo "@selected $sel" && [ -r "$cfg" ] && echo "@config" && cat "$cfg"; true'
 ), parse_mig, module=_M)
