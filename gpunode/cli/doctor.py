@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+import time
 from collections.abc import Sequence
-from typing import TextIO
+from typing import Annotated, TextIO
 
 import typer
 from rich.console import Console
@@ -14,7 +16,8 @@ from gpunode import __version__
 from gpunode.cli._fleet import print_summary, run_with_view
 from gpunode.cli._params import command, expected_errors
 from gpunode.cli._target import Target, rewrite_fixes
-from gpunode.doctor import CheckResult, exit_code, report, run_checks, summary
+from gpunode.doctor import CheckResult, report, run_checks, summary
+from gpunode.doctor import verdict as readiness
 from gpunode.errors import GpunodeError
 from gpunode.facts import Facts, gather
 from gpunode.fleet import HostResult, LoggedConnection, QueueReporter
@@ -56,9 +59,48 @@ def render_checks(host: str, facts: Facts, results: Sequence[CheckResult], conso
     console.print(line)
 
 
+FormatOpt = Annotated[str | None, typer.Option(
+    "--format", metavar="FORMAT", help="table (default), json (same as --json), nhc (one Slurm drain-reason line), "
+    "k8s (readiness document; see --ready-file, --reboot-marker), prometheus (node_exporter textfile metrics).")]
+ReadyFileOpt = Annotated[str | None, typer.Option(
+    "--ready-file", metavar="PATH", help="With --format k8s on this machine: write the readiness document here while "
+    "the node is ready, remove it when it is not (atomic).")]
+RebootMarkerOpt = Annotated[str | None, typer.Option(
+    "--reboot-marker", metavar="PATH", help="With --format k8s on this machine: create this file while a reboot is "
+    "required (kured watches /var/run/reboot-required), remove gpunode's marker when not.")]
+TextfileOpt = Annotated[str | None, typer.Option(
+    "--textfile", metavar="PATH", help="With --format prometheus on this machine: write the metrics here atomically "
+    "(a *.prom file in node_exporter's --collector.textfile.directory).")]
+
+
+def _output_format(target: Target, fmt: str | None, ready_file: str | None, reboot_marker: str | None,
+                   textfile: str | None) -> str:
+    """The format asked for, checked against the other options (usage errors exit 2)."""
+    chosen = (fmt or ("json" if target.json_output else "table")).lower()
+    if chosen not in readiness.FORMATS:
+        print_error(f"--format {clean(fmt or '')}: not a format", "use one of: " + ", ".join(readiness.FORMATS))
+        raise typer.Exit(2)
+    if target.json_output and chosen != "json":
+        print_error(f"--json and --format {chosen} ask for two formats", f"drop --json: gpunode doctor --format {chosen}")
+        raise typer.Exit(2)
+    if (ready_file or reboot_marker) and chosen != "k8s":
+        print_error("--ready-file and --reboot-marker go with --format k8s", "add --format k8s")
+        raise typer.Exit(2)
+    if textfile and chosen != "prometheus":
+        print_error("--textfile goes with --format prometheus", "add --format prometheus")
+        raise typer.Exit(2)
+    if target.fleet is not None and chosen not in ("table", "json"):
+        print_error(f"--format {chosen} describes one node", f"run `gpunode doctor --format {chosen}` on each node "
+                    "(or once per --host)")
+        raise typer.Exit(2)
+    return chosen
+
+
 @command(reach="fleet")
-def doctor(target: Target) -> None:
+def doctor(target: Target, format: FormatOpt = None, ready_file: ReadyFileOpt = None,  # noqa: A002 - the option
+           reboot_marker: RebootMarkerOpt = None, textfile: TextfileOpt = None) -> None:
     """Diagnose the node (read-only): exit 0 all pass, 1 any failure, 2 usage or connection error."""
+    chosen = _output_format(target, format, ready_file, reboot_marker, textfile)
     if target.fleet is not None:
         _doctor_fleet(target, target.fleet)
     name = target.host or "local"
@@ -68,7 +110,10 @@ def doctor(target: Target) -> None:
             facts = gather(conn)
     except GpunodeError as exc:
         # doctor cannot diagnose a node it cannot read: that is a connection-level problem, never a check failure
-        if target.json_output:
+        if chosen == "nhc":
+            print(clean(f"ERROR: gpunode: {name}: connection: {exc.message}").replace("\n", " "))
+            raise typer.Exit(2) from None
+        if chosen == "json":
             print_json({"schema_version": SCHEMA_VERSION, "gpunode_version": __version__, "host": name,
                         "node": None, "checks": [], "summary": None, "failures": [], "warnings": [], "exit_code": 2,
                         "error": {"message": exc.message, "fix": target.fix(exc.fix)}})
@@ -76,11 +121,68 @@ def doctor(target: Target) -> None:
             print_error(exc.message, target.fix(exc.fix))
         raise typer.Exit(2) from None
     results = run_checks(facts)
-    if target.json_output:
-        print_json(rewrite_fixes(report(name, facts, results, SCHEMA_VERSION), target.fixer()))
+    verdict = readiness.readiness(name, facts, results)
+    local = target.host is None
+    if chosen == "json":
+        document = report(name, facts, results, SCHEMA_VERSION)
+        document["readiness"] = {"ready": verdict.ready, "reboot_required": verdict.reboot_required,
+                                 "reason": verdict.reason, "reboot_because": list(verdict.reboot_because)}
+        print_json(rewrite_fixes(document, target.fixer()))
+    elif chosen == "nhc":
+        line = readiness.nhc_line(verdict)
+        if line:
+            print(line)
+    elif chosen == "k8s":
+        _k8s(verdict, ready_file, reboot_marker, local)
+    elif chosen == "prometheus":
+        _metrics(readiness.prometheus(verdict, time.time()), textfile, local)
     else:
         render_checks(name, facts, results, fixer=target.fixer())
-    raise typer.Exit(exit_code(results))
+    raise typer.Exit(0 if verdict.ready else 1)
+
+
+def _remote_note(what: str) -> None:
+    print(f"gpunode: the node is remote, so {what} is printed here instead of written on this machine; run doctor "
+          "on the node itself (no --host) to write it", file=sys.stderr)
+
+
+def _k8s(verdict: readiness.Readiness, ready_file: str | None, reboot_marker: str | None, local: bool) -> None:
+    """The readiness file exists only while the node is ready; the reboot marker only while a reboot is due."""
+    document = readiness.readiness_document(verdict)
+    marker = readiness.reboot_marker(verdict)
+    if not local and (ready_file or reboot_marker):
+        _remote_note("the readiness document")
+        ready_file = reboot_marker = None
+    try:
+        if ready_file:
+            if verdict.ready:
+                readiness.write_atomic(ready_file, document)
+            elif not readiness.remove_if_ours(ready_file, readiness.READY_MARK):
+                print_error(f"{ready_file} was not written by gpunode; left as it is", "pass another --ready-file")
+        if reboot_marker:
+            if marker is not None:
+                readiness.write_atomic(reboot_marker, marker)
+            else:
+                readiness.remove_if_ours(reboot_marker, readiness.MARKER_HEADER)
+    except OSError as exc:
+        print_error(f"cannot write {exc.filename}: {exc.strerror}", "run as a user who may write there, or pass "
+                    "another path")
+        raise typer.Exit(2) from None
+    sys.stdout.write(document)
+
+
+def _metrics(text: str, textfile: str | None, local: bool) -> None:
+    if textfile and local:
+        try:
+            readiness.write_atomic(textfile, text)
+        except OSError as exc:
+            print_error(f"cannot write {exc.filename}: {exc.strerror}", "run as a user who may write there, or pass "
+                        "another --textfile")
+            raise typer.Exit(2) from None
+        return
+    if textfile:
+        _remote_note("the metrics text")
+    sys.stdout.write(text)
 
 
 _LETTER = {"pass": ("✓", "green"), "warn": ("!", "yellow"), "fail": ("✗", "bold red"), "skip": ("·", "dim")}

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpunode import __version__
-from gpunode.doctor import container, driver, fabric, hardware, health, kernel  # noqa: F401 - registers checks
+from gpunode.doctor import container, driver, fabric, gpuhealth, hardware, health, kernel  # noqa: F401 - registers
 from gpunode.doctor.base import CHECKS, LAYERS, STATUSES, CheckResult, Node
 from gpunode.facts import Facts
 

@@ -39,28 +39,30 @@ class CheckResult:
     status: str  # pass | warn | fail | skip
     evidence: str  # what the check saw (or, for skip, why it could not look)
     fix: str | None = None  # the exact gpunode or shell command, for warn and fail
+    reboot: bool = False  # a reboot (or GPU reset) is what clears this finding: the readiness verdict's marker
 
     def to_dict(self) -> dict[str, object]:
         return {"id": self.id, "layer": self.layer, "title": self.title, "status": self.status,
-                "evidence": self.evidence, "fix": self.fix}
+                "evidence": self.evidence, "fix": self.fix, "reboot": self.reboot}
 
 
 class Verdict(NamedTuple):
     status: str
     evidence: str
     fix: str | None = None
+    reboot: bool = False
 
 
 def passed(evidence: str) -> Verdict:
     return Verdict("pass", evidence)
 
 
-def warned(evidence: str, fix: str) -> Verdict:
-    return Verdict("warn", evidence, fix)
+def warned(evidence: str, fix: str, reboot: bool = False) -> Verdict:
+    return Verdict("warn", evidence, fix, reboot)
 
 
-def failed(evidence: str, fix: str) -> Verdict:
-    return Verdict("fail", evidence, fix)
+def failed(evidence: str, fix: str, reboot: bool = False) -> Verdict:
+    return Verdict("fail", evidence, fix, reboot)
 
 
 def skipped(reason: str) -> Verdict:
@@ -84,7 +86,8 @@ class Check:
             where = traceback.extract_tb(exc.__traceback__)[-1]
             verdict = skipped(f"gpunode could not evaluate this check ({type(exc).__name__}: {exc} at "
                               f"{where.filename.rsplit('/', 1)[-1]}:{where.lineno}); please report it")
-        return CheckResult(self.id, self.layer, self.title, verdict.status, verdict.evidence, verdict.fix)
+        return CheckResult(self.id, self.layer, self.title, verdict.status, verdict.evidence, verdict.fix,
+                           verdict.reboot)
 
 
 CHECKS: list[Check] = []

@@ -67,7 +67,7 @@ def mig_mode(node: Node) -> Verdict:
         first = pending[0]
         shown = "; ".join(f"GPU {g.index} ({g.bus}): MIG {g.mig_current}, pending {g.mig_pending}" for g in pending)
         return warned(f"{shown}: the change takes effect only after a GPU reset",
-                      f"sudo nvidia-smi -r -i {first.index}  # when the GPU is idle; or reboot the node")
+                      f"sudo nvidia-smi -r -i {first.index}  # when the GPU is idle; or reboot the node", reboot=True)
     enabled = [g for g in node.smi_gpus if g.mig_current == "Enabled"]
     if enabled:
         return passed(f"MIG enabled on GPU {', '.join(str(g.index) for g in enabled)}: containers get MIG devices "

@@ -43,7 +43,7 @@ def xid(node: Node) -> Verdict:
     evidence = "; ".join(_xid_text(f) for f in xids)
     worst = xids[0]
     if str(worst.values.get("severity")) in _SEVERE:
-        return failed(evidence, worst.fix)
+        return failed(evidence, worst.fix, reboot=str(worst.values.get("severity")) in ("reboot", "reset"))
     return warned(evidence, worst.fix)
 
 

@@ -197,3 +197,7 @@ AUTO_UPGRADE = command("doctor_auto_upgrade", (
     '[ -r /etc/dnf/automatic.conf ] && grep -E "^[[:space:]]*(apply_updates|upgrade_type)" '
     '/etc/dnf/automatic.conf | sed "s/^/dnf /"; true'
 ), parse_auto_upgrade, module=_M)
+
+
+# GPU health (ECC, row remapping, GSP), MIG layout, pending upgrades, the reboot flag: registered by importing
+from gpunode.facts import gpuhealth  # noqa: E402,F401

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 from rich.console import Console
 from typer.testing import CliRunner
@@ -45,7 +46,7 @@ def test_failures_show_the_fix_and_exit_1(serve):
 
 def test_warnings_alone_exit_0(serve):
     node = serve(finished())
-    set_output(node, "doctor_dev_char", "dev /dev/nvidia0\n")
+    set_output(node, "doctor_dev_char", "dev /dev/nvidia0\ndev /dev/nvidia-uvm\nlink 510:0 ../nvidia-uvm\n")
     result = runner.invoke(app, ["doctor", "--host", "gpu-01"])
     assert result.exit_code == 0 and "1 warn" in result.stdout
     assert "gpunode install --host gpu-01 --only nodesettings" in flat(result.stdout)
@@ -57,11 +58,11 @@ def test_json_document(serve):
     assert result.exit_code == 1
     data = json.loads(result.stdout)
     assert set(data) == {"schema_version", "gpunode_version", "host", "node", "checks", "summary", "failures",
-                         "warnings", "exit_code", "error"}
+                         "warnings", "exit_code", "error", "readiness"}
     assert data["schema_version"] == 1 and data["host"] == "gpu-01" and data["exit_code"] == 1 and data["error"] is None
     assert data["node"]["gpus"] == [{"pci": "0000:00:1e.0", "device_id": "10de:1eb8"}]
     assert len(data["checks"]) == len(CHECKS)
-    assert set(data["checks"][0]) == {"id", "layer", "title", "status", "evidence", "fix"}
+    assert set(data["checks"][0]) == {"id", "layer", "title", "status", "evidence", "fix", "reboot"}
     assert sum(data["summary"].values()) == len(CHECKS) and set(data["summary"]) == {"pass", "warn", "fail", "skip"}
     assert data["failures"] == [c["id"] for c in data["checks"] if c["status"] == "fail"]
     assert data["summary"]["fail"] == len(data["failures"]) == 4
@@ -97,3 +98,63 @@ def test_render_checks_is_reusable_with_another_console():
     render_checks("node-7", facts, run_checks(facts), console)
     text = console.export_text()
     assert text.startswith("node-7: Ubuntu 22.04.5 LTS") and "hw.gpu-present" in text and "summary:" in text
+
+
+def test_format_nhc_prints_one_drain_line_and_exits_1(serve):
+    serve(fresh())
+    result = runner.invoke(app, ["doctor", "--host", "gpu-01", "--format", "nhc"])
+    assert result.exit_code == 1
+    assert result.stdout.count("\n") == 1
+    assert result.stdout.startswith("ERROR: gpunode: gpu-01: kernel.nouveau-loaded: nouveau is in /proc/modules")
+
+
+def test_format_nhc_is_silent_on_a_ready_node(serve):
+    serve(finished())
+    result = runner.invoke(app, ["doctor", "--host", "gpu-01", "--format", "nhc"])
+    assert result.exit_code == 0 and result.stdout == ""
+
+
+def test_json_alias_and_format_json_agree(serve):
+    serve(fresh())
+    a = json.loads(runner.invoke(app, ["doctor", "--host", "gpu-01", "--json"]).stdout)
+    b = json.loads(runner.invoke(app, ["doctor", "--host", "gpu-01", "--format", "json"]).stdout)
+    assert a == b and a["readiness"]["ready"] is False and a["readiness"]["reason"].startswith("kernel.nouveau-loaded")
+
+
+def test_k8s_files_written_locally_and_removed_when_no_longer_true(serve, tmp_path):
+    node = serve(finished())
+    ready, marker = tmp_path / "ready", tmp_path / "reboot-required"
+    args = ["doctor", "--format", "k8s", "--ready-file", str(ready), "--reboot-marker", str(marker)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0 and json.loads(ready.read_text())["ready"] is True and not marker.exists()
+    set_output(node, "doctor_reboot_flag", "required\n")
+    set_output(node, "driver_smi", "Failed to initialize NVML: Driver/library version mismatch\n", 18)
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1 and not ready.exists()
+    assert marker.read_text().startswith("gpunode: reboot required\n")
+    assert json.loads(result.stdout)["reboot_required"] is True
+
+
+def test_files_are_not_written_for_a_remote_node(serve, tmp_path):
+    serve(finished())
+    ready, prom = tmp_path / "ready", tmp_path / "gpunode.prom"
+    result = runner.invoke(app, ["doctor", "--host", "gpu-01", "--format", "k8s", "--ready-file", str(ready)])
+    assert result.exit_code == 0 and not ready.exists() and json.loads(result.stdout)["ready"] is True
+    result = runner.invoke(app, ["doctor", "--host", "gpu-01", "--format", "prometheus", "--textfile", str(prom)])
+    assert not prom.exists() and "gpunode_node_ready 1" in result.stdout
+
+
+def test_prometheus_textfile_written_locally(serve, tmp_path):
+    serve(finished())
+    prom = tmp_path / "gpunode.prom"
+    result = runner.invoke(app, ["doctor", "--format", "prometheus", "--textfile", str(prom)])
+    assert result.exit_code == 0 and result.stdout == ""
+    assert "gpunode_node_ready 1\n" in prom.read_text() and os.listdir(tmp_path) == ["gpunode.prom"]
+
+
+def test_format_usage_errors_exit_2(serve):
+    serve(finished())
+    for args, says in ((["--format", "xml"], "not a format"), (["--json", "--format", "nhc"], "two formats"),
+                       (["--ready-file", "/tmp/x"], "--format k8s"), (["--textfile", "/tmp/x"], "--format prometheus")):
+        result = runner.invoke(app, ["doctor", "--host", "gpu-01", *args])
+        assert result.exit_code == 2 and says in result.output, (args, result.output)

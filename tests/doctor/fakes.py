@@ -47,6 +47,51 @@ def smi_q(buses: list[str], name: str = "Tesla T4", persistence: str = "Enabled"
     return "\n".join(out) + "\n"
 
 
+def smi_health(buses: list[str], gsp: str | None = V, ecc: tuple[str, str] = ("Enabled", "Enabled"),
+               volatile_dram_uncorrectable: int = 0, aggregate_dram_uncorrectable: int = 0, remap: str = "0 0 No No",
+               retired: tuple[str, str, str] = ("N/A", "N/A", "N/A")) -> str:
+    """The blocks the probe keeps of `nvidia-smi -q` for GPU health (gpunode/facts/gpuhealth.py GPU_HEALTH), laid
+    out as R535+ prints them (see shared/fixtures/real/nvidia-smi-q-text). `remap`: "correctable uncorrectable
+    pending failure", or "N/A" for GPUs without row remapping."""
+    out = []
+    for bus in buses:
+        domain, rest = bus.split(":", 1)
+        out += [f"GPU 0000{domain.upper()}:{rest.upper()}",
+                f"    GSP Firmware Version                  : {gsp or 'N/A'}",
+                "    ECC Mode", f"        Current                           : {ecc[0]}",
+                f"        Pending                           : {ecc[1]}", "    ECC Errors"]
+        for scope, dram in (("Volatile", volatile_dram_uncorrectable), ("Aggregate", aggregate_dram_uncorrectable)):
+            na = ecc[0] == "N/A"
+            out += [f"        {scope}", f"            SRAM Correctable              : {'N/A' if na else 0}",
+                    f"            SRAM Uncorrectable Parity     : {'N/A' if na else 0}",
+                    f"            SRAM Uncorrectable SEC-DED    : {'N/A' if na else 0}",
+                    f"            DRAM Correctable              : {'N/A' if na else 0}",
+                    f"            DRAM Uncorrectable            : {'N/A' if na else dram}"]
+        out += ["    Retired Pages", f"        Single Bit ECC                    : {retired[0]}",
+                f"        Double Bit ECC                    : {retired[1]}",
+                f"        Pending Page Blacklist            : {retired[2]}"]
+        if remap == "N/A":
+            out.append("    Remapped Rows                         : N/A")
+        else:
+            corr, uncorr, pending, failure = remap.split()
+            out += ["    Remapped Rows", f"        Correctable Error                 : {corr}",
+                    f"        Uncorrectable Error               : {uncorr}",
+                    f"        Pending                           : {pending}",
+                    f"        Remapping Failure Occurred        : {failure}",
+                    "        Bank Remap Availability Histogram", "            Max                           : 640 bank(s)"]
+    return "\n".join(out) + "\n"
+
+
+def smi_list(names: list[str], mig: dict[int, list[str]] | None = None) -> str:
+    """`nvidia-smi -L`, with MIG devices under their GPU."""
+    out = []
+    for i, name in enumerate(names):
+        out.append(f"GPU {i}: {name} (UUID: {uuid(i)})")
+        for j, profile in enumerate((mig or {}).get(i, [])):
+            out.append(f"  MIG {profile:<12} Device  {j}: (UUID: MIG-{i:04x}{j:04x}-aaaa-bbbb-cccc-dddddddddddd)")
+    return "\n".join(out) + "\n"
+
+
 def set_output(node: FakeNode, name: str, text: str | None, status: int = 0) -> None:
     """A probe command's answer; None makes it fail like a missing tool (exit 127)."""
     node.outputs[name] = ("", 127) if text is None else (text, status)
@@ -106,12 +151,17 @@ def finished(device: int = T4, count: int = 1, version: str = V, flavour: str = 
     units(node, states)
     name = {T4: "Tesla T4", H100: "NVIDIA H100 80GB HBM3"}.get(device, "NVIDIA GPU")
     set_output(node, "doctor_gpus", smi_q(buses, name))
+    set_output(node, "doctor_gpu_health", smi_health(buses, version if flavour == "open" else None))
+    set_output(node, "doctor_mig", smi_list([name] * count))
+    set_output(node, "doctor_upgrades", "")
+    set_output(node, "doctor_reboot_flag", "")
     set_output(node, "doctor_kernel_log", "@source dmesg\n[    5.1] nvidia: loading out-of-tree module taints kernel.\n"
                                           f"[    5.2] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  {version}\n")
     set_output(node, "doctor_kernels", f"kernel {K} headers /lib/modules/{K}/updates/dkms/nvidia.ko\n"
                                        f"dkms nvidia/{version}, {K}, x86_64: installed\n")
     set_output(node, "doctor_dev_char", "".join(f"dev /dev/nvidia{i}\n" for i in range(count)) + "dev /dev/nvidiactl\n"
-               + "".join(f"link 195:{i} ../nvidia{i}\n" for i in range(count)) + "link 195:255 ../nvidiactl\n")
+               + "dev /dev/nvidia-uvm\n" + "".join(f"link 195:{i} ../nvidia{i}\n" for i in range(count))
+               + "link 195:255 ../nvidiactl\nlink 510:0 ../nvidia-uvm\n")
     set_output(node, "doctor_units", "nvidia-persistenced.service\tactive\tenabled\n")
     set_output(node, "doctor_auto_upgrade", "")
     set_output(node, "doctor_engines", "docker Docker version 24.0.7, build afdd53b\n")
