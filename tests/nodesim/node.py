@@ -783,6 +783,10 @@ class SimNode:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{self} did not reboot {count} time(s) within {timeout}s")
             time.sleep(0.05)
+        # the count moves before sshd is started again: the power cycle ends when it releases the lock
+        if not self._lock.acquire(timeout=max(1.0, deadline - time.monotonic())):
+            raise TimeoutError(f"{self} rebooted but sshd did not come back within {timeout}s")
+        self._lock.release()
 
     # ---- file access ------------------------------------------------------------------------------------
     def read(self, path: str) -> str | None:
