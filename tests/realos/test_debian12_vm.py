@@ -52,11 +52,12 @@ def test_read_only_commands_change_nothing(realos):
     started = time.monotonic()
     facts = realos.gpunode("facts")
     assert facts.rc == 0, facts.err
-    parsed = facts.json()
-    assert [(d["vendor"], d["device"]) for d in parsed["pci"]] == [(0x10DE, 0x1EB8)], \
+    parsed = facts.json()["facts"]  # {subsystem: {fact: parsed value}}
+    assert [(d["vendor"], d["device"]) for d in parsed["kernel"]["pci"]] == [(0x10DE, 0x1EB8)], \
         "the guest's edu device should read as a Tesla T4 (10de:1eb8)"
-    assert (parsed["os"]["id"], parsed["os"]["version"]) == ("debian", "12")
-    assert "nouveau" in parsed["modules"]
+    os_release = parsed["system"]["os_release"]
+    assert (os_release["id"], os_release["version"]) == ("debian", "12")
+    assert "nouveau" in parsed["kernel"]["modules"]
     plan = realos.gpunode("plan", "--json")
     assert plan.rc in (0, 1), plan.err
     steps = {s["step"]: s for s in plan.json()["steps"]}
