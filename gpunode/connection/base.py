@@ -47,8 +47,11 @@ tmp=$(mktemp "$dir/.gpunode-tmp.XXXXXX" && echo x); tmp=${tmp%??}
 trap 'rm -f -- "$tmp"' EXIT
 trap 'exit 129' HUP INT TERM PIPE
 cat > "$tmp"
-got=$(($(wc -c < "$tmp")))
-if [ "$got" -ne "$size" ]; then
+# the length from ls (busybox wc -c reads the whole file); the fields before the size hold no blanks
+set -f
+set -- $(ls -ln -- "$tmp")
+got=$5
+if [ "$got" != "$size" ]; then
   echo "gpunode-short only $got of $size bytes arrived" >&2
   exit 46
 fi
@@ -96,8 +99,11 @@ tmp=$(mktemp "$dir/.gpunode-upload.XXXXXX" && echo x); tmp=${tmp%??}
 trap 'rm -f -- "$tmp"' EXIT
 trap 'exit 129' HUP INT TERM PIPE
 cat > "$tmp"
-got=$(($(wc -c < "$tmp")))
-if [ "$got" -ne "$size" ]; then
+# the length from ls (busybox wc -c reads the whole file); the fields before the size hold no blanks
+set -f
+set -- $(ls -ln -- "$tmp")
+got=$5
+if [ "$got" != "$size" ]; then
   echo "gpunode-short only $got of $size bytes arrived" >&2
   exit 46
 fi

@@ -546,6 +546,12 @@ class SSHConnection(Connection):
                         progress(sent, total)
             if progress and total == 0:
                 progress(0, 0)
+            if sent < total:  # the node's command ended before reading everything (or the connection did)
+                _drop(chan)
+                code, out, err = self._leftover(chan)
+                if code == -1:  # paramiko's status for a channel that ended without one: a drop
+                    raise self._upload_error(transport, total, sent, EOFError())
+                return code, out, err, digest.hexdigest()
             chan.shutdown_write()
             # the node hashes what arrived: allow for a slow disk (10 MB/s) on top of the usual command time
             code, out, err, timed_out = self._collect(transport, chan, 120 + total / 10e6)
@@ -559,14 +565,16 @@ class SSHConnection(Connection):
         except (paramiko.SSHException, EOFError, OSError) as exc:
             _drop(chan)
             if transport.is_active() and chan.exit_status_ready():  # the node's command ended early
-                return self._leftover(chan) + (digest.hexdigest(),)
+                code, out, err = self._leftover(chan)
+                if code != -1:
+                    return code, out, err, digest.hexdigest()
             raise self._upload_error(transport, total, sent, exc) from None
-        if not transport.is_active():  # the channel ended because the connection did
-            raise self._upload_error(transport, total, sent, EOFError())
         if timed_out:
             raise ConnectError(f"{self.name}: the node did not confirm the upload within {120 + total / 10e6:.0f}s "
                                "of the last byte; nothing was installed",
                                fix="check the node's disk and load, then run the same command again")
+        if code == -1 or not transport.is_active():  # ended with the connection, not with the command
+            raise self._upload_error(transport, total, sent, EOFError())
         return code, out, err, digest.hexdigest()
 
     @staticmethod
