@@ -47,8 +47,11 @@ tmp=$(mktemp "$dir/.gpunode-tmp.XXXXXX" && echo x); tmp=${tmp%??}
 trap 'rm -f -- "$tmp"' EXIT
 trap 'exit 129' HUP INT TERM PIPE
 cat > "$tmp"
-got=$(($(wc -c < "$tmp")))
-if [ "$got" -ne "$size" ]; then
+# the length from ls (busybox wc -c reads the whole file); the fields before the size hold no blanks
+set -f
+set -- $(ls -ln -- "$tmp")
+got=$5
+if [ "$got" != "$size" ]; then
   echo "gpunode-short only $got of $size bytes arrived" >&2
   exit 46
 fi
@@ -79,6 +82,48 @@ echo "gpunode-written $backup"
 # The first privileged command checks for root in the same round trip (see Connection._run_if_root).
 _NOT_ROOT = "gpunode-not-root"
 _NOT_ROOT_EXIT = 86
+
+# An upload streamed through a command's stdin (an exec channel: as fast as scp, no SFTP subsystem needed),
+# into a private temp file next to the destination (same filesystem, so the final rename is atomic). The
+# node reports the length and sha256 of what arrived; the client compares them with what it sent and only
+# then renames (UPLOAD_INSTALL). A dropped connection ends stdin early: the length check fails and the trap
+# removes the temp file, so a half-written file is never left, least of all under the final name.
+UPLOAD_RECEIVE = Script(
+    name="upload-receive",
+    body=r"""set -e
+dest=$1; size=$2
+dir=$(dirname -- "$dest" && echo x); dir=${dir%??}
+mkdir -p -- "$dir"
+umask 077
+tmp=$(mktemp "$dir/.gpunode-upload.XXXXXX" && echo x); tmp=${tmp%??}
+trap 'rm -f -- "$tmp"' EXIT
+trap 'exit 129' HUP INT TERM PIPE
+cat > "$tmp"
+# the length from ls (busybox wc -c reads the whole file); the fields before the size hold no blanks
+set -f
+set -- $(ls -ln -- "$tmp")
+got=$5
+if [ "$got" != "$size" ]; then
+  echo "gpunode-short only $got of $size bytes arrived" >&2
+  exit 46
+fi
+sum=$(sha256sum < "$tmp")
+trap - EXIT
+printf 'gpunode-received %s %s\n%s' "$got" "${sum%% *}" "$tmp"
+""",
+)
+UPLOAD_INSTALL = Script(name="upload-install", body='chmod "$3" -- "$1" && mv -f -- "$1" "$2"')
+UPLOAD_DISCARD = Script(name="upload-discard", body='rm -f -- "$1"')
+
+
+def parse_received(stdout: bytes) -> tuple[int, str, str] | None:
+    """(length, sha256, temp path) from UPLOAD_RECEIVE's output; None when it did not finish."""
+    head, sep, path = stdout.decode("utf-8", "surrogateescape").partition("\n")
+    fields = head.split(" ")
+    if not sep or len(fields) != 3 or fields[0] != "gpunode-received" or not fields[1].isdigit() or not path:
+        return None
+    return int(fields[1]), fields[2], path
+
 
 _MKTEMP_DIR = Script(name="mktemp-dir", body='umask 077; mktemp -d "${1:-/var/tmp}/gpunode.XXXXXX"')
 

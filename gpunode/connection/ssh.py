@@ -22,15 +22,24 @@ from pathlib import Path
 import paramiko
 
 from gpunode import cancel
-from gpunode.connection.base import Connection, NoSpaceError, ProgressCallback
+from gpunode.connection.base import (
+    UPLOAD_DISCARD,
+    UPLOAD_INSTALL,
+    UPLOAD_RECEIVE,
+    Connection,
+    NoSpaceError,
+    ProgressCallback,
+    Result,
+    parse_received,
+)
 from gpunode.errors import CommandError, ConnectError, UsageError
-from gpunode.shell import Script, Secret
+from gpunode.shell import Script, Secret, render
 
 _known_hosts_lock = threading.Lock()
 log = logging.getLogger("gpunode.ssh")
-SFTP_TIMEOUT = 60.0  # seconds without progress on the SFTP channel (every request, close included)
 _SHELL_OK = "gpunode-shell-ok"
 SEND_TIMEOUT = 120.0  # seconds a command's stdin may wait for the node to accept more data
+UPLOAD_CHUNK = 1 << 18  # bytes read and sent at a time: one Ctrl-C check and progress call each
 
 
 class _ToGpunodeLog(logging.Handler):
@@ -213,7 +222,6 @@ class SSHConnection(Connection):
         self.name = str(self.target)
         self._client: paramiko.SSHClient | None = None
         self._jump: SSHConnection | None = None
-        self._sftp: paramiko.SFTPClient | None = None
         self._shell_unchecked = False  # the login-shell check rides on the next command (connect(defer_checks))
 
     # -- connecting ------------------------------------------------------------------------------------
@@ -346,18 +354,7 @@ class SSHConnection(Connection):
                             fix=f"log in as a user with a shell (--host USER@HOST), or give {user} one on "
                                 f"the node: chsh -s /bin/sh {user}")
 
-    def _drop_sftp(self) -> None:
-        """Close the SFTP channel without waiting for the node to acknowledge pending writes (that wait is
-        what hung for minutes after a Ctrl-C): the server ends the session and its open handles."""
-        sftp, self._sftp = self._sftp, None
-        if sftp is not None:
-            try:
-                sftp.get_channel().close()  # type: ignore[union-attr]
-            except Exception:  # noqa: BLE001 - already broken is fine: we are discarding it
-                pass
-
     def close(self) -> None:
-        self._drop_sftp()
         if self._client is not None:
             self._client.close()
             self._client = None
@@ -385,12 +382,12 @@ class SSHConnection(Connection):
                            fix="check the node's console; raise --reboot-timeout if it boots slowly")
 
     # -- running ---------------------------------------------------------------------------------------
-    def _exec(self, line: str, stdin: bytes, timeout: float | None) -> tuple[int, bytes, bytes, bool]:
+    def _transport(self) -> paramiko.Transport:
+        """The live transport, connecting (again) first when needed: safe, since nothing is running yet."""
         self.connect()
         assert self._client is not None
         transport = self._client.get_transport()
         if transport is None or not transport.is_active():
-            # Nothing is running yet, so connecting again (same host-key checks) is safe.
             self.close()
             try:
                 self.connect()
@@ -401,6 +398,10 @@ class SSHConnection(Connection):
             transport = self._client.get_transport()
             if transport is None or not transport.is_active():
                 raise ConnectError(f"{self.name}: the SSH connection was lost", fix="check the node and run again")
+        return transport
+
+    def _exec(self, line: str, stdin: bytes, timeout: float | None) -> tuple[int, bytes, bytes, bool]:
+        transport = self._transport()
         try:
             if self._shell_unchecked:
                 return self._exec_checking_shell(transport, line, stdin, timeout)
@@ -441,6 +442,11 @@ class SSHConnection(Connection):
         if stdin:
             self._send_stdin(chan, stdin)
         chan.shutdown_write()
+        return self._collect(transport, chan, timeout)
+
+    def _collect(self, transport: paramiko.Transport, chan: paramiko.Channel,
+                 timeout: float | None) -> tuple[int, bytes, bytes, bool]:
+        """Read both output streams together until the command ends or `timeout` passes."""
         out, err = bytearray(), bytearray()
         deadline = time.monotonic() + timeout if timeout else None
         while True:
@@ -478,103 +484,124 @@ class SSHConnection(Connection):
 
     def upload(self, local_path: str | os.PathLike[str], remote_path: str, *, mode: int = 0o644,
                sudo: bool = True, progress: ProgressCallback | None = None) -> None:
-        """SFTP into a directory only the login user can read, verify the sha256, then move into place.
-        Every SFTP request has a timeout; a drop, a full disk or a Ctrl-C ends in a GpunodeError."""
-        self.connect()
-        staging = self.make_private_dir("/var/tmp", sudo=False)
-        staged = f"{staging}/upload"
-        try:
-            local_sum = self._put(local_path, staged, progress)
-            move = Script(
-                name="install-upload",
-                body='set -e; sum=$(sha256sum -- "$1"); [ "${sum%% *}" = "$3" ] || '
-                     '{ echo "checksum mismatch after upload" >&2; exit 3; }; '
-                     'install -m "$4" -- "$1" "$2.gpunode-tmp"; mv -f -- "$2.gpunode-tmp" "$2"',
-                args=(staged, remote_path, local_sum, f"{mode:o}"),
-            )
-            result = self.run(move, sudo=sudo, timeout=600)
-            if "No space left on device" in result.stderr:
-                raise NoSpaceError(self.name, posixpath.dirname(remote_path) or "/", f"installing {remote_path}")
-            result.check(f"installing the upload at {remote_path}")
-        finally:
-            try:
-                self.run(Script('rm -rf -- "$1"', (staging,), "cleanup"), timeout=60)
-            except (ConnectError, cancel.Cancelled):
-                pass  # the connection is gone: the error already raised says so; /var/tmp is cleaned at boot
-
-    def _open_sftp(self) -> paramiko.SFTPClient:
-        if self._sftp is None:
-            assert self._client is not None
-            try:
-                self._sftp = self._client.open_sftp()
-            except (paramiko.SSHException, EOFError, OSError) as exc:
-                raise ConnectError(f"{self.name}: cannot start SFTP ({exc})",
-                                   fix="enable the sftp subsystem in the node's sshd_config "
-                                       "(Subsystem sftp ...)") from None
-            self._sftp.get_channel().settimeout(SFTP_TIMEOUT)  # type: ignore[union-attr]
-        return self._sftp
-
-    def _put(self, local_path: str | os.PathLike[str], staged: str, progress: ProgressCallback | None) -> str:
-        """Copy the file; returns its sha256. On any failure the SFTP channel is dropped, not closed politely."""
+        """Stream the file through an exec channel into a private temp file beside `remote_path`, compare the
+        length and sha256 the node computed with what was sent, then chmod and rename it into place.
+        A stall, a drop, a full disk or a Ctrl-C ends in a GpunodeError, and the temp file is removed."""
         total = os.path.getsize(local_path)
+        prefix, with_password = self._privilege() if sudo else ((), False)
+        if self._shell_unchecked:
+            self.run(["true"], timeout=30)  # the deferred login-shell check, before any byte is sent
+        receive = Script(UPLOAD_RECEIVE.body, (remote_path, str(total)), UPLOAD_RECEIVE.name)
+        head = self._password_line() if with_password else b""
+        code, out, err, sent_sum = self._stream(render(receive, privilege=prefix), head, local_path, total, progress)
+        received = parse_received(out)
+        if received is None:
+            text = err.decode("utf-8", "replace")
+            if "No space left on device" in text or "Disk quota exceeded" in text:
+                raise NoSpaceError(self.name, posixpath.dirname(remote_path) or "/", f"uploading {total} bytes")
+            Result(f"receiving {remote_path}", code, out.decode("utf-8", "replace"), text).check(
+                f"uploading to {remote_path} (nothing was installed)")
+            raise CommandError(f"{self.name}: the node did not confirm the upload to {remote_path}; nothing was "
+                               "installed", fix="run the same command again")
+        size, node_sum, staged = received
+        installed = False
+        try:
+            if size != total or node_sum != sent_sum:
+                raise CommandError(f"{self.name}: the upload to {remote_path} arrived altered ({size} of {total} "
+                                   "bytes, sha256 mismatch); nothing was installed",
+                                   fix="check the node's disk and memory, then run the same command again")
+            install = Script(UPLOAD_INSTALL.body, (staged, remote_path, f"{mode:o}"), UPLOAD_INSTALL.name)
+            self.run(install, sudo=sudo, timeout=120).check(f"installing the upload at {remote_path}")
+            installed = True
+        finally:
+            if not installed:
+                try:
+                    self.run(Script(UPLOAD_DISCARD.body, (staged,), UPLOAD_DISCARD.name), sudo=sudo, timeout=60)
+                except (ConnectError, cancel.Cancelled):
+                    pass  # the connection is gone: the error already raised says so
+
+    def _stream(self, line: str, head: bytes, local_path: str | os.PathLike[str], total: int,
+                progress: ProgressCallback | None) -> tuple[int, bytes, bytes, str]:
+        """Run `line` with `head` and then the file on its stdin. Returns (exit code, stdout, stderr, sha256 of
+        the bytes sent). Every send waits at most SEND_TIMEOUT for the node's window; on a Ctrl-C, a stall or
+        a drop the channel is closed at once (the node's command then sees its input end)."""
+        transport = self._transport()
+        chan = transport.open_session(timeout=30)
         digest = hashlib.sha256()
         sent = 0
         try:
-            sftp = self._open_sftp()
+            chan.settimeout(SEND_TIMEOUT)
+            chan.exec_command(line)
+            if head:
+                chan.sendall(head)
             with open(local_path, "rb") as source:
-                remote = sftp.open(staged, "wb")
-                remote.set_pipelined(True)
-                for chunk in iter(lambda: source.read(32768), b""):
+                for chunk in iter(lambda: source.read(UPLOAD_CHUNK), b""):
                     cancel.check_abort(f"uploading to {self.name}")
-                    remote.write(chunk)
+                    if chan.exit_status_ready():
+                        break  # the node stopped reading (a full disk): its stderr says why
+                    chan.sendall(chunk)
                     digest.update(chunk)
                     sent += len(chunk)
                     if progress:
                         progress(sent, total)
-                remote.close()  # waits for every acknowledgement, within SFTP_TIMEOUT each
             if progress and total == 0:
                 progress(0, 0)
-            return digest.hexdigest()
+            if sent < total:  # the node's command ended before reading everything (or the connection did)
+                _drop(chan)
+                code, out, err = self._leftover(chan)
+                if code == -1:  # paramiko's status for a channel that ended without one: a drop
+                    raise self._upload_error(transport, total, sent, EOFError())
+                return code, out, err, digest.hexdigest()
+            chan.shutdown_write()
+            # the node hashes what arrived: allow for a slow disk (10 MB/s) on top of the usual command time
+            code, out, err, timed_out = self._collect(transport, chan, 120 + total / 10e6)
         except KeyboardInterrupt:
-            self._drop_sftp()
-            raise cancel.Cancelled(f"{self.name}: interrupted (Ctrl-C) during the upload to {staged}; nothing "
-                                   "was installed", fix="run the same command again") from None
+            _drop(chan)
+            raise cancel.Cancelled(f"{self.name}: interrupted (Ctrl-C) during the upload; nothing was installed",
+                                   fix="run the same command again") from None
         except cancel.Cancelled:
-            self._drop_sftp()
+            _drop(chan)
             raise
         except (paramiko.SSHException, EOFError, OSError) as exc:
-            self._drop_sftp()
-            raise self._upload_error(staged, total, sent, exc) from None
+            _drop(chan)
+            if transport.is_active() and chan.exit_status_ready():  # the node's command ended early
+                code, out, err = self._leftover(chan)
+                if code != -1:
+                    return code, out, err, digest.hexdigest()
+            raise self._upload_error(transport, total, sent, exc) from None
+        if timed_out:
+            raise ConnectError(f"{self.name}: the node did not confirm the upload within {120 + total / 10e6:.0f}s "
+                               "of the last byte; nothing was installed",
+                               fix="check the node's disk and load, then run the same command again")
+        if code == -1 or not transport.is_active():  # ended with the connection, not with the command
+            raise self._upload_error(transport, total, sent, EOFError())
+        return code, out, err, digest.hexdigest()
 
-    def _upload_error(self, staged: str, total: int, sent: int, exc: BaseException) -> Exception:
-        dropped = ConnectError(f"{self.name}: the SSH connection dropped during the upload ({sent} of {total} "
-                               "bytes sent); nothing was installed",
-                               fix="check the node and its network, then run the same command again")
-        assert self._client is not None
-        transport = self._client.get_transport()
-        closed = isinstance(exc, (EOFError, ConnectionError)) or "closed" in str(exc).lower()
-        if closed or transport is None or not transport.is_active():
-            return dropped
-        if isinstance(exc, TimeoutError):
-            return ConnectError(f"{self.name}: the upload stalled for {SFTP_TIMEOUT:.0f}s ({sent} of {total} bytes "
+    @staticmethod
+    def _leftover(chan: paramiko.Channel) -> tuple[int, bytes, bytes]:
+        """Exit code and whatever output a channel that already ended has buffered."""
+        out, err = bytearray(), bytearray()
+        while chan.recv_ready():
+            out += chan.recv(65536)
+        while chan.recv_stderr_ready():
+            err += chan.recv_stderr(65536)
+        return chan.recv_exit_status(), bytes(out), bytes(err)
+
+    def _upload_error(self, transport: paramiko.Transport, total: int, sent: int, exc: BaseException) -> Exception:
+        if isinstance(exc, TimeoutError) and transport.is_active():
+            return ConnectError(f"{self.name}: the upload stalled for {SEND_TIMEOUT:.0f}s ({sent} of {total} bytes "
                                 "sent); nothing was installed", fix="check the node's network and disk, then run again")
-        directory = posixpath.dirname(staged)
-        try:
-            free = self._free_bytes(directory)
-        except ConnectError:
-            return dropped
-        if free is not None and free < max(total - sent, 1) * 1.01 + 65536:
-            return NoSpaceError(self.name, posixpath.dirname(directory), f"uploading {total} bytes")
-        return CommandError(f"{self.name}: the upload to {staged} failed ({exc or type(exc).__name__}); "
-                            "nothing was installed", fix=f"check {posixpath.dirname(directory)} on the node "
-                            "(space, permissions), then run the same command again")
+        return ConnectError(f"{self.name}: the SSH connection dropped during the upload ({sent} of {total} "
+                            "bytes sent); nothing was installed",
+                            fix="check the node and its network, then run the same command again")
 
-    def _free_bytes(self, directory: str) -> int | None:
-        """Free bytes in `directory` on the node, None when df cannot tell. A dropped connection raises."""
-        result = self.run(["df", "-Pk", "--", directory], timeout=30)
-        lines = result.stdout.strip().splitlines()
-        fields = lines[-1].split() if result.ok and len(lines) >= 2 else []
-        return int(fields[3]) * 1024 if len(fields) >= 4 and fields[3].isdigit() else None
+
+def _drop(chan: paramiko.Channel) -> None:
+    """Close a channel without waiting for anything; on a dead transport that close itself fails, harmlessly."""
+    try:
+        chan.close()
+    except (paramiko.SSHException, EOFError, OSError):
+        pass
 
 
 def _ssh_failure(name: str, r: _Resolved, exc: Exception, elapsed: float, timeout: float) -> ConnectError:

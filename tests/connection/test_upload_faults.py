@@ -1,6 +1,8 @@
-"""SFTP upload faults at unit level (a fake SFTP server side): a full disk (`OSError: Failure`, as paramiko
-reports SSH_FX_FAILURE), a dropped transport, and a Ctrl-C that must not wait for the SFTP close."""
+"""Upload faults at unit level, with a fake exec channel standing in for the node's receiving script: a full
+disk (the script exits early with ENOSPC on stderr), a dropped transport, a stall, a Ctrl-C that must close the
+channel at once, and a sha256 mismatch. In every case nothing is moved into place and the temp file goes."""
 
+import hashlib
 import os
 import time
 
@@ -8,96 +10,114 @@ import pytest
 
 from gpunode.cancel import Cancelled
 from gpunode.connection.base import NoSpaceError
-from gpunode.connection.ssh import SSHConnection, SSHOptions
+from gpunode.connection.ssh import SEND_TIMEOUT, SSHConnection, SSHOptions
 from gpunode.errors import CommandError, ConnectError
 
-
-class FakeChannel:
-    def __init__(self):
-        self.closed = False
-        self.timeout = None
-
-    def settimeout(self, value):
-        self.timeout = value
-
-    def close(self):
-        self.closed = True
-
-
-class FakeRemoteFile:
-    def __init__(self, sftp):
-        self.sftp = sftp
-        self.written = 0
-
-    def set_pipelined(self, value):
-        pass
-
-    def write(self, data):
-        if self.sftp.fail_after is not None and self.written + len(data) > self.sftp.fail_after:
-            if self.sftp.drop:
-                self.sftp.transport.active = False
-            raise self.sftp.error
-        self.written += len(data)
-
-    def close(self):
-        self.sftp.file_closed = True
-        if self.sftp.hang_on_close:
-            time.sleep(60)  # what paramiko did after a Ctrl-C: wait for acknowledgements that never come
-
-
-class FakeSFTP:
-    def __init__(self, transport, fail_after=None, error=None, drop=False, hang_on_close=False):
-        self.transport, self.fail_after, self.error, self.drop = transport, fail_after, error, drop
-        self.hang_on_close = hang_on_close
-        self.channel = FakeChannel()
-        self.file_closed = False
-
-    def get_channel(self):
-        return self.channel
-
-    def open(self, path, mode):
-        self.path = path
-        return FakeRemoteFile(self)
+STAGED = "/root/.gpunode-upload.Ab12Cd"
 
 
 class FakeTransport:
     active = True
 
+    def __init__(self, node):
+        self.node = node
+
     def is_active(self):
         return self.active
 
+    def open_session(self, timeout=None):
+        self.node.channel = FakeChannel(self.node)
+        return self.node.channel
+
+
+class FakeChannel:
+    """The node side: receives stdin, then answers as UPLOAD_RECEIVE does (or fails as scripted)."""
+
+    def __init__(self, node):
+        self.node, self.timeout, self.line = node, None, None
+        self.received = bytearray()
+        self.closed = self.eof_received = False
+        self.status = None
+        self.out, self.err = b"", b""
+
+    def settimeout(self, value):
+        self.timeout = value
+
+    def exec_command(self, line):
+        self.line = line
+
+    def exit_status_ready(self):
+        return self.status is not None
+
+    def sendall(self, data):
+        node = self.node
+        if self.closed:
+            raise OSError("Socket is closed")
+        if node.fail_after is not None and len(self.received) + len(data) > node.fail_after:
+            if node.fault == "disk-full":  # the script exits; the next send finds the channel closed
+                self.status, self.err = 1, b"cat: write error: No space left on device\n"
+                self.closed = self.eof_received = True
+                return
+            if node.fault == "drop":
+                self.node.transport.active = False
+                raise EOFError()
+            if node.fault == "stall":
+                raise TimeoutError()
+        self.received += data
+
+    def shutdown_write(self):
+        if self.closed:
+            return
+        body = bytes(self.received)
+        if self.node.tamper:
+            body = body[:-1] + b"x"
+        digest = hashlib.sha256(body).hexdigest()
+        self.out = f"gpunode-received {len(body)} {digest}\n{STAGED}".encode()
+        self.status, self.eof_received = 0, True
+
+    def recv_ready(self):
+        return bool(self.out)
+
+    def recv(self, n):
+        data, self.out = self.out, b""
+        return data
+
+    def recv_stderr_ready(self):
+        return bool(self.err)
+
+    def recv_stderr(self, n):
+        data, self.err = self.err, b""
+        return data
+
+    def recv_exit_status(self):
+        return self.status
+
+    def close(self):
+        self.closed = True
+
 
 class FakeClient:
-    def __init__(self):
-        self.transport = FakeTransport()
+    def __init__(self, node):
+        self.transport = FakeTransport(node)
 
     def get_transport(self):
         return self.transport
 
 
 class UploadNode(SSHConnection):
-    """SSHConnection with a scripted shell and a fake SFTP; `free_kb` is what df reports for /var/tmp."""
+    """SSHConnection whose exec channel is the fake above; other commands (install, discard) are recorded."""
 
-    def __init__(self, free_kb=10_000_000, **sftp):
+    def __init__(self, fail_after=None, fault=None, tamper=False):
         super().__init__("root@gpu-01", SSHOptions(known_hosts=[]))
-        self._client = FakeClient()
+        self.fail_after, self.fault, self.tamper = fail_after, fault, tamper
+        self._client = FakeClient(self)
+        self.transport = self._client.transport
         self._privilege_cache = ((), False)
-        self.fake_sftp = FakeSFTP(self._client.transport, **sftp)
-        self.free_kb = free_kb
+        self.channel = None
         self.lines = []
-
-    def _open_sftp(self):
-        self._sftp = self.fake_sftp
-        return self.fake_sftp
 
     def _exec(self, line, stdin, timeout):
         self.lines.append(line)
-        if "mktemp-dir" in line:
-            return 0, b"/var/tmp/gpunode.abc123\n", b"", False
-        if " df -Pk " in line:
-            out = (f"Filesystem 1024-blocks Used Available Capacity Mounted on\n"
-                   f"/dev/sda1 1000000 999000 {self.free_kb} 100% /\n")
-            return 0, out.encode(), b"", False
         return 0, b"", b"", False
 
 
@@ -109,38 +129,62 @@ def _home(tmp_path, monkeypatch):
 @pytest.fixture
 def blob(tmp_path):
     path = tmp_path / "NVIDIA-Linux-x86_64-550.run"
-    path.write_bytes(os.urandom(300_000))
+    path.write_bytes(os.urandom(700_000))
     return path
 
 
+def installed(node):
+    return any("gpunode-upload-install" in line for line in node.lines)
+
+
+def test_a_clean_upload_is_verified_then_moved_into_place_with_its_mode(blob):
+    node = UploadNode()
+    seen = []
+    node.upload(blob, "/root/driver.run", mode=0o755, progress=lambda done, total: seen.append((done, total)))
+    assert bytes(node.channel.received) == blob.read_bytes()
+    assert "gpunode-upload-receive" in node.channel.line and "/root/driver.run" in node.channel.line
+    assert "700000" in node.channel.line  # the node checks the length it received
+    install = next(line for line in node.lines if "gpunode-upload-install" in line)
+    assert STAGED in install and "/root/driver.run" in install and " 755" in install
+    assert seen[-1] == (700_000, 700_000) and len(seen) > 1
+    assert 0 < node.channel.timeout <= SEND_TIMEOUT  # every send waits a bounded time
+
+
+def test_a_sha256_mismatch_installs_nothing_and_removes_the_temp_file(blob):
+    node = UploadNode(tamper=True)
+    with pytest.raises(CommandError, match="arrived altered .*sha256 mismatch.*nothing was installed"):
+        node.upload(blob, "/root/driver.run")
+    assert not installed(node)
+    assert any("gpunode-upload-discard" in line and STAGED in line for line in node.lines)
+
+
 def test_disk_full_during_upload_is_named_with_a_df_fix(blob):
-    node = UploadNode(free_kb=0, fail_after=100_000, error=OSError("Failure"))
+    node = UploadNode(fail_after=300_000, fault="disk-full")
     with pytest.raises(NoSpaceError) as info:
         node.upload(blob, "/root/driver.run")
-    assert info.value.message == ("root@gpu-01: no space left on the node in /var/tmp (uploading 300000 bytes; "
+    assert info.value.message == ("root@gpu-01: no space left on the node in /root (uploading 700000 bytes; "
                                   "nothing was replaced)")
-    assert "df -h /var/tmp" in info.value.fix
-    assert not any("install-upload" in line for line in node.lines)  # nothing moved into place
-    assert any("gpunode-cleanup" in line for line in node.lines)  # the partial staging copy is removed
-
-
-def test_an_sftp_failure_with_space_left_is_not_called_disk_full(blob):
-    node = UploadNode(free_kb=50_000_000, fail_after=100_000, error=OSError("Failure"))
-    with pytest.raises(CommandError, match="the upload to /var/tmp/gpunode.abc123/upload failed \\(Failure\\)") as info:
-        node.upload(blob, "/root/driver.run")
-    assert not isinstance(info.value, NoSpaceError)
+    assert "df -h /root" in info.value.fix
+    assert not installed(node)
 
 
 def test_a_connection_dropped_mid_upload_is_a_connect_error(blob):
-    node = UploadNode(fail_after=100_000, error=EOFError(), drop=True)
-    with pytest.raises(ConnectError, match=r"dropped during the upload \(98304 of 300000 bytes sent\); "
+    node = UploadNode(fail_after=300_000, fault="drop")
+    with pytest.raises(ConnectError, match=r"dropped during the upload \(262144 of 700000 bytes sent\); "
                                            "nothing was installed"):
         node.upload(blob, "/root/driver.run")
-    assert node.fake_sftp.channel.closed and node._sftp is None  # the next upload opens a fresh channel
+    assert node.channel.closed and not installed(node)
 
 
-def test_ctrl_c_during_upload_returns_at_once_without_the_sftp_close(blob):
-    node = UploadNode(hang_on_close=True)
+def test_a_stalled_node_is_detected(blob):
+    node = UploadNode(fail_after=300_000, fault="stall")
+    with pytest.raises(ConnectError, match=f"stalled for {SEND_TIMEOUT:.0f}s \\(262144 of 700000 bytes sent\\)"):
+        node.upload(blob, "/root/driver.run")
+    assert node.channel.closed and not installed(node)
+
+
+def test_ctrl_c_during_upload_closes_the_channel_at_once(blob):
+    node = UploadNode()
 
     def progress(done, total):
         if done > 100_000:
@@ -150,19 +194,5 @@ def test_ctrl_c_during_upload_returns_at_once_without_the_sftp_close(blob):
     with pytest.raises(Cancelled, match="interrupted \\(Ctrl-C\\) during the upload"):
         node.upload(blob, "/root/driver.run", progress=progress)
     assert time.monotonic() - started < 2
-    assert node.fake_sftp.channel.closed and not node.fake_sftp.file_closed
-    assert not any("install-upload" in line for line in node.lines)
-
-
-def test_every_sftp_request_has_a_timeout(blob):
-    node = UploadNode()
-    node._open_sftp = SSHConnection._open_sftp.__get__(node)  # the real one, on a client that returns our fake
-
-    class Client(FakeClient):
-        def open_sftp(self_inner):
-            return node.fake_sftp
-
-    node._client = Client()
-    node.upload(blob, "/root/driver.run")
-    assert node.fake_sftp.channel.timeout is not None and 0 < node.fake_sftp.channel.timeout <= 120
-    assert node.fake_sftp.file_closed and any("install-upload" in line for line in node.lines)
+    assert node.channel.closed and len(node.channel.received) < 700_000
+    assert not installed(node)
