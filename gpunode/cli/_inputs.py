@@ -154,6 +154,7 @@ def pipeline_options(a: dict[str, Any], *, progress: bool) -> Options:
         if name.lower() not in ENGINE_NAMES:
             raise UsageError(f"--engine {name!r} is not an engine nvidia-ctk configures",
                              fix="choose docker, containerd or crio")
+    kubeconfig, replicas = kubernetes(a.get("kubeconfig"), a.get("gpu_replicas", 1))
     lock = seconds(a["lock_timeout"], "--lock-timeout", zero_ok=True, example="600")
     reboot_timeout = seconds(a.get("reboot_timeout", 900.0), "--reboot-timeout", example="900")
     fields = driver_request(driver, run, a["sha256"], module.strip() if module else None, a["module_signing_key"],
@@ -164,7 +165,19 @@ def pipeline_options(a: dict[str, Any], *, progress: bool) -> Options:
     return dataclasses.replace(options, toolkit_version=toolkit.strip() if toolkit else None,
                                toolkit_packages=tuple(str(p.resolve()) for p in a["toolkit_package"] or []),
                                set_as_default=a["set_as_default"], k8s=a["k8s"],
-                               engines=tuple(e.lower() for e in a["engine"] or []))
+                               engines=tuple(e.lower() for e in a["engine"] or []), kubeconfig=kubeconfig,
+                               gpu_replicas=replicas)
+
+
+def kubernetes(kubeconfig: str | None, replicas: int) -> tuple[str | None, int]:
+    """--kubeconfig (an absolute path on the node) and --gpu-replicas (1..64)."""
+    if kubeconfig is not None and (not kubeconfig.startswith("/") or "\n" in kubeconfig or "\0" in kubeconfig):
+        raise UsageError(f"--kubeconfig {kubeconfig!r} is not an absolute path on the node",
+                         fix="pass the kubeconfig's absolute path on the node, e.g. --kubeconfig /etc/kubernetes/admin.conf")
+    if not 1 <= replicas <= 64:
+        raise UsageError(f"--gpu-replicas {replicas} is out of range",
+                         fix="pass a number of pods per GPU from 1 (no sharing) to 64, e.g. --gpu-replicas 4")
+    return kubeconfig, replicas
 
 
 def verify_options(timeout: float, engines: list[str] | None, known: tuple[str, ...]) -> list[str]:
