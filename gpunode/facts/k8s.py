@@ -56,7 +56,7 @@ RANCHER_CONTAINERD = files("k8s_rancher_containerd", tuple(
 
 
 def parse_tools(text: str) -> dict[str, str]:
-    out = {}
+    out: dict[str, str] = {}
     for line in text.splitlines():
         name, _, path = line.strip().partition(" ")
         if name and path:

@@ -224,6 +224,7 @@ def _plan(facts: Facts, options: Options, earlier: Earlier) -> tuple[StepPlan, s
                        "(`kubectl get nodes`), then run again", *notes), d.name, 0
 
     wanted = objects(replicas)
+    changes: list[tuple[str, str | None, str]]
     if read_with_other:
         notes.append(f"the deployed objects were not read (the probe reads the cluster with "
                      f"{cluster.kubeconfig or 'no kubeconfig'}): kubectl apply leaves equal objects unchanged")
