@@ -183,7 +183,7 @@ def _kubelet_runtime(facts: Facts, earlier: Earlier) -> tuple[str, tuple[str, st
         return "runtime step not in this run", None
     engines = [e for e in out.engines if e in ("containerd", "crio")]
     if engines:
-        return f"{' and '.join(engines)} get the nvidia runtime from the runtime step", None
+        return f"{' and '.join(engines)}: nvidia runtime from the runtime step", None
     why = "the kubelet's container runtime (containerd or CRI-O) does not get the nvidia runtime"
     return why, (why, "run gpunode install --k8s (containerd next to docker is left alone without --k8s)")
 
