@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from gpunode.actions import k8s as k8s_actions
 from gpunode.cli import app
-from tests.integration.test_doctor_nodesim import V, Mirror, invoke
+from tests.integration.test_doctor_nodesim import Mirror, V, invoke
 from tests.nodesim import SimNode, get_profile
 from tests.nodesim.fixtures import host_guard, nodesim_available  # noqa: F401 - pytest fixtures
 

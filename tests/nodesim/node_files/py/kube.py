@@ -187,7 +187,7 @@ def pod_status(pod, objs, advertised):
     if want > advertised:
         return {"phase": "Pending", "conditions": [{
             "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-            "message": f"0/1 nodes are available: 1 Insufficient nvidia.com/gpu. preemption: 0/1 nodes are "
+            "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu. preemption: 0/1 nodes are "
                        "available: 1 No preemption victims found for incoming pod."}]}, ""
     rc = (pod.get("spec") or {}).get("runtimeClassName")
     listed = smi_list() if want and rc == "nvidia" and nvidia_runtime() else None
