@@ -166,7 +166,36 @@ def pipeline_options(a: dict[str, Any], *, progress: bool) -> Options:
                                toolkit_packages=tuple(str(p.resolve()) for p in a["toolkit_package"] or []),
                                set_as_default=a["set_as_default"], k8s=a["k8s"],
                                engines=tuple(e.lower() for e in a["engine"] or []), kubeconfig=kubeconfig,
-                               gpu_replicas=replicas)
+                               gpu_replicas=replicas, mps=a.get("mps", False),
+                               mps_thread_percentage=mps_limit(a.get("mps"), a.get("mps_thread_percentage")),
+                               mig_layout=mig_layout(a.get("mig_layout")))
+
+
+_MIG_PROFILE = re.compile(r"^[1-9]g\.[0-9]+gb(\+me)?$|^[0-9]{1,2}$")
+
+
+def mig_layout(text: str | None) -> tuple[str, ...]:
+    """--mig-layout 1g.10gb,1g.10gb -> ("1g.10gb", "1g.10gb"): profile names (or numeric profile ids)."""
+    if text is None:
+        return ()
+    profiles = tuple(p.strip() for p in text.split(",") if p.strip())
+    bad = [p for p in profiles if not _MIG_PROFILE.match(p)]
+    if not profiles or bad:
+        raise UsageError(f"--mig-layout {text!r}: {bad[0] if bad else 'no profile'} is not a MIG profile",
+                         fix="list GPU instance profiles as `nvidia-smi mig -lgip` names them, e.g. "
+                             "--mig-layout 1g.10gb,1g.10gb,2g.20gb")
+    return profiles
+
+
+def mps_limit(mps: bool | None, percentage: int | None) -> int | None:
+    if percentage is None:
+        return None
+    if not mps:
+        raise UsageError("--mps-thread-percentage needs --mps", fix="add --mps, or leave the percentage out")
+    if not 1 <= percentage <= 100:
+        raise UsageError(f"--mps-thread-percentage {percentage} is out of range",
+                         fix="pass a percentage from 1 to 100, e.g. --mps-thread-percentage 50")
+    return percentage
 
 
 def kubernetes(kubeconfig: str | None, replicas: int) -> tuple[str | None, int]:

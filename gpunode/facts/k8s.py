@@ -42,12 +42,15 @@ DISTRIBUTIONS = (
     Distribution("kubelet", ("kubelet.service",)),
 )
 K8S_UNITS = tuple(u for d in DISTRIBUTIONS for u in d.units)
+SHARING_UNIT_NAMES = ("nvidia-mps.service", "gpunode-mig-layout.service")  # gpunode/steps/k8s_sharing.py
 _RANCHER_DIRS = tuple(d.containerd_dir for d in DISTRIBUTIONS if d.containerd_dir)
 
 UNITS = command("k8s_units", (
-    "for u in " + " ".join(K8S_UNITS) + "; do "
+    "for u in " + " ".join(K8S_UNITS + SHARING_UNIT_NAMES) + "; do "
     'printf "%s\\t%s\\t%s\\n" "$u" "$(systemctl is-active "$u" 2>/dev/null)" '
     '"$(systemctl is-enabled "$u" 2>/dev/null)"; done'), parse_units, module=_M)
+
+SHARING_UNITS = files("k8s_sharing_units", tuple(f"/etc/systemd/system/{u}" for u in SHARING_UNIT_NAMES), module=_M)
 
 # generated config.toml (read only to start a template from it), the templates, and their drop-ins
 RANCHER_CONTAINERD = files("k8s_rancher_containerd", tuple(
@@ -158,4 +161,4 @@ def distribution(tools: dict[str, str], units: dict[str, UnitState]) -> Distribu
 
 
 __all__ = ["CLUSTER", "Cluster", "DEVICE_PLUGIN_SOCKET", "DISTRIBUTIONS", "Distribution", "KUBECONFIGS",
-           "OBJECT_KEYS", "RANCHER_CONTAINERD", "TOOLS", "UNITS", "distribution", "parse_cluster"]
+           "OBJECT_KEYS", "RANCHER_CONTAINERD", "SHARING_UNITS", "TOOLS", "UNITS", "distribution", "parse_cluster"]

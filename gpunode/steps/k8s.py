@@ -41,6 +41,7 @@ from gpunode.options import Options
 from gpunode.plan import Action, Earlier, Outputs, RestartService, StepPlan, blocked, change, ok
 from gpunode.steps import runtime
 from gpunode.steps.base import Step
+from gpunode.steps.k8s_sharing import mig_strategy, plan_sharing
 from gpunode.steps.outputs import RuntimeOutputs
 
 NAME = "k8s"
@@ -63,9 +64,9 @@ def device_plugin() -> dict[str, Any]:
     return data
 
 
-def plugin_config(replicas: int) -> str:
+def plugin_config(replicas: int, mig: str = "none") -> str:
     """The device plugin's config file: time-slicing when each GPU is shared by more than one pod."""
-    lines = ["version: v1", "flags:", "  migStrategy: none"]
+    lines = ["version: v1", "flags:", f"  migStrategy: {mig}"]
     if replicas > 1:
         lines += ["sharing:", "  timeSlicing:", "    resources:", "    - name: nvidia.com/gpu",
                   f"      replicas: {replicas}"]
@@ -80,10 +81,10 @@ def _fill(value: Any, values: dict[str, str]) -> Any:
     return values.get(value, value) if isinstance(value, str) else value
 
 
-def objects(replicas: int) -> list[dict[str, Any]]:
+def objects(replicas: int, mig: str = "none") -> list[dict[str, Any]]:
     """The objects to apply, placeholders filled (the config's digest restarts the plugin when it changes)."""
     data = device_plugin()
-    config = plugin_config(replicas)
+    config = plugin_config(replicas, mig)
     values = {"@CONFIG@": config, "@CONFIG_SHA256@": hashlib.sha256(config.encode()).hexdigest(),
               "@IMAGE@": data["image"]}
     return [_fill(copy.deepcopy(o), values) for o in data["objects"]]
@@ -203,9 +204,17 @@ def _plan(facts: Facts, options: Options, earlier: Earlier) -> tuple[StepPlan, s
     if stop:
         return blocked(NAME, stop[0], stop[1], *notes), d.name, 0
 
+    shared, shared_reasons, shared_notes = plan_sharing(facts, options)
+    notes += shared_notes
     replicas = options.gpu_replicas
-    expected = len(facts.gpus) * replicas
-    sharing = f" ({len(facts.gpus)} GPU(s) x {replicas} time-slicing replicas)" if replicas > 1 else ""
+    mig = mig_strategy(options.mig_layout)
+    per_gpu = len(options.mig_layout) if mig == "single" else 1
+    expected = len(facts.gpus) * per_gpu * replicas
+    sharing = (f" ({len(facts.gpus)} GPU(s)" + (f" x {per_gpu} MIG instances" if per_gpu > 1 else "")
+               + (f" x {replicas} time-slicing replicas" if replicas > 1 else "") + ")") if expected > len(facts.gpus) else ""
+    if mig == "mixed":
+        notes.append("MIG layout with several profiles: the node advertises nvidia.com/mig-<profile> resources, "
+                     "not nvidia.com/gpu; gpunode does not wait for them")
     cluster = facts[k8s_facts.CLUSTER]
     kubectl = cluster.kubectl
     kubeconfig = options.kubeconfig or cluster.kubeconfig
@@ -223,7 +232,10 @@ def _plan(facts: Facts, options: Options, earlier: Earlier) -> tuple[StepPlan, s
         return blocked(NAME, why, "check that the API server is up and that this node has joined the cluster "
                        "(`kubectl get nodes`), then run again", *notes), d.name, 0
 
-    wanted = objects(replicas)
+    runtime_changes = bool(actions)  # k3s / RKE2 restart: the plugin registers again
+    actions += shared
+    runtime_reason = "; ".join([runtime_reason, *shared_reasons])
+    wanted = objects(replicas, mig)
     changes: list[tuple[str, str | None, str]]
     if read_with_other:
         notes.append(f"the deployed objects were not read (the probe reads the cluster with "
@@ -242,7 +254,7 @@ def _plan(facts: Facts, options: Options, earlier: Earlier) -> tuple[StepPlan, s
                                     kubeconfig=kubeconfig, path=MANIFEST_PATH, manifest=manifest(wanted),
                                     changes=tuple(changes)))
     advertised = cluster.allocatable_gpus()
-    if changes or actions or advertised != expected:
+    if mig != "mixed" and (changes or runtime_changes or advertised != expected):
         actions.append(WaitForGpus(f"wait until the node advertises {expected} nvidia.com/gpu", kubectl=kubectl,
                                    kubeconfig=kubeconfig, node=cluster.node_name, expected=expected,
                                    wait=options.k8s_wait))

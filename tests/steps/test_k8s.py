@@ -153,3 +153,42 @@ def test_k3s_that_never_started_is_blocked():
     f = facts(cluster_text(), tools="k3s /usr/local/bin/k3s\nkubectl /usr/local/bin/kubectl")
     p = plan(f)
     assert p.status is Status.BLOCKED and "systemctl start k3s.service" in (p.fix or "")
+
+
+def test_mps_installs_its_daemon_as_a_unit_with_limits_then_a_rerun_only_checks_it():
+    from gpunode.steps import k8s_sharing as sh
+    deployed = k8s.objects(1)
+    p = plan(facts(cluster_text(deployed=deployed, gpus=1)), mps=True, mps_thread_percentage=50)
+    write = p.actions[0]
+    assert write.path == "/etc/systemd/system/nvidia-mps.service" and write.before is None
+    assert "Environment=CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50\n" in write.after
+    assert "Before=kubelet.service" not in write.after and "kubelet.service" in write.after.split("Before=")[1]
+    assert [a.commands()[0] for a in p.actions[1:]] == ["sudo systemctl daemon-reload",
+                                                        "sudo systemctl enable nvidia-mps.service",
+                                                        "sudo systemctl restart nvidia-mps.service"]
+    installed = facts(cluster_text(deployed=deployed, gpus=1),
+                      units="nvidia-mps.service\tactive\tenabled\n",
+                      files={"/etc/systemd/system/nvidia-mps.service": sh.mps_unit(50)})
+    again = plan(installed, mps=True, mps_thread_percentage=50)
+    assert again.status is Status.OK and "MPS control daemon: nvidia-mps.service enabled and running" in again.reason
+    stopped = facts(cluster_text(deployed=deployed, gpus=1), units="nvidia-mps.service\tinactive\tenabled\n",
+                    files={"/etc/systemd/system/nvidia-mps.service": sh.mps_unit(50)})
+    assert [a.commands() for a in plan(stopped, mps=True, mps_thread_percentage=50).actions] == [
+        ["sudo systemctl enable --now nvidia-mps.service"]]
+
+
+def test_mig_layout_unit_runs_before_the_kubelet_and_sets_the_plugins_mig_strategy():
+    from gpunode.steps import k8s_sharing as sh
+    p = plan(facts(cluster_text()), mig_layout=("3g.40gb", "3g.40gb"))
+    unit = p.actions[0]
+    assert unit.path == "/etc/systemd/system/gpunode-mig-layout.service"
+    before = next(line for line in unit.after.splitlines() if line.startswith("Before="))
+    assert "kubelet.service" in before and "k3s.service" in before and "rke2-agent.service" in before
+    assert "ExecStart=/usr/bin/nvidia-smi mig -cgi 3g.40gb,3g.40gb -C\n" in unit.after
+    apply = next(a for a in p.actions if isinstance(a, KubectlApply))
+    assert "migStrategy: single" in json.loads(apply.manifest)["items"][1]["data"]["config.yaml"]
+    wait = p.actions[-1]
+    assert isinstance(wait, WaitForGpus) and wait.expected == 2  # one GPU, two instances
+    mixed = plan(facts(cluster_text()), mig_layout=("1g.10gb", "2g.20gb"))
+    assert not any(isinstance(a, WaitForGpus) for a in mixed.actions)
+    assert sh.mig_strategy(("1g.10gb", "2g.20gb")) == "mixed" and sh.mig_strategy(()) == "none"
