@@ -66,6 +66,11 @@ def changes(node: SimNode) -> list[list[str]]:
             or (c[0] == "apt-get" and "install" in c)]
 
 
+def k8s_checks(node: SimNode) -> dict[str, str]:
+    result = cli.invoke(app, ["doctor", *node.cli_args(), "--json"])
+    return {c["id"]: c["status"] for c in json.loads(result.stdout)["checks"] if c["id"].startswith("container.k8s")}
+
+
 def objects(node: SimNode) -> set[str]:
     return {key.split("/", 1)[0] + "/" + key.rsplit("/", 1)[1] for key in json.loads(node.read(DS))}
 
@@ -102,6 +107,8 @@ def test_containerd_kubelet_from_bare_node_to_verified_gpu_pod_and_time_slicing(
         code, data = verify_k8s(node)
         assert code == 0, data
         check_pod_passed(node, data)
+        assert k8s_checks(node) == {"container.k8s-kubelet-runtime": "pass", "container.k8s-device-plugin": "pass",
+                                    "container.k8s-allocatable": "pass", "container.k8s-sharing-units": "skip"}
 
         node.clear_calls()
         again = install(mirror, node)
@@ -153,8 +160,10 @@ def test_k3s_from_bare_node_writes_the_template_not_etc_containerd(mirror):
         assert {s["status"] for s in again.values()} == {"ok"}, again
         assert changes(node) == []
 
+        assert k8s_checks(node)["container.k8s-kubelet-runtime"] == "pass"
         install(mirror, node, "--gpu-replicas", "3")
         assert allocatable(node) == "3"
+        assert k8s_checks(node)["container.k8s-allocatable"] == "pass"
     finally:
         node.stop()
 
