@@ -192,3 +192,16 @@ def test_mig_layout_unit_runs_before_the_kubelet_and_sets_the_plugins_mig_strate
     mixed = plan(facts(cluster_text()), mig_layout=("1g.10gb", "2g.20gb"))
     assert not any(isinstance(a, WaitForGpus) for a in mixed.actions)
     assert sh.mig_strategy(("1g.10gb", "2g.20gb")) == "mixed" and sh.mig_strategy(()) == "none"
+
+
+def test_rke2_agent_uses_its_own_template_and_service():
+    rke2 = "/var/lib/rancher/rke2/agent/etc/containerd"
+    f = facts(cluster_text(kubectl="/var/lib/rancher/rke2/bin/kubectl", kubeconfig="/etc/rancher/rke2/rke2.yaml"),
+              tools="rke2 /usr/local/bin/rke2\nkubectl /var/lib/rancher/rke2/bin/kubectl",
+              units="rke2-agent.service\tactive\tenabled\nrke2-server.service\tinactive\tnot-found\n",
+              files={f"{rke2}/config.toml": K3S_GENERATED})
+    p = plan(f)
+    template, restart = p.actions[:2]
+    assert isinstance(template, ConfigureTemplate) and template.template == f"{rke2}/config.toml.tmpl"
+    assert isinstance(restart, RestartService) and restart.unit == "rke2-agent.service"
+    assert p.outputs == k8s.K8sOutputs("rke2", 1)
