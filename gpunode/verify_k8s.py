@@ -56,7 +56,7 @@ def _missing(report: Report, facts: Facts, kubeconfig: str | None) -> tuple[str,
         return ("no NVIDIA GPU was found on the node", "gpunode doctor")
     if not facts.loaded_driver:
         return ("the NVIDIA driver is not loaded on the node: the device plugin has no GPU to advertise",
-                "gpunode install --driver VERSION")
+                "gpunode doctor  # says which driver suits the GPUs")
     if not report.host_gpus:
         return ("nvidia-smi lists no GPU on the host", "gpunode doctor")
     return None
@@ -170,5 +170,7 @@ def verify_k8s(conn: Connection, facts: Facts, image: str | None = None, kubecon
         report.outcomes.append(Outcome(Test(ENGINE, "pod nvidia.com/gpu: 1", ()), "skip",
                                        "not started: the device plugin check failed"))
         return report
+    if progress is not None:
+        progress(Test(ENGINE, "pod nvidia.com/gpu: 1", ()))
     report.outcomes.append(_pod(conn, kube, report, cluster.node_name, report.image, timeout))
     return report
