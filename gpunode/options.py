@@ -35,3 +35,10 @@ class Options:
     set_as_default: bool = False  # --set-as-default: nvidia becomes the engines' default runtime
     k8s: bool = False  # --k8s: Kubernetes node, nvidia is the default runtime of containerd / CRI-O
     engines: tuple[str, ...] = ()  # --engine: configure only these (docker, containerd, crio); () = all found
+    # Kubernetes (gpunode/steps/k8s.py)
+    kubeconfig: str | None = None  # --kubeconfig: path ON THE NODE; None: the first of facts.k8s.KUBECONFIGS found
+    gpu_replicas: int = 1  # --gpu-replicas: time-slicing, each GPU advertised N times by the device plugin
+    mps: bool = False  # --mps: NVIDIA's MPS control daemon as a systemd unit
+    mps_thread_percentage: int | None = None  # --mps-thread-percentage: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
+    mig_layout: tuple[str, ...] = ()  # --mig-layout: GPU instance profiles per GPU, e.g. ("1g.10gb", "1g.10gb")
+    k8s_wait: float = 300.0  # seconds to wait until the node advertises its GPUs

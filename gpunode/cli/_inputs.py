@@ -154,6 +154,7 @@ def pipeline_options(a: dict[str, Any], *, progress: bool) -> Options:
         if name.lower() not in ENGINE_NAMES:
             raise UsageError(f"--engine {name!r} is not an engine nvidia-ctk configures",
                              fix="choose docker, containerd or crio")
+    kubeconfig, replicas = kubernetes(a.get("kubeconfig"), a.get("gpu_replicas", 1))
     lock = seconds(a["lock_timeout"], "--lock-timeout", zero_ok=True, example="600")
     reboot_timeout = seconds(a.get("reboot_timeout", 900.0), "--reboot-timeout", example="900")
     fields = driver_request(driver, run, a["sha256"], module.strip() if module else None, a["module_signing_key"],
@@ -164,7 +165,48 @@ def pipeline_options(a: dict[str, Any], *, progress: bool) -> Options:
     return dataclasses.replace(options, toolkit_version=toolkit.strip() if toolkit else None,
                                toolkit_packages=tuple(str(p.resolve()) for p in a["toolkit_package"] or []),
                                set_as_default=a["set_as_default"], k8s=a["k8s"],
-                               engines=tuple(e.lower() for e in a["engine"] or []))
+                               engines=tuple(e.lower() for e in a["engine"] or []), kubeconfig=kubeconfig,
+                               gpu_replicas=replicas, mps=a.get("mps", False),
+                               mps_thread_percentage=mps_limit(a.get("mps"), a.get("mps_thread_percentage")),
+                               mig_layout=mig_layout(a.get("mig_layout")))
+
+
+_MIG_PROFILE = re.compile(r"^[1-9]g\.[0-9]+gb(\+me)?$|^[0-9]{1,2}$")
+
+
+def mig_layout(text: str | None) -> tuple[str, ...]:
+    """--mig-layout 1g.10gb,1g.10gb -> ("1g.10gb", "1g.10gb"): profile names (or numeric profile ids)."""
+    if text is None:
+        return ()
+    profiles = tuple(p.strip() for p in text.split(",") if p.strip())
+    bad = [p for p in profiles if not _MIG_PROFILE.match(p)]
+    if not profiles or bad:
+        raise UsageError(f"--mig-layout {text!r}: {bad[0] if bad else 'no profile'} is not a MIG profile",
+                         fix="list GPU instance profiles as `nvidia-smi mig -lgip` names them, e.g. "
+                             "--mig-layout 1g.10gb,1g.10gb,2g.20gb")
+    return profiles
+
+
+def mps_limit(mps: bool | None, percentage: int | None) -> int | None:
+    if percentage is None:
+        return None
+    if not mps:
+        raise UsageError("--mps-thread-percentage needs --mps", fix="add --mps, or leave the percentage out")
+    if not 1 <= percentage <= 100:
+        raise UsageError(f"--mps-thread-percentage {percentage} is out of range",
+                         fix="pass a percentage from 1 to 100, e.g. --mps-thread-percentage 50")
+    return percentage
+
+
+def kubernetes(kubeconfig: str | None, replicas: int) -> tuple[str | None, int]:
+    """--kubeconfig (an absolute path on the node) and --gpu-replicas (1..64)."""
+    if kubeconfig is not None and (not kubeconfig.startswith("/") or "\n" in kubeconfig or "\0" in kubeconfig):
+        raise UsageError(f"--kubeconfig {kubeconfig!r} is not an absolute path on the node",
+                         fix="pass the kubeconfig's absolute path on the node, e.g. --kubeconfig /etc/kubernetes/admin.conf")
+    if not 1 <= replicas <= 64:
+        raise UsageError(f"--gpu-replicas {replicas} is out of range",
+                         fix="pass a number of pods per GPU from 1 (no sharing) to 64, e.g. --gpu-replicas 4")
+    return kubeconfig, replicas
 
 
 def verify_options(timeout: float, engines: list[str] | None, known: tuple[str, ...]) -> list[str]:

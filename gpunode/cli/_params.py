@@ -113,6 +113,23 @@ SetAsDefaultOpt = Annotated[bool, typer.Option(
 K8sOpt = Annotated[bool, typer.Option(
     "--k8s", metavar="", help="Kubernetes node: nvidia becomes the default runtime of containerd / CRI-O, and "
     "docker's own containerd is configured too.")]
+KubeconfigOpt = Annotated[str | None, typer.Option(
+    "--kubeconfig", metavar="PATH", show_default=False,
+    help="Kubernetes: a kubeconfig ON THE NODE for the node's kubectl. Default: the first of "
+    "/etc/kubernetes/admin.conf, /etc/rancher/k3s/k3s.yaml, /etc/rancher/rke2/rke2.yaml, /root/.kube/config found.")]
+GpuReplicasOpt = Annotated[int, typer.Option(
+    "--gpu-replicas", metavar="N", help="Kubernetes time-slicing: the device plugin advertises each GPU N times "
+    "(1: no sharing).")]
+MpsOpt = Annotated[bool, typer.Option(
+    "--mps", metavar="", help="Kubernetes GPU sharing: run NVIDIA's MPS control daemon as a systemd unit "
+    "(nvidia-mps.service).")]
+MpsThreadsOpt = Annotated[int | None, typer.Option(
+    "--mps-thread-percentage", metavar="PCT", show_default=False,
+    help="With --mps: the share of each GPU's SMs an MPS client may use (1-100).")]
+MigLayoutOpt = Annotated[str | None, typer.Option(
+    "--mig-layout", metavar="PROFILES", show_default=False,
+    help="Kubernetes: MIG instances for every GPU, e.g. 1g.10gb,1g.10gb,2g.20gb; applied at every boot before the "
+    "kubelet.")]
 EngineOpt = Annotated[list[str] | None, typer.Option(
     "--engine", metavar="ENGINE", show_default=False,
     help="Configure only this container engine: docker, containerd or crio (repeatable). Default: every engine "
@@ -153,7 +170,8 @@ PIPELINE: tuple[tuple[str, Any, Any], ...] = (
     ("module_signing_cert", SigningCertOpt, None), ("cache_dir", CacheDirOpt, None),
     ("lock_timeout", LockTimeoutOpt, 600.0), ("toolkit_version", ToolkitVersionOpt, None),
     ("toolkit_package", ToolkitPackageOpt, None), ("set_as_default", SetAsDefaultOpt, False), ("k8s", K8sOpt, False),
-    ("engine", EngineOpt, None))
+    ("engine", EngineOpt, None), ("kubeconfig", KubeconfigOpt, None), ("gpu_replicas", GpuReplicasOpt, 1),
+    ("mps", MpsOpt, False), ("mps_thread_percentage", MpsThreadsOpt, None), ("mig_layout", MigLayoutOpt, None))
 REBOOT: tuple[tuple[str, Any, Any], ...] = (("reboot", RebootOpt, False), ("reboot_timeout", RebootTimeoutOpt, 900.0))
 
 # reach: which shared options a command takes

@@ -13,12 +13,13 @@ from gpunode import __version__
 from gpunode.cli import _inputs
 from gpunode.cli._params import command, expected_errors
 from gpunode.cli._target import Target, rewrite_fixes
-from gpunode.errors import GpunodeError
+from gpunode.errors import GpunodeError, UsageError
 from gpunode.facts import gather
 from gpunode.runner import SCHEMA_VERSION
 from gpunode.ui import Fixer, clean, describe_node, err, labelled, node_text, out, print_error, print_json
 from gpunode.verify import DEFAULT_TIMEOUT, ENGINES, Report, Test
 from gpunode.verify import verify as run_verify
+from gpunode.verify_k8s import verify_k8s
 
 STYLE = {"pass": "green", "fail": "bold red", "skip": "dim"}
 
@@ -32,6 +33,12 @@ CudaTestOpt = Annotated[bool, typer.Option("--cuda-test", metavar="", help="Also
                                            "engine.")]
 CudaImageOpt = Annotated[str | None, typer.Option(
     "--cuda-image", metavar="IMAGE", help="The CUDA workload image for --cuda-test (it must print PASSED).", show_default=False)]
+K8sOpt = Annotated[bool, typer.Option(
+    "--k8s", metavar="", help="Kubernetes instead of container engines: the device plugin, then a pod with "
+    "nvidia.com/gpu: 1 running nvidia-smi -L (deleted afterwards), with the node's kubectl.")]
+KubeconfigOpt = Annotated[str | None, typer.Option(
+    "--kubeconfig", metavar="PATH", show_default=False, help="With --k8s: a kubeconfig on the node. Default: the "
+    "first of /etc/kubernetes/admin.conf, /etc/rancher/k3s/k3s.yaml, /etc/rancher/rke2/rke2.yaml, /root/.kube/config.")]
 TimeoutOpt = Annotated[float, typer.Option(
     "--timeout", metavar="SECONDS", help="Seconds each container may take, image pull included (more than 0).")]
 
@@ -76,13 +83,20 @@ def render_report(report: Report, facts_line: str, console: Console | None = Non
 @command(reach="one")
 def verify(
     target: Target, image: ImageOpt = None, engine: EngineOpt = None, cuda_test: CudaTestOpt = False,
-    cuda_image: CudaImageOpt = None, timeout: TimeoutOpt = DEFAULT_TIMEOUT,
+    cuda_image: CudaImageOpt = None, timeout: TimeoutOpt = DEFAULT_TIMEOUT, k8s: K8sOpt = False,
+    kubeconfig: KubeconfigOpt = None,
 ) -> None:
-    """Run nvidia-smi in a container per engine (docker, containerd, podman); compare its GPUs with the host's.
+    """Run nvidia-smi in a container per engine (docker, containerd, podman), or in a Kubernetes pod with --k8s;
+    compare its GPUs with the host's.
 
     Exit 0 all pass, 1 any failure, 2 usage or connection error."""
     with expected_errors():
         engines = _inputs.verify_options(timeout, engine, ENGINES)
+        if kubeconfig is not None or k8s:
+            _inputs.kubernetes(kubeconfig, 1)
+        if engine and k8s:
+            raise UsageError("--engine and --k8s do not go together", fix="run gpunode verify --k8s and gpunode "
+                             "verify --engine ENGINE separately")
     name = target.host or "local"
     json_output = target.json_output
 
@@ -96,8 +110,12 @@ def verify(
             facts = gather(conn)
             if not json_output:
                 err.print(node_text(f"verifying {name}", "bold"))
-            report = run_verify(conn, facts, image=image, engines=engines, cuda_test=cuda_test,
-                                cuda_image=cuda_image, timeout=timeout, progress=progress)
+            if k8s:
+                report = verify_k8s(conn, facts, image=image, kubeconfig=kubeconfig, timeout=timeout,
+                                    progress=progress)
+            else:
+                report = run_verify(conn, facts, image=image, engines=engines, cuda_test=cuda_test,
+                                    cuda_image=cuda_image, timeout=timeout, progress=progress)
     except GpunodeError as exc:
         code = exc.exit_code if exc.exit_code == 2 else 2
         if json_output:

@@ -10,6 +10,7 @@ whose precondition is missing says `skip` with the reason, never a cascade of fa
     cuda       driver.py     an installed CUDA toolkit vs the driver
     container  container.py  engine, toolkit, docker/containerd/CRI-O configuration, defaults, snap, rootless,
                              /dev/char, CDI
+    container  k8s.py        Kubernetes: kubelet's runtime, device plugin, allocatable GPUs, MPS/MIG units
     fabric     fabric.py     fabric manager on NVSwitch systems
     health     health.py     Xid and driver errors in the kernel log
     packages   health.py     automatic upgrades and NVIDIA packages
@@ -20,7 +21,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpunode import __version__
-from gpunode.doctor import container, driver, fabric, gpuhealth, hardware, health, kernel  # noqa: F401 - registers
+from gpunode.doctor import (  # noqa: F401 - registers checks
+    container,
+    driver,
+    fabric,
+    gpuhealth,
+    hardware,
+    health,
+    k8s,
+    kernel,
+)
 from gpunode.doctor.base import CHECKS, LAYERS, STATUSES, CheckResult, Node
 from gpunode.facts import Facts
 

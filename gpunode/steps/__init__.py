@@ -9,6 +9,7 @@ from gpunode.steps import (
     compat,
     driver,
     fabricmanager,
+    k8s,
     nodesettings,
     nouveau,
     prerequisites,
@@ -26,6 +27,7 @@ PIPELINE: tuple[Step, ...] = (
     runtime.STEP,
     fabricmanager.STEP,
     nodesettings.STEP,
+    k8s.STEP,
 )
 
 # Steps of the full pipeline whose implementation has not landed yet. Shown by `plan`, never faked.

@@ -18,6 +18,7 @@ from urllib.parse import unquote
 from gpunode import pkgmgr
 from gpunode.actions.packages import InstallLocalPackages, install_packages, package_command
 from gpunode.facts import Facts
+from gpunode.facts import k8s as k8s_facts
 from gpunode.facts import packages as package_facts
 from gpunode.facts.containers import survey_engines
 from gpunode.facts.packages import (
@@ -238,7 +239,9 @@ def _plan(facts: Facts, options: Options) -> StepPlan:
         return ok(NAME, "no NVIDIA GPU on this node: the container toolkit is not needed")
     units = facts[package_facts.UNITS]
     survey = survey_engines(facts.tools, {name: u.exists for name, u in units.items()}, facts.files)
-    if not survey.present and not survey.rootless_docker and not facts.has("podman") and not options.toolkit_packages:
+    embedded = k8s_facts.distribution(facts[k8s_facts.TOOLS], facts[k8s_facts.UNITS])  # k3s / RKE2 run containerd
+    if not survey.present and not survey.rootless_docker and not facts.has("podman") and not options.toolkit_packages \
+            and not (embedded and embedded.containerd_dir):
         return ok(NAME, "no container engine (docker, containerd, CRI-O, podman) on this node: nothing would use the "
                         "toolkit", "install an engine, then run again")
     manager = facts.os.package_manager

@@ -32,8 +32,11 @@ from tests.doctor.fakes import (
 )
 from tests.fakes.connection import FakeConnection, FakeNode
 
+# Kubernetes checks skip on nodes without a kubelet; their broken variants are in tests/doctor/test_doctor_k8s.py
+K8S_CHECKS = {"container.k8s-kubelet-runtime", "container.k8s-device-plugin", "container.k8s-allocatable",
+              "container.k8s-sharing-units"}
 NOT_APPLICABLE_ON_T4 = {"container.crio-nvidia-runtime", "container.cdi-spec", "fabric.manager-version",
-                        "fabric.manager-active"}
+                        "fabric.manager-active"} | K8S_CHECKS
 
 
 def test_at_least_30_checks_with_stable_unique_ids_and_known_layers():
@@ -67,7 +70,7 @@ def test_finished_node_passes_every_check_that_applies():
 def test_finished_nvswitch_node_passes_the_fabric_checks_too():
     results = check_results(finished(H100, 8, switches=4))
     assert {i for i, r in results.items() if r.status != "pass"} == {"container.crio-nvidia-runtime",
-                                                                     "container.cdi-spec"}
+                                                                     "container.cdi-spec"} | K8S_CHECKS
     assert "4 NVSwitch(es): nvidia-fabricmanager 580.95.05-1" in results["fabric.manager-installed"].evidence
     assert "fabric Completed on 8 GPU(s)" in results["fabric.manager-active"].evidence
 
@@ -395,7 +398,7 @@ def test_broken_variant_produces_exactly_that_check_with_its_fix(variant):
 
 
 def test_every_check_has_a_broken_variant():
-    assert {v[0] for v in VARIANTS} == {c.id for c in CHECKS} - {"hw.gpu-present"}  # that one: test_no_gpu_...
+    assert {v[0] for v in VARIANTS} == {c.id for c in CHECKS} - {"hw.gpu-present"} - K8S_CHECKS  # gpu: test_no_gpu_...
 
 
 # ---- what the evidence and fixes say -----------------------------------------------------------------------------

@@ -39,7 +39,10 @@ KMSG = "/var/log/gpunode-test-kmsg"
 BOOT_LOG = ("[    5.104211] nvidia: loading out-of-tree module taints kernel.\n"
             f"[    5.231876] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  {V}  Release Build\n")
 cli = CliRunner()
-NOT_APPLICABLE = {"container.crio-nvidia-runtime", "container.cdi-spec"}  # no CRI-O, no podman in the simulator
+# Kubernetes checks skip without a kubelet (their simulator nodes: tests/integration/test_k8s_nodesim.py)
+K8S_CHECKS = {"container.k8s-kubelet-runtime", "container.k8s-device-plugin", "container.k8s-allocatable",
+              "container.k8s-sharing-units"}
+NOT_APPLICABLE = {"container.crio-nvidia-runtime", "container.cdi-spec"} | K8S_CHECKS  # no CRI-O, no podman
 
 
 class Mirror:
@@ -445,7 +448,7 @@ def test_broken_variant_driver_branch_too_old_for_the_gpu(mirror):
 
 def test_variants_cover_every_check_the_simulator_can_break():
     covered = {v[0] for v in T4_VARIANTS} | {v[0] for v in H100_VARIANTS} | {
-        "hw.gpu-present", "driver.branch-lifecycle", "pkg.unattended-upgrades", "driver.branch-supports-gpu"}
+        "hw.gpu-present", "driver.branch-lifecycle", "pkg.unattended-upgrades", "driver.branch-supports-gpu"} | K8S_CHECKS
     # not reachable in the simulator (unit-tested in tests/doctor/): its nvidia-smi -q prints no MIG block; every
     # driver package in its catalog replaces the .run driver; its GPUs that need the open module (B200) also need
     # NVLink-5 fabric management gpunode does not set up; it has no CRI-O

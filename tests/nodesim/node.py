@@ -434,6 +434,7 @@ class SimNode:
             "KERNEL_BUILD": build, "NVLINK5": "1" if gpu_model and gpu_model.key == "b200" else "0",
             "PRETTY_NAME": pretty, "BASE_MIRROR": mirror,
             "DOCKER_GPUS_NEED_RUNTIME": "1" if p.docker_gpus_need_runtime else "0",
+            "K8S": p.kubernetes or "",
         }
         self._w(f"{s}/profile.env", "".join(f"{key}={shlex.quote(val)}\n" for key, val in env.items()))
         self._w(f"{s}/kernel", k + "\n")
@@ -496,9 +497,39 @@ class SimNode:
         for path, shim in tools.items():
             self._link_tool(path, shim)
 
+        if p.kubernetes:
+            self._kubernetes(p.kubernetes)
+
         # --- initial initramfs contents and a preinstalled driver
         if p.preinstalled_driver:
             self._install_driver_state(p.preinstalled_driver, p.driver_flavor or default_flavor(p.preinstalled_driver))
+
+    def _kubernetes(self, flavor: str) -> None:
+        """A one-node cluster: kubectl, the kubelet's unit (kubelet, or k3s with its generated containerd config)."""
+        s = STATE
+        if flavor == "k3s":
+            for path in ("usr/local/bin/k3s", "usr/local/bin/kubectl"):
+                self._link_tool(path, "kube")
+            self._w("etc/rancher/k3s/k3s.yaml", "apiVersion: v1\nkind: Config\nclusters: []\n", 0o600)
+            self._w("etc/systemd/system/k3s.service", "[Unit]\nDescription=Lightweight Kubernetes\n\n[Service]\n"
+                    "ExecStart=/usr/local/bin/k3s server\n\n[Install]\nWantedBy=multi-user.target\n")
+            self._w(f"{s}/units/k3s.service", "ACTIVE=active\nENABLED=enabled\nDESC=Lightweight Kubernetes\n")
+            # what k3s generates from its built-in template at start (containerd config version 2)
+            self._w("var/lib/rancher/k3s/agent/etc/containerd/config.toml",
+                    "version = 2\n\n[plugins.\"io.containerd.internal.v1.opt\"]\n  path = \"/var/lib/rancher/k3s/agent/containerd\"\n\n"
+                    "[plugins.\"io.containerd.grpc.v1.cri\"]\n  stream_server_address = \"127.0.0.1\"\n  enable_selinux = false\n\n"
+                    "[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  snapshotter = \"overlayfs\"\n\n"
+                    "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n\n"
+                    "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n  SystemdCgroup = true\n")
+            return
+        for path in ("usr/bin/kubectl", "usr/bin/kubelet"):
+            self._link_tool(path, "kube")
+        self._w("etc/kubernetes/admin.conf", "apiVersion: v1\nkind: Config\nclusters: []\n", 0o600)
+        self._w("var/lib/kubelet/config.yaml", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+                "cgroupDriver: systemd\n")
+        self._w("lib/systemd/system/kubelet.service", "[Unit]\nDescription=kubelet: The Kubernetes Node Agent\n\n"
+                "[Service]\nExecStart=/usr/bin/kubelet\n\n[Install]\nWantedBy=multi-user.target\n")
+        self._w(f"{s}/units/kubelet.service", "ACTIVE=active\nENABLED=enabled\nDESC=kubelet: The Kubernetes Node Agent\n")
 
     def _pci(self, bus: str, ven: int, dev: int, cls: int, sv: int, sd: int) -> None:
         base = f"sys/bus/pci/devices/{bus}"

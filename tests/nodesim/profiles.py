@@ -175,6 +175,9 @@ class Profile:
     docker_gpus_need_runtime: bool = True
     tcp_forwarding: bool = False  # a jump host (ProxyJump) needs sshd to forward TCP to 127.0.0.1
     extra_packages: tuple[str, ...] = ()        # catalog names installed at creation
+    # a one-node Kubernetes cluster (node_files/py/kube.py): "kubelet" (kubeadm-style, on the system's
+    # containerd: pass engines=("containerd",)) or "k3s" (its own containerd, config from its template)
+    kubernetes: str | None = None
     served_urls: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # (url, host file) pairs
 
     @property
@@ -216,6 +219,8 @@ class Profile:
             raise ValueError(f"unknown distro {self.distro!r}; known: {', '.join(DISTROS)}")
         if self.gpu not in GPU_SETS:
             raise ValueError(f"unknown gpu set {self.gpu!r}; known: {', '.join(GPU_SETS)}")
+        if self.kubernetes not in (None, "kubelet", "k3s"):
+            raise ValueError(f"kubernetes={self.kubernetes!r}: use None, 'kubelet' or 'k3s'")
         for e in self.engines:
             if e not in ("docker", "containerd"):
                 raise ValueError(f"unknown engine {e!r}")

@@ -66,8 +66,8 @@ def writes(plan: StepPlan) -> dict[str, WriteFile]:
     return {a.path: a for a in plan.actions if isinstance(a, WriteFile)}
 
 
-def test_last_in_the_pipeline():
-    assert PIPELINE[-1] is ns.STEP and ns.STEP.name == "nodesettings"
+def test_last_of_the_host_steps_the_k8s_step_comes_after_it():
+    assert PIPELINE[-2] is ns.STEP and ns.STEP.name == "nodesettings" and PIPELINE[-1].name == "k8s"
 
 
 def test_fresh_node_gets_a_unit_the_daemon_the_rule_and_the_links_and_a_rerun_changes_nothing():

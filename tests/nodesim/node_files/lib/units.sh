@@ -19,6 +19,18 @@ ns_unit_start() {
                 ns_unit_set "$_unit" ACTIVE failed; return 1
             fi
             ;;
+        k3s.service|k3s-agent.service)
+            # k3s writes containerd's config.toml from its template (config-v3.toml.tmpl for containerd 2 configs,
+            # else config.toml.tmpl; none: its built-in one, kept as generated) and starts its containerd
+            mkdir -p "$NS/engines"
+            _kd=/var/lib/rancher/k3s/agent/etc/containerd
+            for _t in "$_kd/config-v3.toml.tmpl" "$_kd/config.toml.tmpl"; do
+                [ -f "$_t" ] && { cp "$_t" "$_kd/config.toml"; break; }
+            done
+            if ! ns_py engines containerd-effective "$_kd/config.toml" "$NS/engines/k3s-containerd.json" >/dev/null 2>&1; then
+                ns_unit_set "$_unit" ACTIVE failed; return 1
+            fi
+            ;;
         nvidia-persistenced.service)
             # the command systemd loaded (none known: a packaged unit, persistence on); the daemon needs the driver
             _pexec=$(ns_unit_loaded_exec "$_unit")
