@@ -13,11 +13,12 @@ module flavour. On failure the installer's log tail is shown with what it means.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 
 from packaging.version import Version
 
-from gpunode import gpus
+from gpunode import compat, gpus
 from gpunode.actions.driver import LOG, WORK_PARENT, FetchInstaller, RunInstaller
 from gpunode.artifacts.source import resolve
 from gpunode.errors import GpunodeError
@@ -155,6 +156,71 @@ def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> Step
     return decided.with_outputs(DriverOutputs(version, origin if version else None, changes))
 
 
+NO_GPU = "no NVIDIA GPU on this node: the driver would have nothing to drive"
+NO_GPU_FIX = "check `lspci -nn -d 10de:` (a VM needs the GPU passed through), or drop --driver"
+_ELSEWHERE = ("if a driver container or another tool provides the driver, leave the driver step out "
+              "(--skip driver)")
+
+
+def recommended_version(facts: Facts, options: Options) -> str | None:
+    """The newest release of the first recommended branch (gpunode/compat.py tables) that supports every GPU of
+    the node (and --cuda when given). None when the tables know none."""
+    lows: list[Version] = []
+    highs: list[int] = []
+    for device in sorted({g.device for g in facts.gpus}):
+        gpu = gpus.lookup_id(device)
+        if gpu is None:
+            continue
+        arch = gpus.architecture_of(gpu)
+        low = compat.architecture_min_driver(arch)
+        if low is not None:
+            lows.append(low)
+        if gpu.open_module == "required":
+            lows.append(Version(f"{gpus.BOTH_FLAVOURS_FROM}"))
+        if arch.last_driver_branch is not None:
+            highs.append(arch.last_driver_branch)
+    if options.cuda:
+        try:
+            need = compat.driver_needed_for_cuda(options.cuda)
+        except GpunodeError:
+            need = None
+        if need is not None and need.native_min is not None:
+            lows.append(need.native_min)
+    found = compat.recommended_drivers(max(lows) if lows else None, min(highs) if highs else None)
+    return str(found[0].latest_known) if found and found[0].latest_known else None
+
+
+def _no_driver(facts: Facts, state: DriverState, options: Options) -> StepPlan:
+    """No --driver, nothing loaded: fine without a GPU; with one, the node would end up with a container
+    toolkit and no driver, so say what is missing and the exact command that asks for it."""
+    if not facts.gpus:
+        return ok(NAME, "no NVIDIA GPU on this node: no driver to install")
+    if state.packages:
+        names = ", ".join(n for n, _ in state.packages[:3])
+        return blocked(NAME, f"a driver from distribution packages ({names}) is installed but not loaded",
+                       "sudo modprobe nvidia  # if it fails: sudo dmesg | gpunode explain; a reboot also loads it")
+    installed = state.installed or state.module
+    if installed:
+        return blocked(NAME, f"driver {installed} is installed but not loaded, and no --driver was given",
+                       f"gpunode install --driver {shlex.quote(installed)}  # loads it, or rebuilds its module",
+                       _ELSEWHERE)
+    version = recommended_version(facts, options)
+    names = ", ".join(dict.fromkeys(_gpu_name(g.device) for g in facts.gpus))
+    if version is None:
+        return blocked(NAME, f"a GPU ({names}) but no NVIDIA driver, and no --driver was given: pass --driver with "
+                             "a version that suits it", "gpunode compat --gpu " + shlex.quote(names.split(", ")[0]),
+                       _ELSEWHERE)
+    return blocked(NAME, f"a GPU ({names}) but no NVIDIA driver, and no --driver was given: the node would get a "
+                         "container toolkit and no driver",
+                   f"gpunode install --driver {shlex.quote(version)}  # the recommended release for these GPUs "
+                   "(gpunode compat --driver " + shlex.quote(version) + " checks another)", _ELSEWHERE)
+
+
+def _gpu_name(device: int) -> str:
+    gpu = gpus.lookup_id(device)
+    return gpu.name if gpu is not None else f"10de:{device:04x}"
+
+
 def _plan(facts: Facts, options: Options, earlier: Earlier, state: DriverState) -> StepPlan:
     version = requested_version(options)
     if version is None:
@@ -164,10 +230,9 @@ def _plan(facts: Facts, options: Options, earlier: Earlier, state: DriverState) 
         if state.loaded:
             return ok(NAME, f"no --driver requested; driver {state.loaded.version} ({state.loaded.flavour} module) "
                             "is loaded and left as it is")
-        return ok(NAME, "no --driver requested: no driver is installed (pass --driver VERSION to install one)")
+        return _no_driver(facts, state, options)
     if not facts.gpus:
-        return blocked(NAME, "no NVIDIA GPU on this node: the driver would have nothing to drive",
-                       "check `lspci -nn -d 10de:` (a VM needs the GPU passed through), or drop --driver")
+        return blocked(NAME, NO_GPU, NO_GPU_FIX)
     try:
         arch = normalize_arch(facts.arch)
     except GpunodeError as exc:
