@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+from datetime import date
 
 from packaging.version import Version
 
-from gpunode import compat, gpus
+from gpunode import compat, gpus, signing
 from gpunode.actions.driver import LOG, WORK_PARENT, FetchInstaller, RunInstaller
 from gpunode.artifacts.source import resolve
 from gpunode.errors import GpunodeError
@@ -119,13 +120,6 @@ def _packages_fix(facts: Facts) -> str:
             "the same command again")
 
 
-_SECURE_BOOT_FIX = (
-    "choose one: (1) pass --module-signing-key KEY --module-signing-cert CERT (paths on the node) of a key pair "
-    "enrolled with `mokutil --import CERT` (confirm it in MOK Manager at the next boot); (2) disable Secure Boot "
-    "in the firmware; (3) use the distribution's pre-signed driver packages instead of --driver (Ubuntu: "
-    "`ubuntu-drivers install --gpgpu nvidia:<branch>-server`)")
-
-
 def _install_actions(facts: Facts, options: Options, version: str, flavour: Flavour) -> list[Action]:
     source = resolve(version, facts.arch, driver_run=options.driver_run, sha256=options.sha256,
                      cache_root=options.cache_dir, mirror=options.driver_mirror)
@@ -162,10 +156,11 @@ _ELSEWHERE = ("if a driver container or another tool provides the driver, leave 
               "(--skip driver)")
 
 
-def recommended_version(facts: Facts, options: Options) -> str | None:
+def recommended_version(facts: Facts, options: Options, at_least: Version | None = None,
+                        today: date | None = None) -> str | None:
     """The newest release of the first recommended branch (gpunode/compat.py tables) that supports every GPU of
-    the node (and --cuda when given). None when the tables know none."""
-    lows: list[Version] = []
+    the node (and --cuda when given, and `at_least`). None when the tables know none."""
+    lows: list[Version] = [at_least] if at_least is not None else []
     highs: list[int] = []
     for device in sorted({g.device for g in facts.gpus}):
         gpu = gpus.lookup_id(device)
@@ -186,7 +181,7 @@ def recommended_version(facts: Facts, options: Options) -> str | None:
             need = None
         if need is not None and need.native_min is not None:
             lows.append(need.native_min)
-    found = compat.recommended_drivers(max(lows) if lows else None, min(highs) if highs else None)
+    found = compat.recommended_drivers(max(lows) if lows else None, min(highs) if highs else None, today)
     return str(found[0].latest_known) if found and found[0].latest_known else None
 
 
@@ -226,7 +221,8 @@ def _plan(facts: Facts, options: Options, earlier: Earlier, state: DriverState) 
     if version is None:
         if options.driver_run:
             return blocked(NAME, f"cannot tell which driver version {options.driver_run} installs",
-                           "pass --driver VERSION as well")
+                           f"`sh {shlex.quote(options.driver_run)} --info` shows it (its Identification line): run "
+                           "the same command again with --driver and that version")
         if state.loaded:
             return ok(NAME, f"no --driver requested; driver {state.loaded.version} ({state.loaded.flavour} module) "
                             "is loaded and left as it is")
@@ -302,10 +298,10 @@ def _install(facts: Facts, options: Options, version: str, choice: Flavour, note
              earlier: Earlier | None = None) -> StepPlan:
     if facts.secure_boot.enabled and not (options.module_signing_key and options.module_signing_cert):
         return blocked(NAME, "Secure Boot is enabled and no module signing key was given: the kernel would refuse "
-                             "the unsigned NVIDIA module", _SECURE_BOOT_FIX)
+                             "the unsigned NVIDIA module", signing.fix(version, facts.os.id))
     if facts.secure_boot.enabled:
         notes.append("Secure Boot is on: the module is signed with --module-signing-key; its certificate must be "
-                     "enrolled (mokutil --import CERT, confirmed at the next boot) or the kernel refuses the module")
+                     "enrolled (`sudo mokutil --import` it, confirmed at the next boot) or the kernel refuses the module")
     elif facts.secure_boot.enabled is None:
         notes.append(f"Secure Boot state unknown ({facts.secure_boot.evidence}): an unsigned module may be refused")
     if facts.module_loaded("nouveau"):
