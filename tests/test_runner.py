@@ -11,7 +11,6 @@ from gpunode.steps import nouveau
 from gpunode.steps.base import Step
 from tests.fakes.connection import ROCKY_9, FakeConnection, FakeNode
 
-
 # Without --driver the driver step blocks a GPU node that has no driver (tests/steps/test_driver.py); these tests
 # are about the runner, so they run the rest of the pipeline.
 PIPELINE = tuple(s for s in FULL if s.name != "driver")
