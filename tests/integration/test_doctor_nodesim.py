@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from gpunode import compat, gpus
 from gpunode.cli import app
 from gpunode.cli._target import runnable
 from gpunode.doctor import CHECKS
@@ -119,7 +120,12 @@ def test_fresh_node_fails_where_work_is_left(sim_node):  # noqa: F811
                                "driver.loaded": "fail", "container.toolkit-installed": "fail"}
     # fixes name the node they are about (gpunode/cli/_target.py), so they run there as printed
     assert checks["kernel.nouveau-loaded"]["fix"] == runnable("gpunode install --only nouveau --reboot", node.cli_args())
-    assert checks["driver.loaded"]["fix"].startswith(runnable("gpunode install --driver VERSION", node.cli_args()))
+    install = runnable("gpunode install --driver", node.cli_args())
+    fix = checks["driver.loaded"]["fix"]
+    assert fix.startswith(install + " ")  # with a release that suits the T4, from the branch table
+    version = fix[len(install):].split()[0]
+    assert version in {str(b.latest_known) for b in compat.tables().branches.values()}
+    assert compat.driver_supports(gpus.architecture_of(gpus.lookup_id(0x1EB8)), compat.parse_driver(version))[0]
     assert checks["container.docker-nvidia-runtime"]["status"] == "skip"  # waits for the toolkit
     assert checks["hw.gpu-present"]["evidence"] == "1 NVIDIA GPU(s): Tesla T4 (Turing) at 0000:00:1e.0"
     assert "fix: " + runnable("gpunode install --only nouveau --reboot", node.cli_args()) in " ".join(result.stdout.split())
