@@ -16,6 +16,7 @@ import contextlib
 import functools
 import json
 import os
+import shlex
 import threading
 from collections.abc import Callable, Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -430,7 +431,11 @@ def test_broken_nvswitch_variant_unattended_upgrades(h100):
     with broken(h100, _unattended, H100_BASELINE):
         checks = doctor(h100)
         assert_exactly(checks, "pkg.unattended-upgrades", "warn", H100_BASELINE, set())
-        assert checks["pkg.unattended-upgrades"]["fix"] == "sudo apt-mark hold nvidia-fabricmanager"
+        # a node command, run there through ssh with the node's port, key and known-hosts file
+        ssh = ["ssh", "-t", "-i", h100.key_path, "-o", f"UserKnownHostsFile={h100.known_hosts}", "-p",
+               str(h100.port), f"root@{h100.host}"]
+        assert checks["pkg.unattended-upgrades"]["fix"] == shlex.join(ssh) + ' "sudo apt-mark hold nvidia-fabricmanager"'
+
 
 
 def test_broken_variant_driver_branch_too_old_for_the_gpu(mirror):
