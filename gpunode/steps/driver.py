@@ -205,10 +205,11 @@ def _no_driver(facts: Facts, state: DriverState, options: Options) -> StepPlan:
         return blocked(NAME, f"a GPU ({names}) but no NVIDIA driver, and no --driver was given: pass --driver with "
                              "a version that suits it", "gpunode compat --gpu " + shlex.quote(names.split(", ")[0]),
                        _ELSEWHERE)
+    first = names.split(", ")[0]
     return blocked(NAME, f"a GPU ({names}) but no NVIDIA driver, and no --driver was given: the node would get a "
                          "container toolkit and no driver",
-                   f"gpunode install --driver {shlex.quote(version)}  # the recommended release for these GPUs "
-                   "(gpunode compat --driver " + shlex.quote(version) + " checks another)", _ELSEWHERE)
+                   f"gpunode install --driver {shlex.quote(version)}  # the recommended release for these GPUs; "
+                   f"gpunode compat --gpu {shlex.quote(first)} lists the other branches", _ELSEWHERE)
 
 
 def _gpu_name(device: int) -> str:

@@ -30,7 +30,7 @@ CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "explain"
 _COMMANDS = "plan|install|doctor|verify|status|facts|compat|explain"
 _GPUNODE_PART = re.compile(rf"(?<![\w./=-])gpunode\s+(?:{_COMMANDS})\b[^`;#)\n]*")
 _BACKTICKED = re.compile(r"`([^`\n]+)`")
-_PLACEHOLDER = re.compile(r"<[^>\s]+>|^[A-Z][A-Z0-9_]{2,}(@[A-Z]+)?(:[A-Z]+)?$|^[A-Z_]+@[A-Z_]+$")
+_PLACEHOLDER = re.compile(r"<[^>\s]+>|^[A-Z][A-Z_]{2,}(@[A-Z]+)?(:[A-Z]+)?$")  # GPU names (B200) have digits
 # the words of NVIDIA/Linux vocabulary that are spelled in capitals and are not placeholders
 _VOCABULARY = {"NVIDIA", "CUDA", "NVML", "DKMS", "GPU", "GPUs", "PCI", "EPEL", "RHEL", "MOK", "NVRM", "CDI", "DER"}
 
