@@ -222,8 +222,10 @@ def _plan(facts: Facts, options: Options, earlier: Earlier, state: DriverState) 
     if version is None:
         if options.driver_run:
             return blocked(NAME, f"cannot tell which driver version {options.driver_run} installs",
-                           f"`sh {shlex.quote(options.driver_run)} --info` shows it (its Identification line): run "
-                           "the same command again with --driver and that version")
+                           ("the Identification line of `sh NVIDIA-Linux-*.run --info` on the downloaded file "
+                            if "://" in options.driver_run else
+                            f"the Identification line of `sh {shlex.quote(options.driver_run)} --info` ")
+                           + "names it: run the same command again with --driver and that version")
         if state.loaded:
             return ok(NAME, f"no --driver requested; driver {state.loaded.version} ({state.loaded.flavour} module) "
                             "is loaded and left as it is")

@@ -415,3 +415,9 @@ def test_pipeline_reboots_for_nouveau_then_installs(tmp_path):
     assert node.nvidia_version == V and "nouveau" not in node.modules and report.exit_code == 0
     again = apply_pipeline(FakeConnection(node), steps, options, journal=False)
     assert {o.step: o.result for o in again.outcomes}["driver"] == "ok" and node.reboots == 1
+
+
+def test_an_installer_whose_name_carries_no_version_says_how_to_read_it():
+    p = plan(facts(), Options(driver_run="/srv/my installer.run"))
+    assert p.status is Status.BLOCKED and "cannot tell which driver version" in p.reason
+    assert "`sh '/srv/my installer.run' --info`" in p.fix and "--driver" in p.fix
