@@ -149,8 +149,9 @@ LOCK_FIX = ("a first boot often runs unattended-upgrades or cloud-init: let it f
 # what a failed transaction means
 # ---------------------------------------------------------------------------------------------------------
 
-HEADERS_FIX = ("the running kernel is older (or newer) than what the repositories carry: upgrade the kernel "
-               "package (apt-get install linux-generic / dnf update kernel), reboot into it, and run the same "
+HEADERS_FIX = ("the running kernel is older (or newer) than what the repositories carry: install the distribution's "
+               "current kernel with its headers (Ubuntu: linux-generic; Debian: linux-image-amd64 and "
+               "linux-headers-amd64; RHEL family: kernel and kernel-devel), reboot into it, and run the same "
                "command again; or install the matching headers by hand")
 
 _MISSING = re.compile(r"Unable to locate package (\S+)|No match for argument: (\S+)|"

@@ -14,7 +14,7 @@ from gpunode.fleet import HostResult, LoggedConnection, batches, interrupt_text,
 from gpunode.inventory import InventoryHost
 from gpunode.options import Options
 from gpunode.runner import apply_pipeline
-from gpunode.steps import PIPELINE
+from gpunode.steps import PIPELINE as FULL
 from tests.fakes.connection import FakeConnection, FakeNode
 
 HOSTS = [InventoryHost(f"gpu-{i:02d}") for i in range(20)]
@@ -33,6 +33,9 @@ def test_batches():
     for bad in ("0", "x", "150%", "-1"):
         with pytest.raises(UsageError):
             batches(HOSTS, bad)
+
+
+PIPELINE = tuple(s for s in FULL if s.name != "driver")  # no --driver: the driver step blocks a GPU node
 
 
 def test_twenty_nodes_converge_and_failures_do_not_stop_others(tmp_path):

@@ -12,6 +12,7 @@ from typing import Any
 
 from gpunode import connection
 from gpunode.connection import Connection, ConnectionSpec
+from gpunode.errors import GpunodeError
 from gpunode.inventory import InventoryHost
 from gpunode.shell import Secret
 
@@ -20,9 +21,67 @@ NODE_COMMANDS = ("plan", "install", "doctor", "verify", "status", "facts")  # th
 _GPUNODE = re.compile(rf"(?<![\w./-])gpunode ({'|'.join(NODE_COMMANDS)})(?![\w-])")
 
 
-def runnable(fix: str, node_args: Sequence[str]) -> str:
+# Programs a fix runs ON THE NODE (as opposed to gpunode, which runs here). A fix that starts with one, or a
+# `backticked` command that does, is a node command: for a remote node it is printed as `ssh ... 'command'`.
+NODE_PROGRAMS = frozenset({
+    "sudo", "lspci", "dmesg", "nvidia-smi", "nvidia-ctk", "journalctl", "systemctl", "cloud-init", "mokutil",
+    "modprobe", "lsmod", "dpkg", "rpm", "apt-get", "apt-mark", "dnf", "yum", "zypper", "docker", "podman",
+    "crictl", "dkms", "snap", "visudo", "ubuntu-drivers", "update-initramfs", "dracut", "cat", "grep"})
+_BACKTICKED = re.compile(r"`([^`\n]+)`")
+_LOCAL_PIPE = re.compile(r"\s\|\s*gpunode\s")  # `sudo dmesg | gpunode explain`: dmesg there, explain here
+_DOUBLE_QUOTE_SAFE = re.compile(r'[^"$`\\!]*')
+
+
+def _remote_word(command: str) -> str:
+    """The command as one word for ssh (which hands its words to the node's shell joined by spaces)."""
+    return f'"{command}"' if _DOUBLE_QUOTE_SAFE.fullmatch(command) else shlex.quote(command)
+
+
+def on_node(command: str, ssh: Sequence[str]) -> str:
+    """`command` run on the node through ssh; a pipe into a local `gpunode` stays on this machine."""
+    if not ssh or command.split(maxsplit=1)[:1] == ["ssh"]:
+        return command
+    piped = _LOCAL_PIPE.search(command)
+    there, here = (command[:piped.start()].rstrip(), command[piped.start():]) if piped else (command.rstrip(), "")
+    tty = [] if here else ["-t"]  # sudo may ask for a password; a pipe needs clean output instead
+    return shlex.join([ssh[0], *tty, *ssh[1:]]) + " " + _remote_word(there) + here
+
+
+# the second word of a command line that is not prose: `nvidia-smi -L`, `docker run ...`, `systemctl restart x`
+_COMMAND_SECOND_WORDS = frozenset({"run", "restart", "start", "stop", "status", "enable", "info", "install",
+                                   "remove", "purge", "reinstall", "config", "cdi", "runtime", "versionlock", "hold"})
+
+
+def _is_node_command(text: str, whole: bool = False) -> bool:
+    """A command for the node: its first word is a node program. A whole fix (rather than a `backticked` span)
+    must also look like a command line, not a sentence that starts with a program's name: `sudo ...`, one
+    word, or a second word that is an option or a subcommand."""
+    words = text.partition("  #")[0].split()
+    if not words or words[0] not in NODE_PROGRAMS:
+        return False
+    if not whole or words[0] == "sudo" or len(words) == 1:
+        return True
+    return words[1].startswith("-") or words[1] in _COMMAND_SECOND_WORDS
+
+
+def _node_commands(fix: str, ssh: Sequence[str]) -> str:
+    """Node commands in a fix prefixed with how to reach the node: the whole fix when it starts with one (up
+    to a `  # comment`), and every `backticked` one."""
+    fix = _BACKTICKED.sub(lambda m: f"`{on_node(m.group(1), ssh)}`" if _is_node_command(m.group(1)) else m.group(0),
+                          fix)
+    if _is_node_command(fix, whole=True):
+        command, sep, comment = fix.partition("  #")
+        fix = on_node(command, ssh) + sep + comment
+    return fix
+
+
+def runnable(fix: str, node_args: Sequence[str], ssh: Sequence[str] = ()) -> str:
     """Every `gpunode <command>` in a fix, with the node's options (already quoted) right after the command.
-    `gpunode install --driver X` about gpu-01 becomes `gpunode install --host gpu-01 --driver X`."""
+    `gpunode install --driver X` about gpu-01 becomes `gpunode install --host gpu-01 --driver X`. With `ssh`
+    (the argv that reaches a remote node, e.g. ["ssh", "-p", "2222", "ubuntu@gpu-01"]) node commands such as
+    `sudo modprobe nvidia` become `ssh -t -p 2222 ubuntu@gpu-01 "sudo modprobe nvidia"`."""
+    if ssh:
+        fix = _node_commands(fix, ssh)
     if not node_args:
         return fix
     inserted = " " + shlex.join(node_args)
@@ -112,13 +171,37 @@ class Target:
                                         ("--ask-become-pass", self.ask_become_pass)) if on]
         return words
 
+    def ssh_args(self, host: InventoryHost | None = None) -> list[str]:
+        """The OpenSSH command line that reaches this node (empty for this machine): what a node command in a
+        fix is prefixed with. The same host, port, config, keys and known-hosts files gpunode used."""
+        address = host.target if host is not None else self.host
+        if not address:
+            return []
+        from gpunode.connection.ssh import SSHTarget  # paramiko only when a node is remote
+
+        try:
+            where = SSHTarget.parse(address)
+        except GpunodeError:
+            return []
+        words = ["ssh"]
+        if self.ssh_config:
+            words += ["-F", self.ssh_config]
+        identities = [host.identity] if host is not None and host.identity else self.identity
+        for path in identities:
+            words += ["-i", path]
+        for path in self.known_hosts:
+            words += ["-o", f"UserKnownHostsFile={path}"]
+        if where.port:
+            words += ["-p", str(where.port)]
+        return [*words, f"{where.user}@{where.host}" if where.user else where.host]
+
     def fix(self, text: str | None, host: InventoryHost | None = None) -> str | None:
         """A fix made runnable for this node (or one node of the fleet)."""
-        return None if text is None else runnable(text, self.node_args(host))
+        return None if text is None else runnable(text, self.node_args(host), self.ssh_args(host))
 
     def fixer(self, host: InventoryHost | None = None) -> Callable[[str], str]:
-        args = self.node_args(host)
-        return lambda text: runnable(text, args)
+        args, ssh = self.node_args(host), self.ssh_args(host)
+        return lambda text: runnable(text, args, ssh)
 
     def command(self, name: str, *extra: str, host: InventoryHost | None = None) -> str:
         """`gpunode <name>` for this node, e.g. the `gpunode verify ...` to run after an install."""

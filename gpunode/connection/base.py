@@ -207,6 +207,11 @@ class PrivilegeError(CommandError):
     exit_code = 2
 
 
+def _as_root(node: str) -> str:
+    """--host for the same node as root: `ubuntu@gpu-01:2222` -> `root@gpu-01:2222`, quoted for a shell."""
+    return quote("root@" + node.rsplit("@", 1)[-1])
+
+
 def sudo_error(node: str, code: int, output: bytes, *, with_password: bool) -> PrivilegeError:
     """The refusal as an error that says which of the four cases it is, and its fix."""
     said = output.decode("utf-8", "replace").strip().splitlines()
@@ -214,14 +219,14 @@ def sudo_error(node: str, code: int, output: bytes, *, with_password: bool) -> P
     kind = sudo_refusal(code, output)
     if kind == "missing":
         return PrivilegeError(f"{node}: root is needed, the login user is not root and sudo is not installed",
-                              fix="log in as root (--host root@NODE), or install sudo on the node")
+                              fix=f"log in as root (--host {_as_root(node)}), or install sudo on the node")
     if kind == "tty":
         return PrivilegeError(f"{node}: sudo on the node requires a terminal (Defaults requiretty){detail}",
                               fix="allow sudo without a tty for this user on the node: run visudo and add "
                                   "'Defaults:USER !requiretty', or log in as root")
     if kind == "not-allowed":
         return PrivilegeError(f"{node}: the login user is not allowed to use sudo (not in sudoers){detail}",
-                              fix="log in as a user who may use sudo (--host USER@NODE) or as root, "
+                              fix=f"log in as a user who may use sudo, or as root (--host {_as_root(node)}), "
                                   "or grant sudo to this user on the node")
     if kind == "wrong-password":
         return PrivilegeError(f"{node}: sudo rejected the password given to --ask-become-pass",

@@ -13,6 +13,7 @@ import logging
 import os
 import posixpath
 import select
+import shlex
 import socket
 import threading
 import time
@@ -292,7 +293,8 @@ class SSHConnection(Connection):
         except paramiko.PasswordRequiredException:
             client.close()
             raise ConnectError(f"{self.name}: the private key is encrypted",
-                               fix="add it to ssh-agent (ssh-add KEY) and run again") from None
+                               fix="load it into ssh-agent (`ssh-add " + shlex.join(self.options.identity or ["~/.ssh/id_ed25519"])
+                                   + "`, which asks for its passphrase once) and run again") from None
         except paramiko.AuthenticationException as exc:
             client.close()
             raise ConnectError(f"{self.name}: authentication failed for user {r.user} ({exc})",
@@ -351,7 +353,7 @@ class SSHConnection(Connection):
         detail = f" (it said: {said[0][:200]!r})" if said else f" (exit code {code})"
         user = self.resolved.user
         return ConnectError(f"{self.name}: the login shell of {user} refuses to run commands{detail}",
-                            fix=f"log in as a user with a shell (--host USER@HOST), or give {user} one on "
+                            fix=f"log in as a user with a shell (e.g. --host {shlex.quote('root@' + str(self.resolved.host))}), or give {user} one on "
                                 f"the node: chsh -s /bin/sh {user}")
 
     def close(self) -> None:
@@ -611,12 +613,13 @@ def _ssh_failure(name: str, r: _Resolved, exc: Exception, elapsed: float, timeou
     if "No authentication methods available" in text:
         return ConnectError(f"{name}: no SSH key or password to log in as {r.user} (no --identity, no key in "
                             "ssh-agent or ~/.ssh, no password)",
-                            fix="pass a key with --identity KEY, load one into ssh-agent (ssh-add KEY), "
-                                "or use --ask-pass")
+                            fix="pass your private key with --identity (e.g. --identity ~/.ssh/id_ed25519), load it into "
+                                "ssh-agent (`ssh-add ~/.ssh/id_ed25519`), or use --ask-pass")
     if text.startswith("Indecipherable protocol version"):
         said = text.split('"', 1)[-1].rstrip('"')
         return ConnectError(f"{name}: something answers on {where} but it is not an SSH server "
-                            f"(it said {said[:80]!r})", fix="check the port (--host HOST:PORT or Port in ~/.ssh/config)")
+                            f"(it said {said[:80]!r})", fix=f"check the port: --host {shlex.quote(f'[{r.host}]:22' if ':' in r.host else f'{r.host}:22')} if sshd listens on the usual "
+                                                  "port, or Port in ~/.ssh/config")
     banner = "banner" in text.lower() or "no existing session" in text.lower() or isinstance(exc, EOFError)
     if banner and elapsed >= 0.8 * timeout:
         return ConnectError(f"{name}: timed out after {timeout:.0f}s waiting for the SSH banner from {where} "

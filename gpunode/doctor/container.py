@@ -9,6 +9,7 @@ and install never disagree about whether an engine is configured.
 from __future__ import annotations
 
 import posixpath
+import shlex
 from typing import Any
 
 from gpunode.doctor.base import NO_GPU, Node, Verdict, check, failed, passed, skipped, warned
@@ -125,7 +126,7 @@ def toolkit_installed(node: Node) -> Verdict:
              if pkg is None or pkg.upstream != main.upstream]
     if wrong:
         return failed(f"nvidia-container-toolkit {main.version}, but {', '.join(wrong)} (the four toolkit packages "
-                      "must carry the same version)", f"gpunode install --only toolkit --toolkit-version {main.upstream}")
+                      "must carry the same version)", f"gpunode install --only toolkit --toolkit-version {shlex.quote(main.upstream)}")
     return passed(f"nvidia-container-toolkit {main.version}{ctk_text}")
 
 

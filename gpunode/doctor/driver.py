@@ -4,6 +4,7 @@ toolkit installed on the host runs on this driver."""
 
 from __future__ import annotations
 
+import shlex
 from datetime import date
 
 from packaging.version import Version
@@ -15,8 +16,30 @@ from gpunode.errors import GpunodeError
 from gpunode.explain import explain
 from gpunode.facts import driver as driver_facts
 from gpunode.facts.driver import parse_cuda_toolkits
+from gpunode.options import Options
+from gpunode.steps.driver import recommended_version
 
-INSTALL = "gpunode install --driver VERSION  # `gpunode compat --gpu MODEL` names a version that suits the GPUs"
+
+def install_fix(node: Node, at_least: Version | None = None) -> str:
+    """`gpunode install --driver` with a release that suits the node's GPUs (and `at_least`), from the tables."""
+    day = date.fromisoformat(node.today) if node.today else None
+    version = recommended_version(node.facts, Options(), at_least, day)
+    if version is None:
+        known = [g for g in (gpus.lookup_id(d.device) for d in node.facts.gpus) if g is not None]
+        if known:
+            return "gpunode compat --gpu " + shlex.quote(known[0].name) + "  # names the drivers that suit it"
+        return ("gpunode's tables know no driver for these GPUs: pick one at https://www.nvidia.com/en-us/drivers/ "
+                "for the PCI ids `lspci -nn -d 10de:` shows")
+    return f"gpunode install --driver {version}  # a recommended release that suits these GPUs"
+
+
+def _native_min(cuda: str) -> Version | None:
+    for asked in (cuda, ".".join(cuda.split(".")[:2])):
+        try:
+            return compat.driver_needed_for_cuda(asked).native_min
+        except GpunodeError:
+            continue
+    return None
 
 
 def _driver(node: Node) -> Version | None:
@@ -77,7 +100,7 @@ def loaded(node: Node) -> Verdict:
                            "(see kernel.dkms-newest-kernel)")
         return failed(f"driver {state.installed} user space is installed but no nvidia module exists for kernel "
                       f"{node.facts.kernel}", f"gpunode install --driver {state.installed}  # rebuilds the module")
-    return failed("no NVIDIA driver is installed (/proc/driver/nvidia/version does not exist)", INSTALL)
+    return failed("no NVIDIA driver is installed (/proc/driver/nvidia/version does not exist)", install_fix(node))
 
 
 @check("driver.single-source", "driver", "one driver, from one source")
@@ -249,7 +272,7 @@ def branch_lifecycle(node: Node) -> Verdict:
                 highs.append(arch.last_driver_branch)
     example = _suggest(None, min(highs) if highs else None, node.today)
     return warned(f"driver {driver}: R{branch.branch} {branch.label} reached end of life in {branch.end_of_life}",
-                  f"gpunode install --driver {example}" if example else INSTALL)
+                  f"gpunode install --driver {example}" if example else install_fix(node))
 
 
 @check("cuda.toolkit-vs-driver", "cuda", "installed CUDA toolkit runs on the driver")
@@ -285,14 +308,14 @@ def cuda_toolkit(node: Node) -> Verdict:
         if not result.ok:
             example = _suggest(result.min_driver, None, node.today)
             problems.append((f"{dirs[0]}: {result.reason}",
-                             f"gpunode install --driver {example}" if example else INSTALL))
+                             f"gpunode install --driver {example}" if example else install_fix(node)))
         elif result.via != "native":
             notes.append(f"{dirs[0]}: {result.reason}")
         else:
             fine.append(f"CUDA {version} ({dirs[0]})")
     if problems:
-        return failed("; ".join(p for p, _ in problems), next((f for _, f in problems if f), INSTALL))
+        return failed("; ".join(p for p, _ in problems), next((f for _, f in problems if f), install_fix(node)))
     if notes:
-        return warned("; ".join(notes), "for native support: gpunode install --driver VERSION  # see gpunode compat "
-                      f"--cuda {max(toolkits, key=Version)}")
+        newest = max(toolkits, key=Version)
+        return warned("; ".join(notes), "for native support: " + install_fix(node, _native_min(newest)))
     return passed(f"{', '.join(fine)} runs natively on driver {driver}")

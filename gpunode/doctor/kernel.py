@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from gpunode import signing
 from gpunode.doctor.base import NO_GPU, Node, Verdict, check, failed, passed, skipped, warned
 from gpunode.errors import GpunodeError
 from gpunode.facts import driver as driver_facts
@@ -14,9 +15,7 @@ from gpunode.versions import normalize_arch
 
 
 def _signing_fix(node: Node) -> str:
-    return (f"gpunode install --driver {node.driver_version or 'VERSION'} --module-signing-key KEY "
-            "--module-signing-cert CERT  # a key pair enrolled with `sudo mokutil --import CERT`; or disable Secure "
-            "Boot in the firmware")
+    return signing.fix(node.driver_version, node.facts.os.id)
 
 
 def _signer(node: Node) -> str | None:

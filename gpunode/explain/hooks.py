@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from gpunode import signing
 from gpunode.explain.finding import Doc, Finding
 from gpunode.explain.tables import compile_pattern
 
@@ -262,8 +263,7 @@ def _installer_ko(c: Candidate, doc: Doc) -> Finding:
     if not likely:
         return _installer(c, doc, values=values, also=tuple(also))
     if likely[0][0] == "secure-boot":
-        also.insert(0, "sign the module: gpunode install --driver <version> --module-signing-key KEY "
-                       "--module-signing-cert CERT, after sudo mokutil --import CERT and a reboot")
+        also.insert(0, "sign the module: " + signing.fix(_installer_values(doc).get("driver_version")))
     cause = ("nvidia.ko was built but the kernel refused to load it; the text points to: "
              + "; ".join(reason for _, reason, _ in likely) + ".")
     return _installer(c, doc, values=values, cause=cause, fix=likely[0][2], also=tuple(also))

@@ -13,11 +13,13 @@ module flavour. On failure the installer's log tail is shown with what it means.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
+from datetime import date
 
 from packaging.version import Version
 
-from gpunode import gpus
+from gpunode import compat, gpus, signing
 from gpunode.actions.driver import LOG, WORK_PARENT, FetchInstaller, RunInstaller
 from gpunode.artifacts.source import resolve
 from gpunode.errors import GpunodeError
@@ -118,13 +120,6 @@ def _packages_fix(facts: Facts) -> str:
             "the same command again")
 
 
-_SECURE_BOOT_FIX = (
-    "choose one: (1) pass --module-signing-key KEY --module-signing-cert CERT (paths on the node) of a key pair "
-    "enrolled with `mokutil --import CERT` (confirm it in MOK Manager at the next boot); (2) disable Secure Boot "
-    "in the firmware; (3) use the distribution's pre-signed driver packages instead of --driver (Ubuntu: "
-    "`ubuntu-drivers install --gpgpu nvidia:<branch>-server`)")
-
-
 def _install_actions(facts: Facts, options: Options, version: str, flavour: Flavour) -> list[Action]:
     source = resolve(version, facts.arch, driver_run=options.driver_run, sha256=options.sha256,
                      cache_root=options.cache_dir, mirror=options.driver_mirror)
@@ -155,19 +150,88 @@ def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> Step
     return decided.with_outputs(DriverOutputs(version, origin if version else None, changes))
 
 
+NO_GPU = "no NVIDIA GPU on this node: the driver would have nothing to drive"
+NO_GPU_FIX = "check `lspci -nn -d 10de:` (a VM needs the GPU passed through), or drop --driver"
+_ELSEWHERE = ("if a driver container or another tool provides the driver, leave the driver step out "
+              "(--skip driver)")
+
+
+def recommended_version(facts: Facts, options: Options, at_least: Version | None = None,
+                        today: date | None = None) -> str | None:
+    """The newest release of the first recommended branch (gpunode/compat.py tables) that supports every GPU of
+    the node (and --cuda when given, and `at_least`). None when the tables know none."""
+    lows: list[Version] = [at_least] if at_least is not None else []
+    highs: list[int] = []
+    for device in sorted({g.device for g in facts.gpus}):
+        gpu = gpus.lookup_id(device)
+        if gpu is None:
+            continue
+        arch = gpus.architecture_of(gpu)
+        low = compat.architecture_min_driver(arch)
+        if low is not None:
+            lows.append(low)
+        if gpu.open_module == "required":
+            lows.append(Version(f"{gpus.BOTH_FLAVOURS_FROM}"))
+        if arch.last_driver_branch is not None:
+            highs.append(arch.last_driver_branch)
+    if options.cuda:
+        try:
+            need = compat.driver_needed_for_cuda(options.cuda)
+        except GpunodeError:
+            need = None
+        if need is not None and need.native_min is not None:
+            lows.append(need.native_min)
+    found = compat.recommended_drivers(max(lows) if lows else None, min(highs) if highs else None, today)
+    return str(found[0].latest_known) if found and found[0].latest_known else None
+
+
+def _no_driver(facts: Facts, state: DriverState, options: Options) -> StepPlan:
+    """No --driver, nothing loaded: fine without a GPU; with one, the node would end up with a container
+    toolkit and no driver, so say what is missing and the exact command that asks for it."""
+    if not facts.gpus:
+        return ok(NAME, "no NVIDIA GPU on this node: no driver to install")
+    if state.packages:
+        names = ", ".join(n for n, _ in state.packages[:3])
+        return blocked(NAME, f"a driver from distribution packages ({names}) is installed but not loaded",
+                       "sudo modprobe nvidia  # if it fails: sudo dmesg | gpunode explain; a reboot also loads it")
+    installed = state.installed or state.module
+    if installed:
+        return blocked(NAME, f"driver {installed} is installed but not loaded, and no --driver was given",
+                       f"gpunode install --driver {shlex.quote(installed)}  # loads it, or rebuilds its module",
+                       _ELSEWHERE)
+    version = recommended_version(facts, options)
+    names = ", ".join(dict.fromkeys(_gpu_name(g.device) for g in facts.gpus))
+    if version is None:
+        return blocked(NAME, f"a GPU ({names}) but no NVIDIA driver, and no --driver was given: pass --driver with "
+                             "a version that suits it", "gpunode compat --gpu " + shlex.quote(names.split(", ")[0]),
+                       _ELSEWHERE)
+    first = names.split(", ")[0]
+    return blocked(NAME, f"a GPU ({names}) but no NVIDIA driver, and no --driver was given: the node would get a "
+                         "container toolkit and no driver",
+                   f"gpunode install --driver {shlex.quote(version)}  # the recommended release for these GPUs; "
+                   f"gpunode compat --gpu {shlex.quote(first)} lists the other branches", _ELSEWHERE)
+
+
+def _gpu_name(device: int) -> str:
+    gpu = gpus.lookup_id(device)
+    return gpu.name if gpu is not None else f"10de:{device:04x}"
+
+
 def _plan(facts: Facts, options: Options, earlier: Earlier, state: DriverState) -> StepPlan:
     version = requested_version(options)
     if version is None:
         if options.driver_run:
             return blocked(NAME, f"cannot tell which driver version {options.driver_run} installs",
-                           "pass --driver VERSION as well")
+                           ("the Identification line of `sh NVIDIA-Linux-*.run --info` on the downloaded file "
+                            if "://" in options.driver_run else
+                            f"the Identification line of `sh {shlex.quote(options.driver_run)} --info` ")
+                           + "names it: run the same command again with --driver and that version")
         if state.loaded:
             return ok(NAME, f"no --driver requested; driver {state.loaded.version} ({state.loaded.flavour} module) "
                             "is loaded and left as it is")
-        return ok(NAME, "no --driver requested: no driver is installed (pass --driver VERSION to install one)")
+        return _no_driver(facts, state, options)
     if not facts.gpus:
-        return blocked(NAME, "no NVIDIA GPU on this node: the driver would have nothing to drive",
-                       "check `lspci -nn -d 10de:` (a VM needs the GPU passed through), or drop --driver")
+        return blocked(NAME, NO_GPU, NO_GPU_FIX)
     try:
         arch = normalize_arch(facts.arch)
     except GpunodeError as exc:
@@ -237,10 +301,10 @@ def _install(facts: Facts, options: Options, version: str, choice: Flavour, note
              earlier: Earlier | None = None) -> StepPlan:
     if facts.secure_boot.enabled and not (options.module_signing_key and options.module_signing_cert):
         return blocked(NAME, "Secure Boot is enabled and no module signing key was given: the kernel would refuse "
-                             "the unsigned NVIDIA module", _SECURE_BOOT_FIX)
+                             "the unsigned NVIDIA module", signing.fix(version, facts.os.id))
     if facts.secure_boot.enabled:
         notes.append("Secure Boot is on: the module is signed with --module-signing-key; its certificate must be "
-                     "enrolled (mokutil --import CERT, confirmed at the next boot) or the kernel refuses the module")
+                     "enrolled (`sudo mokutil --import` it, confirmed at the next boot) or the kernel refuses the module")
     elif facts.secure_boot.enabled is None:
         notes.append(f"Secure Boot state unknown ({facts.secure_boot.evidence}): an unsigned module may be refused")
     if facts.module_loaded("nouveau"):

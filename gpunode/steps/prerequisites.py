@@ -10,8 +10,10 @@ VM apt/dpkg is often busy with unattended-upgrades or cloud-init: the install wa
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 
+from gpunode import pkgmgr
 from gpunode.actions.packages import install_packages
 from gpunode.facts import Facts
 from gpunode.facts import kernel as kernel_facts
@@ -20,6 +22,7 @@ from gpunode.options import Options
 from gpunode.pkgmgr import HEADERS_FIX
 from gpunode.plan import Action, Earlier, StepPlan, blocked, change, ok
 from gpunode.steps.base import Step
+from gpunode.steps.driver import NO_GPU, NO_GPU_FIX
 
 NAME = "prerequisites"
 TITLE = "Build prerequisites for the driver"
@@ -85,6 +88,32 @@ def headers_package(facts: Facts, manager: str) -> str:
     return f"linux-headers-{facts.kernel}" if manager == "apt" else f"kernel-devel-{facts.kernel}"
 
 
+def kernel_packages(facts: Facts, manager: str) -> tuple[str, ...]:
+    """The packages that bring the distribution's newest kernel of the running flavour with its headers
+    (5.15.0-91-generic -> linux-generic on Ubuntu; 6.1.0-18-amd64 -> linux-image-amd64 on Debian), or () when
+    the flavour cannot be told."""
+    if manager != "apt":
+        return ("kernel", "kernel-devel")  # installonly: installs the newest, next to the running one
+    flavour = facts.kernel.rsplit("-", 1)[-1] if "-" in facts.kernel else ""
+    if not re.fullmatch(r"[a-z][a-z0-9]*", flavour):
+        return ()
+    if facts.os.id == "ubuntu" or "ubuntu" in facts.os.like:
+        return (f"linux-{flavour}",)
+    return (f"linux-image-{flavour}", f"linux-headers-{flavour}")
+
+
+def headers_fix(facts: Facts, manager: str) -> str:
+    """The fix for headers the repositories no longer carry, for this node's package manager."""
+    wanted = kernel_packages(facts, manager)
+    if not wanted:
+        return HEADERS_FIX
+    m = pkgmgr.get(manager)
+    steps = [m.refresh_argv] if m.refresh_argv else []
+    command = " && ".join("sudo " + shlex.join(argv) for argv in [*steps, m.install(wanted)])
+    return (f"the running kernel {facts.kernel} is not the one the repositories carry headers for: install the "
+            f"current kernel with `{command}`, reboot into it (`sudo reboot`), and run the same command again")
+
+
 # ---------------------------------------------------------------------------------------------------------
 # the plan
 # ---------------------------------------------------------------------------------------------------------
@@ -102,6 +131,8 @@ def missing_packages(facts: Facts, manager: str) -> list[str]:
 def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> StepPlan:
     if not wants_driver(options):
         return ok(NAME, "no --driver requested: nothing will be built")
+    if not facts.gpus:  # the first thing to say: headers and compilers would not help
+        return blocked(NAME, NO_GPU, NO_GPU_FIX)
     manager = package_manager(facts)
     if manager is None:
         return blocked(NAME, f"no supported package manager on {facts.os}",
@@ -114,7 +145,7 @@ def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> Step
     headers = headers_package(facts, manager)
     if headers in missing and avail.known and headers in avail.missing:
         return blocked(NAME, f"{headers} (headers for the running kernel) is not available from the configured "
-                             "repositories: the NVIDIA module cannot be built", HEADERS_FIX)
+                             "repositories: the NVIDIA module cannot be built", headers_fix(facts, manager))
 
     actions: list[Action] = []
     notes: list[str] = [f"waits up to {options.lock_timeout:.0f}s for the package lock (--lock-timeout)"]

@@ -38,7 +38,7 @@ def test_doctor_on_this_machine_reports_no_gpu_and_changes_nothing(tmp_path):
 
 
 def test_plan_human_output_shows_status_commands_and_diff(fake_node):
-    result = runner.invoke(app, ["plan", "--host", "gpu-01"])
+    result = runner.invoke(app, ["plan", "--host", "gpu-01", "--skip", "driver"])
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "nouveau" in out and "change" in out

@@ -39,7 +39,7 @@ class ScriptedSudo(Connection):
 @pytest.mark.parametrize("sudo_n, sudo_s, password, message, fix", [
     (NEEDS_PASSWORD, None, None, "root is needed and sudo asks for a password", "--ask-become-pass"),
     (NEEDS_PASSWORD, WRONG, "wrong", "sudo rejected the password given to --ask-become-pass", "password"),
-    (NEEDS_PASSWORD, NOT_IN_SUDOERS, "right", "not allowed to use sudo (not in sudoers)", "USER@NODE"),
+    (NEEDS_PASSWORD, NOT_IN_SUDOERS, "right", "not allowed to use sudo (not in sudoers)", "--host root@gpu-01"),
     (NEEDS_PASSWORD, NOT_ALLOWED_HERE, "right", "not allowed to use sudo (not in sudoers)", "grant sudo"),
     (REQUIRETTY, None, "right", "sudo on the node requires a terminal (Defaults requiretty)", "!requiretty"),
     (NO_SUDO, None, None, "sudo is not installed", "log in as root"),

@@ -56,6 +56,7 @@ def normalise(doc: Any, node: Any, cache: str) -> Any:
     text = json.dumps(doc, indent=2, sort_keys=True)
     text = text.replace(cache, "<cache>")
     text = text.replace(f"127.0.0.1:{node.port}", "<host>")
+    text = text.replace(f"-p {node.port} root@127.0.0.1", "-p <port> root@<address>")  # ssh in node commands
     if getattr(node, "dir", None) is not None:
         text = text.replace(str(node.dir), "<node-dir>")  # the node's keys and known_hosts in fix commands
     if node.boot_id:

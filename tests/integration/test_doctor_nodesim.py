@@ -16,6 +16,7 @@ import contextlib
 import functools
 import json
 import os
+import shlex
 import threading
 from collections.abc import Callable, Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -24,6 +25,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from gpunode import compat, gpus
 from gpunode.cli import app
 from gpunode.cli._target import runnable
 from gpunode.doctor import CHECKS
@@ -122,7 +124,12 @@ def test_fresh_node_fails_where_work_is_left(sim_node):  # noqa: F811
                                "driver.loaded": "fail", "container.toolkit-installed": "fail"}
     # fixes name the node they are about (gpunode/cli/_target.py), so they run there as printed
     assert checks["kernel.nouveau-loaded"]["fix"] == runnable("gpunode install --only nouveau --reboot", node.cli_args())
-    assert checks["driver.loaded"]["fix"].startswith(runnable("gpunode install --driver VERSION", node.cli_args()))
+    install = runnable("gpunode install --driver", node.cli_args())
+    fix = checks["driver.loaded"]["fix"]
+    assert fix.startswith(install + " ")  # with a release that suits the T4, from the branch table
+    version = fix[len(install):].split()[0]
+    assert version in {str(b.latest_known) for b in compat.tables().branches.values()}
+    assert compat.driver_supports(gpus.architecture_of(gpus.lookup_id(0x1EB8)), compat.parse_driver(version))[0]
     assert checks["container.docker-nvidia-runtime"]["status"] == "skip"  # waits for the toolkit
     assert checks["hw.gpu-present"]["evidence"] == "1 NVIDIA GPU(s): Tesla T4 (Turing) at 0000:00:1e.0"
     assert "fix: " + runnable("gpunode install --only nouveau --reboot", node.cli_args()) in " ".join(result.stdout.split())
@@ -427,7 +434,11 @@ def test_broken_nvswitch_variant_unattended_upgrades(h100):
     with broken(h100, _unattended, H100_BASELINE):
         checks = doctor(h100)
         assert_exactly(checks, "pkg.unattended-upgrades", "warn", H100_BASELINE, set())
-        assert checks["pkg.unattended-upgrades"]["fix"] == "sudo apt-mark hold nvidia-fabricmanager"
+        # a node command, run there through ssh with the node's port, key and known-hosts file
+        ssh = ["ssh", "-t", "-i", h100.key_path, "-o", f"UserKnownHostsFile={h100.known_hosts}", "-p",
+               str(h100.port), f"root@{h100.host}"]
+        assert checks["pkg.unattended-upgrades"]["fix"] == shlex.join(ssh) + ' "sudo apt-mark hold nvidia-fabricmanager"'
+
 
 
 def test_broken_variant_driver_branch_too_old_for_the_gpu(mirror):

@@ -4,10 +4,12 @@ installer's flags, failure explanations from real installer output, and applying
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from pathlib import Path
 
 import pytest
 
+from gpunode import compat, gpus
 from gpunode.actions.driver import FetchInstaller, RunInstaller, explain_failure
 from gpunode.artifacts import DownloadError
 from gpunode.errors import CommandError
@@ -115,10 +117,49 @@ def test_installer_flags():
 
 
 # -- plans -------------------------------------------------------------------------------------------------------
-def test_no_driver_requested_is_ok_either_way():
-    assert plan(facts(), Options()).status is Status.OK
+def test_no_driver_requested_with_a_loaded_driver_or_no_gpu_is_ok():
     p = plan(installed(), Options())
     assert p.status is Status.OK and "535.129.03 (proprietary module) is loaded" in p.reason
+    p = plan(facts(devices=()), Options())
+    assert p.status is Status.OK and p.reason == "no NVIDIA GPU on this node: no driver to install"
+
+
+def _recommended(p) -> str:
+    words = shlex.split(p.fix.split("#")[0])
+    assert words[:3] == ["gpunode", "install", "--driver"] and len(words) == 4, p.fix
+    return words[3]
+
+
+@pytest.mark.parametrize("device", [T4, 0x102D, 0x2901])  # Turing, Kepler (dropped after R470), Blackwell
+def test_a_gpu_without_a_driver_is_blocked_with_a_driver_that_suits_it(device):
+    p = plan(facts(devices=(device,)), Options())
+    assert p.status is Status.BLOCKED
+    assert "no NVIDIA driver, and no --driver was given" in p.reason and "container toolkit and no driver" in p.reason
+    version = _recommended(p)
+    gpu = gpus.lookup_id(device)
+    assert gpu is not None and gpu.name in p.reason
+    # the named release exists in the branch table and supports the GPU, module flavour included
+    assert version in {str(b.latest_known) for b in compat.tables().branches.values()}
+    assert compat.driver_supports(gpus.architecture_of(gpu), compat.parse_driver(version)) == (True, None)
+    assert isinstance(driver.choose_flavour([device], version, None), driver.Flavour)
+    assert any("--skip driver" in n for n in p.notes)
+    assert p.outputs.version is None
+
+
+def test_the_recommended_driver_also_runs_the_requested_cuda():
+    p = plan(facts(devices=(T4,)), Options(cuda="13.0"))
+    need = compat.driver_needed_for_cuda("13.0").native_min
+    assert need is not None and compat.parse_driver(_recommended(p)) >= need
+
+
+def test_an_installed_driver_that_is_not_loaded_is_named_in_the_fix():
+    p = plan(installed(load=False), Options())
+    assert p.status is Status.BLOCKED and f"driver {V} is installed but not loaded" in p.reason
+    assert shlex.split(p.fix.split("#")[0]) == ["gpunode", "install", "--driver", V]
+    packaged = facts(outputs={"driver_packages": Section("nvidia-driver-535 535.183.01-0ubuntu1\n", 0)})
+    p = plan(packaged, Options())
+    assert p.status is Status.BLOCKED and "(nvidia-driver-535) is installed but not loaded" in p.reason
+    assert p.fix.startswith("sudo modprobe nvidia  #")
 
 
 def test_fresh_node_downloads_verifies_and_installs():
@@ -374,3 +415,9 @@ def test_pipeline_reboots_for_nouveau_then_installs(tmp_path):
     assert node.nvidia_version == V and "nouveau" not in node.modules and report.exit_code == 0
     again = apply_pipeline(FakeConnection(node), steps, options, journal=False)
     assert {o.step: o.result for o in again.outcomes}["driver"] == "ok" and node.reboots == 1
+
+
+def test_an_installer_whose_name_carries_no_version_says_how_to_read_it():
+    p = plan(facts(), Options(driver_run="/srv/my installer.run"))
+    assert p.status is Status.BLOCKED and "cannot tell which driver version" in p.reason
+    assert "`sh '/srv/my installer.run' --info`" in p.fix and "--driver" in p.fix

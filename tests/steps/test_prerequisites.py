@@ -7,6 +7,7 @@ import pytest
 from gpunode.actions.packages import PackageCommand
 from gpunode.errors import CommandError
 from gpunode.facts import Facts
+from gpunode.facts.kernel import PciDevice
 from gpunode.facts.osinfo import parse_os_release
 from gpunode.facts.probe import Section
 from gpunode.options import Options
@@ -18,11 +19,12 @@ UBUNTU = parse_os_release('ID=ubuntu\nID_LIKE=debian\nVERSION_ID="22.04"\nPRETTY
 ROCKY = parse_os_release('ID="rocky"\nID_LIKE="rhel centos fedora"\nVERSION_ID="9.3"\nPRETTY_NAME="Rocky Linux 9.3"\n')
 RHEL = parse_os_release('ID="rhel"\nID_LIKE="fedora"\nVERSION_ID="9.3"\nPRETTY_NAME="Red Hat Enterprise Linux 9.3"\n')
 KERNEL = "5.15.0-91-generic"
+T4 = PciDevice("0000:17:00.0", 0x10DE, 0x1EB8, 0x030200)
 DRIVER = Options(driver="535.129.03")
 
 
 def facts(**changes) -> Facts:
-    base = Facts(os=UBUNTU, kernel=KERNEL, arch="x86_64", tools={"apt-get": "/usr/bin/apt-get"})
+    base = Facts(os=UBUNTU, kernel=KERNEL, arch="x86_64", tools={"apt-get": "/usr/bin/apt-get"}, pci=(T4,))
     return dataclasses.replace(base, **changes)
 
 
@@ -66,7 +68,35 @@ def test_headers_not_in_the_repositories_block_with_the_fix():
     f = facts(outputs=outputs(prereq_available=f"avail gcc\navail make\navail dkms\nmissing linux-headers-{KERNEL}\n"))
     p = plan(f)
     assert p.status is Status.BLOCKED and f"linux-headers-{KERNEL}" in p.reason
-    assert "upgrade the kernel" in (p.fix or "") and "reboot into it" in (p.fix or "")
+    assert p.fix == (f"the running kernel {KERNEL} is not the one the repositories carry headers for: install the "
+                     "current kernel with `sudo apt-get update && sudo apt-get install -y --no-install-recommends "
+                     "linux-generic`, reboot into it (`sudo reboot`), and run the same command again")
+
+
+@pytest.mark.parametrize(("os_release", "kernel", "tools", "avail", "command"), [
+    ('ID=debian\nVERSION_ID="12"\n', "6.1.0-18-amd64", {"apt-get": "x"}, "missing linux-headers-6.1.0-18-amd64\n",
+     "sudo apt-get update && sudo apt-get install -y --no-install-recommends linux-image-amd64 linux-headers-amd64"),
+    ('ID=ubuntu\nID_LIKE=debian\nVERSION_ID="22.04"\n', "6.8.0-1015-aws", {"apt-get": "x"},
+     "missing linux-headers-6.8.0-1015-aws\n", "sudo apt-get update && sudo apt-get install -y "
+     "--no-install-recommends linux-aws"),
+    ('ID="rocky"\nID_LIKE="rhel centos fedora"\nVERSION_ID="9.3"\n', "5.14.0-362.8.1.el9_3.x86_64", {"dnf": "x"},
+     "dnf gcc.x86_64 11.4.1-2.1.el9 appstream\ndnf make.x86_64 1:4.3-7.el9 baseos\n"
+     "dnf dkms.noarch 3.0.12-1.el9 epel\ndnf kernel-devel.x86_64 5.14.0-427.13.1.el9_4 appstream\n",
+     "sudo dnf install -y kernel kernel-devel"),
+])
+def test_headers_fix_names_this_distributions_kernel_packages(os_release, kernel, tools, avail, command):
+    f = facts(os=parse_os_release(os_release), kernel=kernel, tools=tools, outputs=outputs(prereq_available=avail))
+    p = plan(f)
+    assert p.status is Status.BLOCKED and f"`{command}`" in (p.fix or "")
+    assert ("apt-get" in p.fix) == ("apt-get" in tools) and ("dnf" in p.fix) == ("dnf" in tools)
+
+
+def test_no_gpu_is_the_first_blocker_not_missing_headers():
+    f = facts(pci=(), outputs=outputs(prereq_available=f"missing linux-headers-{KERNEL}\n"))
+    p = plan(f)
+    assert p.status is Status.BLOCKED and p.reason.startswith("no NVIDIA GPU on this node")
+    assert "headers" not in p.reason and "apt-get" not in (p.fix or "")
+    assert plan(f, Options()).status is Status.OK  # nothing asked for, nothing to say
 
 
 def test_unknown_availability_still_tries():

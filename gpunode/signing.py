@@ -1,0 +1,33 @@
+"""Secure Boot: how to get the NVIDIA module signed, written once for every place that says so (the driver
+step, doctor, explain). Each fix is complete as printed: the key pair gets fixed paths on the node, the
+commands that make and enroll it are spelled out, and the gpunode command carries the version when it is known.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+KEY = "/root/gpunode-mok.priv"  # on the node; --module-signing-key
+CERT = "/root/gpunode-mok.der"  # on the node; --module-signing-cert (DER, what mokutil enrolls)
+
+MAKE_AND_ENROLL = (f"sudo openssl req -new -x509 -newkey rsa:2048 -nodes -days 36500 -subj '/CN=gpunode module "
+                   f"signing/' -keyout {KEY} -outform DER -out {CERT} && sudo mokutil --import {CERT}")
+FLAGS = f"--module-signing-key {KEY} --module-signing-cert {CERT}"
+
+
+def install_command(version: str | None) -> str:
+    if version:
+        return f"`gpunode install --driver {shlex.quote(version)} {FLAGS}`"
+    return f"the same gpunode install command with `{FLAGS}` added"
+
+
+def fix(version: str | None, os_id: str = "") -> str:
+    """Every way out when Secure Boot would refuse an unsigned module; Ubuntu's signed packages only on Ubuntu."""
+    text = (f"choose one: (1) make a key pair on the node and enroll it: `{MAKE_AND_ENROLL}` (mokutil asks for a "
+            "one-time password; confirm the key in MOK Manager at the next boot), then run "
+            f"{install_command(version)}; (2) disable Secure Boot in the firmware")
+    if os_id == "ubuntu" and version:
+        branch = version.split(".", 1)[0]
+        text += (f"; (3) use Ubuntu's signed driver packages instead of --driver: "
+                 f"`sudo ubuntu-drivers install --gpgpu nvidia:{branch}-server`")
+    return text
