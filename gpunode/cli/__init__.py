@@ -25,8 +25,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "doctor": ("gpunode.cli.doctor", "doctor",
                "Diagnose the node (read-only): exit 0 all pass, 1 any failure, 2 usage or connection error."),
     "verify": ("gpunode.cli.verify", "verify",
-               "Run nvidia-smi in a container per engine (docker, containerd, podman); compare its GPUs with the "
-               "host's."),
+               "Run nvidia-smi in a container per engine (docker, containerd, podman), or in a Kubernetes pod with "
+               "--k8s; compare its GPUs with the host's."),
     "compat": ("gpunode.cli.compat", "compat",
                "CUDA / driver / GPU compatibility, offline: --driver, --cuda, --image, --gpu (combinable)."),
     "status": ("gpunode.cli.status", "status",
