@@ -310,6 +310,23 @@ def test_mig_layout_warn_when_nothing_recreates_the_instances(a100):
     assert result["evidence"].startswith("MIG devices now (GPU 1: 1) but no mig-parted configuration is selected")
 
 
+# ---- hw.mig-mode (existing check, reachable now that the simulator has MIG) ----------------------------------------
+
+
+def test_mig_mode_pass_when_enabled(a100):
+    a100.set_mig(0, True, ("7g.80gb",))
+    result = check(a100, "hw.mig-mode")
+    assert result["status"] == "pass" and result["evidence"].startswith("MIG enabled on GPU 0:")
+
+
+def test_mig_mode_warn_while_a_change_waits_for_a_gpu_reset(a100):
+    a100.set_mig(3, False, pending=True)
+    result = check(a100, "hw.mig-mode")
+    assert result["status"] == "warn" and result["reboot"] is True
+    assert result["evidence"].startswith("GPU 3 (0004:00:00.0): MIG Disabled, pending Enabled")
+    assert result["fix"].startswith("sudo nvidia-smi -r -i 3")
+
+
 # ---- pkg.pending-upgrades (no fail: the node works until the upgrade runs) ---------------------------------------
 
 
