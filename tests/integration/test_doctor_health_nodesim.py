@@ -97,6 +97,7 @@ def _restoring(node: SimNode) -> Iterator[SimNode]:
     """The node as the test found it afterwards: health knobs, catalog, package db, kernel log, MIG files."""
     saved = {path: node.read_bytes(path) if node.exists(path) else None for path in KEPT}
     modules = node.loaded_modules()
+    uvm_node = node.exists("/dev/nvidia-uvm")
     yield node
     for path, data in saved.items():
         if data is None:
@@ -104,9 +105,8 @@ def _restoring(node: SimNode) -> Iterator[SimNode]:
                 node.remove(path)
         else:
             node.write(path, data)
-    for module in ("nvidia_uvm",):
-        node.set_module_loaded(module, module in modules)
-    if not node.exists("/dev/nvidia-uvm"):
+    node.set_module_loaded("nvidia_uvm", "nvidia_uvm" in modules)
+    if uvm_node and not node.exists("/dev/nvidia-uvm"):
         node.write("/dev/nvidia-uvm", "")
 
 
