@@ -180,8 +180,17 @@ def mig_layout(node: Node) -> Verdict:
                   "nvidia-mig-manager.service (NVIDIA mig-parted README)")
 
 
+def _kernel_release(name: str) -> str | None:
+    """The release a Debian-family kernel image package installs (linux-image[-unsigned]-6.1.0-21-amd64 ->
+    6.1.0-21-amd64); None for anything else, metapackages included (linux-image-amd64, linux-image-generic)."""
+    for prefix in ("linux-image-unsigned-", "linux-image-"):
+        if name.startswith(prefix) and name[len(prefix):][:1].isdigit():
+            return name[len(prefix):]
+    return None
+
+
 def _is_kernel(name: str) -> bool:
-    return name.startswith("linux-image-") or name in ("kernel", "kernel-core")
+    return _kernel_release(name) is not None or name in ("kernel", "kernel-core")
 
 
 @check("pkg.pending-upgrades", "packages", "pending upgrades keep the driver working")
@@ -206,7 +215,7 @@ def pending_upgrades(node: Node) -> Verdict:
                       f"{hold}{' '.join(u.name for u in driver)}  # or upgrade in a maintenance window and reboot")
     if kernels and node.driver_version:
         new = kernels[-1]
-        release = new.name[len("linux-image-"):] if new.name.startswith("linux-image-") else new.new
+        release = _kernel_release(new.name) or new.new
         dkms = any(e.module.startswith("nvidia") for e in node.kernels.dkms)
         headers = any(u.name.startswith(("linux-headers-", "kernel-devel")) for u in pending)
         prebuilt = any(u.name.startswith("linux-modules-nvidia-") for u in pending)

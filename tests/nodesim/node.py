@@ -1046,6 +1046,80 @@ class SimNode:
         """Append lines (e.g. Xid errors) to the node's kernel log, shown by dmesg / journalctl -k."""
         self._node_fn("while IFS= read -r l; do ns_kmsg \"$l\"; done <<'NODESIM_EOF'\n" + text.rstrip("\n") + "\nNODESIM_EOF")
 
+    # health state nvidia-smi -q reports (node_files/lib/smiqtext.awk): key -> what it sets, per GPU
+    HEALTH_KEYS = ("ecc", "ecc_pending", "vol_sram_cor", "vol_sram_unc", "vol_dram_cor", "vol_dram_unc",
+                   "agg_sram_cor", "agg_sram_unc", "agg_dram_cor", "agg_dram_unc", "retired_sbe", "retired_dbe",
+                   "retired_pending", "remap_cor", "remap_unc", "remap_pending", "remap_failed", "gsp",
+                   "mig_pending", "mig_devices")
+
+    def set_gpu_health(self, index: int | None = None, **values: object) -> None:
+        """What `nvidia-smi -q` reports for GPU `index` (None: every GPU): `ecc`/`ecc_pending` ("Enabled",
+        "Disabled"), error counters (`vol_dram_unc=2`, `agg_dram_unc`, `vol_sram_cor` ...), `retired_dbe`,
+        `retired_pending` / `remap_pending` / `remap_failed` (True/False), `remap_unc`, `remap_cor`, `gsp`
+        (True: firmware in use, False: N/A; default: in use with the open module only). None removes a value."""
+        unknown = set(values) - set(self.HEALTH_KEYS)
+        if unknown:
+            raise TypeError(f"unknown GPU health key(s): {', '.join(sorted(unknown))}")
+        indexes = range(len(self.gpu_uuids)) if index is None else (index,)
+        rows = {(r[0], r[1]): r[2] for r in (ln.split("\t") for ln in (self.read(f"{STATE}/gpuhealth") or "")
+                                           .splitlines()) if len(r) == 3}
+        for i in indexes:
+            for key, value in values.items():
+                if value is None:
+                    rows.pop((str(i), key), None)
+                    continue
+                if isinstance(value, bool):
+                    value = ("on" if value else "off") if key == "gsp" else ("Yes" if value else "No")
+                if isinstance(value, (tuple, list)):
+                    value = ",".join(value)
+                rows[(str(i), key)] = str(value)
+        self.write(f"{STATE}/gpuhealth", "".join(f"{i}\t{k}\t{v}\n" for (i, k), v in sorted(rows.items())))
+
+    def set_mig(self, index: int, enabled: bool, devices: tuple[str, ...] = (), pending: bool | None = None) -> None:
+        """MIG mode of GPU `index` (nvidia-smi's mig.mode.current, -q, and the MIG devices `-L` lists, e.g.
+        ("3g.40gb", "1g.10gb")); `pending` differs from the current mode until a GPU reset."""
+        lines = [ln.split("\t") for ln in (self.read(f"{STATE}/gpus") or "").splitlines()]
+        if lines[index][11] == "N/A":
+            raise ValueError(f"GPU {index} ({lines[index][3]}) has no MIG mode")
+        lines[index][11] = "Enabled" if enabled else "Disabled"
+        self.write(f"{STATE}/gpus", "".join("\t".join(ln) + "\n" for ln in lines))
+        mode = None if pending is None else ("Enabled" if pending else "Disabled")
+        self.set_gpu_health(index, mig_devices=tuple(devices) if enabled and devices else None, mig_pending=mode)
+
+    def offer_package(self, name: str, version: str, deps: str = "-", effects: str = "-", repo: str = "base") -> None:
+        """Add a package version to the node's catalog (what `apt-get -s dist-upgrade` / `dnf check-update` and
+        installs can see): a pending upgrade when `name` is installed at an older version."""
+        arch = "x86_64" if self.profile.d.family == "rhel" else "amd64"
+        with open(self.root / STATE / "catalog", "a") as f:
+            f.write("\t".join((name, version, repo, deps or "-", effects or "-", arch, name)) + "\n")
+
+    def offer_kernel_upgrade(self, version: str, headers: bool = True) -> str:
+        """A newer kernel in the distribution's repository, pulled in by the installed kernel metapackage
+        (`linux-generic` / `linux-image-amd64`, dnf: `kernel`): returns the kernel package that upgrade installs.
+        With headers=False the metapackage does not bring the new headers (e.g. only linux-image-* is tracked)."""
+        if self.profile.d.family == "rhel":
+            rel = version.rsplit(".", 1)[0]  # 5.14.0-427.13.1.el9_4.x86_64 -> version-release
+            self.offer_package("kernel", rel)
+            self.offer_package("kernel-core", rel)
+            if headers:
+                self.offer_package("kernel-devel", rel, effects=f"headers:{version}")
+            return "kernel"
+        pkgver = version.rsplit("-", 1)[0] + ".1"
+
+        def metaver(kernel: str) -> str:  # 5.15.0-92-generic -> 5.15.0.92.1
+            return kernel.rsplit("-", 1)[0].replace("-", ".") + ".1"
+        meta = "linux-generic" if self.profile.distro.startswith("ubuntu") else "linux-image-amd64"
+        current = self.kernel
+        self.offer_package(meta, metaver(current), deps=f"linux-image-{current}")
+        self.install_package(f"{meta}={metaver(current)}")
+        self.offer_package(f"linux-image-{version}", pkgver)
+        deps = f"linux-image-{version}"
+        if headers:
+            self.offer_package(f"linux-headers-{version}", pkgver, effects=f"headers:{version}")
+            deps += f",linux-headers-{version}"
+        self.offer_package(meta, metaver(version), deps=deps)
+        return f"linux-image-{version}"
+
     def set_apt_lock(self, attempts: int) -> None:
         """The next `attempts` apt-get/dnf runs fail on the package lock (as with unattended-upgrades)."""
         if attempts > 0:

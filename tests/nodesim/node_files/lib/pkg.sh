@@ -181,8 +181,13 @@ pkg_apt_available() { pkg_available $(cat "$NS/apt-updated" 2>/dev/null || echo 
 pkg_resolve() {  # MODE AVAILFILE SPECS...
     _mode=$1; _avail=$2; shift 2
     printf '%s\n' "$@" > "$NS/.req"
-    awk -v mode="$_mode" -f "$NSLIB/resolve.awk" "$_avail" "$PKGDB" "$NS/.req"
+    awk -v mode="$_mode" -f "$NSLIB/vercmp.awk" -f "$NSLIB/resolve.awk" "$_avail" "$PKGDB" "$NS/.req"
     rm -f "$NS/.req"
+}
+
+# Pending upgrades of installed, not held packages -> "name old new repo arch new_package(0|1)" (upgrades.awk).
+pkg_upgrades() {  # MODE AVAILFILE
+    awk -v mode="$1" -f "$NSLIB/vercmp.awk" -f "$NSLIB/upgrades.awk" "$2" "$PKGDB"
 }
 
 # The simulated package lock (set by the host to imitate unattended-upgrades); each attempt uses one try.

@@ -1,9 +1,10 @@
 # nvidia-smi --query-gpu=FIELDS --format=csv[,noheader][,nounits] over /var/lib/nodesim/gpus.
-# -v fields=a,b,c -v noheader=0|1 -v nounits=0|1 -v ver=... -v pm=Enabled|Disabled -v fm=1|0 -v sel=IDX|""
+# -v health=/var/lib/nodesim/gpuhealth (mig_pending per GPU) -v fields=a,b,c -v noheader=0|1 -v nounits=0|1 -v ver=... -v pm=Enabled|Disabled -v fm=1|0 -v sel=IDX|""
 function smibus(b,   p, d) { split(b, p, ":"); d = "00000000" p[1]; return toupper(substr(d, length(d) - 7) ":" p[2] ":" p[3]) }
 function unit(v, u) { return nounits ? v : v " " u }
 BEGIN {
     FS = "\t"
+    while (health != "" && (getline hl < health) > 0) { split(hl, hf, "\t"); if (hf[2] == "mig_pending") MP[hf[1]] = hf[3] }
     n = split(fields, F, ",")
     H["name"] = "name"; H["gpu_name"] = "name"; H["driver_version"] = "driver_version"; H["pci.bus_id"] = "pci.bus_id"
     H["gpu_bus_id"] = "pci.bus_id"; H["uuid"] = "uuid"; H["gpu_uuid"] = "uuid"; H["index"] = "index"; H["count"] = "count"
@@ -48,7 +49,8 @@ BEGIN {
         else if (f == "utilization.gpu") v = unit(0, "%")
         else if (f == "power.draw") v = unit(sprintf("%.2f", $7), "W")
         else if (f == "power.limit") v = unit(sprintf("%.2f", $6), "W")
-        else if (f == "mig.mode.current" || f == "mig.mode.pending") v = ($12 == "N/A") ? "[N/A]" : $12
+        else if (f == "mig.mode.current") v = ($12 == "N/A") ? "[N/A]" : $12
+        else if (f == "mig.mode.pending") v = ($12 == "N/A") ? "[N/A]" : (($1 in MP) ? MP[$1] : $12)
         else if (f == "fabric.state") v = ($21 == "0") ? "[N/A]" : (($21 == "2" && !fm) ? "In Progress" : "Completed")
         else if (f == "fabric.status") v = ($21 == "0") ? "[N/A]" : (($21 == "2" && !fm) ? "[N/A]" : "Success")
         else if (f == "pci.device_id") v = sprintf("0x%s10DE", toupper(substr($3, 3)))
