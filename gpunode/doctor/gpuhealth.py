@@ -127,12 +127,12 @@ def uvm(node: Node) -> Verdict:
     has_node = devices is not None and "/dev/nvidia-uvm" in devices.devices
     if not node.facts.module_loaded("nvidia_uvm"):
         return failed("the nvidia_uvm module is not loaded: CUDA programs fail although nvidia-smi works",
-                      "sudo modprobe nvidia-uvm && sudo nvidia-modprobe -u -c=0")
+                      "gpunode install --only nodesettings  # loads it now and at every boot")
     if devices is None:
         return skipped("nvidia_uvm is loaded; /dev could not be listed")
     if not has_node:
         return failed("nvidia_uvm is loaded but /dev/nvidia-uvm does not exist: CUDA in containers fails",
-                      "sudo nvidia-modprobe -u -c=0  # creates /dev/nvidia-uvm and /dev/nvidia-uvm-tools")
+                      "gpunode install --only nodesettings  # creates /dev/nvidia-uvm and /dev/nvidia-uvm-tools")
     return passed("nvidia_uvm loaded, /dev/nvidia-uvm present")
 
 

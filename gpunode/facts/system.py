@@ -14,7 +14,7 @@ TOOL_NAMES = (
     "nerdctl", "crio", "podman", "mokutil", "gcc", "make", "dkms", "sudo", "sha256sum", "reboot", "lsinitramfs",
     "lsinitrd", "snap", "curl", "gpg",
     # doctor (gpunode/doctor/)
-    "nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-container-cli", "nvidia-persistenced",
+    "nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-container-cli", "nvidia-persistenced", "nvidia-modprobe",
     "nvidia-gridd", "kubelet",
 )
 

@@ -34,7 +34,7 @@ from gpunode.steps.base import Step
 from gpunode.steps.outputs import DriverOutputs, ToolkitOutputs
 
 NAME = "nodesettings"
-TITLE = "Persistence daemon and /dev/char links"
+TITLE = "Persistence daemon, nvidia_uvm and /dev/char links"
 READS = ("driver", "toolkit")  # decided once the driver is in place; nvidia-ctk may come with the toolkit
 
 SERVICE = "nvidia-persistenced"
@@ -45,6 +45,10 @@ NO_PERSISTENCE = "--no-persistence-mode"
 VENDOR_DIRS = ("/usr/lib/systemd/system", "/lib/systemd/system")  # the distribution's; /etc and /run are local
 
 RULE_PATH = "/etc/udev/rules.d/71-nvidia-dev-char.rules"
+UVM_LOAD_PATH = "/etc/modules-load.d/nvidia-uvm.conf"
+UVM_LOAD_TEXT = ("# Written by gpunode: CUDA needs the unified-memory module, and nvidia-ctk's /dev/char links need its\n"
+                 "# device major; nothing else loads it at boot (nvidia-modprobe does only on a host program's first use).\n"
+                 "nvidia-uvm\n")
 CTK = "/usr/bin/nvidia-ctk"  # where the toolkit packages put it
 DEV_CHAR_ARGS = ("system", "create-dev-char-symlinks", "--create-all")
 
@@ -221,6 +225,31 @@ def _persistence(facts: Facts, loaded: bool) -> Part:
                                        if state.enabled == "static" else ""), notes=tuple(notes))
 
 
+def _uvm(facts: Facts, loaded: bool) -> Part:
+    """nvidia_uvm loaded now (with /dev/nvidia-uvm) and at every boot: CUDA needs it, containers do not load it,
+    and `nvidia-ctk system create-dev-char-symlinks --create-all` fails without its device major."""
+    actions: list[Action] = []
+    problems: list[str] = []
+    lists = facts[settings_facts.MODULES_LOAD]
+    at_boot = settings_facts.loads_at_boot(lists, "nvidia-uvm")
+    if not at_boot:
+        actions.append(WriteFile(f"load nvidia_uvm at boot ({UVM_LOAD_PATH})", path=UVM_LOAD_PATH,
+                                 before=lists.get(UVM_LOAD_PATH), after=UVM_LOAD_TEXT))
+        problems.append("nothing loads nvidia_uvm at boot")
+    if loaded:
+        devices = facts.get(kernel_facts.DEV_CHAR)
+        no_node = devices is not None and "/dev/nvidia-uvm" not in devices.devices
+        if not facts.module_loaded("nvidia_uvm") or no_node:
+            # nvidia-modprobe (from the driver) loads the module AND creates /dev/nvidia-uvm{,-tools}
+            argv = ("nvidia-modprobe", "-u", "-c=0") if facts.has("nvidia-modprobe") else ("modprobe", "nvidia-uvm")
+            actions.append(RunCommand("load nvidia_uvm and create /dev/nvidia-uvm", argv, timeout=120))
+            problems.append("nvidia_uvm is not loaded" if not facts.module_loaded("nvidia_uvm")
+                            else "/dev/nvidia-uvm is missing")
+    if actions:
+        return Part("; ".join(problems), tuple(actions))
+    return Part(f"nvidia_uvm {'loaded and ' if loaded else ''}loaded at boot by {at_boot[0]}")
+
+
 def _dev_char(facts: Facts, earlier: Earlier, loaded: bool) -> Part:
     found = facts.tools.get("nvidia-ctk")
     toolkit = earlier.outputs("toolkit", ToolkitOutputs)
@@ -272,7 +301,7 @@ def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> Step
                                  "first: decided once that is loaded")
     if not (loaded or facts.has(SERVICE) or facts.has("nvidia-smi")):
         return ok(NAME, "no NVIDIA driver installed: nothing to keep persistent (install one with --driver VERSION)")
-    parts = (_persistence(facts, loaded), _dev_char(facts, earlier, loaded))
+    parts = (_persistence(facts, loaded), _uvm(facts, loaded), _dev_char(facts, earlier, loaded))
     reason = "; ".join(p.reason for p in parts)
     actions = [a for p in parts for a in p.actions]
     notes = [n for p in parts for n in p.notes]

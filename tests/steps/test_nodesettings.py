@@ -42,6 +42,7 @@ def make_node(driver: str | None = DRIVER, toolkit: bool = True, daemon: bool = 
     if driver:
         node.tools.add("nvidia-smi")
         node.outputs["doctor_dev_char"] = (NODES, 0)
+        node.modules.add("nvidia_uvm")  # the device nodes above include /dev/nvidia-uvm
         if daemon:
             node.tools.add("nvidia-persistenced")
     system = FakeSystem(node, packages=dict(TOOLKIT) if toolkit else {}).attach()
@@ -74,10 +75,12 @@ def test_fresh_node_gets_a_unit_the_daemon_the_rule_and_the_links_and_a_rerun_ch
     node, system = make_node()
     plan = plan_of(node)
     assert plan.status is Status.CHANGE
-    assert plan.reason == ("no nvidia-persistenced.service; no udev rule re-creates the /dev/char links at boot; "
-                           "no /dev/char link for nvidia0, nvidiactl, nvidia-uvm, nvidia-uvm-tools")
+    assert plan.reason == ("no nvidia-persistenced.service; nothing loads nvidia_uvm at boot; no udev rule re-creates "
+                           "the /dev/char links at boot; no /dev/char link for nvidia0, nvidiactl, nvidia-uvm, "
+                           "nvidia-uvm-tools")
     assert [type(a).__name__ for a in plan.actions] == ["WriteFile", "RunCommand", "RunCommand", "WriteFile",
-                                                        "RunCommand"]
+                                                        "WriteFile", "RunCommand"]
+    assert writes(plan)[ns.UVM_LOAD_PATH].after.splitlines()[-1] == "nvidia-uvm"
     assert commands(plan) == [("systemctl", "daemon-reload"), ENABLE_NOW, LINK]
     unit = writes(plan)[ns.UNIT_PATH]
     assert unit.before is None and "ExecStart=/usr/bin/nvidia-persistenced --verbose\n" in unit.after
@@ -93,8 +96,8 @@ def test_fresh_node_gets_a_unit_the_daemon_the_rule_and_the_links_and_a_rerun_ch
 
     again = plan_of(node)
     assert again.status is Status.OK
-    assert again.reason == ("nvidia-persistenced.service enabled and running; /dev/char links in place, re-created "
-                            f"at boot by {ns.RULE_PATH}")
+    assert again.reason == ("nvidia-persistenced.service enabled and running; nvidia_uvm loaded and loaded at boot by "
+                            f"{ns.UVM_LOAD_PATH}; /dev/char links in place, re-created at boot by {ns.RULE_PATH}")
     calls = len(node.calls)
     assert run(node).outcomes[0].result == "ok"
     assert node.changing_calls(calls) == []
@@ -103,6 +106,7 @@ def test_fresh_node_gets_a_unit_the_daemon_the_rule_and_the_links_and_a_rerun_ch
 def test_finished_node_is_ok_with_nothing_to_do():
     node, _ = make_node(units={"nvidia-persistenced": ("active", "enabled")})
     node.put(ns.RULE_PATH, ns.rule_text("/usr/bin/nvidia-ctk"))
+    node.put(ns.UVM_LOAD_PATH, ns.UVM_LOAD_TEXT)
     node.outputs["doctor_dev_char"] = (NODES + "link 195:0 /dev/nvidia0\nlink 195:255 /dev/nvidiactl\n"
                                        "link 510:0 /dev/nvidia-uvm\nlink 510:1 /dev/nvidia-uvm-tools\n", 0)
     plan = plan_of(node)
@@ -275,9 +279,11 @@ def test_an_existing_rule_anywhere_in_udevs_path_is_enough():
 def test_nvswitch_nodes_need_no_link():
     node, _ = make_node(units={"nvidia-persistenced": ("active", "enabled")})
     node.put(ns.RULE_PATH, ns.rule_text("/usr/bin/nvidia-ctk"))
+    node.put(ns.UVM_LOAD_PATH, ns.UVM_LOAD_TEXT)
     node.outputs["doctor_dev_char"] = ("dev /dev/nvidia0\ndev /dev/nvidiactl\ndev /dev/nvidia-nvswitch0\n"
-                                       "dev /dev/nvidia-nvswitchctl\nlink 195:0 /dev/nvidia0\n"
-                                       "link 195:255 /dev/nvidiactl\n", 0)
+                                       "dev /dev/nvidia-nvswitchctl\ndev /dev/nvidia-uvm\ndev /dev/nvidia-uvm-tools\n"
+                                       "link 195:0 /dev/nvidia0\nlink 195:255 /dev/nvidiactl\n"
+                                       "link 511:0 /dev/nvidia-uvm\nlink 511:1 /dev/nvidia-uvm-tools\n", 0)
     assert plan_of(node).status is Status.OK
 
 
@@ -298,14 +304,31 @@ def test_dry_run_shows_the_diffs_and_the_exact_commands(monkeypatch):
     human = CliRunner().invoke(app, ["plan", "--host", "gpu-01", "--only", "nodesettings"])
     assert "+ExecStart=/usr/bin/nvidia-persistenced --verbose" in human.stdout
     assert "$ systemctl enable --now nvidia-persistenced" in human.stdout
-    assert ns.UNIT_PATH not in node.files and ns.RULE_PATH not in node.files
+    assert ns.UNIT_PATH not in node.files and ns.RULE_PATH not in node.files and ns.UVM_LOAD_PATH not in node.files
 
 
 def test_without_a_loaded_driver_the_rule_is_enough():
     node, _ = make_node(driver=None, units={"nvidia-persistenced": ("inactive", "enabled")})
     node.tools.update({"nvidia-smi", "nvidia-persistenced"})
     node.put(ns.RULE_PATH, ns.rule_text("/usr/bin/nvidia-ctk"))
+    node.put(ns.UVM_LOAD_PATH, ns.UVM_LOAD_TEXT)
     plan = plan_of(node)
     assert plan.status is Status.OK
-    assert plan.reason == (f"nvidia-persistenced.service enabled; {ns.RULE_PATH} links the NVIDIA devices from "
-                           "/dev/char when the driver binds")
+    assert plan.reason == (f"nvidia-persistenced.service enabled; nvidia_uvm loaded at boot by {ns.UVM_LOAD_PATH}; "
+                           f"{ns.RULE_PATH} links the NVIDIA devices from /dev/char when the driver binds")
+
+
+def test_nvidia_uvm_is_loaded_now_and_at_every_boot_and_an_existing_list_is_accepted():
+    node, _ = make_node(units={"nvidia-persistenced": ("active", "enabled")})
+    node.put(ns.RULE_PATH, ns.rule_text("/usr/bin/nvidia-ctk"))
+    node.modules.discard("nvidia_uvm")
+    node.tools.add("nvidia-modprobe")
+    plan = plan_of(node)
+    assert plan.status is Status.CHANGE
+    assert "nothing loads nvidia_uvm at boot" in plan.reason and "nvidia_uvm is not loaded" in plan.reason
+    assert ("nvidia-modprobe", "-u", "-c=0") in commands(plan)
+    assert writes(plan)[ns.UVM_LOAD_PATH].before is None
+    # a module list of the user's that already loads it (with _ for -, and a comment) is enough for boot
+    node.put("/etc/modules", "# modules\nloop\nnvidia_uvm  # CUDA\n")
+    again = plan_of(node)
+    assert ns.UVM_LOAD_PATH not in writes(again) and "nothing loads nvidia_uvm at boot" not in again.reason
