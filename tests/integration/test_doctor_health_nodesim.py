@@ -14,6 +14,7 @@ finished node of the format tests (test_doctor_nodesim's `finish`).
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Iterator
 
 import pytest
@@ -60,6 +61,15 @@ ExecStart=/usr/bin/nvidia-mig-parted apply
 [Install]
 WantedBy=multi-user.target
 """
+
+
+def on_node(fix: str) -> str:
+    """The node command of a fix: for a remote node gpunode prints it as `ssh ... HOST "COMMAND"  # note`."""
+    if not fix.startswith("ssh "):
+        return fix
+    words = shlex.split(fix, comments=True)
+    assert words[:2] == ["ssh", "-t"], fix
+    return words[-1]
 
 
 def doctor(node: SimNode, *extra: str) -> tuple[int, dict[str, dict]]:
@@ -140,7 +150,7 @@ def test_ecc_warn_when_disabled(t4):
     result = check(t4, "health.ecc")
     assert result["status"] == "warn"
     assert result["evidence"].startswith("ECC is disabled on GPU 0 (0000:00:1e.0)")
-    assert result["fix"] == "sudo nvidia-smi -e 1 && sudo reboot"
+    assert on_node(result["fix"]) == "sudo nvidia-smi -e 1 && sudo reboot"
 
 
 def test_ecc_warn_when_a_mode_change_waits_for_a_reboot(a100):
@@ -255,7 +265,7 @@ def test_uvm_fail_when_the_module_is_not_loaded(a100):
     a100.set_module_loaded("nvidia_uvm", False)
     result = check(a100, "driver.uvm")
     assert result["status"] == "fail"
-    assert result["fix"].startswith("sudo modprobe nvidia-uvm")
+    assert "gpunode install --host " in result["fix"] and "--only nodesettings" in result["fix"]
 
 
 def test_uvm_fail_without_the_device_node(a100):
@@ -300,7 +310,7 @@ def test_mig_layout_warn_when_mig_is_on_but_no_instance_survived_the_reboot(a100
     result = check(a100, "hw.mig-layout")
     assert result["status"] == "warn"
     assert result["evidence"].startswith("MIG is enabled on GPU 4 but it has no MIG device")
-    assert result["fix"].startswith("sudo nvidia-smi mig -i 4 -cgi")
+    assert on_node(result["fix"]).startswith("sudo nvidia-smi mig -i 4 -cgi")
 
 
 def test_mig_layout_warn_when_nothing_recreates_the_instances(a100):
@@ -324,7 +334,7 @@ def test_mig_mode_warn_while_a_change_waits_for_a_gpu_reset(a100):
     result = check(a100, "hw.mig-mode")
     assert result["status"] == "warn" and result["reboot"] is True
     assert result["evidence"].startswith("GPU 3 (0004:00:00.0): MIG Disabled, pending Enabled")
-    assert result["fix"].startswith("sudo nvidia-smi -r -i 3")
+    assert on_node(result["fix"]).startswith("sudo nvidia-smi -r -i 3")
 
 
 # ---- pkg.pending-upgrades (no fail: the node works until the upgrade runs) ---------------------------------------
@@ -378,7 +388,7 @@ def test_pending_upgrades_warn_when_the_driver_would_change_under_the_loaded_mod
     result = check(rocky_dkms, "pkg.pending-upgrades")
     assert result["status"] == "warn"
     assert "nvidia-driver 590.48.01-1.el9" in result["evidence"]
-    assert result["fix"].startswith("sudo dnf versionlock add ") and "nvidia-driver" in result["fix"]
+    assert on_node(result["fix"]).startswith("sudo dnf versionlock add ") and "nvidia-driver" in on_node(result["fix"])
 
 
 def test_pending_upgrades_pass_when_dkms_builds_for_the_new_kernel(rocky_dkms):
@@ -393,7 +403,7 @@ def test_pending_upgrades_warn_when_the_new_kernel_comes_without_headers(rocky_d
     result = check(rocky_dkms, "pkg.pending-upgrades")
     assert result["status"] == "warn"
     assert "without its headers: DKMS cannot build the nvidia module" in result["evidence"]
-    assert result["fix"].startswith("sudo dnf install -y kernel-devel")
+    assert on_node(result["fix"]).startswith("sudo dnf install -y kernel-devel")
 
 
 # ---- output formats on one finished node and the same node broken -------------------------------------------------

@@ -79,6 +79,7 @@ def test_run_driver_node_gets_the_daemon_and_the_links_which_survive_a_reboot(si
     assert node.read(ns.UNIT_PATH) == ns.unit_text("/usr/bin/nvidia-persistenced")
     assert node.read(ns.RULE_PATH).splitlines()[-1] == RULE
     assert persistence(node) == "Enabled"
+    assert node.read(ns.UVM_LOAD_PATH).splitlines()[-1] == "nvidia-uvm"
     assert sorted(node.listdir("/dev/char")) == ["195:0", "195:254", "195:255", "510:0", "510:1"]
     checks = doctor(node)
     assert checks["driver.persistence"]["status"] == "pass"
@@ -88,8 +89,8 @@ def test_run_driver_node_gets_the_daemon_and_the_links_which_survive_a_reboot(si
     node.clear_calls()
     again = install(node)["nodesettings"]
     assert again["status"] == "ok" and again["reason"] == (
-        f"nvidia-persistenced.service enabled and running; /dev/char links in place, re-created at boot by "
-        f"{ns.RULE_PATH}")
+        f"nvidia-persistenced.service enabled and running; nvidia_uvm loaded and loaded at boot by "
+        f"{ns.UVM_LOAD_PATH}; /dev/char links in place, re-created at boot by {ns.RULE_PATH}")
     assert changes(node) == []
 
     node.reboot()  # a fresh /dev: the udev rule links the devices when the driver binds; the daemon starts
