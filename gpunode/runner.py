@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gpunode import __version__, cancel
+from gpunode import __version__, cancel, preflight
 from gpunode.connection.base import Connection
 from gpunode.errors import CommandError, ConnectError, GpunodeError
 from gpunode.facts import Facts, gather
@@ -164,8 +164,10 @@ def internal_error(exc: BaseException) -> str:
 
 
 def plan_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
-                  reporter: Reporter | None = None) -> RunReport:
-    """Dry run: plan every step against the current facts. Nothing on the node changes."""
+                  reporter: Reporter | None = None, *, check_artifacts: preflight.Probe | bool = False) -> RunReport:
+    """Dry run: plan every step against the current facts. Nothing on the node changes. With
+    `check_artifacts` the installers are checked read-only as well (gpunode/preflight.py; a callable replaces
+    the HEAD request for an uncached URL): a failed check makes its step `failed`, and the plan exit 1."""
     reporter = reporter or NullReporter()
     report = RunReport(conn.name, "plan")
     facts = gather(conn)
@@ -178,7 +180,31 @@ def plan_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
         reporter.planned(conn.name, step, plan)
         result = {"ok": "ok", "change": "planned", "blocked": "blocked", "unknown": "unknown"}[plan.status.value]
         report.outcomes.append(StepOutcome(step.name, step.title, plan, result))
+    if check_artifacts:
+        probe = check_artifacts if callable(check_artifacts) else None
+        stop = preflight.artifacts(earlier, fetch=False, probe=probe)
+        if stop is not None:
+            outcome = next(o for o in report.outcomes if o.step == stop.step)
+            outcome.result, outcome.error, outcome.error_fix = "failed", stop.error, stop.fix
     return report
+
+
+def _preflight(conn: Connection, steps: Sequence[Step], options: Options, reporter: Reporter, report: RunReport,
+               facts: Facts) -> bool:
+    """Before the first change: every blocker that can be known, and every installer obtained and verified.
+    False (with every step recorded, nothing changed on the node) when the run cannot finish."""
+    plans = preflight.plan_all(steps, facts, options)
+    stop = preflight.blocker(steps, plans) or preflight.artifacts(plans, fetch=True, progress=options.progress)
+    if stop is None:
+        return True
+    reporter.message(conn.name, f"{stop.step}: {stop.error} (found before any change: nothing was changed)")
+    for step in steps:
+        outcome = StepOutcome(step.name, step.title, plans[step.name], "not-run",
+                              f"not run: step {stop.step} cannot finish (checked before any change)")
+        if step.name == stop.step:
+            outcome.result, outcome.error, outcome.error_fix = stop.result, stop.error, stop.fix
+        report.outcomes.append(outcome)
+    return False
 
 
 def apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
@@ -195,7 +221,8 @@ def apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
         reporter.message(conn.name, f"the run started {record.interrupted['started']} was interrupted; "
                                     "resuming from the node's current state")
     try:
-        _apply_steps(conn, steps, options, reporter, report, facts, record)
+        if _preflight(conn, steps, options, reporter, report, facts):
+            _apply_steps(conn, steps, options, reporter, report, facts, record)
     except cancel.Cancelled as exc:
         report.interrupted, report.error, report.error_fix = True, exc.message, exc.fix
         raise RunInterrupted(exc, report) from None

@@ -72,18 +72,20 @@ def render_plan(report: RunReport, console: Console | None = None, fixer: Fixer 
     console = console or out
     if report.facts is not None:
         console.print(Text(describe_node(report.host, report.facts), style="bold"))
-    console.print(_step_table(report, ((o.step, o.plan.status.value, fixer(o.error or o.plan.reason))
-                                       for o in report.outcomes)))
+    console.print(_step_table(report, ((o.step, "failed" if o.result == "failed" else o.plan.status.value,
+                                        fixer(o.error or o.plan.reason)) for o in report.outcomes)))
     for outcome in report.outcomes:
         plan = outcome.plan
-        if not plan.actions and not plan.fix and not plan.notes:
+        if not plan.actions and not outcome.fix and not plan.notes:
             continue
         console.print(Text(f"\n{outcome.step}:", style="bold"))
         for action in plan.actions:
             for part in action_lines(action, report.as_root):
                 console.print(part)
-        if plan.fix:
-            console.print(labelled("fix:", node_text(fixer(plan.fix), "bold green"), indent=2))
+        if outcome.error and outcome.result == "failed":
+            console.print(labelled("error:", node_text(fixer(outcome.error), "bold red"), indent=2))
+        if outcome.fix:
+            console.print(labelled("fix:", node_text(fixer(outcome.fix), "bold green"), indent=2))
         for note in plan.notes:
             console.print(labelled("note:", node_text(fixer(note), "dim"), indent=2))
     console.print(Text("\n" + summary_line(report), style="bold"))
@@ -108,7 +110,7 @@ def summary_line(report: RunReport) -> str:
     if report.mode == "plan":
         line += {"ready": "; nothing to change", "changes-pending": "; nothing was changed (this is a plan)",
                  "blocked": "; blocked: fix the step marked blocked first",
-                 "failed": "; the plan could not be computed"}.get(state, "")
+                 "failed": "; a check failed: install would stop before changing anything"}.get(state, "")
         if report.reboot_pending:
             line += "; a reboot is required"
     else:

@@ -64,7 +64,7 @@ def _run(mode: str, target: Target, request: Request, argv: list[str]) -> None:
             _run_fleet(mode, target, target.fleet, request.steps, request.options)
         with target.open() as conn:
             if mode == "plan":
-                report = plan_pipeline(conn, request.steps, request.options)
+                report = plan_pipeline(conn, request.steps, request.options, check_artifacts=True)
             else:
                 reporter = None if target.json_output else ConsoleReporter()
                 with two_stage_interrupt() as token, cancel.bind(token):
@@ -95,7 +95,7 @@ def _run_fleet(mode: str, target: Target, hosts: list[InventoryHost], selected: 
         interrupted: RunInterrupted | None = None
         with LoggedConnection(target.open(host), log) as conn:
             if mode == "plan":
-                report = plan_pipeline(conn, selected, options, reporter)
+                report = plan_pipeline(conn, selected, options, reporter, check_artifacts=True)
             else:
                 try:
                     report = apply_pipeline(conn, selected, options, reporter)
