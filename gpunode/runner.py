@@ -277,7 +277,7 @@ def _apply_steps(conn: Connection, steps: Sequence[Step], options: Options, repo
             if record is not None:
                 record.begin()
             try:
-                facts = _converge(conn, step, plan, facts, options, earlier, reporter, report, outcome)
+                facts = _converge(conn, step, plan, facts, options, earlier, reporter, report, outcome, record)
             except (cancel.Cancelled, KeyboardInterrupt) as exc:
                 stop = exc if isinstance(exc, cancel.Cancelled) else _ABORTED()
                 outcome.result, outcome.error, outcome.error_fix = "interrupted", stop.message, stop.fix
@@ -302,12 +302,16 @@ def _apply_steps(conn: Connection, steps: Sequence[Step], options: Options, repo
 
 
 def _converge(conn: Connection, step: Step, plan: StepPlan, facts: Facts, options: Options,
-              earlier: dict[str, StepPlan], reporter: Reporter, report: RunReport, outcome: StepOutcome) -> Facts:
+              earlier: dict[str, StepPlan], reporter: Reporter, report: RunReport, outcome: StepOutcome,
+              record: Journal | None = None) -> Facts:
     for action in plan.actions:
         if isinstance(action, Reboot):
             continue
         cancel.checkpoint(f"{step.name}: {action.summary}")
         reporter.action(conn.name, step, action, "start")
+        owed = action.deferred()
+        if record is not None and owed:
+            record.change(step.name, action.summary, owed)
         try:
             detail = execute(conn, action)
         except Exception as exc:
@@ -316,6 +320,8 @@ def _converge(conn: Connection, step: Step, plan: StepPlan, facts: Facts, option
             raise
         if detail:
             outcome.backups.append(detail)
+        if record is not None and action.settles():
+            record.settle(action.settles())
         reporter.action(conn.name, step, action, "done", detail or "")
     facts = gather(conn)
     after = step.plan_with(facts, options, earlier)

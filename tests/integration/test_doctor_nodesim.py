@@ -445,7 +445,8 @@ def test_broken_variant_driver_branch_too_old_for_the_gpu(mirror):
 
 def test_variants_cover_every_check_the_simulator_can_break():
     covered = {v[0] for v in T4_VARIANTS} | {v[0] for v in H100_VARIANTS} | {
-        "hw.gpu-present", "driver.branch-lifecycle", "pkg.unattended-upgrades", "driver.branch-supports-gpu"}
+        "hw.gpu-present", "driver.branch-lifecycle", "pkg.unattended-upgrades", "driver.branch-supports-gpu",
+        "container.runtime-loaded"}  # broken on the simulator in tests/integration/test_reliability_runtime.py
     # not reachable in the simulator (unit-tested in tests/doctor/): its nvidia-smi -q prints no MIG block; every
     # driver package in its catalog replaces the .run driver; its GPUs that need the open module (B200) also need
     # NVLink-5 fabric management gpunode does not set up; it has no CRI-O
