@@ -217,6 +217,8 @@ def apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
     report.node, report.facts = facts.summary(), facts
     reporter.node(conn.name, facts)
     record = Journal(conn, "install " + " ".join(s.name for s in steps)) if journal else None
+    if record is not None:
+        record.settle(_reboots_done(record, facts))  # a reboot owed since another boot has happened
     if record is not None and record.interrupted:
         reporter.message(conn.name, f"the run started {record.interrupted['started']} was interrupted; "
                                     "resuming from the node's current state")
@@ -228,10 +230,19 @@ def apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
         raise RunInterrupted(exc, report) from None
     finally:
         if record is not None:
-            record.finish(_journal_status(report))
+            # one bounded write, even after a hard abort (which stops every other remote command): the record
+            # of how the run ended is what the next run and `gpunode status` go by
+            with cancel.bind(cancel.CancelToken()):
+                record.finish(_journal_status(report))
             if record.error:
                 reporter.message(conn.name, f"warning: {record.error}")
     return report
+
+
+def _reboots_done(record: Journal, facts: Facts) -> tuple[tuple[str, str], ...]:
+    """The owed reboots (recorded with the boot id of their time) that a boot since then has carried out."""
+    return tuple(("reboot", str(p.get("target"))) for p in record.pending
+                 if isinstance(p, dict) and p.get("effect") == "reboot" and facts.boot_id and p.get("target") != facts.boot_id)
 
 
 def _journal_status(report: RunReport) -> str:
@@ -331,6 +342,8 @@ def _converge(conn: Connection, step: Step, plan: StepPlan, facts: Facts, option
             raise CommandError(f"step {step.name} did not converge: still {after.status} ({left})",
                                fix="see the output above; fix the cause, then run the same command again")
         if not options.reboot:
+            if record is not None:  # the reboot is owed: `gpunode status` shows it until the node has rebooted
+                record.change(step.name, "reboot required", (("reboot", facts.boot_id),))
             outcome.result = "reboot-pending"
             outcome.error = "reboot required, then run the same command again (or pass --reboot)"
             reporter.message(conn.name, f"{step.name}: {outcome.error}")
@@ -345,8 +358,12 @@ def _converge(conn: Connection, step: Step, plan: StepPlan, facts: Facts, option
         if report.reboots >= options.max_reboots:
             raise CommandError(f"step {step.name} still needs a reboot after {report.reboots} reboots",
                                fix="look at the node's console or logs; something undoes the change at boot")
+        if record is not None:  # owed until the node answers with a new boot id
+            record.change(step.name, "reboot", (("reboot", facts.boot_id),))
         facts = reboot_and_wait(conn, facts, options, reporter)
         report.reboots += 1
+        if record is not None:
+            record.settle(_reboots_done(record, facts))
         after = step.plan_with(facts, options, earlier)
     outcome.result = "changed"
     return facts

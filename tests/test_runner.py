@@ -278,3 +278,27 @@ def test_a_reboot_wait_ends_at_once_on_abort():
     first = caught.value.report.outcomes[0]
     assert first.result == "interrupted" and "waiting for the node to come back" in (first.error or "")
     assert _journal_run(node)["status"] == "interrupted"
+
+
+def test_an_owed_reboot_is_journalled_with_the_boot_id_and_cleared_by_the_next_boot():
+    node = gpu_node(modules={"nouveau"})
+    apply_pipeline(FakeConnection(node), PIPELINE, Options())
+    pending = _journal_pending(node)
+    assert [(p["effect"], p["target"], p["step"]) for p in pending] == [("reboot", node.boot_id, "nouveau")]
+    node.reboot()
+    apply_pipeline(FakeConnection(node), PIPELINE, Options())
+    assert _journal_pending(node) == []
+
+
+def test_with_reboot_the_owed_reboot_is_settled_in_the_same_run():
+    node = gpu_node(modules={"nouveau"})
+    apply_pipeline(FakeConnection(node), PIPELINE, Options(reboot=True))
+    assert _journal_pending(node) == []
+    assert _journal_run(node)["changes"][-1]["owes"][0][0] == "reboot"
+
+
+def _journal_pending(node):
+    import json
+
+    from gpunode.journal import JOURNAL_PATH
+    return json.loads(node.files[JOURNAL_PATH])["pending"]

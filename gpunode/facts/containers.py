@@ -615,8 +615,8 @@ def parse_pending(text: str) -> tuple[str, ...]:
     pending = data.get("pending") if isinstance(data, dict) else None
     if not isinstance(pending, list):
         return ()
-    return tuple(sorted({p["unit"] for p in pending if isinstance(p, dict) and p.get("effect") == "restart"
-                         and isinstance(p.get("unit"), str)}))
+    return tuple(sorted({p["target"] for p in pending if isinstance(p, dict) and p.get("effect") == "restart"
+                         and isinstance(p.get("target"), str)}))
 
 
 DOCKER_LOADED = command("docker_loaded_runtimes", "docker info --format '{{json .DefaultRuntime}} {{json .Runtimes}}' "

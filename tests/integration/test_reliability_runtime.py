@@ -72,7 +72,7 @@ def test_cut_between_config_change_and_restart_is_recorded_reported_and_finished
     assert "nvidia" in json.loads(node.read("etc/docker/daemon.json"))["runtimes"]  # the file changed...
     assert "nvidia" not in loaded_runtimes(node)  # ...the daemon did not load it
     record = journal(node)
-    assert [p["unit"] for p in record["pending"]] == ["docker.service"]
+    assert [p["target"] for p in record["pending"]] == ["docker.service"]
     assert record["runs"][-1]["status"] == "failed"
     assert record["runs"][-1]["changes"][0]["owes"] == [["restart", "docker.service"]]
 
