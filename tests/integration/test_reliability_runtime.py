@@ -109,3 +109,25 @@ def test_drift_without_the_journal_is_found_from_what_the_daemon_loaded(sim_node
     assert "nvidia" in loaded_runtimes(node) and len(restarts(node)) == 1
     node.clear_calls()
     assert install_runtime(node).exit_code == 0 and restarts(node) == []
+
+
+def test_containerd_drift_is_found_from_what_the_running_daemon_loaded(sim_node):  # noqa: F811
+    node = sim_node("ubuntu-22.04-t4", preinstalled_driver="535.129.03", toolkit_version="1.17.8-1",
+                    engines=("containerd",))
+    code, out, err = node.ssh("crictl info")
+    assert code == 0, err
+    assert "nvidia" not in json.loads(out)["config"]["containerd"]["runtimes"]
+    code, _, err = node.ssh("nvidia-ctk runtime configure --runtime=containerd")  # by hand, no restart
+    assert code == 0, err
+    planned = cli.invoke(app, ["plan", *node.cli_args(), "--only", "runtime", "--json"])
+    step = json.loads(planned.stdout)["steps"][0]
+    assert step["status"] == "change" and "running daemon has not loaded the nvidia runtime" in step["reason"], step
+    assert [a["kind"] for a in step["actions"]] == ["service"]
+    node.clear_calls()
+    assert install_runtime(node).exit_code == 0
+    assert [c for c in node.calls("systemctl") if c[1:2] == ["restart"]] == [["systemctl", "restart",
+                                                                              "containerd.service"]]
+    code, out, _ = node.ssh("crictl info")
+    assert "nvidia" in json.loads(out)["config"]["containerd"]["runtimes"]
+    node.clear_calls()
+    assert install_runtime(node).exit_code == 0 and [c for c in node.calls("systemctl") if c[1:2] == ["restart"]] == []
