@@ -159,6 +159,10 @@ def _ABORTED() -> cancel.Cancelled:  # noqa: N802 - reads as a constant error
                             fix="check the node (gpunode status), then run the same command again")
 
 
+INTERNAL_FIX = ("this is a bug in gpunode: report it with the command that was run (a fleet run with --log-level debug "
+                "keeps the traceback in each node's log)")
+
+
 def internal_error(exc: BaseException) -> str:
     return f"internal error: {type(exc).__name__}: {exc}"
 
@@ -174,12 +178,18 @@ def plan_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
     report.node, report.facts = facts.summary(), facts
     reporter.node(conn.name, facts)
     earlier: dict[str, StepPlan] = {}
-    for step in steps:
-        plan = step.plan_with(facts, options, earlier)
-        earlier[step.name] = plan
-        reporter.planned(conn.name, step, plan)
-        result = {"ok": "ok", "change": "planned", "blocked": "blocked", "unknown": "unknown"}[plan.status.value]
-        report.outcomes.append(StepOutcome(step.name, step.title, plan, result))
+    try:
+        for step in steps:
+            plan = step.plan_with(facts, options, earlier)
+            earlier[step.name] = plan
+            reporter.planned(conn.name, step, plan)
+            result = {"ok": "ok", "change": "planned", "blocked": "blocked", "unknown": "unknown"}[plan.status.value]
+            report.outcomes.append(StepOutcome(step.name, step.title, plan, result))
+    except GpunodeError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a bug: a failed plan with its cause, not a traceback
+        _internal(report, exc)
+        return report
     if check_artifacts:
         probe = check_artifacts if callable(check_artifacts) else None
         stop = preflight.artifacts(earlier, fetch=False, probe=probe)
@@ -228,6 +238,10 @@ def apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
     except cancel.Cancelled as exc:
         report.interrupted, report.error, report.error_fix = True, exc.message, exc.fix
         raise RunInterrupted(exc, report) from None
+    except GpunodeError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a bug outside any step (planning, preflight): failed, not a traceback
+        _internal(report, exc)
     finally:
         if record is not None:
             # one bounded write, even after a hard abort (which stops every other remote command): the record
@@ -237,6 +251,12 @@ def apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
             if record.error:
                 reporter.message(conn.name, f"warning: {record.error}")
     return report
+
+
+def _internal(report: RunReport, exc: Exception) -> None:
+    report.traceback = traceback.format_exc()
+    log.debug("%s", report.traceback)
+    report.error, report.error_fix = internal_error(exc), INTERNAL_FIX
 
 
 def _reboots_done(record: Journal, facts: Facts) -> tuple[tuple[str, str], ...]:
@@ -300,7 +320,7 @@ def _apply_steps(conn: Connection, steps: Sequence[Step], options: Options, repo
                 report.traceback = traceback.format_exc()
                 log.debug("step %s: %s", step.name, report.traceback)
                 outcome.result, outcome.error = "failed", internal_error(exc)
-                outcome.error_fix = "run again with --log-level debug and report the traceback in its log"
+                outcome.error_fix = INTERNAL_FIX
                 stopped = f"not run: step {step.name} failed"
         finally:
             if record is not None and outcome.result != "ok":

@@ -302,3 +302,25 @@ def _journal_pending(node):
 
     from gpunode.journal import JOURNAL_PATH
     return json.loads(node.files[JOURNAL_PATH])["pending"]
+
+
+def test_a_bug_while_planning_is_a_failed_run_with_a_closed_journal_not_a_traceback():
+    def broken_plan(facts, options, earlier):
+        raise ZeroDivisionError("division by zero")
+
+    node = gpu_node()
+    steps = (PIPELINE[0], Step("broken", "Broken", broken_plan))
+    report = apply_pipeline(FakeConnection(node), steps, Options())
+    assert report.state == "failed" and report.exit_code == 1
+    assert report.error == "internal error: ZeroDivisionError: division by zero" and report.error_fix
+    assert "Traceback" in (report.traceback or "")
+    assert node.changing_calls() == []  # found while planning, before any change
+
+
+def test_a_bug_in_a_plan_is_a_failed_plan_not_a_traceback():
+    def broken_plan(facts, options, earlier):
+        raise ZeroDivisionError("division by zero")
+
+    report = plan_pipeline(FakeConnection(gpu_node()), (Step("broken", "Broken", broken_plan),), Options())
+    assert report.state == "failed" and report.exit_code == 1
+    assert report.error == "internal error: ZeroDivisionError: division by zero"

@@ -88,6 +88,10 @@ def render_plan(report: RunReport, console: Console | None = None, fixer: Fixer 
             console.print(labelled("fix:", node_text(fixer(outcome.fix), "bold green"), indent=2))
         for note in plan.notes:
             console.print(labelled("note:", node_text(fixer(note), "dim"), indent=2))
+    if report.error:
+        console.print(labelled("error:", node_text(report.error)))
+        if report.error_fix:
+            console.print(labelled("fix:", node_text(fixer(report.error_fix), "bold green")))
     console.print(Text("\n" + summary_line(report), style="bold"))
     if next_step:
         console.print(labelled("next:", node_text(next_step, "bold green")))

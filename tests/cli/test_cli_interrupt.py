@@ -106,3 +106,21 @@ def test_a_bad_log_level_is_refused_before_anything_runs(serve, tmp_path):
                                  "--log-dir", str(tmp_path / "x")])
     assert result.exit_code == 2 and "--log-level 'loud' is not one of info, debug" in flat(result.stderr)
     assert not (tmp_path / "x").exists()
+
+
+def test_a_bug_while_planning_prints_the_error_and_fix_without_a_traceback(serve, monkeypatch):
+    from gpunode.steps.base import Step
+
+    node = serve(gpu_node())
+
+    def broken(self, facts, options, plans):
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(Step, "plan_with", broken)
+    for command in ("plan", "install"):
+        result = runner.invoke(app, [command, "--host", "gpu-01"])
+        assert result.exit_code == 1, result.output
+        shown = flat(result.output)
+        assert "error: internal error: ZeroDivisionError: division by zero" in shown and "this is a bug" in shown
+        assert "Traceback" not in result.output
+    assert node.changing_calls() == []
