@@ -2,7 +2,13 @@
 
 Written as the run goes (so an interrupted run is visible: its status stays "running"), and only once a
 step actually has something to do: re-running on a finished node writes nothing at all. Read by
-`gpunode status` and by the next `install`, which says it is resuming. Resuming needs no replay: every step
+`gpunode status` and by the next `install`, which says it is resuming.
+
+`pending` (top level, across runs) lists effects a change left owed, as {"effect", "target", "step", "since",
+"run"}: ("restart", "docker.service") once nvidia-ctk changed docker's config, ("reboot", <boot id then>) once a
+step needs a reboot. Each is written in the same write that records the change, BEFORE the change is made, and
+cleared once carried out (the restart succeeded; the node runs another boot), so a run cut in between leaves it
+for the next run (the runtime step restarts the engine; doctor reports it). Resuming needs no replay: every step
 re-plans from fresh facts, so the next run simply continues where the node actually is.
 """
 
@@ -59,8 +65,7 @@ class Journal:
     def begin(self) -> None:
         """Record the run as started: called right before the first change."""
         if not self.begun:
-            self.begun = True
-            self.data["runs"] = [*self.data["runs"], self.run][-KEEP_RUNS:]
+            self.begin_quietly()
             self._save()
 
     def step(self, name: str, result: str, reason: str, backups: list[str], error: str | None = None) -> None:
@@ -68,6 +73,38 @@ class Journal:
         self.run["steps"].append({"step": name, "result": result, "reason": reason, "backups": backups,
                                   "error": error, "time": _now()})
         self._save()
+
+    @property
+    def pending(self) -> list[dict[str, Any]]:
+        """Effects owed on this node across runs (a restart that must load a changed config, ...)."""
+        found = self.data.get("pending")
+        return found if isinstance(found, list) else []
+
+    def change(self, step: str, summary: str, owed: tuple[tuple[str, str], ...]) -> None:
+        """Record, in ONE write made right before an action runs, the change it makes and the effects it leaves
+        owed: if the run is cut after the change, the next run still knows (the runtime step reads them)."""
+        self.begin_quietly()
+        entries = [{"effect": effect, "target": target, "step": step, "since": _now(), "run": self.run["id"]}
+                   for effect, target in owed]
+        known = {(p.get("effect"), p.get("target")) for p in self.pending if isinstance(p, dict)}
+        self.data["pending"] = [*self.pending, *(e for e in entries if (e["effect"], e["target"]) not in known)]
+        self.run.setdefault("changes", []).append({"step": step, "action": summary, "owes": [list(o) for o in owed],
+                                                   "time": _now()})
+        self._save()
+
+    def settle(self, done: tuple[tuple[str, str], ...]) -> None:
+        """Clear owed effects once carried out."""
+        keep = [p for p in self.pending if not (isinstance(p, dict) and (p.get("effect"), p.get("target")) in done)]
+        if len(keep) != len(self.pending):
+            self.begin_quietly()
+            self.data["pending"] = keep
+            self._save()
+
+    def begin_quietly(self) -> None:
+        """Add this run to the record without saving (the caller saves)."""
+        if not self.begun:
+            self.begun = True
+            self.data["runs"] = [*self.data["runs"], self.run][-KEEP_RUNS:]
 
     def finish(self, status: str) -> None:
         if self.begun:

@@ -7,12 +7,14 @@ worker threads later while one reporter draws from the main thread.
 
 from __future__ import annotations
 
+import logging
 import time
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gpunode import __version__
+from gpunode import __version__, cancel, preflight
 from gpunode.connection.base import Connection
 from gpunode.errors import CommandError, ConnectError, GpunodeError
 from gpunode.facts import Facts, gather
@@ -25,7 +27,8 @@ from gpunode.steps.base import Step
 
 SCHEMA_VERSION = 1
 # every StepOutcome.result, in the order summaries list them
-RESULTS = ("ok", "changed", "planned", "reboot-pending", "blocked", "unknown", "failed", "not-run")
+RESULTS = ("ok", "changed", "planned", "reboot-pending", "blocked", "unknown", "failed", "interrupted", "not-run")
+log = logging.getLogger("gpunode.runner")
 
 
 class Reporter(Protocol):
@@ -47,13 +50,22 @@ class StepOutcome:
     step: str
     title: str
     plan: StepPlan  # as planned when the step came up
-    result: str  # ok | changed | planned | blocked | unknown | failed | reboot-pending | not-run
+    result: str  # ok | changed | planned | blocked | unknown | failed | interrupted | reboot-pending | not-run
     error: str | None = None
     backups: list[str] = field(default_factory=list)
+    error_fix: str | None = None  # the fix of the error that failed the step (the plan's own fix is plan.fix)
+
+    @property
+    def fix(self) -> str | None:
+        """What to do about this step: the failing error's fix, else the plan's."""
+        return self.error_fix or self.plan.fix
 
     def to_dict(self) -> dict[str, object]:
-        return {"title": self.title, "result": self.result, "error": self.error, "backups": self.backups,
-                **self.plan.to_dict()}
+        shown = {"title": self.title, "result": self.result, "error": self.error, "backups": self.backups,
+                 **self.plan.to_dict()}
+        if self.error_fix:
+            shown["fix"] = self.error_fix
+        return shown
 
 
 @dataclass
@@ -64,7 +76,10 @@ class RunReport:
     outcomes: list[StepOutcome] = field(default_factory=list)
     reboots: int = 0
     error: str | None = None
+    error_fix: str | None = None
+    interrupted: bool = False  # stopped by Ctrl-C (gpunode.cancel) at a safe point, or aborted
     facts: Facts | None = field(default=None, repr=False)  # the latest facts, for human output
+    traceback: str | None = field(default=None, repr=False)  # an internal error's, for the debug log only
 
     @property
     def reboot_pending(self) -> bool:
@@ -73,8 +88,11 @@ class RunReport:
 
     @property
     def exit_code(self) -> int:
-        """0 done (or plan computed), 1 failed or blocked, 3 a reboot is needed before going on."""
+        """0 done (or plan computed), 1 failed or blocked, 3 a reboot is needed before going on,
+        130 interrupted (Ctrl-C)."""
         state = self.state
+        if state == "interrupted":
+            return 130
         if state in ("failed", "blocked"):
             return 1
         return 3 if state == "reboot-pending" and self.mode == "install" else 0
@@ -82,8 +100,11 @@ class RunReport:
     @property
     def state(self) -> str:
         """Where the node stands after this run. install: ready | reboot-pending | blocked | failed;
-        plan: ready (nothing to change) | changes-pending | blocked (a step cannot run as things are)."""
+        plan: ready (nothing to change) | changes-pending | blocked (a step cannot run as things are);
+        either: interrupted (Ctrl-C)."""
         results = {o.result for o in self.outcomes}
+        if self.interrupted:
+            return "interrupted"
         if self.error or "failed" in results:
             return "failed"
         if "blocked" in results:
@@ -121,25 +142,79 @@ class RunReport:
                         "changes_pending": self.state != "ready", "reboot_required": self.reboot_pending,
                         "reboots": self.reboots},
             "error": self.error,
+            **({"fix": self.error_fix} if self.error_fix else {}),
         }
 
 
+class RunInterrupted(cancel.Cancelled):
+    """A run stopped by Ctrl-C: the Cancelled that stopped it, with the report of what was done until then."""
+
+    def __init__(self, cause: cancel.Cancelled, report: RunReport) -> None:
+        super().__init__(cause.message, cause.fix)
+        self.report = report
+
+
+def _ABORTED() -> cancel.Cancelled:  # noqa: N802 - reads as a constant error
+    return cancel.Cancelled("aborted (Ctrl-C twice): the step may have stopped half-way",
+                            fix="check the node (gpunode status), then run the same command again")
+
+
+INTERNAL_FIX = ("this is a bug in gpunode: report it with the command that was run (a fleet run with --log-level debug "
+                "keeps the traceback in each node's log)")
+
+
+def internal_error(exc: BaseException) -> str:
+    return f"internal error: {type(exc).__name__}: {exc}"
+
+
 def plan_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
-                  reporter: Reporter | None = None) -> RunReport:
-    """Dry run: plan every step against the current facts. Nothing on the node changes."""
+                  reporter: Reporter | None = None, *, check_artifacts: preflight.Probe | bool = False) -> RunReport:
+    """Dry run: plan every step against the current facts. Nothing on the node changes. With
+    `check_artifacts` the installers are checked read-only as well (gpunode/preflight.py; a callable replaces
+    the HEAD request for an uncached URL): a failed check makes its step `failed`, and the plan exit 1."""
     reporter = reporter or NullReporter()
     report = RunReport(conn.name, "plan")
     facts = gather(conn)
     report.node, report.facts = facts.summary(), facts
     reporter.node(conn.name, facts)
     earlier: dict[str, StepPlan] = {}
-    for step in steps:
-        plan = step.plan_with(facts, options, earlier)
-        earlier[step.name] = plan
-        reporter.planned(conn.name, step, plan)
-        result = {"ok": "ok", "change": "planned", "blocked": "blocked", "unknown": "unknown"}[plan.status.value]
-        report.outcomes.append(StepOutcome(step.name, step.title, plan, result))
+    try:
+        for step in steps:
+            plan = step.plan_with(facts, options, earlier)
+            earlier[step.name] = plan
+            reporter.planned(conn.name, step, plan)
+            result = {"ok": "ok", "change": "planned", "blocked": "blocked", "unknown": "unknown"}[plan.status.value]
+            report.outcomes.append(StepOutcome(step.name, step.title, plan, result))
+    except GpunodeError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a bug: a failed plan with its cause, not a traceback
+        _internal(report, exc)
+        return report
+    if check_artifacts:
+        probe = check_artifacts if callable(check_artifacts) else None
+        stop = preflight.artifacts(earlier, fetch=False, probe=probe)
+        if stop is not None:
+            outcome = next(o for o in report.outcomes if o.step == stop.step)
+            outcome.result, outcome.error, outcome.error_fix = "failed", stop.error, stop.fix
     return report
+
+
+def _preflight(conn: Connection, steps: Sequence[Step], options: Options, reporter: Reporter, report: RunReport,
+               facts: Facts) -> bool:
+    """Before the first change: every blocker that can be known, and every installer obtained and verified.
+    False (with every step recorded, nothing changed on the node) when the run cannot finish."""
+    plans = preflight.plan_all(steps, facts, options)
+    stop = preflight.blocker(steps, plans) or preflight.artifacts(plans, fetch=True, progress=options.progress)
+    if stop is None:
+        return True
+    reporter.message(conn.name, f"{stop.step}: {stop.error} (found before any change: nothing was changed)")
+    for step in steps:
+        outcome = StepOutcome(step.name, step.title, plans[step.name], "not-run",
+                              f"not run: step {stop.step} cannot finish (checked before any change)")
+        if step.name == stop.step:
+            outcome.result, outcome.error, outcome.error_fix = stop.result, stop.error, stop.fix
+        report.outcomes.append(outcome)
+    return False
 
 
 def apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
@@ -152,24 +227,64 @@ def apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
     report.node, report.facts = facts.summary(), facts
     reporter.node(conn.name, facts)
     record = Journal(conn, "install " + " ".join(s.name for s in steps)) if journal else None
+    if record is not None:
+        record.settle(_reboots_done(record, facts))  # a reboot owed since another boot has happened
     if record is not None and record.interrupted:
         reporter.message(conn.name, f"the run started {record.interrupted['started']} was interrupted; "
                                     "resuming from the node's current state")
     try:
-        _apply_steps(conn, steps, options, reporter, report, facts, record)
+        if _preflight(conn, steps, options, reporter, report, facts):
+            _apply_steps(conn, steps, options, reporter, report, facts, record)
+    except cancel.Cancelled as exc:
+        report.interrupted, report.error, report.error_fix = True, exc.message, exc.fix
+        raise RunInterrupted(exc, report) from None
+    except GpunodeError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a bug outside any step (planning, preflight): failed, not a traceback
+        _internal(report, exc)
     finally:
         if record is not None:
-            record.finish({0: "done", 3: "reboot-pending"}.get(report.exit_code, "failed"))
+            # one bounded write, even after a hard abort (which stops every other remote command): the record
+            # of how the run ended is what the next run and `gpunode status` go by
+            with cancel.bind(cancel.CancelToken()):
+                record.finish(_journal_status(report))
             if record.error:
                 reporter.message(conn.name, f"warning: {record.error}")
     return report
 
 
+def _internal(report: RunReport, exc: Exception) -> None:
+    report.traceback = traceback.format_exc()
+    log.debug("%s", report.traceback)
+    report.error, report.error_fix = internal_error(exc), INTERNAL_FIX
+
+
+def _reboots_done(record: Journal, facts: Facts) -> tuple[tuple[str, str], ...]:
+    """The owed reboots (recorded with the boot id of their time) that a boot since then has carried out."""
+    return tuple(("reboot", str(p.get("target"))) for p in record.pending
+                 if isinstance(p, dict) and p.get("effect") == "reboot" and facts.boot_id and p.get("target") != facts.boot_id)
+
+
+def _journal_status(report: RunReport) -> str:
+    if report.interrupted:
+        return "interrupted"
+    return {0: "done", 3: "reboot-pending"}.get(report.exit_code, "failed")
+
+
 def _apply_steps(conn: Connection, steps: Sequence[Step], options: Options, reporter: Reporter,
                  report: RunReport, facts: Facts, record: Journal | None) -> None:
+    """Every step, in order. Whatever stops a step (an error, a bug, Ctrl-C) is recorded on its outcome and in
+    the journal before anything else happens; a Cancelled is then raised again, after the steps not reached
+    are recorded as not run."""
     earlier: dict[str, StepPlan] = {}
     stopped: str | None = None
+    interrupted: cancel.Cancelled | None = None
     for step in steps:
+        if not stopped:
+            try:
+                cancel.checkpoint(f"step {step.name}")
+            except cancel.Cancelled as exc:
+                interrupted, stopped = exc, f"not run: {exc.message}"
         if stopped:
             plan = step.plan_with(facts, options, earlier)
             report.outcomes.append(StepOutcome(step.name, step.title, plan, "not-run", stopped))
@@ -193,32 +308,51 @@ def _apply_steps(conn: Connection, steps: Sequence[Step], options: Options, repo
             if record is not None:
                 record.begin()
             try:
-                facts = _converge(conn, step, plan, facts, options, earlier, reporter, report, outcome)
+                facts = _converge(conn, step, plan, facts, options, earlier, reporter, report, outcome, record)
+            except (cancel.Cancelled, KeyboardInterrupt) as exc:
+                stop = exc if isinstance(exc, cancel.Cancelled) else _ABORTED()
+                outcome.result, outcome.error, outcome.error_fix = "interrupted", stop.message, stop.fix
+                interrupted, stopped = stop, f"not run: {stop.message}"
             except GpunodeError as exc:
-                outcome.result, outcome.error = "failed", exc.message
+                outcome.result, outcome.error, outcome.error_fix = "failed", exc.message, exc.fix
                 stopped = f"not run: step {step.name} failed"
-                continue
+            except Exception as exc:  # noqa: BLE001 - a bug must still leave an honest record, not "done"
+                report.traceback = traceback.format_exc()
+                log.debug("step %s: %s", step.name, report.traceback)
+                outcome.result, outcome.error = "failed", internal_error(exc)
+                outcome.error_fix = INTERNAL_FIX
+                stopped = f"not run: step {step.name} failed"
         finally:
             if record is not None and outcome.result != "ok":
                 record.step(step.name, outcome.result, plan.reason, outcome.backups, outcome.error)
         if outcome.result == "reboot-pending":
             stopped = "not run: waiting for the reboot"
     report.facts = facts
+    if interrupted is not None:
+        raise interrupted
 
 
 def _converge(conn: Connection, step: Step, plan: StepPlan, facts: Facts, options: Options,
-              earlier: dict[str, StepPlan], reporter: Reporter, report: RunReport, outcome: StepOutcome) -> Facts:
+              earlier: dict[str, StepPlan], reporter: Reporter, report: RunReport, outcome: StepOutcome,
+              record: Journal | None = None) -> Facts:
     for action in plan.actions:
         if isinstance(action, Reboot):
             continue
+        cancel.checkpoint(f"{step.name}: {action.summary}")
         reporter.action(conn.name, step, action, "start")
+        owed = action.deferred()
+        if record is not None and owed:
+            record.change(step.name, action.summary, owed)
         try:
             detail = execute(conn, action)
-        except GpunodeError as exc:
-            reporter.action(conn.name, step, action, "failed", exc.message)
+        except Exception as exc:
+            reporter.action(conn.name, step, action, "failed",
+                            exc.message if isinstance(exc, GpunodeError) else internal_error(exc))
             raise
         if detail:
             outcome.backups.append(detail)
+        if record is not None and action.settles():
+            record.settle(action.settles())
         reporter.action(conn.name, step, action, "done", detail or "")
     facts = gather(conn)
     after = step.plan_with(facts, options, earlier)
@@ -228,6 +362,8 @@ def _converge(conn: Connection, step: Step, plan: StepPlan, facts: Facts, option
             raise CommandError(f"step {step.name} did not converge: still {after.status} ({left})",
                                fix="see the output above; fix the cause, then run the same command again")
         if not options.reboot:
+            if record is not None:  # the reboot is owed: `gpunode status` shows it until the node has rebooted
+                record.change(step.name, "reboot required", (("reboot", facts.boot_id),))
             outcome.result = "reboot-pending"
             outcome.error = "reboot required, then run the same command again (or pass --reboot)"
             reporter.message(conn.name, f"{step.name}: {outcome.error}")
@@ -242,8 +378,12 @@ def _converge(conn: Connection, step: Step, plan: StepPlan, facts: Facts, option
         if report.reboots >= options.max_reboots:
             raise CommandError(f"step {step.name} still needs a reboot after {report.reboots} reboots",
                                fix="look at the node's console or logs; something undoes the change at boot")
+        if record is not None:  # owed until the node answers with a new boot id
+            record.change(step.name, "reboot", (("reboot", facts.boot_id),))
         facts = reboot_and_wait(conn, facts, options, reporter)
         report.reboots += 1
+        if record is not None:
+            record.settle(_reboots_done(record, facts))
         after = step.plan_with(facts, options, earlier)
     outcome.result = "changed"
     return facts
@@ -276,17 +416,30 @@ def reboot_and_wait(conn: Connection, facts: Facts, options: Options, reporter: 
     except ConnectError:
         pass  # the node went down before the command could report back: that is the reboot
     deadline = time.monotonic() + options.reboot_timeout
-    time.sleep(REBOOT_POLL_SECONDS)
+    _wait(REBOOT_POLL_SECONDS)
     while time.monotonic() < deadline:
         try:
             conn.reconnect(max(1.0, deadline - time.monotonic()))
             fresh = gather(conn)
+        except cancel.Cancelled:
+            raise
         except GpunodeError:
-            time.sleep(REBOOT_POLL_SECONDS)
+            _wait(REBOOT_POLL_SECONDS)
             continue
         if fresh.boot_id and fresh.boot_id != old:
             reporter.message(conn.name, f"back up (boot id {fresh.boot_id[:8]})")
             return fresh
-        time.sleep(REBOOT_POLL_SECONDS)
+        _wait(REBOOT_POLL_SECONDS)
     raise CommandError(f"{conn.name} did not come back with a new boot id within {options.reboot_timeout:.0f}s",
                        fix="check the node's console; raise --reboot-timeout if it boots slowly")
+
+
+def _wait(seconds: float) -> None:
+    """Sleep between reboot polls. The node is rebooting whatever we do, so the first Ctrl-C does not end the
+    wait (the fleet's grace period bounds it); a hard abort (the second Ctrl-C) ends it at once."""
+    end = time.monotonic() + seconds
+    if cancel.sleep(seconds):  # woken by the first Ctrl-C: keep waiting, but in short naps that see an abort
+        while time.monotonic() < end:
+            cancel.check_abort("waiting for the node to come back from its reboot")
+            time.sleep(min(0.1, max(0.0, end - time.monotonic())))
+    cancel.check_abort("waiting for the node to come back from its reboot")

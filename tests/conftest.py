@@ -20,5 +20,15 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(key, raising=False)
 
 
+@pytest.fixture(autouse=True)
+def _no_internet_in_plans(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`plan` asks NVIDIA's server whether an uncached driver download is possible (gpunode/preflight.py).
+    Tests never reach the internet: the answer is "possible" unless a test replaces `preflight.head` itself
+    (tests/test_preflight.py does, against a local server)."""
+    from gpunode import preflight
+
+    monkeypatch.setattr(preflight, "head", lambda source: None)
+
+
 def fixture_files(folder: str) -> list[Path]:
     return sorted(p for p in (FIXTURES / folder).iterdir() if p.is_file())

@@ -188,3 +188,144 @@ def test_a_journal_that_cannot_be_written_does_not_fail_the_run():
     report = apply_pipeline(conn, PIPELINE, Options(), Recorder())
     assert report.outcomes[0].result == "changed" and report.exit_code == 0
     assert any("could not update /var/lib/gpunode/journal.json" in m for m in messages)
+
+
+# -- interrupts and honest final states ---------------------------------------------------------------------
+
+def _journal_run(node):
+    import json
+
+    from gpunode.journal import JOURNAL_PATH
+    return json.loads(node.files[JOURNAL_PATH])["runs"][-1]
+
+
+def test_ctrl_c_between_actions_stops_at_the_safe_point_and_the_journal_says_interrupted():
+    from gpunode import cancel
+
+    node = gpu_node()
+    token = cancel.CancelToken()
+
+    class CancelAfterFirstAction(runner.NullReporter):
+        def action(self, host, step, action, state, detail=""):
+            if state == "done":
+                token.cancel()
+
+    with cancel.bind(token), pytest.raises(runner.RunInterrupted) as caught:
+        apply_pipeline(FakeConnection(node), PIPELINE, Options(), CancelAfterFirstAction())
+    report = caught.value.report
+    assert caught.value.exit_code == 130 and report.exit_code == 130 and report.state == "interrupted"
+    first = report.outcomes[0]
+    assert first.result == "interrupted" and "stopped before nouveau: " in (first.error or "")
+    assert "blacklist nouveau" in node.files[nouveau.PATH]  # the first action ran to its end...
+    assert node.ran("update-initramfs") == []  # ...and the second never started
+    assert {o.result for o in report.outcomes[1:]} == {"not-run"}
+    run = _journal_run(node)
+    assert run["status"] == "interrupted" and run["steps"][0]["result"] == "interrupted"
+
+
+def test_ctrl_c_before_a_step_starts_nothing_on_the_node():
+    from gpunode import cancel
+
+    node = gpu_node()
+    token = cancel.CancelToken()
+    token.cancel()
+    with cancel.bind(token), pytest.raises(runner.RunInterrupted) as caught:
+        apply_pipeline(FakeConnection(node), PIPELINE, Options())
+    assert [o.result for o in caught.value.report.outcomes] == ["not-run"] * len(PIPELINE)
+    assert "stopped before step nouveau" in (caught.value.report.outcomes[0].error or "")
+    assert node.changing_calls() == [] and node.files == {}
+
+
+def test_a_failed_step_keeps_its_error_fix_in_the_report_and_json():
+    from gpunode.errors import CommandError
+
+    class Offline(RunCommand):
+        def apply(self, conn):
+            raise CommandError("cannot download the driver: no network",
+                               fix="pass --driver-run FILE, or set GPUNODE_DRIVER_MIRROR")
+
+    step = Step("dl", "Download", lambda f, o, e: change("dl", "x", [Offline("download", ("true",))]))
+    report = apply_pipeline(FakeConnection(gpu_node()), (step,), Options())
+    outcome = report.outcomes[0]
+    assert outcome.result == "failed" and outcome.fix == "pass --driver-run FILE, or set GPUNODE_DRIVER_MIRROR"
+    assert report.to_dict()["steps"][0]["fix"] == outcome.fix  # type: ignore[index]
+
+
+def test_an_unexpected_exception_becomes_a_failed_step_and_the_journal_does_not_say_done():
+    class Buggy(RunCommand):
+        def apply(self, conn):
+            raise KeyError("oops")
+
+    node = gpu_node()
+    step = Step("buggy", "Buggy", lambda f, o, e: change("buggy", "x", [Buggy("boom", ("true",))]))
+    report = apply_pipeline(FakeConnection(node), (step,), Options())
+    outcome = report.outcomes[0]
+    assert outcome.result == "failed" and outcome.error == "internal error: KeyError: 'oops'"
+    assert report.exit_code == 1 and "Traceback" in (report.traceback or "")
+    run = _journal_run(node)
+    assert run["status"] == "failed" and run["steps"][0]["error"] == "internal error: KeyError: 'oops'"
+
+
+def test_a_reboot_wait_ends_at_once_on_abort():
+    from gpunode import cancel
+
+    node = gpu_node(modules={"nouveau"})
+    node.reboot = lambda: None  # never comes back with a new boot id
+    token = cancel.CancelToken()
+
+    class AbortOnReboot(runner.NullReporter):
+        def message(self, host, text):
+            if text.startswith("rebooting"):
+                token.abort()
+
+    with cancel.bind(token), pytest.raises(runner.RunInterrupted) as caught:
+        apply_pipeline(FakeConnection(node), PIPELINE, Options(reboot=True, reboot_timeout=600), AbortOnReboot())
+    first = caught.value.report.outcomes[0]
+    assert first.result == "interrupted" and "waiting for the node to come back" in (first.error or "")
+    assert _journal_run(node)["status"] == "interrupted"
+
+
+def test_an_owed_reboot_is_journalled_with_the_boot_id_and_cleared_by_the_next_boot():
+    node = gpu_node(modules={"nouveau"})
+    apply_pipeline(FakeConnection(node), PIPELINE, Options())
+    pending = _journal_pending(node)
+    assert [(p["effect"], p["target"], p["step"]) for p in pending] == [("reboot", node.boot_id, "nouveau")]
+    node.reboot()
+    apply_pipeline(FakeConnection(node), PIPELINE, Options())
+    assert _journal_pending(node) == []
+
+
+def test_with_reboot_the_owed_reboot_is_settled_in_the_same_run():
+    node = gpu_node(modules={"nouveau"})
+    apply_pipeline(FakeConnection(node), PIPELINE, Options(reboot=True))
+    assert _journal_pending(node) == []
+    assert _journal_run(node)["changes"][-1]["owes"][0][0] == "reboot"
+
+
+def _journal_pending(node):
+    import json
+
+    from gpunode.journal import JOURNAL_PATH
+    return json.loads(node.files[JOURNAL_PATH])["pending"]
+
+
+def test_a_bug_while_planning_is_a_failed_run_with_a_closed_journal_not_a_traceback():
+    def broken_plan(facts, options, earlier):
+        raise ZeroDivisionError("division by zero")
+
+    node = gpu_node()
+    steps = (PIPELINE[0], Step("broken", "Broken", broken_plan))
+    report = apply_pipeline(FakeConnection(node), steps, Options())
+    assert report.state == "failed" and report.exit_code == 1
+    assert report.error == "internal error: ZeroDivisionError: division by zero" and report.error_fix
+    assert "Traceback" in (report.traceback or "")
+    assert node.changing_calls() == []  # found while planning, before any change
+
+
+def test_a_bug_in_a_plan_is_a_failed_plan_not_a_traceback():
+    def broken_plan(facts, options, earlier):
+        raise ZeroDivisionError("division by zero")
+
+    report = plan_pipeline(FakeConnection(gpu_node()), (Step("broken", "Broken", broken_plan),), Options())
+    assert report.state == "failed" and report.exit_code == 1
+    assert report.error == "internal error: ZeroDivisionError: division by zero"

@@ -46,6 +46,16 @@ class Action(ABC):
         return {"kind": self.kind, "summary": self.summary, "where": self.where, "commands": self.commands(),
                 "details": self.details()}
 
+    def deferred(self) -> tuple[tuple[str, str], ...]:
+        """Effects this action leaves owed once it has run, as (effect, target), e.g. ("restart",
+        "docker.service"): the runner records them in the node's journal in the write made right before the
+        action runs, so an interruption after it cannot lose them (gpunode/journal.py)."""
+        return ()
+
+    def settles(self) -> tuple[tuple[str, str], ...]:
+        """The owed effects this action carries out; the runner clears them from the journal once it succeeds."""
+        return ()
+
     @abstractmethod
     def apply(self, conn: Connection) -> str | None:
         """Carry the action out. Returns a note worth keeping (a backup path), if any."""
@@ -106,6 +116,9 @@ class RestartService(Action):
 
     def to_dict(self) -> dict[str, object]:
         return {**super().to_dict(), "unit": self.unit}
+
+    def settles(self) -> tuple[tuple[str, str], ...]:
+        return (("restart", self.unit),)
 
     def apply(self, conn: Connection) -> str | None:
         conn.run(self.argv(), sudo=True, timeout=300).check(self.summary)

@@ -23,8 +23,12 @@ class ConfigureRuntime(Action):
     argv: tuple[str, ...] = ()
     files: tuple[tuple[str, str | None, str], ...] = ()  # (path, content now or None, predicted content)
     backups: tuple[str, ...] = ()  # existing files nvidia-ctk rewrites: copied aside first
+    restart: str = ""  # the running engine's unit: it must restart to load the change (owed until it has)
 
     kind = "runtime-config"
+
+    def deferred(self) -> tuple[tuple[str, str], ...]:
+        return (("restart", self.restart),) if self.restart else ()
 
     def backup_script(self) -> Script:
         return Script(_BACKUP.body, self.backups, _BACKUP.name)

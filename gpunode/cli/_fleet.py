@@ -13,12 +13,13 @@ from rich.table import Table
 from rich.text import Text
 
 from gpunode.cli._target import Target, rewrite_fixes
-from gpunode.fleet import Event, HostResult, run_fleet
+from gpunode.fleet import Event, FleetResults, HostResult, interrupt_text, run_fleet
 from gpunode.inventory import InventoryHost
 from gpunode.runner import SCHEMA_VERSION
 from gpunode.ui import STATUS_STYLE, clean, err, labelled, node_text, out, print_json
 
-RESULT_STYLE = {**STATUS_STYLE, "unreachable": "bold red", "skipped": "dim", "planned": "yellow"}
+RESULT_STYLE = {**STATUS_STYLE, "unreachable": "bold red", "skipped": "dim", "planned": "yellow",
+                "interrupted": "bold magenta"}
 
 
 class FleetView:
@@ -70,6 +71,12 @@ class FleetView:
             result: HostResult = payload
             self.status[host] = Text(result.status, style=RESULT_STYLE.get(result.status, ""))
             line = f"{host}: {result.status}" + (f" ({clean(result.error)})" if result.error else "")
+        elif kind == "interrupt":  # Ctrl-C: said in live mode too (above the table), with its countdown
+            text = interrupt_text(payload)
+            if self.live is not None:
+                self.live.console.print(node_text(text, "bold yellow"), soft_wrap=True)
+            else:
+                err.print(node_text(text, "bold yellow"), soft_wrap=True)
         if self.live is not None:
             self.live.update(self._table())
         elif line is not None:
@@ -86,11 +93,15 @@ def run_with_view(hosts: list[InventoryHost], columns: Sequence[str], work: Call
     directory = default_log_dir(target.log_dir)
     with FleetView(hosts, columns) as view:
         results = run_fleet(hosts, work, parallel=target.parallel, batch=target.batch, max_fail=target.max_fail,
-                            log_dir=directory, on_event=view.update)
+                            log_dir=directory, on_event=view.update, log_level=target.log_level)
     return results, directory
 
 
 def fleet_exit_code(results: Sequence[HostResult]) -> int:
+    """130 after a Ctrl-C (whatever the nodes did), else 1 if any node failed or was skipped, 3 if one waits
+    for a reboot, 0 when every node is done."""
+    if isinstance(results, FleetResults) and results.interrupted:
+        return 130
     if any(r.failed for r in results) or any(r.status == "skipped" for r in results):
         return 1
     if any(r.status == "reboot-pending" for r in results):
@@ -139,8 +150,8 @@ def print_summary(mode: str, results: Sequence[HostResult], log_dir: Path, targe
     out.print(table)
     for r in results:  # what to do about each blocked or failed step, runnable for its node
         for o in r.report.outcomes if r.report is not None else []:
-            if o.result in ("blocked", "failed") and o.plan.fix:
+            if o.result in ("blocked", "failed", "interrupted") and o.fix:
                 out.print(Text.assemble((f"{clean(r.host)} {o.step}: ", "bold red"), clean(o.error or o.plan.reason)))
-                out.print(labelled("fix:", node_text(target.fixer(by_name.get(r.host))(o.plan.fix), "bold green"),
+                out.print(labelled("fix:", node_text(target.fixer(by_name.get(r.host))(o.fix), "bold green"),
                                    indent=2))
     out.print(Text("summary: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())), style="bold"))

@@ -24,6 +24,7 @@ from gpunode.cli._target import Target
 from gpunode.cli.progress import rich_bars
 from gpunode.errors import UsageError
 from gpunode.fleet import batches, parse_percent
+from gpunode.fleetlog import LOG_LEVELS
 from gpunode.inventory import InventoryHost, load_inventory
 from gpunode.inventory import limit as limit_hosts
 from gpunode.options import Options
@@ -61,6 +62,10 @@ def target(reach: str, a: dict[str, Any]) -> Target:
         if a["parallel"] < 1:
             raise UsageError(f"--parallel {a['parallel']} must be at least 1", fix="use e.g. --parallel 8")
         chosen.parallel = a["parallel"]
+        if a["log_level"] not in LOG_LEVELS:
+            raise UsageError(f"--log-level {a['log_level']!r} is not one of {', '.join(LOG_LEVELS)}",
+                             fix="use --log-level info (the default) or --log-level debug")
+        chosen.log_level = a["log_level"]
         if chosen.log_dir and Path(chosen.log_dir).exists() and not Path(chosen.log_dir).is_dir():
             raise UsageError(f"--log-dir {chosen.log_dir} is a file, not a directory",
                              fix="pass a directory (it is created if missing)")

@@ -59,6 +59,10 @@ ParallelOpt = Annotated[int, typer.Option("--parallel", metavar="N", help="How m
 LogDirOpt = Annotated[str | None, typer.Option(
     "--log-dir", metavar="DIR", show_default=False,
     help="Per-node logs of a fleet run. Default: ./gpunode-logs/<time>/.")]
+LogLevelOpt = Annotated[str, typer.Option(
+    "--log-level", metavar="info|debug",
+    help="Per-node log detail of a fleet run: info (commands and exit codes) or debug (also node output, file "
+    "contents and the run's report, secrets masked).")]
 BatchOpt = Annotated[str | None, typer.Option(
     "--batch", metavar="N|P%", show_default=False,
     help="Rolling batches: N nodes or P% of them at a time; the next batch starts when one is done.")]
@@ -159,7 +163,7 @@ CONNECTION: tuple[tuple[str, Any, Any], ...] = (
     ("json_output", JsonOpt, False))
 FLEET: tuple[tuple[str, Any, Any], ...] = (
     ("inventory", InventoryOpt, None), ("limit", LimitOpt, None), ("parallel", ParallelOpt, 8),
-    ("log_dir", LogDirOpt, None))
+    ("log_dir", LogDirOpt, None), ("log_level", LogLevelOpt, "info"))
 ROLLING: tuple[tuple[str, Any, Any], ...] = (("batch", BatchOpt, None), ("max_fail", MaxFailOpt, None))
 
 # plan and install: what to make true on the node (checked into a Request by _inputs.request)

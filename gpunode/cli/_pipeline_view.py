@@ -72,20 +72,26 @@ def render_plan(report: RunReport, console: Console | None = None, fixer: Fixer 
     console = console or out
     if report.facts is not None:
         console.print(Text(describe_node(report.host, report.facts), style="bold"))
-    console.print(_step_table(report, ((o.step, o.plan.status.value, fixer(o.error or o.plan.reason))
-                                       for o in report.outcomes)))
+    console.print(_step_table(report, ((o.step, "failed" if o.result == "failed" else o.plan.status.value,
+                                        fixer(o.error or o.plan.reason)) for o in report.outcomes)))
     for outcome in report.outcomes:
         plan = outcome.plan
-        if not plan.actions and not plan.fix and not plan.notes:
+        if not plan.actions and not outcome.fix and not plan.notes:
             continue
         console.print(Text(f"\n{outcome.step}:", style="bold"))
         for action in plan.actions:
             for part in action_lines(action, report.as_root):
                 console.print(part)
-        if plan.fix:
-            console.print(labelled("fix:", node_text(fixer(plan.fix), "bold green"), indent=2))
+        if outcome.error and outcome.result == "failed":
+            console.print(labelled("error:", node_text(fixer(outcome.error), "bold red"), indent=2))
+        if outcome.fix:
+            console.print(labelled("fix:", node_text(fixer(outcome.fix), "bold green"), indent=2))
         for note in plan.notes:
             console.print(labelled("note:", node_text(fixer(note), "dim"), indent=2))
+    if report.error:
+        console.print(labelled("error:", node_text(report.error)))
+        if report.error_fix:
+            console.print(labelled("fix:", node_text(fixer(report.error_fix), "bold green")))
     console.print(Text("\n" + summary_line(report), style="bold"))
     if next_step:
         console.print(labelled("next:", node_text(next_step, "bold green")))
@@ -98,7 +104,7 @@ def summary_line(report: RunReport) -> str:
     summary = report.to_dict()["summary"]
     assert isinstance(summary, dict)
     counts: dict[str, int] = summary["steps"]
-    order = ("changed", "ok", "planned", "reboot-pending", "blocked", "failed", "unknown", "not-run")
+    order = ("changed", "ok", "planned", "reboot-pending", "blocked", "failed", "interrupted", "unknown", "not-run")
     words = {"planned": "to change", "ok": "already ok", "not-run": "not run"}
     bits = ", ".join(f"{counts[k]} {words.get(k, k)}" for k in order if counts.get(k))
     if not report.outcomes:
@@ -108,13 +114,14 @@ def summary_line(report: RunReport) -> str:
     if report.mode == "plan":
         line += {"ready": "; nothing to change", "changes-pending": "; nothing was changed (this is a plan)",
                  "blocked": "; blocked: fix the step marked blocked first",
-                 "failed": "; the plan could not be computed"}.get(state, "")
+                 "failed": "; a check failed: install would stop before changing anything"}.get(state, "")
         if report.reboot_pending:
             line += "; a reboot is required"
     else:
         ready = "; the node is ready" if report.ready else "; every step is done, but no NVIDIA driver is loaded"
         line += {"ready": ready, "reboot-pending": "; a reboot is required before it is ready",
-                 "blocked": "; the node is NOT ready", "failed": "; the node is NOT ready"}.get(state, "")
+                 "blocked": "; the node is NOT ready", "failed": "; the node is NOT ready",
+                 "interrupted": "; interrupted (Ctrl-C): the node is NOT ready"}.get(state, "")
     if report.reboots:
         line += f"; rebooted {report.reboots}x"
     return line
@@ -125,7 +132,8 @@ def render_install(report: RunReport, console: Console | None = None, fixer: Fix
     """The end of `gpunode install`: the steps were shown live as they ran (stderr), so this is the recap:
     what changed, what stopped the run and its fix, the backups made, whether the node is ready, what next."""
     console = console or out
-    console.print(Text(f"{clean(report.host)}: install finished", style="bold"))
+    ended = "interrupted" if report.interrupted else "finished"
+    console.print(Text(f"{clean(report.host)}: install {ended}", style="bold"))
     changed = [o.step for o in report.outcomes if o.result == "changed"]
     unchanged = [o.step for o in report.outcomes if o.result == "ok"]
     if changed:
@@ -138,13 +146,15 @@ def render_install(report: RunReport, console: Console | None = None, fixer: Fix
         head = Text.assemble((outcome.result, STATUS_STYLE.get(outcome.result, "")), (f" {outcome.step}: ", "bold"),
                              clean(fixer(outcome.error or outcome.plan.reason)))
         console.print(head)
-        if outcome.result in ("blocked", "failed") and outcome.plan.fix:
-            console.print(labelled("fix:", node_text(fixer(outcome.plan.fix), "bold green"), indent=2))
+        if outcome.result in ("blocked", "failed", "interrupted") and outcome.fix:
+            console.print(labelled("fix:", node_text(fixer(outcome.fix), "bold green"), indent=2))
     for outcome in report.outcomes:
         for backup in outcome.backups:
             console.print(node_text("  " + backup, "dim"))
     if report.error:
         console.print(labelled("error:", node_text(report.error)))
+        if report.error_fix:
+            console.print(labelled("fix:", node_text(fixer(report.error_fix), "bold green")))
     console.print(Text(summary_line(report), style="bold"))
     if next_step:
         console.print(labelled("next:", node_text(next_step, "bold green")))

@@ -122,6 +122,7 @@ class Target:
     limit: str | None = None
     parallel: int = 8
     log_dir: str | None = None
+    log_level: str = "info"  # fleet logs: info | debug (gpunode/fleetlog.py)
     batch: str | None = None
     max_fail: float | None = None
     fleet: list[InventoryHost] | None = None  # resolved by _inputs.target(); None: a single node

@@ -5,10 +5,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
 from typing import TextIO
 
 import typer
 
+from gpunode import cancel
 from gpunode.cli._fleet import fleet_exit_code, print_summary, run_with_view
 from gpunode.cli._inputs import Request
 from gpunode.cli._params import DryRunOpt, command, expected_errors
@@ -17,9 +23,9 @@ from gpunode.cli._target import Target, rewrite_fixes
 from gpunode.fleet import HostResult, LoggedConnection, QueueReporter, result_from_report
 from gpunode.inventory import InventoryHost
 from gpunode.options import Options
-from gpunode.runner import RunReport, apply_pipeline, plan_pipeline
+from gpunode.runner import RunInterrupted, RunReport, apply_pipeline, plan_pipeline
 from gpunode.steps.base import Step
-from gpunode.ui import print_json
+from gpunode.ui import err, node_text, print_json
 
 
 @command(reach="rolling", pipeline=True)
@@ -58,10 +64,14 @@ def _run(mode: str, target: Target, request: Request, argv: list[str]) -> None:
             _run_fleet(mode, target, target.fleet, request.steps, request.options)
         with target.open() as conn:
             if mode == "plan":
-                report = plan_pipeline(conn, request.steps, request.options)
+                report = plan_pipeline(conn, request.steps, request.options, check_artifacts=True)
             else:
                 reporter = None if target.json_output else ConsoleReporter()
-                report = apply_pipeline(conn, request.steps, request.options, reporter)
+                with two_stage_interrupt() as token, cancel.bind(token):
+                    try:
+                        report = apply_pipeline(conn, request.steps, request.options, reporter)
+                    except RunInterrupted as stopped:
+                        report = stopped.report
     follow = next_step(mode, report, target, argv)
     if target.json_output:
         data = report.to_dict()
@@ -82,14 +92,50 @@ def _run_fleet(mode: str, target: Target, hosts: list[InventoryHost], selected: 
     options = dataclasses.replace(options, progress=None)
 
     def work(host: InventoryHost, reporter: QueueReporter, log: TextIO) -> HostResult:
+        interrupted: RunInterrupted | None = None
         with LoggedConnection(target.open(host), log) as conn:
             if mode == "plan":
-                report = plan_pipeline(conn, selected, options, reporter)
+                report = plan_pipeline(conn, selected, options, reporter, check_artifacts=True)
             else:
-                report = apply_pipeline(conn, selected, options, reporter)
-        log.write(json.dumps(rewrite_fixes(report.to_dict(), target.fixer(host)), indent=2) + "\n")
+                try:
+                    report = apply_pipeline(conn, selected, options, reporter)
+                except RunInterrupted as stopped:
+                    interrupted, report = stopped, stopped.report
+        if getattr(log, "debug", False):  # the report holds file diffs (node file contents): debug level only
+            log.write(json.dumps(rewrite_fixes(report.to_dict(), target.fixer(host)), indent=2) + "\n")
+            if report.traceback:
+                log.write(report.traceback)
+        if interrupted is not None:
+            log.write(f"interrupted: {interrupted.message}\n")
+            return HostResult(host.name, "interrupted", sum(1 for o in report.outcomes if o.result == "changed"),
+                              report.reboot_pending, interrupted.message, report)
         return result_from_report(host.name, report)
 
     results, log_dir = run_with_view(hosts, [s.name for s in selected], work, target)
     print_summary(mode, results, log_dir, target, hosts)
     raise typer.Exit(fleet_exit_code(results))
+
+
+@contextmanager
+def two_stage_interrupt() -> Iterator[cancel.CancelToken]:
+    """Ctrl-C on a single-node install: the first one asks the run to stop at the next safe point (between
+    steps or actions; a running command finishes), the second one interrupts at once. Outside the main thread
+    (tests, embedding) signals cannot be caught, and the token is simply never cancelled."""
+    token = cancel.CancelToken()
+    if threading.current_thread() is not threading.main_thread():
+        yield token
+        return
+
+    def on_sigint(signum: int, frame: FrameType | None) -> None:
+        if token.cancelled:
+            token.abort()
+            raise KeyboardInterrupt
+        token.cancel()
+        err.print(node_text("interrupted: stopping at the next safe point (the running command finishes); "
+                            "press Ctrl-C again to stop at once", "bold yellow"))
+
+    previous: Callable[[int, FrameType | None], object] | int | None = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield token
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)

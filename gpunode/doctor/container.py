@@ -15,11 +15,13 @@ from typing import Any
 from gpunode.doctor.base import NO_GPU, Node, Verdict, check, failed, passed, skipped, warned
 from gpunode.facts import containers as container_facts
 from gpunode.facts import kernel as kernel_facts
+from gpunode.facts import packages as package_facts
 from gpunode.facts.containers import (
     CONTAINERD_CONFIG,
     CONTAINERD_DROPIN_DIRS,
     CRIO_CONFIG,
     DOCKER_CONFIG,
+    ENGINES,
     NVIDIA,
     RUNTIME_BINARY,
     SNAP_DOCKER_CONFIG,
@@ -38,6 +40,7 @@ from gpunode.facts.containers import (
     parse_daemon_json,
     parse_toml,
 )
+from gpunode.facts.packages import unit
 from gpunode.steps import toolkit
 
 RUNTIME_FIX = "gpunode install --only runtime --engine {engine}"
@@ -423,3 +426,40 @@ def cdi_spec(node: Node) -> Verdict:
         return failed(f"{path} was generated for driver {version}, but {loaded} is loaded: containers would mount "
                       "libraries that are gone", f"sudo nvidia-ctk cdi generate --output={path}")
     return passed(", ".join(path for path, _ in nvidia))
+
+
+@check("container.runtime-loaded", "container", "running engines loaded the nvidia runtime their config names")
+def runtime_loaded(node: Node) -> Verdict:
+    """The file may be right while the daemon still runs the old config: a run cut between `nvidia-ctk runtime
+    configure` and the restart. Seen in what the daemon reports (docker info, crictl info) or, when it does not
+    say, in gpunode's journal (a restart recorded as owed)."""
+    if not node.has_gpu:
+        return NO_GPU
+    units = node.facts[package_facts.UNITS]
+    drifted: list[str] = []
+    checked: list[str] = []
+    for engine, fact in (("docker", container_facts.DOCKER_LOADED), ("containerd", container_facts.CONTAINERD_LOADED)):
+        if engine not in node.survey.present or not unit(units, ENGINES[engine].unit).is_active:
+            continue
+        try:
+            on_file = (docker_state(_docker(node)) if engine == "docker"
+                       else containerd_state(_containerd(node)[1].config))
+        except ConfigError:
+            continue  # the configuration checks report it
+        if not on_file.has_nvidia:
+            continue  # the configuration checks report it
+        loaded = node.facts[fact]
+        if loaded is not None and NVIDIA not in loaded.runtimes:
+            drifted.append(f"{engine}: the config names the nvidia runtime, but the running daemon has not loaded it "
+                           "(it was not restarted)")
+        elif loaded is None and ENGINES[engine].unit in node.facts[container_facts.PENDING_RESTARTS]:
+            drifted.append(f"{engine}: gpunode changed its config and the restart that loads it is still pending")
+        else:
+            checked.append(engine)
+    if drifted:
+        engines = [d.split(":", 1)[0] for d in drifted]
+        return failed("; ".join(drifted), "gpunode install --only runtime" + "".join(f" --engine {e}" for e in engines)
+                      + "  # restarts the engine so it loads the nvidia runtime")
+    if not checked:
+        return skipped("no running docker or containerd with the nvidia runtime configured")
+    return passed(", ".join(checked) + ": the running daemon matches its config")

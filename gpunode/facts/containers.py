@@ -28,6 +28,7 @@ from decimal import Decimal
 from typing import Any
 
 from gpunode.facts.registry import command, files
+from gpunode.journal import JOURNAL_PATH
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -562,3 +563,66 @@ CDI_SPECS = command("doctor_cdi", (
     'continue; echo "spec $f $(grep -o "libnvidia-ml\\.so\\.[0-9][0-9.]*[0-9]" "$f" 2>/dev/null | head -n 1)"; '
     'done; true'
 ), parse_cdi, module=_M)
+
+
+# ---- what the running daemons loaded, and restarts gpunode still owes ------------------------------------------
+
+@dataclass(frozen=True)
+class LoadedRuntimes:
+    """The runtimes a running engine has loaded (which may differ from its config file until it restarts)."""
+
+    runtimes: frozenset[str]
+    default: str | None
+
+    def satisfies(self, want_default: bool) -> bool:
+        return NVIDIA in self.runtimes and (not want_default or self.default == NVIDIA)
+
+
+def parse_docker_loaded(text: str) -> LoadedRuntimes | None:
+    """`docker info --format '{{json .DefaultRuntime}} {{json .Runtimes}}'` -> what dockerd loaded; None when
+    the daemon did not answer (not running, no docker)."""
+    head, _, rest = text.strip().partition(" ")
+    try:
+        default, runtimes = json.loads(head), json.loads(rest)
+    except ValueError:
+        return None
+    if not isinstance(runtimes, dict):
+        return None
+    return LoadedRuntimes(frozenset(str(k) for k in runtimes), default if isinstance(default, str) else None)
+
+
+def parse_cri_loaded(text: str) -> LoadedRuntimes | None:
+    """`crictl info` (the CRI plugin's running config) -> the runtimes containerd or CRI-O loaded; None when it
+    did not answer."""
+    try:
+        data = json.loads(text) if text.strip() else None
+    except ValueError:
+        return None
+    config = data.get("config") if isinstance(data, dict) else None
+    runtime = config.get("containerd") if isinstance(config, dict) else None
+    if not isinstance(runtime, dict) or not isinstance(runtime.get("runtimes"), dict):
+        return None
+    default = runtime.get("defaultRuntimeName")
+    return LoadedRuntimes(frozenset(str(k) for k in runtime["runtimes"]), default if isinstance(default, str) else None)
+
+
+def parse_pending(text: str) -> tuple[str, ...]:
+    """The units gpunode's journal says still need a restart to load a config gpunode changed."""
+    try:
+        data = json.loads(text) if text.strip() else {}
+    except ValueError:
+        return ()
+    pending = data.get("pending") if isinstance(data, dict) else None
+    if not isinstance(pending, list):
+        return ()
+    return tuple(sorted({p["target"] for p in pending if isinstance(p, dict) and p.get("effect") == "restart"
+                         and isinstance(p.get("target"), str)}))
+
+
+DOCKER_LOADED = command("docker_loaded_runtimes", "docker info --format '{{json .DefaultRuntime}} {{json .Runtimes}}' "
+                        "2>/dev/null", parse_docker_loaded, module=_M)
+CONTAINERD_LOADED = command("containerd_loaded_runtimes", "command -v crictl >/dev/null 2>&1 && crictl --timeout 5s "
+                            "--runtime-endpoint unix:///run/containerd/containerd.sock info 2>/dev/null",
+                            parse_cri_loaded, module=_M)
+PENDING_RESTARTS = command("gpunode_pending_restarts", f"cat {JOURNAL_PATH} 2>/dev/null",
+                           parse_pending, module=_M)

@@ -47,6 +47,7 @@ from gpunode.facts.containers import (
     predict_crio,
     survey_engines,
 )
+from gpunode.facts.containers import NVIDIA as NVIDIA_RUNTIME
 from gpunode.facts.packages import UnitState, unit
 from gpunode.options import Options
 from gpunode.plan import Action, Earlier, RestartService, StepPlan, blocked, change, ok
@@ -144,6 +145,10 @@ def _engine_plan(name: str, facts: Facts, options: Options, ctk: tuple[int, ...]
             "nvidia-ctk leave a file they cannot parse untouched"))
 
     if before.satisfies(want_default):
+        owed = _restart_owed(name, facts, want_default, state_of)
+        if owed:
+            restart = RestartService(f"restart {DISPLAY[name]} so it loads the nvidia runtime", unit=engine.unit)
+            return EnginePlan(name, f"{DISPLAY[name]}: {owed}", (restart,), tuple(notes))
         return EnginePlan(name, f"{DISPLAY[name]}: {_describe(before)}", notes=tuple(notes))
     if not after.satisfies(want_default):
         version = containerd_config_version(parse_toml(files.get(CONTAINERD_CONFIG), CONTAINERD_CONFIG))
@@ -163,7 +168,7 @@ def _engine_plan(name: str, facts: Facts, options: Options, ctk: tuple[int, ...]
     argv = _flags(name, engine.config, dropin, ctk, want_default)
     actions: list[Action] = [ConfigureRuntime(
         f"add the nvidia runtime to {DISPLAY[name]}" + (" as its default" if want_default else ""),
-        engine=name, argv=argv, files=changed, backups=keep)]
+        engine=name, argv=argv, files=changed, backups=keep, restart=engine.unit if state_of.is_active else "")]
     if state_of.is_active:
         actions.append(RestartService(f"restart {DISPLAY[name]} so it loads the nvidia runtime", unit=engine.unit))
     else:
@@ -172,6 +177,25 @@ def _engine_plan(name: str, facts: Facts, options: Options, ctk: tuple[int, ...]
         how = "re-sorted and re-indented" if name == "docker" else "every key stays, comments do not"
         notes.append(f"nvidia-ctk rewrites {', '.join(keep)} ({how}); a copy is kept next to it")
     return EnginePlan(name, f"{DISPLAY[name]}: {missing}", tuple(actions), tuple(notes))
+
+
+# what the running daemon loaded, per engine (None: it did not say; CRI-O is not asked)
+LOADED = {"docker": container_facts.DOCKER_LOADED, "containerd": container_facts.CONTAINERD_LOADED}
+
+
+def _restart_owed(name: str, facts: Facts, want_default: bool, state_of: UnitState) -> str | None:
+    """Why a running engine must restart although its file is right: the daemon still runs the old config
+    (drift, seen in `docker info` / `crictl info`), or gpunode's journal records a restart it never made (a run
+    cut between the config change and the restart). None when nothing is owed."""
+    if not state_of.is_active:
+        return None
+    loaded = facts[LOADED[name]] if name in LOADED else None
+    if loaded is not None and not loaded.satisfies(want_default):
+        what = "the nvidia runtime" if NVIDIA_RUNTIME not in loaded.runtimes else "nvidia as its default runtime"
+        return f"the config file has the nvidia runtime, but the running daemon has not loaded {what} (restart pending)"
+    if loaded is None and ENGINES[name].unit in facts[container_facts.PENDING_RESTARTS]:
+        return "the config file has the nvidia runtime; the restart that loads it is still pending (gpunode journal)"
+    return None
 
 
 def _select(survey: EngineSurvey, options: Options, facts: Facts) -> tuple[list[str], list[str], tuple[str, str] | None]:

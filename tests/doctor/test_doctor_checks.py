@@ -342,6 +342,11 @@ VARIANTS: list[tuple[str, str, Callable[[], FakeNode], Mutation, set[str]]] = [
      _daemon('{"runtimes": {"nvidia": {"path": "nvidia-container-runtime", "args": []}}, '
              '"default-runtime": "nvidia-experimental"}'), set()),
     ("container.default-runtime", "warn", finished, lambda n: n.tools.add("kubelet"), set()),
+    ("container.runtime-loaded", "fail", finished,  # daemon.json names nvidia; the running dockerd never restarted
+     lambda n: set_output(n, "docker_loaded_runtimes", '"runc" {"runc":{"path":"runc"}}\n'), set()),
+    ("container.runtime-loaded", "fail", finished,  # the daemon does not say; gpunode's journal owes a restart
+     lambda n: set_output(n, "gpunode_pending_restarts", '{"runs": [], "pending": [{"effect": "restart", '
+                          '"target": "containerd.service"}]}'), set()),
     ("container.snap-docker", "fail", finished, lambda n: n.put(c.SNAP_DOCKER_CONFIG, "{}"), set()),
     ("container.rootless-docker", "warn", finished,
      lambda n: n.put("/home/alice/.config/systemd/user/docker.service", "[Service]\n"), set()),

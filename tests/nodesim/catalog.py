@@ -52,7 +52,8 @@ class Entry:
 def _containerd_effects(docker_bundled: bool) -> str:
     """Docker's containerd.io ships a config.toml (CRI disabled); distribution packages ship none."""
     cfg = "file:/etc/containerd/config.toml:containerd-docker.toml;" if docker_bundled else ""
-    return (f"tool:/usr/bin/containerd:engine;tool:/usr/bin/ctr:engine;{cfg}"
+    # crictl stands for cri-tools, which Kubernetes nodes carry next to containerd: it asks the running daemon
+    return (f"tool:/usr/bin/containerd:engine;tool:/usr/bin/ctr:engine;tool:/usr/bin/crictl:engine;{cfg}"
             "unit:containerd.service:containerd container runtime:enable")
 
 

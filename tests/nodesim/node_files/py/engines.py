@@ -564,6 +564,44 @@ def nerdctl(args):
     return rc
 
 
+# ---- crictl (cri-tools): asks the RUNNING containerd, which keeps the config it loaded at its last start ----------
+
+CRI_SECTIONS = ("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime", "cri")
+
+
+def crictl(args):
+    words = [a for a in args if not a.startswith("-")]
+    if words[:1] in (["--version"], ["version"]) or "--version" in args:
+        print("crictl version v1.29.0")
+        return 0
+    if "info" not in words:
+        return 0
+    loaded = read(ENG + "/containerd.json")
+    if unit_state("containerd.service") != "active" or not loaded:
+        sys.stderr.write('time="2024-01-01T00:00:00Z" level=fatal msg="validate service connection: validate CRI v1 '
+                         'runtime API for endpoint \"unix:///run/containerd/containerd.sock\": rpc error: code = '
+                         'Unavailable desc = connection error"\n')
+        return 1
+    merged = json.loads(loaded)
+    disabled = merged.get("disabled_plugins") or []
+    if any(isinstance(p, str) and p.split(".")[-1] == "cri" for p in disabled):
+        sys.stderr.write('time="2024-01-01T00:00:00Z" level=fatal msg="validate service connection: CRI v1 runtime '
+                         'API is not implemented for endpoint \"unix:///run/containerd/containerd.sock\""\n')
+        return 1
+    cri = {}
+    for name in CRI_SECTIONS:
+        section = (merged.get("plugins") or {}).get(name)
+        if isinstance(section, dict) and isinstance(section.get("containerd"), dict):
+            cri = section["containerd"]
+            break
+    runtimes = {"runc": {"runtimeType": "io.containerd.runc.v2"}}
+    for k, v in (cri.get("runtimes") or {}).items():
+        runtimes[k] = {"runtimeType": v.get("runtime_type", ""), "options": v.get("options", {})}
+    print(json.dumps({"status": {"conditions": []}, "config": {"containerd": {
+        "defaultRuntimeName": cri.get("default_runtime_name", "runc"), "runtimes": runtimes}}}, indent=2))
+    return 0
+
+
 def main(argv):
     what, args = argv[0], argv[1:]
     if what == "docker-validate":
@@ -585,7 +623,7 @@ def main(argv):
         with open(args[1], "w", encoding="utf-8") as fh:
             json.dump(merged, fh, default=str)
         return 0
-    return {"docker": docker, "ctr": ctr, "nerdctl": nerdctl, "containerd": containerd}[what](args)
+    return {"docker": docker, "ctr": ctr, "nerdctl": nerdctl, "containerd": containerd, "crictl": crictl}[what](args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,122 @@
+"""Checks made before the first change: know before touching the node that the run can finish.
+
+Every selected step is planned against the current facts (each reading the plans of the earlier steps it
+declares, as in a plan). Then:
+
+- blockers: a step that is `blocked` although none of the steps it reads is about to change anything is
+  blocked for good; no earlier step can lift it, so nothing runs.
+- artifacts: every installer a plan would fetch on this machine (the driver's .run) is obtained and verified
+  (`install`: download or cache, sha256, makeself checks) or, for `plan`, checked read-only: a local or cached
+  file is verified fully; an uncached URL gets one HEAD request (a timeout on it) to show the download is
+  possible, without fetching 400 MB. An offline control machine gets a fix naming --driver-run and
+  GPUNODE_DRIVER_MIRROR.
+
+The result is a `Stop` (which step, why, the fix) or None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpunode.artifacts import DownloadError, ProgressBars
+from gpunode.artifacts.naming import MARKER_SUFFIX, PART_SUFFIX, beside, url_file_name
+from gpunode.artifacts.source import Source, obtain, verify
+from gpunode.facts import Facts
+from gpunode.options import Options
+from gpunode.plan import StepPlan
+from gpunode.steps.base import Step
+
+HEAD_TIMEOUT = (5.0, 10.0)  # (connect, read) seconds for plan's reachability check
+
+
+@dataclass(frozen=True)
+class Stop:
+    step: str
+    result: str  # blocked | failed
+    error: str
+    fix: str | None
+
+
+def plan_all(steps: Sequence[Step], facts: Facts, options: Options) -> dict[str, StepPlan]:
+    plans: dict[str, StepPlan] = {}
+    for step in steps:
+        plans[step.name] = step.plan_with(facts, options, plans)
+    return plans
+
+
+def blocker(steps: Sequence[Step], plans: dict[str, StepPlan]) -> Stop | None:
+    """The first step blocked whatever the earlier steps do: none of the steps it reads will change."""
+    for step in steps:
+        plan = plans[step.name]
+        if plan.status.value != "blocked":
+            continue
+        if any(name in plans and plans[name].status.value == "change" for name in step.reads):
+            continue  # an earlier step's change may lift it: the run finds out when it gets there
+        return Stop(step.name, "blocked", plan.reason, plan.fix)
+    return None
+
+
+def sources(plans: dict[str, StepPlan]) -> list[tuple[str, Source]]:
+    """(step, installer source) for every installer a plan fetches on this machine."""
+    found: list[tuple[str, Source]] = []
+    for name, plan in plans.items():
+        for action in plan.actions:
+            source = getattr(action, "source", None)
+            if action.kind == "download" and isinstance(source, Source):
+                found.append((name, source))
+    return found
+
+
+Probe = Callable[[Source], None]
+
+
+def artifacts(plans: dict[str, StepPlan], *, fetch: bool, progress: ProgressBars | None = None,
+              probe: Probe | None = None) -> Stop | None:
+    """Obtain and verify every installer (`fetch`, for install) or check it read-only (plan)."""
+    for name, source in sources(plans):
+        try:
+            if fetch:
+                obtain(source, progress=progress)
+            else:
+                check(source, probe or head)
+        except DownloadError as exc:
+            return Stop(name, "failed", exc.message, exc.fix)
+    return None
+
+
+def check(source: Source, probe: Probe) -> None:
+    """Read-only: verify a local or cached file fully; otherwise ask whether the download is possible."""
+    if source.local:
+        verify(source.local, source)
+        return
+    assert source.cache
+    dest = Path(source.cache)
+    if dest.is_file() and beside(dest, MARKER_SUFFIX).is_file():
+        verify(dest, source)  # sha256 (and --sha256), makeself checks; nothing is changed in the cache
+        return
+    probe(source)
+
+
+def head(source: Source) -> None:
+    """One HEAD request per URL until one answers 200: the download `install` will make is possible."""
+    import requests
+
+    from gpunode.artifacts.download import network_error
+
+    missing: list[str] = []
+    with requests.Session() as http:
+        for url in source.urls:
+            try:
+                resp = http.head(url, allow_redirects=True, timeout=HEAD_TIMEOUT)
+            except requests.RequestException as exc:
+                raise network_error(exc, url, beside(Path(source.cache or "x"), PART_SUFFIX), 1) from None
+            if resp.status_code == 200:
+                return
+            missing.append(f"{url}: " + ("not found (HTTP 404)" if resp.status_code == 404
+                                         else f"HTTP {resp.status_code}"))
+    raise DownloadError(f"could not find {url_file_name(source.urls[0]) if source.urls else source.name}: "
+                        + "; ".join(missing),
+                        fix="check the version on NVIDIA's driver pages, or pass --driver-run PATH|URL")
+
