@@ -112,7 +112,8 @@ def test_without_the_udev_rule_the_links_are_gone_after_a_reboot(sim_node):  # n
     node.reboot()
     assert doctor(node)["container.dev-char-symlinks"]["status"] == "warn"
     redo = install(node)["nodesettings"]
-    assert redo["reason"].startswith("nvidia-persistenced.service enabled and running; no udev rule re-creates")
+    assert redo["reason"].startswith(f"nvidia-persistenced.service enabled and running; nvidia_uvm loaded and loaded at "
+                                     f"boot by {ns.UVM_LOAD_PATH}; no udev rule re-creates")
     assert doctor(node)["container.dev-char-symlinks"]["status"] == "pass"
 
 
