@@ -24,13 +24,22 @@ def _dist(node: Node) -> Distribution | None:
     return k8s_facts.distribution(node.facts[k8s_facts.TOOLS], node.facts[k8s_facts.UNITS])
 
 
-@check("container.k8s-kubelet-runtime", "container", "the kubelet's containerd has the nvidia runtime")
-def kubelet_runtime(node: Node) -> Verdict:
+def _kubelet_gpu_node(node: Node) -> Distribution | Verdict:
+    """The node's Kubernetes distribution, or the verdict of a check that has nothing to look at (no kubelet, no
+    GPU)."""
     d = _dist(node)
     if d is None:
         return skipped("no kubelet on this node")
     if not node.has_gpu:
         return NO_GPU
+    return d
+
+
+@check("container.k8s-kubelet-runtime", "container", "the kubelet's containerd has the nvidia runtime")
+def kubelet_runtime(node: Node) -> Verdict:
+    d = _kubelet_gpu_node(node)
+    if not isinstance(d, Distribution):
+        return d
     try:
         if d.containerd_dir:
             files = node.facts[k8s_facts.RANCHER_CONTAINERD]
@@ -53,11 +62,9 @@ def kubelet_runtime(node: Node) -> Verdict:
 
 @check("container.k8s-device-plugin", "container", "NVIDIA device plugin deployed and registered with the kubelet")
 def device_plugin(node: Node) -> Verdict:
-    d = _dist(node)
-    if d is None:
-        return skipped("no kubelet on this node")
-    if not node.has_gpu:
-        return NO_GPU
+    d = _kubelet_gpu_node(node)
+    if not isinstance(d, Distribution):
+        return d
     cluster = node.facts[k8s_facts.CLUSTER]
     if not cluster.kubectl or not cluster.kubeconfig:
         return skipped("no kubectl or kubeconfig on the node to ask the cluster" if not cluster.kubectl else
@@ -79,11 +86,9 @@ def device_plugin(node: Node) -> Verdict:
 
 @check("container.k8s-allocatable", "container", "node advertises nvidia.com/gpu (time-slicing replicas included)")
 def allocatable(node: Node) -> Verdict:
-    d = _dist(node)
-    if d is None:
-        return skipped("no kubelet on this node")
-    if not node.has_gpu:
-        return NO_GPU
+    d = _kubelet_gpu_node(node)
+    if not isinstance(d, Distribution):
+        return d
     cluster = node.facts[k8s_facts.CLUSTER]
     seen = cluster.allocatable_gpus()
     if seen is None:
