@@ -22,6 +22,31 @@ _READ_FILE = Script(
     body='if [ -e "$1" ]; then exec cat -- "$1"; else exit 44; fi',
 )
 
+# Receive stdin into a temp file beside $dest and check that exactly $size bytes arrived; leaves its SHA256 in
+# $sum. The temp file is removed on any exit unless the script clears the EXIT trap. Shared by the verified write
+# and the upload.
+_RECEIVE = r"""dir=$(dirname -- "$dest" && echo x); dir=${dir%??}
+mkdir -p -- "$dir"
+@UMASK@tmp=$(mktemp "$dir/.gpunode-@KIND@.XXXXXX" && echo x); tmp=${tmp%??}
+trap 'rm -f -- "$tmp"' EXIT
+trap 'exit 129' HUP INT TERM PIPE
+cat > "$tmp"
+# the length from ls (busybox wc -c reads the whole file); the fields before the size hold no blanks
+set -f
+set -- $(ls -ln -- "$tmp")
+got=$5
+if [ "$got" != "$size" ]; then
+  echo "gpunode-short only $got of $size bytes arrived" >&2
+  exit 46
+fi
+sum=$(sha256sum < "$tmp")
+"""
+
+
+def _receive(kind: str, private: bool) -> str:
+    return _RECEIVE.replace("@KIND@", kind).replace("@UMASK@", "umask 077\n" if private else "")
+
+
 # Atomic, verified replace with a backup. The content arrives on stdin into a temp file in the destination's
 # directory; nothing is renamed unless exactly SIZE bytes with the expected SHA256 arrived (a dropped
 # connection ends stdin early: that must never look like success). Then fsync the file, keep a copy of the
@@ -41,22 +66,7 @@ if [ -L "$dest" ]; then
   dest=$target
 fi
 # (command substitution drops trailing newlines, which a path may end with: keep them behind an "x")
-dir=$(dirname -- "$dest" && echo x); dir=${dir%??}
-mkdir -p -- "$dir"
-tmp=$(mktemp "$dir/.gpunode-tmp.XXXXXX" && echo x); tmp=${tmp%??}
-trap 'rm -f -- "$tmp"' EXIT
-trap 'exit 129' HUP INT TERM PIPE
-cat > "$tmp"
-# the length from ls (busybox wc -c reads the whole file); the fields before the size hold no blanks
-set -f
-set -- $(ls -ln -- "$tmp")
-got=$5
-if [ "$got" != "$size" ]; then
-  echo "gpunode-short only $got of $size bytes arrived" >&2
-  exit 46
-fi
-sum=$(sha256sum < "$tmp")
-if [ "${sum%% *}" != "$want" ]; then
+""" + _receive("tmp", private=False) + r"""if [ "${sum%% *}" != "$want" ]; then
   echo "gpunode-checksum the content that arrived does not match its sha256" >&2
   exit 46
 fi
@@ -92,23 +102,7 @@ UPLOAD_RECEIVE = Script(
     name="upload-receive",
     body=r"""set -e
 dest=$1; size=$2
-dir=$(dirname -- "$dest" && echo x); dir=${dir%??}
-mkdir -p -- "$dir"
-umask 077
-tmp=$(mktemp "$dir/.gpunode-upload.XXXXXX" && echo x); tmp=${tmp%??}
-trap 'rm -f -- "$tmp"' EXIT
-trap 'exit 129' HUP INT TERM PIPE
-cat > "$tmp"
-# the length from ls (busybox wc -c reads the whole file); the fields before the size hold no blanks
-set -f
-set -- $(ls -ln -- "$tmp")
-got=$5
-if [ "$got" != "$size" ]; then
-  echo "gpunode-short only $got of $size bytes arrived" >&2
-  exit 46
-fi
-sum=$(sha256sum < "$tmp")
-trap - EXIT
+""" + _receive("upload", private=True) + r"""trap - EXIT
 printf 'gpunode-received %s %s\n%s' "$got" "${sum%% *}" "$tmp"
 """,
 )
