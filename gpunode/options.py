@@ -42,3 +42,7 @@ class Options:
     mps_thread_percentage: int | None = None  # --mps-thread-percentage: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
     mig_layout: tuple[str, ...] = ()  # --mig-layout: GPU instance profiles per GPU, e.g. ("1g.10gb", "1g.10gb")
     k8s_wait: float = 300.0  # seconds to wait until the node advertises its GPUs
+    # image builds (gpunode/bake.py, docs/engines.md): --bake builds the driver for `bake_kernel` (None: the newest
+    # installed kernel) without a GPU, loads nothing, and leaves the marker a boot-time install checks
+    bake: bool = False
+    bake_kernel: str | None = None

@@ -12,7 +12,7 @@ import time
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from gpunode import __version__, cancel, preflight
 from gpunode.connection.base import Connection
@@ -36,6 +36,19 @@ class Reporter(Protocol):
     def planned(self, host: str, step: Step, plan: StepPlan) -> None: ...
     def action(self, host: str, step: Step, action: Action, state: str, detail: str = "") -> None: ...
     def message(self, host: str, text: str) -> None: ...
+
+
+@runtime_checkable
+class OutcomeReporter(Reporter, Protocol):
+    """A reporter that also hears each step's result as soon as it is final (machine-readable progress,
+    gpunode/cli/events.py). Steps the run did not reach are reported by whoever renders the RunReport."""
+
+    def step_done(self, host: str, outcome: StepOutcome) -> None: ...
+
+
+def _step_done(reporter: Reporter, host: str, outcome: StepOutcome) -> None:
+    if isinstance(reporter, OutcomeReporter):
+        reporter.step_done(host, outcome)
 
 
 class NullReporter:
@@ -325,6 +338,7 @@ def _apply_steps(conn: Connection, steps: Sequence[Step], options: Options, repo
         finally:
             if record is not None and outcome.result != "ok":
                 record.step(step.name, outcome.result, plan.reason, outcome.backups, outcome.error)
+            _step_done(reporter, conn.name, outcome)
         if outcome.result == "reboot-pending":
             stopped = "not run: waiting for the reboot"
     report.facts = facts

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,15 +46,19 @@ def seconds(value: float, option: str, *, zero_ok: bool = False, example: str = 
     return value
 
 
-def target(reach: str, a: dict[str, Any]) -> Target:
-    """The connection and fleet options -> a Target, with the fleet resolved. Nothing is contacted."""
+def target(reach: str, a: dict[str, Any], again: list[str] | None = None) -> Target:
+    """The connection and fleet options -> a Target, with the fleet resolved. Nothing is contacted. `again` is
+    the command line as given (the fix of a --local run that is not root)."""
     hosts = a["host"] if isinstance(a["host"], list) else [a["host"]] if a["host"] else []
+    if a.get("local"):
+        local_only(hosts, a.get("inventory"), again or ["gpunode"])
     for host in hosts:
         if not host.strip() or host.strip() != host or any(c.isspace() for c in host):
             raise UsageError(f"--host {host!r} is not a host name", fix="use e.g. --host gpu-01 or --host ubuntu@10.0.0.5")
     chosen = Target(list(hosts), list(a["identity"] or []), list(a["known_hosts"] or []), a["accept_new_host_key"],
                     a["ssh_config"], a["ask_pass"], a["ask_become_pass"],
-                    seconds(a["connect_timeout"], "--connect-timeout", example="15"), a["json_output"])
+                    seconds(a["connect_timeout"], "--connect-timeout", example="15"), a["json_output"],
+                    local=bool(a.get("local")))
     for path, option in ([(p, "--identity") for p in chosen.identity] + [(p, "--known-hosts") for p in chosen.known_hosts]
                          + ([(chosen.ssh_config, "--ssh-config")] if chosen.ssh_config else [])):
         if not Path(path).expanduser().is_file() and option != "--known-hosts":
@@ -78,6 +84,23 @@ def target(reach: str, a: dict[str, Any]) -> Target:
             raise UsageError("--batch and --max-fail need several nodes", fix="add --inventory or more --host, or "
                              "drop --batch/--max-fail")
     return chosen
+
+
+_REACH_OPTIONS = ("--host", "-H", "--inventory", "-I", "--limit", "-l")  # the options that name other nodes
+
+
+def local_only(hosts: list[str], inventory: str | None, again: list[str]) -> None:
+    """--local: this machine, no SSH, and as root (an engine has no terminal to answer a sudo prompt)."""
+    if hosts or inventory:
+        given = "--inventory" if inventory else "--host"
+        here = [w for i, w in enumerate(again) if w not in _REACH_OPTIONS
+                and (i == 0 or again[i - 1] not in _REACH_OPTIONS)]
+        raise UsageError(f"--local and {given} ask for two different targets (--local is this machine, no SSH)",
+                         fix=f"drop {given} to run here: {shlex.join(here)}  # or drop --local to reach the nodes "
+                             "over SSH")
+    if os.geteuid() != 0:
+        raise UsageError("--local must run as root: it changes this machine, and an engine cannot answer a sudo "
+                         "password prompt", fix="sudo " + shlex.join(again))
 
 
 def _fleet(t: Target) -> list[InventoryHost] | None:
@@ -132,7 +155,33 @@ def request(a: dict[str, Any], reach: Target | None) -> Request:
     """The pipeline options (and --reboot) -> a Request. Progress bars only for one node and human output."""
     chosen = steps(a["only"], a["skip"])
     quiet = reach is not None and (reach.json_output or reach.fleet is not None)
-    return Request(chosen, pipeline_options(a, progress=not quiet))
+    options = pipeline_options(a, progress=not quiet)
+    if options.bake:  # the steps that need no GPU, then the marker (gpunode/bake.py)
+        from gpunode import bake
+        from gpunode.steps import bake as bake_step
+
+        chosen = (*(s for s in chosen if s.name in bake.BAKE_STEPS), bake_step.STEP)
+    return Request(chosen, options)
+
+
+_KERNEL_RELEASE = re.compile(r"^[0-9][A-Za-z0-9._+~-]*$")
+
+
+def bake_options(a: dict[str, Any], driver: str | None) -> tuple[bool, str | None]:
+    """--bake and --kernel: an image build needs a driver version, never reboots, and names a kernel release."""
+    bake, kernel = bool(a.get("bake")), a.get("bake_kernel")
+    if kernel is not None and not bake:
+        raise UsageError("--kernel goes with --bake (an image build)", fix="add --bake, or drop --kernel")
+    if kernel is not None and not _KERNEL_RELEASE.match(kernel):
+        raise UsageError(f"--kernel {kernel!r} is not a kernel release", fix="use the name `uname -r` prints for "
+                         "that kernel, e.g. --kernel 5.15.0-92-generic (ls /lib/modules lists the installed ones)")
+    if bake and a.get("reboot"):
+        raise UsageError("--bake never reboots: the image is rebooted when it boots as a node",
+                         fix="drop --reboot (the first boot runs `gpunode install --local`, docs/engines.md)")
+    if bake and not driver and not a.get("driver_run"):
+        raise UsageError("--bake needs the driver to build into the image", fix="add --driver VERSION, e.g. "
+                         "--driver 535.129.03")
+    return bake, kernel
 
 
 def pipeline_options(a: dict[str, Any], *, progress: bool) -> Options:
@@ -164,6 +213,7 @@ def pipeline_options(a: dict[str, Any], *, progress: bool) -> Options:
     reboot_timeout = seconds(a.get("reboot_timeout", 900.0), "--reboot-timeout", example="900")
     fields = driver_request(driver, run, a["sha256"], module.strip() if module else None, a["module_signing_key"],
                                a["module_signing_cert"], a["cache_dir"])
+    bake, bake_kernel = bake_options(a, driver)
     options = Options(reboot=a.get("reboot", False), reboot_timeout=reboot_timeout, cuda=cuda(a["cuda"]),
                       image=image(a["image"]), lock_timeout=lock, progress=rich_bars if progress else None,
                       **fields)  # type: ignore[arg-type]
@@ -173,7 +223,7 @@ def pipeline_options(a: dict[str, Any], *, progress: bool) -> Options:
                                engines=tuple(e.lower() for e in a["engine"] or []), kubeconfig=kubeconfig,
                                gpu_replicas=replicas, mps=a.get("mps", False),
                                mps_thread_percentage=mps_limit(a.get("mps"), a.get("mps_thread_percentage")),
-                               mig_layout=mig_layout(a.get("mig_layout")))
+                               mig_layout=mig_layout(a.get("mig_layout")), bake=bake, bake_kernel=bake_kernel)
 
 
 _MIG_PROFILE = re.compile(r"^[1-9]g\.[0-9]+gb(\+me)?$|^[0-9]{1,2}$")

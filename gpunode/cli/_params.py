@@ -47,6 +47,19 @@ AskBecomePassOpt = Annotated[bool, typer.Option(
 ConnectTimeoutOpt = Annotated[float, typer.Option(
     "--connect-timeout", metavar="SECONDS", help="Seconds to wait for SSH to connect (more than 0).")]
 JsonOpt = Annotated[bool, typer.Option("--json", metavar="", help="Print JSON on stdout (schema in README).")]
+# -- engines and image builds (docs/engines.md) ---------------------------------------------------------------
+LocalOpt = Annotated[bool, typer.Option(
+    "--local", metavar="", help="This machine, no SSH: for engines (DaemonSet, Slurm, cloud-init, Packer). Refused "
+    "with --host or --inventory; must run as root.")]
+ProgressFormatOpt = Annotated[str, typer.Option(
+    "--progress", metavar="human|jsonl", help="jsonl: one JSON event per line on stdout (schema 1, docs/engines.md); "
+    "human text goes to stderr.")]
+BakeOpt = Annotated[bool, typer.Option(
+    "--bake", metavar="", help="Image build: install the driver built for --kernel without a GPU, load nothing, "
+    "never reboot, and leave /var/lib/gpunode/baked.json for the boot-time install.")]
+BakeKernelOpt = Annotated[str | None, typer.Option(
+    "--kernel", metavar="KERNEL", show_default=False,
+    help="With --bake: the kernel the image boots, e.g. 5.15.0-92-generic. Default: the newest installed kernel.")]
 
 # -- fleet (plan, install, doctor) --------------------------------------------------------------------------
 InventoryOpt = Annotated[str | None, typer.Option(
@@ -157,7 +170,7 @@ HelpOpt = Annotated[bool, typer.Option("--help", "-h", metavar="", is_eager=True
 
 # name, annotation, default: the shared parameters, in the order --help lists them
 CONNECTION: tuple[tuple[str, Any, Any], ...] = (
-    ("identity", IdentityOpt, None), ("known_hosts", KnownHostsOpt, None),
+    ("local", LocalOpt, False), ("identity", IdentityOpt, None), ("known_hosts", KnownHostsOpt, None),
     ("accept_new_host_key", AcceptNewOpt, False), ("ssh_config", SshConfigOpt, None), ("ask_pass", AskPassOpt, False),
     ("ask_become_pass", AskBecomePassOpt, False), ("connect_timeout", ConnectTimeoutOpt, 15.0),
     ("json_output", JsonOpt, False))
@@ -175,7 +188,8 @@ PIPELINE: tuple[tuple[str, Any, Any], ...] = (
     ("lock_timeout", LockTimeoutOpt, 600.0), ("toolkit_version", ToolkitVersionOpt, None),
     ("toolkit_package", ToolkitPackageOpt, None), ("set_as_default", SetAsDefaultOpt, False), ("k8s", K8sOpt, False),
     ("engine", EngineOpt, None), ("kubeconfig", KubeconfigOpt, None), ("gpu_replicas", GpuReplicasOpt, 1),
-    ("mps", MpsOpt, False), ("mps_thread_percentage", MpsThreadsOpt, None), ("mig_layout", MigLayoutOpt, None))
+    ("mps", MpsOpt, False), ("mps_thread_percentage", MpsThreadsOpt, None), ("mig_layout", MigLayoutOpt, None),
+    ("bake", BakeOpt, False), ("bake_kernel", BakeKernelOpt, None))
 REBOOT: tuple[tuple[str, Any, Any], ...] = (("reboot", RebootOpt, False), ("reboot_timeout", RebootTimeoutOpt, 900.0))
 
 # reach: which shared options a command takes
@@ -256,7 +270,8 @@ def command(reach: str = "none", pipeline: bool = False,
                     extra["argv"] = same_args(every, values, drop=("json_output",))
                 with expected_errors():
                     if reach != "none":
-                        extra["target"] = _inputs.target(reach, {p.name: values.pop(p.name) for p in shared})
+                        again = ["gpunode", func.__name__, *same_args(every, values)]  # for the --local root fix
+                        extra["target"] = _inputs.target(reach, {p.name: values.pop(p.name) for p in shared}, again)
                     if wanted:
                         extra["request"] = _inputs.request({p.name: values.pop(p.name) for p in wanted},
                                                            extra.get("target"))

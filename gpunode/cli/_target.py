@@ -126,6 +126,7 @@ class Target:
     batch: str | None = None
     max_fail: float | None = None
     fleet: list[InventoryHost] | None = None  # resolved by _inputs.target(); None: a single node
+    local: bool = False  # --local: this machine, no SSH (docs/engines.md); fixes and `next` repeat it
     _secrets: tuple[Secret | None, Secret | None] | None = None
 
     @property
@@ -159,6 +160,8 @@ class Target:
             words += ["--host", host.target]
         elif self.host:
             words += ["--host", self.host]
+        elif self.local:
+            words += ["--local"]
         if self.ssh_config:
             words += ["--ssh-config", self.ssh_config]
         for path in self.identity:

@@ -17,9 +17,11 @@ import typer
 from gpunode import cancel
 from gpunode.cli._fleet import fleet_exit_code, print_summary, run_with_view
 from gpunode.cli._inputs import Request
-from gpunode.cli._params import DryRunOpt, command, expected_errors
+from gpunode.cli._params import DryRunOpt, ProgressFormatOpt, command, expected_errors
 from gpunode.cli._pipeline_view import ConsoleReporter, render_install, render_plan
 from gpunode.cli._target import Target, rewrite_fixes
+from gpunode.cli.events import FORMATS, JsonlReporter
+from gpunode.errors import UsageError
 from gpunode.fleet import HostResult, LoggedConnection, QueueReporter, result_from_report
 from gpunode.inventory import InventoryHost
 from gpunode.options import Options
@@ -29,15 +31,33 @@ from gpunode.ui import err, node_text, print_json
 
 
 @command(reach="rolling", pipeline=True)
-def plan(target: Target, request: Request, argv: list[str]) -> None:
+def plan(target: Target, request: Request, argv: list[str], progress: ProgressFormatOpt = "human") -> None:
     """Show what `install` would change, step by step, with exact commands and file diffs. Changes nothing."""
-    _run("plan", target, request, argv)
+    _run("plan", target, request, argv, progress)
 
 
 @command(reach="rolling", pipeline=True, reboot=True)
-def install(target: Target, request: Request, argv: list[str], dry_run: DryRunOpt = False) -> None:
+def install(target: Target, request: Request, argv: list[str], dry_run: DryRunOpt = False,
+            progress: ProgressFormatOpt = "human") -> None:
     """Apply the pipeline: each step is planned, applied, then planned again and must report `ok`."""
-    _run("plan" if dry_run else "install", target, request, [w for w in argv if w != "--dry-run"])
+    _run("plan" if dry_run else "install", target, request, [w for w in argv if w != "--dry-run"], progress)
+
+
+def _events(progress: str, mode: str, target: Target, request: Request) -> JsonlReporter | None:
+    """--progress: None for human output, else the event writer (docs/engines.md). Usage errors exit 2."""
+    with expected_errors():
+        if progress not in FORMATS:
+            raise UsageError(f"--progress {progress!r} is not one of {', '.join(FORMATS)}",
+                             fix="use --progress jsonl (events on stdout) or leave it out")
+        if progress == "human":
+            return None
+        if target.json_output:
+            raise UsageError("--json and --progress jsonl both write stdout", fix="drop --json: the run_end event "
+                             "carries the final state and exit code")
+        if target.fleet is not None:
+            raise UsageError("--progress jsonl describes one node", fix="run gpunode with --local on each node (a "
+                             "DaemonSet, docs/engines.md), or drop --progress for the fleet view")
+    return JsonlReporter(mode, request.steps, target.fixer())
 
 
 def next_step(mode: str, report: RunReport, target: Target, argv: list[str]) -> str | None:
@@ -57,23 +77,30 @@ def next_step(mode: str, report: RunReport, target: Target, argv: list[str]) -> 
     return None
 
 
-def _run(mode: str, target: Target, request: Request, argv: list[str]) -> None:
+def _run(mode: str, target: Target, request: Request, argv: list[str], progress: str = "human") -> None:
     """One implementation of plan and install, for one node or a fleet. Every option was checked already."""
+    events = _events(progress, mode, target, request)
+    if events is not None:  # stdout holds events only: no progress bars, the recap goes to stderr
+        request = dataclasses.replace(request, options=dataclasses.replace(request.options, progress=None))
     with expected_errors(target.fixer()):
         if target.fleet is not None:
             _run_fleet(mode, target, target.fleet, request.steps, request.options)
         with target.open() as conn:
             if mode == "plan":
-                report = plan_pipeline(conn, request.steps, request.options, check_artifacts=True)
+                report = plan_pipeline(conn, request.steps, request.options, events, check_artifacts=True)
             else:
-                reporter = None if target.json_output else ConsoleReporter()
+                reporter = events or (None if target.json_output else ConsoleReporter())
                 with two_stage_interrupt() as token, cancel.bind(token):
                     try:
                         report = apply_pipeline(conn, request.steps, request.options, reporter)
                     except RunInterrupted as stopped:
                         report = stopped.report
     follow = next_step(mode, report, target, argv)
-    if target.json_output:
+    if events is not None:
+        events.finish(report, follow)
+        (render_plan if mode == "plan" else render_install)(report, console=err, fixer=target.fixer(),
+                                                             next_step=follow)
+    elif target.json_output:
         data = report.to_dict()
         summary = data["summary"]
         assert isinstance(summary, dict)

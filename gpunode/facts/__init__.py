@@ -16,6 +16,7 @@ from typing import TypeVar
 from gpunode.connection.base import Connection
 from gpunode.errors import CommandError
 from gpunode.facts import containers, driver, fabric, health, k8s, kernel, nodesettings, packages, system
+from gpunode.facts import bake  # noqa: F401 - registers the image-build facts (gpunode/bake.py)
 from gpunode.facts.kernel import LoadedDriver, ModuleBlock, PciDevice, SecureBoot, module_block
 from gpunode.facts.osinfo import UNKNOWN_OS, OsInfo
 from gpunode.facts.probe import build_probe, registered, split_files, split_sections

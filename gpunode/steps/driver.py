@@ -13,13 +13,14 @@ module flavour. On failure the installer's log tail is shown with what it means.
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from dataclasses import dataclass
 from datetime import date
 
 from packaging.version import Version
 
-from gpunode import compat, gpus, signing
+from gpunode import bake, compat, gpus, signing
 from gpunode.actions.driver import LOG, WORK_PARENT, FetchInstaller, RunInstaller
 from gpunode.artifacts.source import resolve
 from gpunode.errors import GpunodeError
@@ -139,6 +140,7 @@ def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> Step
     """The plan, with the driver version that will be in place as its outputs."""
     state = driver_state(facts)
     decided = _plan(facts, options, earlier or Earlier({}, READS), state)
+    decided = _baked(decided, facts, options)  # image builds (gpunode/bake.py)
     version = requested_version(options)
     if version is not None:
         origin = "--driver" if options.driver else "--driver-run"
@@ -230,7 +232,7 @@ def _plan(facts: Facts, options: Options, earlier: Earlier, state: DriverState) 
             return ok(NAME, f"no --driver requested; driver {state.loaded.version} ({state.loaded.flavour} module) "
                             "is loaded and left as it is")
         return _no_driver(facts, state, options)
-    if not facts.gpus:
+    if not facts.gpus and not options.bake:  # a bake builds without a GPU
         return blocked(NAME, NO_GPU, NO_GPU_FIX)
     try:
         arch = normalize_arch(facts.arch)
@@ -255,6 +257,8 @@ def _plan(facts: Facts, options: Options, earlier: Earlier, state: DriverState) 
     loaded = state.loaded
     current = state.installed or (loaded.version if loaded else None)
     notes = [f"kernel module: {choice.flavour} ({choice.reason})"]
+    if options.bake:
+        return _bake_plan(facts, options, version, choice, notes, state)
 
     if current == version:
         if loaded and loaded.version == version and not state.mismatch:
@@ -314,6 +318,50 @@ def _install(facts: Facts, options: Options, version: str, choice: Flavour, note
                            "let the nouveau step blacklist it (do not --skip nouveau), reboot, and run again")
         notes.append("runs after the reboot the nouveau step needs (pass --reboot to have gpunode do it)")
     return change(NAME, reason, _install_actions(facts, options, version, choice), *notes)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# image builds (--bake) and the boot-time check of a baked image (gpunode/bake.py)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _bake_plan(facts: Facts, options: Options, version: str, choice: Flavour, notes: list[str],
+               state: DriverState) -> StepPlan:
+    """--bake: the module built for the image's kernel, nothing loaded, no GPU needed."""
+    kernel = bake.target_kernel(facts, options)
+    installed = bake.installed_kernels(facts)
+    if kernel is None:
+        return blocked(NAME, "no installed kernel found (no /boot/vmlinuz-*): cannot tell which kernel the image "
+                             "boots", "pass --kernel with the image's kernel release, e.g. --kernel "
+                             + shlex.quote(facts.kernel or "6.8.0-45-generic"))
+    if kernel not in installed:
+        return blocked(NAME, f"--kernel {kernel} is not installed here (installed: {', '.join(installed) or 'none'})",
+                       "install that kernel into the image first, or pass --kernel with one of the installed ones")
+    why = "--kernel" if options.bake_kernel else "the newest installed kernel, which the image boots"
+    notes.append(f"bake: the module is built for {kernel} ({why}; this build runs {facts.kernel}) and not loaded")
+    if state.installed == version and bake.module_sums(facts, kernel):
+        return ok(NAME, f"driver {version} is installed and its module is built for kernel {kernel} (bake: not "
+                        "loaded)", *notes)
+    planned = _install(facts, options, version, choice, notes,
+                       f"bake: install driver {version} with its module built for kernel {kernel}")
+    extra = (f"--kernel-name={kernel}", "--skip-module-load")
+    return dataclasses.replace(planned, actions=tuple(
+        dataclasses.replace(a, flags=(*a.flags, *extra)) if isinstance(a, RunInstaller) else a
+        for a in planned.actions))
+
+
+def _baked(decided: StepPlan, facts: Facts, options: Options) -> StepPlan:
+    """At boot after a bake: say that the module was baked for this kernel, or why the marker does not apply."""
+    if options.bake:
+        return decided
+    found = bake.check(facts, requested_version(options))
+    if not found.why:
+        return decided
+    rebuilds = any(isinstance(a, RunInstaller) for a in decided.actions)
+    if found.applies and not rebuilds:
+        return dataclasses.replace(decided, reason=f"{found.why}; {decided.reason}")
+    return dataclasses.replace(decided, notes=(*decided.notes, found.why + (
+        ": the module is built again, as on any node" if rebuilds else "")))
 
 
 STEP = Step(NAME, TITLE, plan, READS)

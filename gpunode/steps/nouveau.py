@@ -7,6 +7,7 @@ boot honours it too; a nouveau that is already loaded only goes away with a rebo
 
 from __future__ import annotations
 
+from gpunode import bake
 from gpunode.facts import Facts
 from gpunode.options import Options
 from gpunode.plan import Action, Earlier, Reboot, RunCommand, StepPlan, WriteFile, blocked, change, ok
@@ -45,10 +46,12 @@ def desired_content(current: str | None) -> str:
 def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> StepPlan:
     block = facts.nouveau_block()
     loaded = facts.module_loaded("nouveau")
-    if not facts.gpus and not loaded:
+    if not facts.gpus and not loaded and not options.bake:  # a bake blacklists it for the GPU the image boots with
         return ok(NAME, "no NVIDIA GPU on this node: nothing for nouveau to claim")
 
     rebuild = initramfs_command(facts)
+    if options.bake:
+        rebuild = _for_kernel(rebuild, bake.target_kernel(facts, options))
     actions: list[Action] = []
     if not block.effective:
         if rebuild is None:
@@ -63,6 +66,9 @@ def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> Step
     else:
         newest_block = max((facts.mtimes.get(s.split(":", 1)[0], 0) for s in block.sources), default=0)
         stale = facts.initramfs_mtime is not None and facts.initramfs_mtime < newest_block
+        if options.bake:  # the image's kernel: its initramfs must hold the blacklist, however old the running one's
+            image = bake.initramfs_mtime(facts, bake.target_kernel(facts, options) or facts.kernel)
+            stale = image is None or image < newest_block
         if stale and rebuild is not None:
             actions.append(RunCommand("rebuild the initramfs: it is older than the blacklist", rebuild, timeout=900))
         reason = "nouveau is blacklisted (" + "; ".join(block.sources) + ")"
@@ -74,6 +80,13 @@ def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> Step
         actions.append(Reboot("reboot: nouveau is loaded and only a reboot unloads it"))
         reason += "; nouveau is loaded now, so a reboot is required"
     return change(NAME, reason, actions)
+
+
+def _for_kernel(argv: tuple[str, ...] | None, kernel: str | None) -> tuple[str, ...] | None:
+    """--bake: the initramfs of the image's kernel (mkinitcpio -P already rebuilds every preset)."""
+    if argv is None or kernel is None:
+        return argv
+    return {"update-initramfs": (*argv, "-k", kernel), "dracut": (*argv, "--kver", kernel)}.get(argv[0], argv)
 
 
 STEP = Step(NAME, TITLE, plan)

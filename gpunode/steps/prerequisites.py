@@ -13,7 +13,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from gpunode import pkgmgr
+from gpunode import bake, pkgmgr
 from gpunode.actions.packages import install_packages
 from gpunode.facts import Facts
 from gpunode.facts import kernel as kernel_facts
@@ -131,13 +131,15 @@ def missing_packages(facts: Facts, manager: str) -> list[str]:
 def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> StepPlan:
     if not wants_driver(options):
         return ok(NAME, "no --driver requested: nothing will be built")
-    if not facts.gpus:  # the first thing to say: headers and compilers would not help
+    if not facts.gpus and not options.bake:  # the first thing to say (a bake builds without a GPU)
         return blocked(NAME, NO_GPU, NO_GPU_FIX)
     manager = package_manager(facts)
     if manager is None:
         return blocked(NAME, f"no supported package manager on {facts.os}",
                        "install gcc, make, dkms and the headers for the running kernel by hand, then run again")
     missing = missing_packages(facts, manager)
+    if options.bake:  # the headers of the image's kernel, not of the one this build runs (gpunode/bake.py)
+        missing = _bake_headers(facts, options, manager, missing)
     if not missing:
         return ok(NAME, f"gcc, make, dkms and the headers for {facts.kernel} are installed")
 
@@ -162,6 +164,14 @@ def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> Step
     actions.append(install_packages(f"install {', '.join(missing)}", manager, missing, refresh=True,
                                     lock_timeout=options.lock_timeout))
     return change(NAME, f"missing: {', '.join(missing)}", actions, *notes)
+
+
+def _bake_headers(facts: Facts, options: Options, manager: str, missing: list[str]) -> list[str]:
+    kernel = bake.target_kernel(facts, options) or facts.kernel
+    missing = [m for m in missing if m != headers_package(facts, manager)]
+    if not bake.headers_present(facts, kernel):
+        missing.append(f"linux-headers-{kernel}" if manager == "apt" else f"kernel-devel-{kernel}")
+    return missing
 
 
 STEP = Step(NAME, TITLE, plan)

@@ -250,7 +250,7 @@ def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> Step
 
 
 def _plan(facts: Facts, options: Options, earlier: Earlier) -> tuple[StepPlan, list[str]]:
-    if not facts.gpus:
+    if not facts.gpus and not options.bake:  # an image build configures it for the GPU it will boot with
         return ok(NAME, "no NVIDIA GPU on this node: no engine needs the nvidia runtime"), []
     units = facts[package_facts.UNITS]
     survey = survey_engines(facts.tools, {name: u.exists for name, u in units.items()}, facts.files)

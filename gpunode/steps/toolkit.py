@@ -235,7 +235,7 @@ def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> Step
 
 
 def _plan(facts: Facts, options: Options) -> StepPlan:
-    if not facts.gpus:
+    if not facts.gpus and not options.bake:  # an image build installs it for the GPU it will boot with
         return ok(NAME, "no NVIDIA GPU on this node: the container toolkit is not needed")
     units = facts[package_facts.UNITS]
     survey = survey_engines(facts.tools, {name: u.exists for name, u in units.items()}, facts.files)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from tests.nodesim import catalog as catalog_mod
 from tests.nodesim import rootfs
-from tests.nodesim.profiles import Profile, default_flavor
+from tests.nodesim.profiles import Profile, default_flavor, get_profile
 
 STATE = "var/lib/nodesim"
 CHROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -398,34 +398,13 @@ class SimNode:
             self._w(SB_EFIVAR, bytes([0x06, 0, 0, 0, 1 if p.secure_boot else 0]))
 
         # --- PCI devices
-        gpus = p.gpus
-        gpu_lines = []
-        self._gpu_uuids = []
-        if gpus.model:
-            m = gpus.model
-            fabric = 0
-            if m.key in ("h100", "b200"):
-                fabric = 2 if (gpus.switch or m.key == "b200") else 1
-            for i, bus in enumerate(gpus.bus_ids):
-                u = "GPU-" + str(uuid.uuid4())
-                self._gpu_uuids.append(u)
-                self._pci(bus, 0x10DE, m.device_id, m.pci_class, m.subsys_vendor, m.subsys_device)
-                gpu_lines.append("\t".join(str(x) for x in (
-                    i, bus, f"0x{m.device_id:04x}", m.name, m.memory_mib, m.power_cap_w,
-                    m.idle_power_w[i % len(m.idle_power_w)], m.temp_c[i % len(m.temp_c)], m.perf, m.fan, m.ecc,
-                    m.mig, m.used_mib, m.compute_cap, m.vbios, m.min_driver, 1 if m.open_only else 0, u,
-                    f"0x{m.subsys_device:04X}{m.subsys_vendor:04X}", f"165{i:010d}", fabric)))
-        switch_lines = []
-        if gpus.switch:
-            for bus in gpus.switch_bus_ids:
-                self._pci(bus, 0x10DE, gpus.switch.device_id, gpus.switch.pci_class, 0x10DE, 0x1623)
-                switch_lines.append(f"{bus}\t0x{gpus.switch.device_id:04x}")
+        gpu_lines, switch_lines = self._gpu_devices(p.gpus)
         for bus, ven, dev, cls, sv, sd in rootfs_other_pci():
             self._pci(bus, ven, dev, cls, sv, sd)
 
         # --- simulator state
         s = STATE
-        gpu_model = gpus.model
+        gpu_model = p.gpus.model
         env = {
             "DISTRO": d.key, "FAMILY": d.family, "PKG": d.pkg, "INITRAMFS": d.initramfs, "LIBDIR": d.libdir,
             "GCC_VERSION": d.gcc, "CUDA_REPO": d.cuda_repo, "CODENAME": d.hostname_prefix,
@@ -530,6 +509,41 @@ class SimNode:
         self._w("lib/systemd/system/kubelet.service", "[Unit]\nDescription=kubelet: The Kubernetes Node Agent\n\n"
                 "[Service]\nExecStart=/usr/bin/kubelet\n\n[Install]\nWantedBy=multi-user.target\n")
         self._w(f"{s}/units/kubelet.service", "ACTIVE=active\nENABLED=enabled\nDESC=kubelet: The Kubernetes Node Agent\n")
+
+    def _gpu_devices(self, gpus) -> tuple[list[str], list[str]]:
+        """The PCI devices of a GPU set, and its lines of the simulator's gpus / switches tables."""
+        gpu_lines: list[str] = []
+        self._gpu_uuids = []
+        if gpus.model:
+            m = gpus.model
+            fabric = 0
+            if m.key in ("h100", "b200"):
+                fabric = 2 if (gpus.switch or m.key == "b200") else 1
+            for i, bus in enumerate(gpus.bus_ids):
+                u = "GPU-" + str(uuid.uuid4())
+                self._gpu_uuids.append(u)
+                self._pci(bus, 0x10DE, m.device_id, m.pci_class, m.subsys_vendor, m.subsys_device)
+                gpu_lines.append("\t".join(str(x) for x in (
+                    i, bus, f"0x{m.device_id:04x}", m.name, m.memory_mib, m.power_cap_w,
+                    m.idle_power_w[i % len(m.idle_power_w)], m.temp_c[i % len(m.temp_c)], m.perf, m.fan, m.ecc,
+                    m.mig, m.used_mib, m.compute_cap, m.vbios, m.min_driver, 1 if m.open_only else 0, u,
+                    f"0x{m.subsys_device:04X}{m.subsys_vendor:04X}", f"165{i:010d}", fabric)))
+        switch_lines: list[str] = []
+        if gpus.switch:
+            for bus in gpus.switch_bus_ids:
+                self._pci(bus, 0x10DE, gpus.switch.device_id, gpus.switch.pci_class, 0x10DE, 0x1623)
+                switch_lines.append(f"{bus}\t0x{gpus.switch.device_id:04x}")
+        return gpu_lines, switch_lines
+
+    def attach_gpus(self, gpu: str) -> None:
+        """Image builds: the image baked on a node without GPUs now sits in a machine with the GPU set `gpu`
+        ("t4", "h100x8", ...): their PCI devices appear and nvidia-smi knows them. Call reboot() next, as the
+        machine would boot the image (boot rules then load the baked driver)."""
+        if self._gpu_uuids:
+            raise ValueError("attach_gpus: this node already has GPUs")
+        gpu_lines, switch_lines = self._gpu_devices(get_profile(self.profile.distro, gpu=gpu).gpus)
+        self._w(f"{STATE}/gpus", "".join(line + "\n" for line in gpu_lines))
+        self._w(f"{STATE}/switches", "".join(line + "\n" for line in switch_lines))
 
     def _pci(self, bus: str, ven: int, dev: int, cls: int, sv: int, sd: int) -> None:
         base = f"sys/bus/pci/devices/{bus}"
@@ -1034,6 +1048,8 @@ class SimNode:
         """Install another kernel and make it the one the next boot runs."""
         self.write(f"{STATE}/kernels", (self.read(f"{STATE}/kernels") or "") + version + "\n")
         self.write(f"{STATE}/next-kernel", version + "\n")
+        self._w(f"boot/vmlinuz-{version}", "vmlinuz\n")  # an installed kernel has its image in /boot
+        self._w(f"boot/config-{version}", "CONFIG_MODULE_SIG=y\n")
         self._w(f"usr/lib/modules/{version}/kernel/drivers/gpu/drm/nouveau/nouveau.ko", "")
         if headers:
             src = f"/usr/src/kernels/{version}" if self.profile.d.family == "rhel" else f"/usr/src/linux-headers-{version}"
