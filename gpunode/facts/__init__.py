@@ -37,7 +37,8 @@ __all__ = ["Facts", "gather", "facts_from_probe_output", "bake", "containers", "
 
 T = TypeVar("T")
 
-SUBSYSTEMS = ("system", "kernel", "driver", "packages", "containers", "fabric", "nodesettings", "health", "k8s")
+SUBSYSTEMS = ("system", "kernel", "driver", "packages", "containers", "fabric", "nodesettings", "health", "k8s",
+              "bake")
 
 # core fact -> the Facts field that holds its parsed value
 _FIELDS: dict[Fact[object], str] = {

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpunode.facts import Facts, containers, driver, fabric, gather, health, k8s, kernel, packages, system
+from gpunode.facts import Facts, bake, containers, driver, fabric, gather, health, k8s, kernel, packages, system
 from gpunode.facts.probe import build_probe, registered
 from gpunode.facts.registry import (
     REGISTRY,
@@ -54,11 +54,12 @@ def test_a_misspelt_fact_fails_when_the_attribute_is_read():
 
 
 def test_every_fact_is_registered_once_under_its_subsystem():
-    modules = {"system", "kernel", "driver", "packages", "containers", "fabric", "nodesettings", "health", "k8s"}
+    modules = {"system", "kernel", "driver", "packages", "containers", "fabric", "nodesettings", "health", "k8s",
+               "bake"}
     facts = registered()
     assert len({f.name for f in facts}) == len(facts) == len(REGISTRY)
     assert {f.module for f in facts} == modules
-    for module in (system, kernel, driver, packages, containers, fabric, health, k8s):
+    for module in (system, kernel, driver, packages, containers, fabric, health, k8s, bake):
         declared = [v for v in vars(module).values() if isinstance(v, Fact)]
         assert declared and all(REGISTRY[f.name] is f for f in declared), module.__name__
 
