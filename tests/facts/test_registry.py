@@ -10,7 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from gpunode.facts import Facts, bake, containers, driver, fabric, gather, health, k8s, kernel, packages, system
+from gpunode.facts import (
+    Facts,
+    bake,
+    containers,
+    driver,
+    fabric,
+    gather,
+    health,
+    k8s,
+    kernel,
+    packages,
+    system,
+)
 from gpunode.facts.probe import build_probe, registered
 from gpunode.facts.registry import (
     REGISTRY,
