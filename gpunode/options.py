@@ -42,3 +42,6 @@ class Options:
     mps_thread_percentage: int | None = None  # --mps-thread-percentage: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
     mig_layout: tuple[str, ...] = ()  # --mig-layout: GPU instance profiles per GPU, e.g. ("1g.10gb", "1g.10gb")
     k8s_wait: float = 300.0  # seconds to wait until the node advertises its GPUs
+    # kernel upgrades and holds (gpunode/steps/driver_kernels.py): True hold, False release, None leave as is
+    hold_kernel: bool | None = None  # --hold-kernel / --no-hold-kernel: the kernel metapackages
+    hold_driver: bool | None = None  # --hold-driver / --no-hold-driver: the driver's packages (a .run has none)
