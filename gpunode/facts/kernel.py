@@ -331,8 +331,8 @@ class Kernels:
                 return named, "grubby --default-kernel"
         newest = self.newest
         if self.grub_default in (None, "", "0"):
-            return newest, "the newest installed kernel (GRUB_DEFAULT=0 boots it)"
-        return newest, f"assumed: the newest installed kernel (GRUB_DEFAULT={self.grub_default} is not evaluated)"
+            return newest, "the newest installed kernel: GRUB_DEFAULT=0 boots it"
+        return newest, f"assumed the newest installed kernel: GRUB_DEFAULT={self.grub_default} is not evaluated"
 
     def built_for(self, kernel: str) -> list[str]:
         """Where an nvidia module for `kernel` comes from: its file, or DKMS's record."""

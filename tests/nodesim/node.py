@@ -1031,16 +1031,17 @@ class SimNode:
             self._node_fn("ns_load_module nvidia")
 
     def set_kernel(self, version: str, headers: bool = True) -> None:
-        """Install another kernel and make it the one the next boot runs."""
-        self.write(f"{STATE}/kernels", (self.read(f"{STATE}/kernels") or "") + version + "\n")
-        self.write(f"{STATE}/next-kernel", version + "\n")
-        self._w(f"usr/lib/modules/{version}/kernel/drivers/gpu/drm/nouveau/nouveau.ko", "")
+        """Install another kernel as its package would (modules tree, /boot image, then DKMS's kernel postinst hook:
+        a registered DKMS driver is built for it only if `headers`) and make it the one the next boot runs."""
         if headers:
             src = f"/usr/src/kernels/{version}" if self.profile.d.family == "rhel" else f"/usr/src/linux-headers-{version}"
             self._p(src).joinpath("include").mkdir(parents=True, exist_ok=True)
+            self._p(f"usr/lib/modules/{version}").mkdir(parents=True, exist_ok=True)
             link = self._p(f"usr/lib/modules/{version}/build")
             if not link.is_symlink():
                 os.symlink(src, link)
+        q = shlex.quote(version)
+        self._node_fn(f'ns_kernel_add {q}; echo {q} > "$NS/next-kernel"; ns_kernel_postinst_dkms {q} >/dev/null')
 
     def add_kernel_log(self, text: str) -> None:
         """Append lines (e.g. Xid errors) to the node's kernel log, shown by dmesg / journalctl -k."""
@@ -1100,7 +1101,7 @@ class SimNode:
         if self.profile.d.family == "rhel":
             rel = version.rsplit(".", 1)[0]  # 5.14.0-427.13.1.el9_4.x86_64 -> version-release
             self.offer_package("kernel", rel)
-            self.offer_package("kernel-core", rel)
+            self.offer_package("kernel-core", rel, effects=f"kernel:{version}")
             if headers:
                 self.offer_package("kernel-devel", rel, effects=f"headers:{version}")
             return "kernel"
@@ -1112,7 +1113,7 @@ class SimNode:
         current = self.kernel
         self.offer_package(meta, metaver(current), deps=f"linux-image-{current}")
         self.install_package(f"{meta}={metaver(current)}")
-        self.offer_package(f"linux-image-{version}", pkgver)
+        self.offer_package(f"linux-image-{version}", pkgver, effects=f"kernel:{version}")
         deps = f"linux-image-{version}"
         if headers:
             self.offer_package(f"linux-headers-{version}", pkgver, effects=f"headers:{version}")
