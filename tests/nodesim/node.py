@@ -1097,7 +1097,8 @@ class SimNode:
     def offer_kernel_upgrade(self, version: str, headers: bool = True) -> str:
         """A newer kernel in the distribution's repository, pulled in by the installed kernel metapackage
         (`linux-generic` / `linux-image-amd64`, dnf: `kernel`): returns the kernel package that upgrade installs.
-        With headers=False the metapackage does not bring the new headers (e.g. only linux-image-* is tracked)."""
+        With headers=False the metapackage does not bring the new headers (e.g. only linux-image-* is tracked; apt
+        can still install linux-headers-VERSION by name; dnf: kernel-devel is not offered)."""
         if self.profile.d.family == "rhel":
             rel = version.rsplit(".", 1)[0]  # 5.14.0-427.13.1.el9_4.x86_64 -> version-release
             self.offer_package("kernel", rel)
@@ -1115,8 +1116,8 @@ class SimNode:
         self.install_package(f"{meta}={metaver(current)}")
         self.offer_package(f"linux-image-{version}", pkgver, effects=f"kernel:{version}")
         deps = f"linux-image-{version}"
+        self.offer_package(f"linux-headers-{version}", pkgver, effects=f"headers:{version}")  # in the archive anyway
         if headers:
-            self.offer_package(f"linux-headers-{version}", pkgver, effects=f"headers:{version}")
             deps += f",linux-headers-{version}"
         self.offer_package(meta, metaver(version), deps=deps)
         return f"linux-image-{version}"
