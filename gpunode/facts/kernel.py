@@ -393,7 +393,7 @@ def parse_kernels(text: str | None) -> Kernels:
     for line in text.splitlines():
         word, _, rest = line.partition(" ")
         if word == "kernel":
-            parts = rest.split(" ")
+            parts = rest.split()
             if len(parts) >= 3:
                 image = None if len(parts) < 4 else parts[3] == "image"
                 if image is False:
