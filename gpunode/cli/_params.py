@@ -140,11 +140,11 @@ EngineOpt = Annotated[list[str] | None, typer.Option(
     "found.")]
 # -- kernel upgrades and holds (tri-state: absent leaves holds as they are) --------------------------------------
 HoldKernelOpt = Annotated[bool | None, typer.Option(
-    "--hold-kernel/--no-hold-kernel", show_default=False,
+    "--hold-kernel/--no-hold-kernel", metavar="", show_default=False,
     help="Hold the kernel metapackages (apt-mark hold / dnf versionlock) so upgrades cannot bring a kernel the "
     "driver is not built for; --no-hold-kernel releases them. Default: leave holds as they are.")]
 HoldDriverOpt = Annotated[bool | None, typer.Option(
-    "--hold-driver/--no-hold-driver", show_default=False,
+    "--hold-driver/--no-hold-driver", metavar="", show_default=False,
     help="Hold the driver's packages (a .run driver has none); --no-hold-driver releases them. Default: leave "
     "holds as they are.")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", metavar="", help="Same as `gpunode plan`: show, change nothing.")]
