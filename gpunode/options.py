@@ -46,3 +46,6 @@ class Options:
     # installed kernel) without a GPU, loads nothing, and leaves the marker a boot-time install checks
     bake: bool = False
     bake_kernel: str | None = None
+    # kernel upgrades and holds (gpunode/steps/driver_kernels.py): True hold, False release, None leave as is
+    hold_kernel: bool | None = None  # --hold-kernel / --no-hold-kernel: the kernel metapackages
+    hold_driver: bool | None = None  # --hold-driver / --no-hold-driver: the driver's packages (a .run has none)

@@ -54,6 +54,11 @@ class Manager:
     def unhold(self, names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
         return (*self.unhold_argv, *names)
 
+    def hold_all(self, packages: tuple[tuple[str, str], ...] | list[tuple[str, str]]) -> tuple[str, ...]:
+        """One command holding several (name, version) packages: apt-mark and zypper take names, versionlock
+        NAME-VERSION specs."""
+        return (*self.hold_argv, *(self.spec(n, v) if self.hold_takes_version else n for n, v in packages))
+
     def add_repo(self, url: str) -> tuple[str, ...]:
         if self.add_repo_argv is None:
             raise ValueError(f"{self.name} repositories are files: write one into {self.repo_dir}")
@@ -84,6 +89,42 @@ MANAGERS: dict[str, Manager] = {m.name: m for m in (
             ("zypper", "--non-interactive", "addrepo"), "/etc/zypp/repos.d", local_flags=("--allow-unsigned-rpm",),
             lock_files=("/run/zypp.pid",)),
 )}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# kernel packages: the headers of one kernel, the metapackages that bring new kernels (what a kernel hold holds)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def headers_package(manager: str, kernel: str) -> str | None:
+    """The package with the headers of kernel release `kernel`: linux-headers-K (Debian, Ubuntu), kernel-devel-K
+    (RHEL family: `kernel-devel-5.14.0-427.13.1.el9_4.x86_64` is its name-version-release.arch); None: unknown."""
+    if manager == "apt":
+        return f"linux-headers-{kernel}"
+    if manager in ("dnf", "yum"):
+        return f"kernel-devel-{kernel}"
+    return None
+
+
+# Debian/Ubuntu metapackages that follow the newest kernel of a flavour: linux-generic, linux-image-generic,
+# linux-headers-generic, linux-generic-hwe-22.04, linux-image-amd64, linux-headers-cloud-amd64, linux-aws, ...
+# (not versioned kernels, not linux-firmware/-base/-libc-dev/-tools, not the nvidia module packages)
+_DEB_KERNEL_META = re.compile(
+    r"^linux-(?!.*-tools)(?:(?:image|headers)-)?(?!(?:image|headers|modules|objects|signatures|tools|cloud-tools|firmware|base|"
+    r"libc|source|doc|sound|crashdump|unsigned|buildinfo|uc|lib|hwe-tools)\b)[a-z][a-z0-9.+-]*$")
+# RHEL family: the kernel is install-only; a versionlock on these keeps dnf from installing another one
+RPM_KERNEL_PACKAGES = ("kernel", "kernel-core", "kernel-modules", "kernel-devel")
+
+
+def is_kernel_metapackage(manager: str, name: str) -> bool:
+    if manager == "apt":
+        return bool(_DEB_KERNEL_META.match(name))
+    return name in RPM_KERNEL_PACKAGES
+
+
+def rpm_kernel_version(kernel: str) -> str:
+    """5.14.0-362.8.1.el9_3.x86_64 -> 5.14.0-362.8.1.el9_3: the version-release of the kernel packages."""
+    return re.sub(r"\.(x86_64|aarch64|ppc64le|s390x)$", "", kernel)
 
 
 # Where repository definitions live, for every manager: a file under one of these configures a repository.

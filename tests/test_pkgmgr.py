@@ -53,3 +53,23 @@ def test_fabric_manager_names_around_the_r580_rename():
     assert fabric_packages.package_version("580.105.08") == "580.105.08-1"
     assert all(fabric_packages.PACKAGE.match(n) for f in ("deb", "rpm") for n in fabric_packages.all_names(f))
     assert not fabric_packages.PACKAGE.match("nvidia-fabricmanager-dev-535")
+
+
+def test_kernel_metapackages_and_headers_packages():
+    from gpunode import pkgmgr
+
+    metas = [n for n in ("linux-generic", "linux-image-generic", "linux-headers-generic", "linux-image-amd64",
+                         "linux-generic-hwe-22.04", "linux-aws", "linux-image-5.15.0-91-generic", "linux-firmware",
+                         "linux-base", "linux-libc-dev", "linux-tools-generic", "linux-image-unsigned-6.8.0-45-generic",
+                         "linux-modules-nvidia-535-server-generic", "linux-hwe-6.5-tools-6.5.0-1")
+             if pkgmgr.is_kernel_metapackage("apt", n)]
+    assert metas == ["linux-generic", "linux-image-generic", "linux-headers-generic", "linux-image-amd64",
+                     "linux-generic-hwe-22.04", "linux-aws"]
+    assert pkgmgr.is_kernel_metapackage("dnf", "kernel") and not pkgmgr.is_kernel_metapackage("dnf", "kernel-headers")
+    assert pkgmgr.headers_package("apt", "5.15.0-92-generic") == "linux-headers-5.15.0-92-generic"
+    assert pkgmgr.headers_package("dnf", "5.14.0-427.13.1.el9_4.x86_64") == "kernel-devel-5.14.0-427.13.1.el9_4.x86_64"
+    assert pkgmgr.rpm_kernel_version("5.14.0-427.13.1.el9_4.x86_64") == "5.14.0-427.13.1.el9_4"
+    assert pkgmgr.get("apt").hold_all([("linux-generic", "1"), ("linux-image-generic", "1")]) == (
+        "apt-mark", "hold", "linux-generic", "linux-image-generic")
+    assert pkgmgr.get("dnf").hold_all([("kernel", "5.14.0-362.8.1.el9_3")]) == (
+        "dnf", "versionlock", "add", "kernel-5.14.0-362.8.1.el9_3")

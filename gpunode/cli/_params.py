@@ -151,6 +151,15 @@ EngineOpt = Annotated[list[str] | None, typer.Option(
     "--engine", metavar="ENGINE", show_default=False,
     help="Configure only this container engine: docker, containerd or crio (repeatable). Default: every engine "
     "found.")]
+# -- kernel upgrades and holds (tri-state: absent leaves holds as they are) --------------------------------------
+HoldKernelOpt = Annotated[bool | None, typer.Option(
+    "--hold-kernel/--no-hold-kernel", metavar="", show_default=False,
+    help="Hold the kernel metapackages (apt-mark hold / dnf versionlock) so upgrades cannot bring a kernel the "
+    "driver is not built for; --no-hold-kernel releases them. Default: leave holds as they are.")]
+HoldDriverOpt = Annotated[bool | None, typer.Option(
+    "--hold-driver/--no-hold-driver", metavar="", show_default=False,
+    help="Hold the driver's packages (a .run driver has none); --no-hold-driver releases them. Default: leave "
+    "holds as they are.")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", metavar="", help="Same as `gpunode plan`: show, change nothing.")]
 RebootOpt = Annotated[bool, typer.Option(
     "--reboot", metavar="", help="Reboot the node when a step needs it, wait for it to come back (new boot id) and "
@@ -189,7 +198,8 @@ PIPELINE: tuple[tuple[str, Any, Any], ...] = (
     ("toolkit_package", ToolkitPackageOpt, None), ("set_as_default", SetAsDefaultOpt, False), ("k8s", K8sOpt, False),
     ("engine", EngineOpt, None), ("kubeconfig", KubeconfigOpt, None), ("gpu_replicas", GpuReplicasOpt, 1),
     ("mps", MpsOpt, False), ("mps_thread_percentage", MpsThreadsOpt, None), ("mig_layout", MigLayoutOpt, None),
-    ("bake", BakeOpt, False), ("bake_kernel", BakeKernelOpt, None))
+    ("bake", BakeOpt, False), ("bake_kernel", BakeKernelOpt, None),
+    ("hold_kernel", HoldKernelOpt, None), ("hold_driver", HoldDriverOpt, None))
 REBOOT: tuple[tuple[str, Any, Any], ...] = (("reboot", RebootOpt, False), ("reboot_timeout", RebootTimeoutOpt, 900.0))
 
 # reach: which shared options a command takes
@@ -217,7 +227,8 @@ def same_args(params: Sequence[inspect.Parameter], values: dict[str, Any], drop:
             continue
         name = option_name(p.annotation)
         if isinstance(value, bool):
-            words.append(name)
+            on, _, off = name.partition("/")  # "--hold-kernel/--no-hold-kernel": the word for the value given
+            words.append(on if value or not off else off)
         elif isinstance(value, list):
             for item in value:
                 words += [name, str(item)]

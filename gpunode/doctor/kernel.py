@@ -126,6 +126,11 @@ def headers(node: Node) -> Verdict:
 
 def _rebuild_fix(node: Node, kernel: str, has_headers: bool) -> str:
     version = node.driver_version or "VERSION"
+    registered = node.kernels.dkms_versions()
+    if not node.driver.packages and node.driver_version and node.driver_version in registered:
+        # gpunode's own case (a .run with DKMS): the driver step installs the headers and builds for that kernel
+        return (f"gpunode install --driver {version}  # installs the headers of {kernel} if missing and builds the "
+                "nvidia module for it (DKMS)")
     if any(e.module.startswith("nvidia") for e in node.kernels.dkms):
         build = f"sudo dkms autoinstall -k {kernel}"
         return build if has_headers else f"{_headers_install(node, kernel)} && {build}"
@@ -141,24 +146,25 @@ def _rebuild_fix(node: Node, kernel: str, has_headers: bool) -> str:
     return build if has_headers else f"{_headers_install(node, kernel)} && {build}"
 
 
-@check("kernel.dkms-newest-kernel", "kernel", "NVIDIA module built for the newest installed kernel")
+@check("kernel.dkms-newest-kernel", "kernel", "NVIDIA module built for the kernel the next boot runs")
 def dkms_newest_kernel(node: Node) -> Verdict:
-    """The next boot normally runs the newest installed kernel. If no nvidia module exists for it (DKMS did not
-    build, headers missing, a .run installed without DKMS), the node comes back without a driver."""
+    """The next boot runs the boot loader's default: the newest installed kernel (GRUB_DEFAULT=0), or what grubby
+    names. A kernel upgrade installs it; DKMS builds the nvidia module for it only if its headers were there at that
+    moment. Without a module the node comes back without the NVIDIA driver. (A kernel not installed yet is
+    pkg.pending-upgrades' business.)"""
     if not node.has_gpu:
         return NO_GPU
     info = node.kernels
-    newest = info.newest
-    if not info.known or newest is None:
+    nxt, how = info.boot_default
+    if not info.known or nxt is None:
         return skipped("could not list the installed kernels")
     if not node.driver_version and not any(k.module for k in info.kernels) and not info.dkms:
         return skipped("no NVIDIA driver installed")
-    built = info.built_for(newest.name)
+    built = info.built_for(nxt.name)
     running = node.facts.kernel
-    also = "" if newest.name == running else f" (running {running})"
+    also = "" if nxt.name == running else f" (running {running})"
     if built:
-        return passed(f"newest kernel {newest.name}{also}: {built[0]}")
-    return failed(f"the newest installed kernel {newest.name}{also} has no nvidia module"
-                  + ("" if newest.headers else " and no headers")
-                  + ": a boot into it comes up without the NVIDIA driver", _rebuild_fix(node, newest.name,
-                                                                                        newest.headers))
+        return passed(f"next boot runs {nxt.name}{also} ({how}): {built[0]}")
+    return failed(f"the next boot runs {nxt.name}{also} ({how}), which has no nvidia module"
+                  + ("" if nxt.headers else " and no headers")
+                  + ": a boot into it comes up without the NVIDIA driver", _rebuild_fix(node, nxt.name, nxt.headers))

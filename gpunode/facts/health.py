@@ -1,4 +1,5 @@
-"""Node health facts only the doctor reads: the kernel log, installed kernels and DKMS, automatic upgrades."""
+"""Node health facts only the doctor reads: the kernel log and automatic upgrades (installed kernels and DKMS
+live in gpunode/facts/kernel.py)."""
 
 from __future__ import annotations
 
@@ -28,83 +29,6 @@ def parse_kernel_log(text: str | None) -> KernelLog | None:
     if lines and lines[0].startswith("@source "):
         source = lines.pop(0)[len("@source "):].strip()
     return KernelLog(source, "\n".join(lines))
-
-
-# ---- installed kernels and DKMS -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Kernel:
-    name: str  # 5.15.0-91-generic
-    headers: bool
-    module: str | None  # path of an nvidia.ko built for it
-
-
-@dataclass(frozen=True)
-class DkmsEntry:
-    module: str
-    version: str
-    kernel: str | None  # None: added or built for no kernel yet
-    status: str  # installed | built | added | ...
-
-
-@dataclass(frozen=True)
-class Kernels:
-    known: bool = False  # the probe ran
-    kernels: tuple[Kernel, ...] = ()
-    dkms: tuple[DkmsEntry, ...] = ()
-
-    @property
-    def newest(self) -> Kernel | None:
-        return max(self.kernels, key=lambda k: kernel_key(k.name)) if self.kernels else None
-
-    def built_for(self, kernel: str) -> list[str]:
-        """Where an nvidia module for `kernel` comes from: its file, or DKMS's record."""
-        found = [k.module for k in self.kernels if k.name == kernel and k.module]
-        found += [f"dkms {e.module}/{e.version}" for e in self.dkms
-                  if e.module.startswith("nvidia") and e.kernel == kernel and e.status.startswith("installed")]
-        return [f for f in found if f]
-
-
-def kernel_key(name: str) -> tuple[tuple[int, object], ...]:
-    """Natural order of kernel release names (5.15.0-100 after 5.15.0-91)."""
-    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name) if part)
-
-
-def parse_dkms_status(text: str) -> tuple[DkmsEntry, ...]:
-    """`dkms status` lines of dkms 3 (`nvidia/535.129.03, 5.15.0-91-generic, x86_64: installed`) and dkms 2
-    (`nvidia, 535.129.03, 5.15.0-91-generic, x86_64: installed`), or `nvidia/535.129.03: added`."""
-    entries = []
-    for line in text.splitlines():
-        left, colon, status = line.strip().partition(": ")
-        if not colon:
-            continue
-        parts = [p.strip() for p in left.split(",")]
-        if "/" in parts[0]:
-            module, _, version = parts[0].partition("/")
-            rest = parts[1:]
-        elif len(parts) >= 2:
-            module, version, rest = parts[0], parts[1], parts[2:]
-        else:
-            continue
-        entries.append(DkmsEntry(module, version, rest[0] if rest else None, status.strip().split()[0]))
-    return tuple(entries)
-
-
-def parse_kernels(text: str | None) -> Kernels:
-    if text is None:
-        return Kernels()
-    kernels = []
-    dkms_lines = []
-    for line in text.splitlines():
-        word, _, rest = line.partition(" ")
-        if word == "kernel":
-            parts = rest.split(" ", 2)
-            if len(parts) == 3:
-                kernels.append(Kernel(parts[0], parts[1] == "headers", None if parts[2] == "-" else parts[2]))
-        elif word == "dkms":
-            dkms_lines.append(rest)
-    return Kernels(True, tuple(kernels), parse_dkms_status("\n".join(dkms_lines)))
 
 
 # ---- automatic upgrades -----------------------------------------------------------------------------------
@@ -179,13 +103,6 @@ KERNEL_LOG = command_section("doctor_kernel_log", (
     "printf '%s\\n' \"$out\" | grep -E 'NVRM|Xid|nvidia|nouveau|NVSwitch|nvswitch|Lockdown|unsigned module|"
     "Key was rejected' | tail -n 400; true"
 ), lambda s: parse_kernel_log(_or_none(s)), module=_M)
-# installed kernels (a modules tree with kernel/), their headers and nvidia module; and DKMS's view
-KERNELS = command_section("doctor_kernels", (
-    'for d in /lib/modules/*; do [ -d "$d/kernel" ] || continue; '
-    'm=$(find "$d/" -name "nvidia.ko*" 2>/dev/null | head -n 1); h=-; [ -e "$d/build" ] && h=headers; '
-    'echo "kernel ${d##*/} $h ${m:--}"; done; '
-    'command -v dkms >/dev/null 2>&1 && dkms status 2>/dev/null | sed "s/^/dkms /"; true'
-), lambda s: parse_kernels(_or_none(s)), module=_M)
 # automatic upgrades: apt's merged configuration (or its files when apt-config is missing), dnf-automatic's
 AUTO_UPGRADE = command("doctor_auto_upgrade", (
     'if command -v apt-config >/dev/null 2>&1; then apt-config dump 2>/dev/null | grep -E '
@@ -199,5 +116,15 @@ AUTO_UPGRADE = command("doctor_auto_upgrade", (
 ), parse_auto_upgrade, module=_M)
 
 
+# installed kernels and DKMS moved to gpunode/facts/kernel.py (the driver step reads them too); kept importable
 # GPU health (ECC, row remapping, GSP), MIG layout, pending upgrades, the reboot flag: registered by importing
 from gpunode.facts import gpuhealth  # noqa: E402,F401
+from gpunode.facts.kernel import (  # noqa: E402,F401
+    KERNELS,
+    DkmsEntry,
+    Kernel,
+    Kernels,
+    kernel_key,
+    parse_dkms_status,
+    parse_kernels,
+)

@@ -7,7 +7,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from gpunode.facts.registry import command, core, files
+from gpunode.facts.packages import parse_packages
+from gpunode.facts.registry import command, command_section, core, files
 
 _M = __name__.rsplit(".", 1)[-1]
 
@@ -279,3 +280,181 @@ DEV_CHAR = command("doctor_dev_char", (
     'for d in /dev/nvidia*; do [ -e "$d" ] && [ ! -d "$d" ] && echo "dev $d"; done; '
     'ls -l /dev/char 2>/dev/null | grep nvidia | sed -n "s/.* \\([0-9][0-9]*:[0-9][0-9]*\\) -> /link \\1 /p"; true'
 ), parse_dev_char, module=_M)
+
+
+# ---- installed kernels, the one the next boot runs, and DKMS's builds ------------------------------------------
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str  # 5.15.0-91-generic
+    headers: bool  # /lib/modules/K/build resolves (what DKMS and nvidia-installer build against)
+    module: str | None  # path of an nvidia.ko built for it
+    image: bool | None = None  # /boot/vmlinuz-K (or /lib/modules/K/vmlinuz) exists; None: not reported
+
+
+@dataclass(frozen=True)
+class DkmsEntry:
+    module: str
+    version: str
+    kernel: str | None  # None: added or built for no kernel yet
+    status: str  # installed | built | added | ...
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """`known`: the probe ran. `kernels`: modules trees with a kernel/ directory whose image is in /boot (a tree
+    left behind by a removed kernel, with only DKMS's updates/ in it, is not a kernel). `grub_default`: GRUB_DEFAULT
+    from /etc/default/grub; `grubby`: what `grubby --default-kernel` names (the RHEL family)."""
+
+    known: bool = False
+    kernels: tuple[Kernel, ...] = ()
+    dkms: tuple[DkmsEntry, ...] = ()
+    grubby: str | None = None
+    grub_default: str | None = None
+
+    @property
+    def newest(self) -> Kernel | None:
+        return max(self.kernels, key=lambda k: kernel_key(k.name)) if self.kernels else None
+
+    def get(self, name: str) -> Kernel | None:
+        return next((k for k in self.kernels if k.name == name), None)
+
+    @property
+    def boot_default(self) -> tuple[Kernel | None, str]:
+        """The kernel the next boot runs, and how that was decided. grubby answers on the RHEL family; elsewhere
+        GRUB_DEFAULT=0 (the default) boots the first menu entry, which grub's 10_linux makes the newest kernel;
+        any other GRUB_DEFAULT (saved, a menu title) is not evaluated and the newest is assumed."""
+        if self.grubby:
+            named = self.get(self.grubby)
+            if named is not None:
+                return named, "grubby --default-kernel"
+        newest = self.newest
+        if self.grub_default in (None, "", "0"):
+            return newest, "the newest installed kernel: GRUB_DEFAULT=0 boots it"
+        return newest, f"assumed the newest installed kernel: GRUB_DEFAULT={self.grub_default} is not evaluated"
+
+    def built_for(self, kernel: str) -> list[str]:
+        """Where an nvidia module for `kernel` comes from: its file, or DKMS's record."""
+        found = [k.module for k in self.kernels if k.name == kernel and k.module]
+        found += [f"dkms {e.module}/{e.version}" for e in self.dkms
+                  if e.module.startswith("nvidia") and e.kernel == kernel and e.status.startswith("installed")]
+        return [f for f in found if f]
+
+    def dkms_versions(self, module: str = "nvidia") -> tuple[str, ...]:
+        """The versions of `module` DKMS knows (added, built or installed for some kernel)."""
+        return tuple(dict.fromkeys(e.version for e in self.dkms if e.module == module))
+
+    def dkms_installed(self, kernel: str, version: str, module: str = "nvidia") -> bool:
+        return any(e.module == module and e.version == version and e.kernel == kernel and
+                   e.status.startswith("installed") for e in self.dkms)
+
+    def later_than(self, running: str) -> tuple[Kernel, ...]:
+        """Installed kernels the next boot may run instead of `running`: those newer than it, and the boot default."""
+        default, _ = self.boot_default
+        return tuple(k for k in sorted(self.kernels, key=lambda k: kernel_key(k.name))
+                     if k.name != running and (kernel_key(k.name) > kernel_key(running) or k == default))
+
+
+def kernel_key(name: str) -> tuple[tuple[int, object], ...]:
+    """Natural order of kernel release names (5.15.0-100 after 5.15.0-91)."""
+    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name) if part)
+
+
+def parse_dkms_status(text: str) -> tuple[DkmsEntry, ...]:
+    """`dkms status` lines of dkms 3 (`nvidia/535.129.03, 5.15.0-91-generic, x86_64: installed`) and dkms 2
+    (`nvidia, 535.129.03, 5.15.0-91-generic, x86_64: installed`), or `nvidia/535.129.03: added`; a status may carry
+    a remark (`installed (WARNING! Diff between built and installed module!)`)."""
+    entries = []
+    for line in text.splitlines():
+        left, colon, status = line.strip().partition(": ")
+        if not colon or not status.strip():
+            continue
+        parts = [p.strip() for p in left.split(",")]
+        if "/" in parts[0]:
+            module, _, version = parts[0].partition("/")
+            rest = parts[1:]
+        elif len(parts) >= 2:
+            module, version, rest = parts[0], parts[1], parts[2:]
+        else:
+            continue
+        entries.append(DkmsEntry(module, version, rest[0] if rest else None, status.strip().split()[0]))
+    return tuple(entries)
+
+
+def parse_kernels(text: str | None) -> Kernels:
+    """Probe lines `kernel NAME headers|- MODULE|- [image|-]`, `dkms <dkms status line>`, `grubby PATH` and
+    `grubdefault VALUE`."""
+    if text is None:
+        return Kernels()
+    kernels = []
+    dkms_lines = []
+    grubby = grub_default = None
+    for line in text.splitlines():
+        word, _, rest = line.partition(" ")
+        if word == "kernel":
+            parts = rest.split()
+            if len(parts) >= 3:
+                image = None if len(parts) < 4 else parts[3] == "image"
+                if image is False:
+                    continue  # a modules tree without a kernel image: leftovers of a removed kernel
+                kernels.append(Kernel(parts[0], parts[1] == "headers", None if parts[2] == "-" else parts[2], image))
+        elif word == "dkms":
+            dkms_lines.append(rest)
+        elif word == "grubby" and rest.strip():
+            grubby = rest.strip().rsplit("/", 1)[-1].removeprefix("vmlinuz-")
+        elif word == "grubdefault":
+            grub_default = rest.strip().strip("\"'")
+    return Kernels(True, tuple(kernels), parse_dkms_status("\n".join(dkms_lines)), grubby, grub_default)
+
+
+# installed kernels (a modules tree with kernel/): headers (build resolves), an nvidia module, the image in /boot;
+# DKMS's view; the boot default (grubby on the RHEL family, GRUB_DEFAULT elsewhere). The name is historical: the
+# doctor read it first; the driver step reads it too.
+KERNELS = command_section("doctor_kernels", (
+    'for d in /lib/modules/*; do [ -d "$d/kernel" ] || continue; k=${d##*/}; '
+    'm=$(find "$d/" -name "nvidia.ko*" 2>/dev/null | head -n 1); h=-; [ -e "$d/build" ] && h=headers; '
+    'i=-; { [ -e "/boot/vmlinuz-$k" ] || [ -e "$d/vmlinuz" ]; } && i=image; '
+    'echo "kernel $k $h ${m:--} $i"; done; '
+    'command -v dkms >/dev/null 2>&1 && dkms status 2>/dev/null | sed "s/^/dkms /"; '
+    'command -v grubby >/dev/null 2>&1 && echo "grubby $(grubby --default-kernel 2>/dev/null)"; '
+    '[ -r /etc/default/grub ] && sed -n "s/^GRUB_DEFAULT=/grubdefault /p" /etc/default/grub | tail -n 1; true'
+), lambda s: parse_kernels(s.text if s.ok else None), module=_M)
+
+
+# ---- kernel packages: metapackages and their holds, headers packages the repositories offer ---------------------
+
+
+def parse_headers_available(text: str) -> dict[str, bool]:
+    """Probe lines `avail PACKAGE` / `missing PACKAGE` (apt-cache policy's candidate, per headers package) and
+    `dnf kernel-devel.ARCH VERSION REPO` (dnf's cached list) -> {package name: offered}. dnf's rows become
+    `kernel-devel-VERSION.ARCH` names, the way the running kernel's release spells them."""
+    found: dict[str, bool] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] in ("avail", "missing"):
+            found[parts[1]] = parts[0] == "avail"
+        elif len(parts) >= 3 and parts[0] == "dnf":
+            name, _, arch = parts[1].rpartition(".")
+            found[f"{name}-{parts[2].split(':')[-1]}.{arch}"] = True
+    return found
+
+
+# kernel packages with their dpkg status (an "h" is an apt-mark hold) or rpm versions, as "STATUS<TAB>NAME<TAB>VER"
+KERNEL_PACKAGES = command("kernel_packages", (
+    "if command -v dpkg-query >/dev/null 2>&1; then "
+    "dpkg-query -W -f='${db:Status-Abbrev}\\t${Package}\\t${Version}\\n' 'linux-*' 2>/dev/null; "
+    "elif command -v rpm >/dev/null 2>&1; then "
+    "rpm -q --qf 'ii \\t%{NAME}\\t%{VERSION}-%{RELEASE}\\n' kernel kernel-core kernel-modules kernel-devel "
+    "2>/dev/null | grep '^ii '; fi; true"
+), parse_packages, module=_M)
+# can the package manager install the headers of the installed kernels that lack them? (local metadata only)
+HEADERS_AVAILABLE = command("kernel_headers_available", (
+    'if command -v apt-cache >/dev/null 2>&1; then '
+    'for d in /lib/modules/*; do [ -d "$d/kernel" ] && [ ! -e "$d/build" ] || continue; p="linux-headers-${d##*/}"; '
+    'c=$(apt-cache policy "$p" 2>/dev/null | sed -n "s/^ *Candidate: //p"); '
+    'if [ -n "$c" ] && [ "$c" != "(none)" ]; then echo "avail $p"; else echo "missing $p"; fi; done; '
+    'elif command -v dnf >/dev/null 2>&1; then '
+    'dnf -q -C list --available --showduplicates kernel-devel 2>/dev/null | grep -E "^kernel-devel\\." | '
+    'sed "s/^/dnf /"; fi; true'
+), parse_headers_available, module=_M)

@@ -28,6 +28,7 @@ from gpunode.facts import Facts
 from gpunode.facts.driver import DriverState, driver_state
 from gpunode.options import Options
 from gpunode.plan import Action, Earlier, Reboot, RunCommand, Status, StepPlan, blocked, change, ok
+from gpunode.steps import driver_kernels
 from gpunode.steps.base import Step
 from gpunode.steps.outputs import DriverOutputs
 from gpunode.versions import normalize_arch, parse_runfile_name
@@ -148,6 +149,7 @@ def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> Step
         version, origin = state.loaded.version, "loaded"
     else:
         origin = None
+    decided = driver_kernels.extend(facts, options, state, decided, version)  # other kernels, holds
     changes = decided.status is Status.CHANGE
     return decided.with_outputs(DriverOutputs(version, origin if version else None, changes))
 

@@ -446,9 +446,38 @@ def test_dkms_fix_installs_headers_then_builds_for_the_new_kernel():
     node = finished()
     _new_kernel(node)
     result = check_results(node)["kernel.dkms-newest-kernel"]
-    assert "5.15.0-92-generic (running 5.15.0-91-generic) has no nvidia module and no headers" in result.evidence
+    assert result.evidence.startswith("the next boot runs 5.15.0-92-generic (running 5.15.0-91-generic) (the newest "
+                                      "installed kernel: GRUB_DEFAULT=0 boots it), which has no nvidia module and no "
+                                      "headers")
+    assert result.fix == (f"gpunode install --driver {V}  # installs the headers of 5.15.0-92-generic if missing and "
+                          "builds the nvidia module for it (DKMS)")
+
+
+def test_dkms_fix_for_a_driver_gpunode_did_not_install_is_the_dkms_command():
+    node = finished()
+    set_output(node, "doctor_kernels", f"kernel {K} headers /lib/modules/{K}/updates/dkms/nvidia.ko image\n"
+                                       "kernel 5.15.0-92-generic - - image\n"
+                                       f"dkms nvidia/550.127.05, {K}, x86_64: installed\n")  # not the loaded version
+    result = check_results(node)["kernel.dkms-newest-kernel"]
     assert result.fix == ("sudo apt-get install -y linux-headers-5.15.0-92-generic && "
                           "sudo dkms autoinstall -k 5.15.0-92-generic")
+
+
+def test_next_boot_kernel_is_grubbys_default_not_the_newest():
+    node = finished()
+    set_output(node, "doctor_kernels", f"kernel {K} headers /lib/modules/{K}/updates/dkms/nvidia.ko image\n"
+                                       "kernel 5.15.0-92-generic - - image\n"
+                                       f"dkms nvidia/{V}, {K}, x86_64: installed\ngrubby /boot/vmlinuz-{K}\n")
+    result = check_results(node)["kernel.dkms-newest-kernel"]
+    assert result.status == "pass" and result.evidence.startswith(f"next boot runs {K} (grubby --default-kernel)")
+
+
+def test_a_modules_tree_without_a_kernel_image_is_not_a_kernel():
+    node = finished()
+    set_output(node, "doctor_kernels", f"kernel {K} headers /lib/modules/{K}/updates/dkms/nvidia.ko image\n"
+                                       "kernel 5.15.0-92-generic - - -\n"  # removed kernel, DKMS leftovers
+                                       f"dkms nvidia/{V}, {K}, x86_64: installed\n")
+    assert check_results(node)["kernel.dkms-newest-kernel"].status == "pass"
 
 
 def test_dkms_built_module_for_the_new_kernel_passes():

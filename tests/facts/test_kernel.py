@@ -100,3 +100,49 @@ def test_headers_and_initramfs_lines():
     assert parse_headers("") == ()
     assert parse_initramfs("1700000000 /boot/initrd.img-6.8\n1700000500 /boot/initramfs-linux.img\n") == 1700000500
     assert parse_initramfs("") is None
+
+
+# ---- installed kernels, boot default, DKMS (kernel.KERNELS) --------------------------------------------------
+
+def test_kernels_probe_lines_with_images_grub_and_dkms_formats():
+    from gpunode.facts.kernel import DkmsEntry, parse_kernels
+
+    info = parse_kernels("kernel 5.15.0-91-generic headers /lib/modules/5.15.0-91-generic/updates/dkms/nvidia.ko image\n"
+                         "kernel 5.15.0-92-generic - - image\n"
+                         "kernel 5.15.0-100-generic - /lib/modules/5.15.0-100-generic/updates/dkms/nvidia.ko -\n"
+                         "dkms nvidia/535.129.03, 5.15.0-91-generic, x86_64: installed\n"
+                         "dkms nvidia, 535.129.03, 5.15.0-90-generic, x86_64: installed (original_module exists)\n"
+                         "dkms nvidia/550.127.05: added\n"
+                         'grubdefault "0"\n')
+    assert [k.name for k in info.kernels] == ["5.15.0-91-generic", "5.15.0-92-generic"]  # -100: no image, leftovers
+    assert info.dkms[1] == DkmsEntry("nvidia", "535.129.03", "5.15.0-90-generic", "installed")
+    assert info.dkms_versions() == ("535.129.03", "550.127.05")
+    assert info.dkms_installed("5.15.0-91-generic", "535.129.03")
+    assert not info.dkms_installed("5.15.0-92-generic", "535.129.03")
+    default, how = info.boot_default
+    assert default is not None and default.name == "5.15.0-92-generic" and "GRUB_DEFAULT=0" in how
+    assert [k.name for k in info.later_than("5.15.0-91-generic")] == ["5.15.0-92-generic"]
+
+
+def test_boot_default_from_grubby_and_an_unevaluated_grub_default():
+    from gpunode.facts.kernel import parse_kernels
+
+    rk = "5.14.0-362.8.1.el9_3.x86_64"
+    info = parse_kernels(f"kernel {rk} headers - image\nkernel 5.14.0-427.13.1.el9_4.x86_64 headers - image\n"
+                         f"grubby /boot/vmlinuz-{rk}\n")
+    default, how = info.boot_default
+    assert default is not None and default.name == rk and how == "grubby --default-kernel"
+    saved = parse_kernels("kernel 6.1.0-18-amd64 headers - image\ngrubdefault saved\n")
+    assert "GRUB_DEFAULT=saved is not evaluated" in saved.boot_default[1]
+    old = parse_kernels("kernel 6.1.0-18-amd64 headers - \n")  # the older three-field form: image not reported
+    assert old.kernels[0].image is None and old.newest is not None
+
+
+def test_headers_available_from_apt_cache_policy_and_dnf_list():
+    from gpunode.facts.kernel import parse_headers_available
+
+    assert parse_headers_available("avail linux-headers-5.15.0-92-generic\nmissing linux-headers-5.15.0-99-generic\n"
+                                   ) == {"linux-headers-5.15.0-92-generic": True,
+                                         "linux-headers-5.15.0-99-generic": False}
+    assert parse_headers_available("dnf kernel-devel.x86_64 5.14.0-427.13.1.el9_4 baseos\n") == {
+        "kernel-devel-5.14.0-427.13.1.el9_4.x86_64": True}

@@ -7,7 +7,9 @@ repositories, always configured) or one of REPOS, configured only once a sources
     tool:/usr/bin/x:shim          symlink to a simulator shim
     file:/etc/x:datafile          copy of /var/lib/nodesim/pkgdata/datafile (not overwritten if present)
     unit:name.service:desc:enable systemd unit (enable = enabled and started on install, Debian style)
-    headers:KVER                  /lib/modules/KVER/build
+    headers:KVER                  /lib/modules/KVER/build (then DKMS's header_postinst hook builds for KVER)
+    kernel:KVER                   a kernel image: modules tree, /boot/vmlinuz-KVER, the boot default becomes the
+                                  newest kernel, DKMS's kernel postinst hook builds for KVER if its headers exist
     driver:VER:FLAVOR:SIGN        NVIDIA driver (SIGN: dkms = built+signed by DKMS, distro = prebuilt signed)
     fm:VER                        nvidia-fabricmanager of that version
 Versions are realistic strings for each distribution; they are not a copy of any real repository index.

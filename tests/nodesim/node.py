@@ -1045,18 +1045,18 @@ class SimNode:
             self._node_fn("ns_load_module nvidia")
 
     def set_kernel(self, version: str, headers: bool = True) -> None:
-        """Install another kernel and make it the one the next boot runs."""
-        self.write(f"{STATE}/kernels", (self.read(f"{STATE}/kernels") or "") + version + "\n")
-        self.write(f"{STATE}/next-kernel", version + "\n")
-        self._w(f"boot/vmlinuz-{version}", "vmlinuz\n")  # an installed kernel has its image in /boot
-        self._w(f"boot/config-{version}", "CONFIG_MODULE_SIG=y\n")
-        self._w(f"usr/lib/modules/{version}/kernel/drivers/gpu/drm/nouveau/nouveau.ko", "")
+        """Install another kernel as its package would (modules tree, /boot image, then DKMS's kernel postinst hook:
+        a registered DKMS driver is built for it only if `headers`) and make it the one the next boot runs."""
+        self._w(f"boot/config-{version}", "CONFIG_MODULES=y\nCONFIG_MODULE_SIG=y\nCONFIG_MODULE_SIG_ALL=y\n")
         if headers:
             src = f"/usr/src/kernels/{version}" if self.profile.d.family == "rhel" else f"/usr/src/linux-headers-{version}"
             self._p(src).joinpath("include").mkdir(parents=True, exist_ok=True)
+            self._p(f"usr/lib/modules/{version}").mkdir(parents=True, exist_ok=True)
             link = self._p(f"usr/lib/modules/{version}/build")
             if not link.is_symlink():
                 os.symlink(src, link)
+        q = shlex.quote(version)
+        self._node_fn(f'ns_kernel_add {q}; echo {q} > "$NS/next-kernel"; ns_kernel_postinst_dkms {q} >/dev/null')
 
     def add_kernel_log(self, text: str) -> None:
         """Append lines (e.g. Xid errors) to the node's kernel log, shown by dmesg / journalctl -k."""
@@ -1112,11 +1112,12 @@ class SimNode:
     def offer_kernel_upgrade(self, version: str, headers: bool = True) -> str:
         """A newer kernel in the distribution's repository, pulled in by the installed kernel metapackage
         (`linux-generic` / `linux-image-amd64`, dnf: `kernel`): returns the kernel package that upgrade installs.
-        With headers=False the metapackage does not bring the new headers (e.g. only linux-image-* is tracked)."""
+        With headers=False the metapackage does not bring the new headers (e.g. only linux-image-* is tracked; apt
+        can still install linux-headers-VERSION by name; dnf: kernel-devel is not offered)."""
         if self.profile.d.family == "rhel":
             rel = version.rsplit(".", 1)[0]  # 5.14.0-427.13.1.el9_4.x86_64 -> version-release
             self.offer_package("kernel", rel)
-            self.offer_package("kernel-core", rel)
+            self.offer_package("kernel-core", rel, effects=f"kernel:{version}")
             if headers:
                 self.offer_package("kernel-devel", rel, effects=f"headers:{version}")
             return "kernel"
@@ -1128,10 +1129,10 @@ class SimNode:
         current = self.kernel
         self.offer_package(meta, metaver(current), deps=f"linux-image-{current}")
         self.install_package(f"{meta}={metaver(current)}")
-        self.offer_package(f"linux-image-{version}", pkgver)
+        self.offer_package(f"linux-image-{version}", pkgver, effects=f"kernel:{version}")
         deps = f"linux-image-{version}"
+        self.offer_package(f"linux-headers-{version}", pkgver, effects=f"headers:{version}")  # in the archive anyway
         if headers:
-            self.offer_package(f"linux-headers-{version}", pkgver, effects=f"headers:{version}")
             deps += f",linux-headers-{version}"
         self.offer_package(meta, metaver(version), deps=deps)
         return f"linux-image-{version}"

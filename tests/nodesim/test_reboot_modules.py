@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 
@@ -166,21 +167,50 @@ def test_efivar_and_legacy_bios(sim_node):
     assert rc != 0 and out == "" and err == "EFI variables are not supported on this system\n"
 
 
-def test_dkms_rebuilds_for_a_new_kernel_at_boot(sim_node, fake_driver_run):
+def test_dkms_builds_for_a_new_kernel_when_it_is_installed_not_at_boot(sim_node, fake_driver_run):
+    """Real DKMS builds from the kernel's postinst hook (and the headers' header_postinst hook on Debian/Ubuntu);
+    at boot only where dkms.service runs `dkms autoinstall`."""
     node = sim_node("ubuntu-22.04-t4", nouveau_loaded=False, extra_packages=("dkms",))
     node.write("/root/d.run", fake_driver_run("550.127.05").read_bytes(), 0o755)
     rc, _, err = node.ssh("sh /root/d.run --silent --dkms")
     assert rc == 0, err
-    node.set_kernel("5.15.0-125-generic", headers=True)
+    node.set_kernel("5.15.0-125-generic", headers=True)  # headers there when the kernel installs: built then
+    assert "5.15.0-125-generic" in node.driver()["kernels"]
     node.reboot()
     assert node.kernel == "5.15.0-125-generic"
     assert node.ssh("uname -r")[1] == "5.15.0-125-generic\n"
     assert "nvidia" in node.loaded_modules()
+    # without headers at install time nothing is built, and the boot has no driver
+    node.set_kernel("5.15.0-126-generic", headers=False)
+    assert node.ssh("dkms status")[1] == ("nvidia/550.127.05, 5.15.0-91-generic, x86_64: installed\n"
+                                          "nvidia/550.127.05, 5.15.0-125-generic, x86_64: installed\n")
+    node.reboot()
+    assert node.kernel == "5.15.0-126-generic" and "nvidia" not in node.loaded_modules()
+    # headers installed later: the header hook builds (Debian/Ubuntu)
+    node.offer_package("linux-headers-5.15.0-126-generic", "5.15.0-126.1", effects="headers:5.15.0-126-generic")
+    node.add_kernel_headers()  # header_postinst.d/dkms builds for the installed kernel
+    assert "5.15.0-126-generic" in node.driver()["kernels"]
+    rc, out, err = node.ssh("dkms install -m nvidia -v 550.127.05 -k 5.15.0-126-generic")
+    assert rc == 0 and "already installed" in out
+    rc, _, err = node.ssh("dkms install -m nvidia -v 550.127.05 -k 5.15.0-999-generic")
+    assert rc == 1 and "/lib/modules/5.15.0-999-generic doesn't exist" in err
     # without DKMS the module does not follow a kernel update
     other = sim_node("ubuntu-22.04-t4", nouveau_loaded=False, preinstalled_driver="550.127.05")
     other.set_kernel("5.15.0-125-generic", headers=True)
     other.reboot()
     assert "nvidia" not in other.loaded_modules()
+
+
+def test_dkms_service_builds_at_boot(sim_node, fake_driver_run):
+    node = sim_node("ubuntu-22.04-t4", nouveau_loaded=False, extra_packages=("dkms",))
+    node.write("/root/d.run", fake_driver_run("550.127.05").read_bytes(), 0o755)
+    assert node.ssh("sh /root/d.run --silent --dkms")[0] == 0
+    node.set_kernel("5.15.0-126-generic", headers=False)
+    node._p("usr/src/linux-headers-5.15.0-126-generic/include").mkdir(parents=True)  # headers copied in by hand
+    os.symlink("/usr/src/linux-headers-5.15.0-126-generic", node._p("usr/lib/modules/5.15.0-126-generic/build"))
+    node.set_unit("dkms.service", active="inactive", enabled="enabled")
+    node.reboot()
+    assert node.kernel == "5.15.0-126-generic" and "nvidia" in node.loaded_modules()
 
 
 def test_reboot_downtime_and_poweroff(sim_node):

@@ -14,11 +14,10 @@ if [ -d "$NS/mok/pending" ]; then
     for _k in "$NS"/mok/pending/*; do [ -e "$_k" ] && mv "$_k" "$NS/mok/enrolled/"; done
 fi
 
-# DKMS rebuilds registered modules for a new kernel when its headers are present.
-ns_driver_load_env
-if [ -n "$DRIVER_VERSION" ] && [ "$DRIVER_DKMS" = 1 ] && ! ns_driver_built_for "$K" && ns_headers_present "$K"; then
-    DRIVER_KERNELS="$DRIVER_KERNELS $K"
-    ns_driver_write_env
+# DKMS builds for the booted kernel at boot only where dkms.service (`dkms autoinstall`) is enabled; otherwise
+# what the kernel's postinst hook built when it was installed is all there is (see ns_kernel_postinst_dkms).
+if [ "$(ns_unit_get dkms.service ENABLED 2>/dev/null)" = enabled ]; then
+    ns_dkms_build "$K" >/dev/null 2>&1 || true
 fi
 
 rm -f "$NS/loaded.env" "$NS/smi.persistence" "$NS/kmsg.clock"

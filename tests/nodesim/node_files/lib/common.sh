@@ -84,6 +84,57 @@ ns_driver_built_for() {  # ns_driver_built_for KVER
 }
 ns_headers_present() { [ -d "/lib/modules/${1:-$(ns_kernel)}/build" ]; }
 
+# ---- installed kernels and DKMS ------------------------------------------------------------------------------
+# Real DKMS builds a registered module for a kernel when that kernel's PACKAGE is installed (the hook
+# /etc/kernel/postinst.d/dkms; on Debian/Ubuntu also /etc/kernel/header_postinst.d/dkms when its headers arrive
+# later), and at boot only where dkms.service runs `dkms autoinstall`. Without headers at that moment nothing is
+# built, the kernel still installs, and a boot into it has no nvidia module.
+ns_kernel_installed() { grep -qx "$1" "$NS/kernels" 2>/dev/null; }
+ns_dkms_build() {  # KVER : build the registered nvidia module for KVER (dkms's own messages); 1 without headers
+    ns_driver_load_env
+    { [ -n "$DRIVER_VERSION" ] && [ "$DRIVER_DKMS" = 1 ]; } || return 0
+    ns_driver_built_for "$1" && return 0
+    if ! ns_headers_present "$1"; then
+        echo "Error! Your kernel headers for kernel $1 cannot be found."
+        if [ "$FAMILY" = rhel ]; then echo "Please install the kernel-devel-$1 package,"
+        else echo "Please install the linux-headers-$1 package,"; fi
+        echo "or use the --kernelsourcedir option to tell DKMS where it's located"
+        return 1
+    fi
+    DRIVER_KERNELS="${DRIVER_KERNELS:+$DRIVER_KERNELS }$1"
+    ns_driver_write_env
+    _dk=/lib/modules/$1/updates/dkms
+    mkdir -p "$_dk" "/var/lib/dkms/nvidia/$DRIVER_VERSION/$1/x86_64/module"
+    for _dm in nvidia nvidia-uvm nvidia-modeset nvidia-drm nvidia-peermem; do : > "$_dk/$_dm.ko"; done
+    printf '\nBuilding module:\ncleaning build area...\n'
+    printf "'make' -j2 NV_EXCLUDE_BUILD_MODULES='' KERNEL_UNAME=%s modules....\n" "$1"
+    printf 'cleaning build area...\n\nnvidia.ko:\nRunning module version sanity check.\n - Original module\n'
+    printf '   - No original module exists within this kernel\n - Installation\n   - Installing to %s/\n' "$_dk"
+    printf '\ndepmod...\n\nDKMS: install completed.\n'
+    return 0
+}
+ns_kernel_postinst_dkms() {  # KVER [header] : the kernel (or header) postinst hook of the dkms package
+    [ -e /usr/sbin/dkms ] || [ -e /usr/bin/dkms ] || return 0
+    ns_kernel_installed "$1" || return 0
+    ns_driver_load_env
+    { [ -n "$DRIVER_VERSION" ] && [ "$DRIVER_DKMS" = 1 ]; } || return 0
+    ns_driver_built_for "$1" && return 0
+    if [ "$2" = header ]; then echo "/etc/kernel/header_postinst.d/dkms:"; else echo "/etc/kernel/postinst.d/dkms:"; fi
+    echo " * dkms: running auto installation service for kernel $1"
+    ns_dkms_build "$1" >/dev/null 2>&1 || ns_dkms_build "$1"
+    echo "   ...done."
+    return 0  # a failed build never fails the kernel's installation
+}
+ns_kernel_add() {  # KVER : a kernel image was installed; the boot loader's default becomes the newest kernel
+    mkdir -p "/lib/modules/$1/kernel/drivers/gpu/drm/nouveau" /boot
+    : > "/lib/modules/$1/kernel/drivers/gpu/drm/nouveau/nouveau.ko"
+    [ -e "/boot/vmlinuz-$1" ] || echo kernel > "/boot/vmlinuz-$1"
+    ns_kernel_installed "$1" || echo "$1" >> "$NS/kernels"
+    _kn=$(sort -V "$NS/kernels" | tail -n 1)
+    if [ "$_kn" != "$(ns_kernel)" ]; then echo "$_kn" > "$NS/next-kernel"; fi
+    :
+}
+
 # Why the nvidia module would not bind right now: prints ok | notfound | nodevice | keyrejected
 ns_nvidia_probe() {
     ns_driver_load_env

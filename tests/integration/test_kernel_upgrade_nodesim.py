@@ -1,0 +1,138 @@
+"""A kernel upgrade followed by a reboot keeps a working driver (issue 17, "Kernel upgrades"), on simulated nodes.
+
+The node gets driver 535 from `gpunode install`; then the kernel metapackage upgrade pulls in a new kernel whose
+headers it does not bring, so DKMS's kernel postinst hook builds nothing. doctor warns, plan shows the headers and
+the DKMS build, install does them; after a reboot into the new kernel the driver loads, doctor passes and a second
+install changes nothing. Holds: --hold-kernel, again (idempotent), --no-hold-kernel.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpunode.cli import app
+from tests.integration.test_driver_nodesim import V, changes, cli, flat, install, mirror  # noqa: F401
+from tests.nodesim.fixtures import host_guard, nodesim_available, sim_node  # noqa: F401
+
+pytestmark = pytest.mark.integration
+
+NEW = "5.15.0-92-generic"
+
+
+def plan_json(node, tmp_path, *extra: str) -> dict:
+    result = cli.invoke(app, ["plan", *node.cli_args(), "--driver", V, "--cache-dir", str(tmp_path / "cache"),
+                              "--only", "driver", "--json", *extra])
+    assert result.exit_code in (0, 1), result.output
+    return {s["step"]: s for s in json.loads(result.stdout)["steps"]}
+
+
+def doctor(node) -> dict[str, dict]:
+    result = cli.invoke(app, ["doctor", *node.cli_args(), "--json"])
+    assert result.exit_code in (0, 1), result.output
+    return {c["id"]: c for c in json.loads(result.stdout)["checks"]}
+
+
+def test_kernel_upgrade_without_headers_then_reboot_keeps_the_driver(sim_node, mirror, tmp_path):  # noqa: F811
+    mirror.publish(V)
+    node = sim_node("ubuntu-22.04-t4", nouveau_loaded=False)
+    first = install(node, tmp_path)
+    assert first.exit_code == 0, first.output
+    assert node.is_loaded("nvidia") and node.driver()["dkms"] == "1"
+
+    # the metapackage upgrade (as unattended-upgrades would run it) brings the image, not the headers
+    node.offer_kernel_upgrade(NEW, headers=False)
+    rc, out, _ = node.ssh("apt-get -y dist-upgrade")
+    assert rc == 0, out
+    assert "/etc/kernel/postinst.d/dkms:" in out and f"Your kernel headers for kernel {NEW} cannot be found" in out
+    assert node.read("var/lib/nodesim/next-kernel").strip() == NEW  # grub's default: the newest kernel
+    assert NEW not in node.driver()["kernels"]
+
+    found = doctor(node)["kernel.dkms-newest-kernel"]
+    assert found["status"] == "fail" and f"the next boot runs {NEW}" in found["evidence"]
+    assert "no nvidia module and no headers" in found["evidence"]
+    assert f"gpunode install --host root@127.0.0.1:{node.port} " in found["fix"] and f"--driver {V}" in found["fix"]
+
+    node.clear_calls()
+    step = plan_json(node, tmp_path)["driver"]
+    assert step["status"] == "change", json.dumps(step, indent=1)
+    commands = [c for a in step["actions"] for c in a["commands"]]
+    assert any(f"linux-headers-{NEW}" in c and "apt-get install" in c for c in commands), commands
+    assert commands[-1] == f"dkms install -m nvidia -v {V} -k {NEW}", commands
+    assert changes(node) == [] and NEW not in node.driver()["kernels"]  # plan changed nothing
+
+    result = install(node, tmp_path)
+    assert result.exit_code == 0, result.output
+    assert ["dkms", "install", "-m", "nvidia", "-v", V, "-k", NEW] in node.calls("dkms")
+    assert NEW in node.driver()["kernels"].split()
+    assert node.exists(f"/lib/modules/{NEW}/updates/dkms/nvidia.ko")
+
+    node.reboot()
+    assert node.kernel == NEW and node.ssh("uname -r")[1].strip() == NEW
+    assert node.is_loaded("nvidia")
+    code, out, _ = node.ssh("nvidia-smi --query-gpu=driver_version --format=csv,noheader")
+    assert code == 0 and out.strip() == V
+    after = doctor(node)
+    assert after["kernel.dkms-newest-kernel"]["status"] == "pass", after["kernel.dkms-newest-kernel"]
+    assert after["kernel.headers"]["status"] == "pass" and after["driver.loaded"]["status"] == "pass"
+
+    node.clear_calls()
+    again = install(node, tmp_path)
+    assert again.exit_code == 0 and "changed" not in again.stdout, again.output
+    assert changes(node) == []
+
+
+def test_without_gpunode_the_same_upgrade_boots_without_a_driver(sim_node, mirror, tmp_path):  # noqa: F811
+    """The control: what the reboot does when nobody builds the module (why the step exists)."""
+    mirror.publish(V)
+    node = sim_node("ubuntu-22.04-t4", nouveau_loaded=False)
+    assert install(node, tmp_path).exit_code == 0
+    node.offer_kernel_upgrade(NEW, headers=False)
+    assert node.ssh("apt-get -y dist-upgrade")[0] == 0
+    node.reboot()
+    assert node.kernel == NEW and not node.is_loaded("nvidia")
+    assert node.ssh("nvidia-smi")[0] != 0
+
+
+def test_headers_not_in_the_repositories_block_before_any_change(sim_node, mirror, tmp_path):  # noqa: F811
+    mirror.publish(V)
+    node = sim_node("ubuntu-22.04-t4", nouveau_loaded=False)
+    assert install(node, tmp_path).exit_code == 0
+    node.set_kernel("5.15.0-99-generic", headers=False)  # e.g. a kernel from elsewhere; no linux-headers for it
+    node.clear_calls()
+    result = install(node, tmp_path)
+    out = flat(result.output)
+    assert result.exit_code == 1, result.output
+    assert "linux-headers-5.15.0-99-generic (its headers) is not available" in out
+    assert "sudo apt-get remove linux-image-5.15.0-99-generic" in out
+    assert changes(node) == []
+
+
+def test_hold_kernel_round_trip(sim_node, mirror, tmp_path):  # noqa: F811
+    mirror.publish(V)
+    node = sim_node("ubuntu-22.04-t4", nouveau_loaded=False)
+    assert install(node, tmp_path).exit_code == 0
+    node.offer_kernel_upgrade(NEW, headers=True)  # installs linux-generic (the metapackage) at the old version
+
+    step = plan_json(node, tmp_path, "--hold-kernel", "--hold-driver")["driver"]
+    assert step["status"] == "change"
+    assert [c for a in step["actions"] for c in a["commands"]] == ["apt-mark hold linux-generic"]
+    assert any("the .run driver is not a package" in n for n in step["notes"])
+    assert not node.held_packages()
+
+    held = install(node, tmp_path, "--hold-kernel")
+    assert held.exit_code == 0, held.output
+    assert "linux-generic" in node.held_packages()
+    assert "Inst " not in node.ssh("apt-get -s dist-upgrade")[1]  # the held metapackage brings no kernel
+
+    node.clear_calls()
+    again = install(node, tmp_path, "--hold-kernel")
+    assert again.exit_code == 0 and "changed" not in again.stdout, again.output
+    assert node.calls("apt-mark") == []
+
+    released = install(node, tmp_path, "--no-hold-kernel")
+    assert released.exit_code == 0, released.output
+    assert ["apt-mark", "unhold", "linux-generic"] in node.calls("apt-mark")
+    assert "linux-generic" not in node.held_packages()
+    assert f"Inst linux-image-{NEW}" in node.ssh("apt-get -s dist-upgrade")[1]
