@@ -79,6 +79,12 @@ class PackageCommand(Action):
                                    exit_code=result.exit_code)
         return "; ".join(notes) or None
 
+    def apply_recorded(self, conn: Connection) -> tuple[str | None, list[UndoRecord]]:
+        install = pkgmgr.get(self.manager).install_argv
+        if not any(to_argv(c)[:len(install)] == install for c in self.cmds):
+            return self.apply(conn), []
+        return recorded_install(conn, self.manager, lambda: self.apply(conn))
+
 
 def recorded_install(conn: Connection, manager: str, apply: Callable[[], str | None]
                      ) -> tuple[str | None, list[UndoRecord]]:

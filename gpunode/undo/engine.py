@@ -89,7 +89,8 @@ def uninstall(conn: Connection, request: UndoRequest, options: Options, reporter
                 record.begin()
                 facts, current = _apply(conn, step, plan, records, facts, request, options, reporter, report,
                                         outcome, record)
-            if outcome.result in ("ok", "changed") and ids and record is not None:
+            kept = name == "prerequisites" and not request.prerequisites  # kept: still owed to a later --only
+            if outcome.result in ("ok", "changed") and ids and record is not None and not kept:
                 record.undone(ids)
         except cancel.Cancelled as exc:
             outcome.result, outcome.error, outcome.error_fix = "interrupted", exc.message, exc.fix
