@@ -52,7 +52,8 @@ def uninstall(target: Target, argv: list[str], only: UndoOnlyOpt = None, dry_run
             else:
                 reporter = None if target.json_output else ConsoleReporter()
                 with two_stage_interrupt() as token, cancel.bind(token):
-                    report = run_uninstall(conn, request, options, reporter, command=shlex.join(words))
+                    report = run_uninstall(conn, request, options, reporter,
+                                            command="uninstall " + " ".join(request.steps))
     code = 3 if report.state == "reboot-pending" else report.exit_code
     nothing = not report.outcomes
     if target.json_output:

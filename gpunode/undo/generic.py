@@ -3,13 +3,15 @@ packages it installed (after which the repository files and keyrings it created 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from gpunode.facts import Facts
 from gpunode.plan import StepPlan, change, ok
 from gpunode.undo.common import file_actions, package_actions, unit_actions
 from gpunode.undo.state import NodeState, Record, UndoRequest
 
 
-def planner(name: str, what: str):  # type: ignore[no-untyped-def]
+def planner(name: str, what: str) -> Callable[[list[Record], NodeState, Facts, UndoRequest], StepPlan]:
     def plan(records: list[Record], state: NodeState, facts: Facts, request: UndoRequest) -> StepPlan:
         units, unit_notes = unit_actions(records, state)
         packages, package_notes = package_actions(records, state, request, what)

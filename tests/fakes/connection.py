@@ -76,7 +76,7 @@ class FakeNode:
     def initramfs_path(self) -> str:
         return f"/boot/initrd.img-{self.kernel}"
 
-    READ_ONLY_SCRIPTS = frozenset({"gpunode-probe", "gpunode-read-file"})
+    READ_ONLY_SCRIPTS = frozenset({"gpunode-probe", "gpunode-read-file", "gpunode-undo-look"})
 
     def changing_calls(self, since: int = 0) -> list[list[str]]:
         """Calls after `since` other than reads (the probe, read-file, and the `id -u` / `sudo -n true`

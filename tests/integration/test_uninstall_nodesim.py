@@ -20,7 +20,10 @@ import pytest
 from typer.testing import CliRunner
 
 from gpunode.cli import app
-from tests.integration.test_driver_nodesim import Mirror, mirror  # noqa: F401 - the fixture
+from tests.integration import test_driver_nodesim
+from tests.integration.test_driver_nodesim import Mirror
+
+mirror = test_driver_nodesim.mirror  # the fixture
 
 pytestmark = pytest.mark.integration
 
