@@ -109,6 +109,13 @@ class Journal:
                                                      "step": step, "time": _now()} for r in records)]
         self._save()
 
+    def start_undo_records(self) -> None:
+        """An old journal (no `undo` yet) once its marker-only uninstall has run: from now on, records decide."""
+        if "undo" not in self.data:
+            self.begin_quietly()
+            self.data["undo"] = []
+            self._save()
+
     def undone(self, ids: set[str]) -> None:
         """Mark records as undone by this run: a later uninstall no longer plans from them."""
         marked = False

@@ -15,7 +15,7 @@ from gpunode import pkgmgr
 from gpunode.actions.packages import package_command
 from gpunode.plan import Action, RunCommand, WriteFile
 from gpunode.undo.actions import RemoveFile, RestoreFile
-from gpunode.undo.state import NodeState, Record, UndoRequest
+from gpunode.undo.state import MARKER, NodeState, Record, UndoRequest
 
 Strip = Callable[[str], str | None]  # the text without gpunode's entries; None: cannot tell
 
@@ -38,6 +38,11 @@ def file_actions(records: list[Record], state: NodeState, strip: dict[str, Strip
         leftovers = tuple(b for b in backups if b != original and state.files.get(b, "-") != "-")
         current = state.files.get(path)
         unit = restart.get(path, "")
+        if first.get("marker"):  # an old journal: only a file that still says gpunode wrote it
+            text = state.texts.get(path)
+            if current not in (None, "-") and text is not None and MARKER in text:
+                actions.append(RemoveFile(f"remove {path} (it carries gpunode's marker)", path=path, before=text))
+            continue
         if current is None:
             notes.append(f"{path}: could not be read; left as it is")
             continue

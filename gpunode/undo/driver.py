@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from gpunode.facts import Facts
 from gpunode.plan import RunCommand, StepPlan, change, ok
-from gpunode.undo.state import NodeState, Record, UndoRequest
+from gpunode.undo.state import LEGACY_NOTE, NodeState, Record, UndoRequest
 
 NAME = "driver"
 UNINSTALL = ("nvidia-installer", "--uninstall", "--silent")
@@ -15,7 +15,9 @@ UNINSTALL = ("nvidia-installer", "--uninstall", "--silent")
 def plan(records: list[Record], state: NodeState, facts: Facts, request: UndoRequest) -> StepPlan:
     installs = [r for r in records if r.get("kind") == "driver"]
     if not installs:
-        return ok(NAME, "gpunode installed no driver here")
+        return ok(NAME, "gpunode installed no driver here") if not request.legacy else ok(
+            NAME, "not undone: the journal predates undo records", LEGACY_NOTE,
+            "to remove a .run driver by hand: sudo nvidia-installer --uninstall --silent")
     first, last = installs[0], installs[-1]
     previous, version = first.get("previous"), last.get("version")
     if previous not in (None, "-"):

@@ -15,6 +15,7 @@ from gpunode.journal import Journal, read_journal
 from gpunode.options import Options
 from gpunode.plan import Reboot, Status, StepPlan
 from gpunode.runner import NullReporter, Reporter, RunReport, StepOutcome, reboot_and_wait
+from gpunode.steps import nodesettings, nouveau, toolkit
 from gpunode.steps.base import Step
 from gpunode.undo import ORDER, plan_step, state
 from gpunode.undo.state import NodeState, Record, UndoRequest
@@ -22,9 +23,26 @@ from gpunode.undo.state import NodeState, Record, UndoRequest
 _BINARY = (".gpg",)  # keyrings: compared by hash, never shown
 
 
+# the files gpunode writes with its marker, per step: all an old journal (before undo records) can go by
+LEGACY_FILES = {"nouveau": (nouveau.PATH,), "toolkit": (toolkit.APT_LIST, toolkit.YUM_REPO, toolkit.ZYPP_REPO),
+                "nodesettings": (nodesettings.UNIT_PATH, nodesettings.DROPIN_PATH, nodesettings.RULE_PATH,
+                                 nodesettings.UVM_LOAD_PATH)}
+
+
 def active_records(journal: dict[str, object]) -> list[Record]:
     found = journal.get("undo")
     return [r for r in found if isinstance(r, dict) and not r.get("undone")] if isinstance(found, list) else []
+
+
+def legacy_records(journal: dict[str, object]) -> list[Record]:
+    """A journal with changed steps but no `undo` key: one marker record per file gpunode may have written."""
+    runs = journal.get("runs")
+    if "undo" in journal or not isinstance(runs, list) or not any(
+            isinstance(s, dict) and s.get("result") in ("changed", "reboot-pending", "failed", "interrupted")
+            for run in runs if isinstance(run, dict) for s in run.get("steps") or []):
+        return []
+    return [{"kind": "file", "path": path, "existed": False, "backup": None, "sha256": None, "marker": True,
+             "step": step} for step, paths in LEGACY_FILES.items() for path in paths]
 
 
 def read_state(conn: Connection, records: list[Record]) -> NodeState:
@@ -56,6 +74,9 @@ def uninstall(conn: Connection, request: UndoRequest, options: Options, reporter
     report = RunReport(conn.name, "plan" if dry_run else "uninstall")
     journal = read_journal(conn)
     records = active_records(journal)
+    legacy = legacy_records(journal)
+    if legacy:
+        records, request = legacy, replace(request, legacy=True)
     facts = gather(conn)
     report.node, report.facts = facts.summary(), facts
     reporter.node(conn.name, facts)
@@ -101,6 +122,8 @@ def uninstall(conn: Connection, request: UndoRequest, options: Options, reporter
         finally:
             if record is not None and outcome.result not in ("ok", "not-run"):
                 record.step(name, outcome.result, plan.reason, outcome.backups, outcome.error)
+    if record is not None and legacy and not stopped:
+        record.start_undo_records()
     if record is not None:
         with cancel.bind(cancel.CancelToken()):
             record.finish({0: "done", 3: "reboot-pending"}.get(report.exit_code, "failed")
@@ -140,7 +163,7 @@ def _apply(conn: Connection, step: Step, plan: StepPlan, records: list[Record], 
         if not options.reboot or report.reboots >= options.max_reboots:
             outcome.result, outcome.error = "reboot-pending", "reboot required, then run the same command again"
             return facts, current
-        facts = reboot_and_wait(conn, facts, replace(options), reporter)
+        facts = reboot_and_wait(conn, facts, options, reporter)
         report.reboots += 1
         current = read_state(conn, records)
         after = plan_step(step.name, records, current, facts, request)

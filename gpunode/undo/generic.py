@@ -8,7 +8,7 @@ from collections.abc import Callable
 from gpunode.facts import Facts
 from gpunode.plan import StepPlan, change, ok
 from gpunode.undo.common import file_actions, package_actions, unit_actions
-from gpunode.undo.state import NodeState, Record, UndoRequest
+from gpunode.undo.state import LEGACY_NOTE, NodeState, Record, UndoRequest
 
 
 def planner(name: str, what: str) -> Callable[[list[Record], NodeState, Facts, UndoRequest], StepPlan]:
@@ -16,7 +16,7 @@ def planner(name: str, what: str) -> Callable[[list[Record], NodeState, Facts, U
         units, unit_notes = unit_actions(records, state)
         packages, package_notes = package_actions(records, state, request, what)
         files, file_notes = file_actions(records, state)
-        notes = [*unit_notes, *package_notes, *file_notes]
+        notes = [*unit_notes, *package_notes, *file_notes, *([LEGACY_NOTE] if request.legacy else [])]
         actions = [*units, *packages, *files]
         if not actions:
             return ok(name, f"nothing of the {what} left to undo", *notes)

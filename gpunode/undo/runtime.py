@@ -10,7 +10,7 @@ from gpunode.facts.containers import DOCKER_CONFIG, NVIDIA, ConfigError, dump_da
 from gpunode.facts.packages import unit
 from gpunode.plan import Action, RestartService, StepPlan, change, ok
 from gpunode.undo.common import file_actions
-from gpunode.undo.state import NodeState, Record, UndoRequest
+from gpunode.undo.state import LEGACY_NOTE, NodeState, Record, UndoRequest
 
 NAME = "runtime"
 
@@ -37,6 +37,8 @@ def strip_docker(text: str) -> str | None:
 def plan(records: list[Record], state: NodeState, facts: Facts, request: UndoRequest) -> StepPlan:
     restart = {str(r["path"]): str(r.get("restart") or "") for r in records if r.get("kind") == "file"}
     files, notes = file_actions(records, state, strip={DOCKER_CONFIG: strip_docker}, restart=restart)
+    if request.legacy:
+        notes.append(LEGACY_NOTE)
     if not files:
         return ok(NAME, "no runtime configuration of gpunode's left", *notes)
     actions: list[Action] = list(files)

@@ -23,6 +23,12 @@ class UndoRequest:
     steps: tuple[str, ...]  # the steps to undo (pipeline names), in undo order
     prerequisites: bool = False  # remove the build prerequisites gpunode installed (only with --only prerequisites)
     lock_timeout: float = 600.0
+    legacy: bool = False  # the journal predates undo records: only files carrying gpunode's marker are removed
+
+
+MARKER = "Written by gpunode"
+LEGACY_NOTE = ("the node's journal predates gpunode's undo records: only files that still carry gpunode's marker "
+               "are removed; packages, the driver and engine configurations are not undone")
 
 
 def paths(records: list[Record]) -> list[str]:
