@@ -84,6 +84,11 @@ def test_uninstall_returns_the_files_to_their_state_before_the_first_install(sim
     dry = uninstall(node, "--dry-run")
     assert dry.exit_code == 0, dry.output
     assert "nvidia-installer --uninstall --silent" in dry.stdout and "+++ /dev/null" in dry.stdout
+    as_json = json.loads(uninstall(node, "--dry-run", "--json").stdout)
+    steps = {s["step"]: s for s in as_json["steps"]}
+    assert as_json["mode"] == "plan" and steps["driver"]["status"] == "change"
+    assert steps["driver"]["actions"][0]["commands"] == ["nvidia-installer --uninstall --silent"]  # root: no sudo
+    assert steps["prerequisites"]["status"] == "ok" and not as_json["summary"]["nothing_to_undo"]
     assert node.driver() is not None  # --dry-run changed nothing
 
     done = uninstall(node, "--reboot")
