@@ -10,6 +10,11 @@ step needs a reboot. Each is written in the same write that records the change, 
 cleared once carried out (the restart succeeded; the node runs another boot), so a run cut in between leaves it
 for the next run (the runtime step restarts the engine; doctor reports it). Resuming needs no replay: every step
 re-plans from fresh facts, so the next run simply continues where the node actually is.
+
+`undo` (top level, never trimmed with old runs) holds typed records of what each change did, written right
+after it (gpunode/actions/ `apply_recorded`): {"id", "run", "step", "time", "kind": "file" | "packages" |
+"unit" | "driver", ...}; `gpunode uninstall` (gpunode/undo/) plans from them and marks each one it has undone
+with "undone": <run id>.
 """
 
 from __future__ import annotations
@@ -91,6 +96,36 @@ class Journal:
         self.run.setdefault("changes", []).append({"step": step, "action": summary, "owes": [list(o) for o in owed],
                                                    "time": _now()})
         self._save()
+
+    @property
+    def undo_records(self) -> list[dict[str, Any]]:
+        found = self.data.get("undo")
+        return [r for r in found if isinstance(r, dict)] if isinstance(found, list) else []
+
+    def undo(self, step: str, records: list[dict[str, Any]]) -> None:
+        """Keep what it takes to undo a change that was just made (typed, never re-parsed from text)."""
+        self.begin_quietly()
+        self.data["undo"] = [*self.undo_records, *({**r, "id": uuid.uuid4().hex[:12], "run": self.run["id"],
+                                                     "step": step, "time": _now()} for r in records)]
+        self._save()
+
+    def start_undo_records(self) -> None:
+        """An old journal (no `undo` yet) once its marker-only uninstall has run: from now on, records decide."""
+        if "undo" not in self.data:
+            self.begin_quietly()
+            self.data["undo"] = []
+            self._save()
+
+    def undone(self, ids: set[str]) -> None:
+        """Mark records as undone by this run: a later uninstall no longer plans from them."""
+        marked = False
+        for record in self.undo_records:
+            if record.get("id") in ids and not record.get("undone"):
+                record["undone"] = self.run["id"]
+                marked = True
+        if marked:
+            self.begin_quietly()
+            self._save()
 
     def settle(self, done: tuple[tuple[str, str], ...]) -> None:
         """Clear owed effects once carried out."""

@@ -358,13 +358,15 @@ def _converge(conn: Connection, step: Step, plan: StepPlan, facts: Facts, option
         if record is not None and owed:
             record.change(step.name, action.summary, owed)
         try:
-            detail = execute(conn, action)
+            detail, undo = action.apply_recorded(conn)  # apply(), with what `gpunode uninstall` needs to undo it
         except Exception as exc:
             reporter.action(conn.name, step, action, "failed",
                             exc.message if isinstance(exc, GpunodeError) else internal_error(exc))
             raise
         if detail:
             outcome.backups.append(detail)
+        if record is not None and undo:
+            record.undo(step.name, undo)
         if record is not None and action.settles():
             record.settle(action.settles())
         reporter.action(conn.name, step, action, "done", detail or "")

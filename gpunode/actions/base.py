@@ -9,13 +9,54 @@ worth keeping in the report (a backup path).
 from __future__ import annotations
 
 import difflib
+import hashlib
 import shlex
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
 from gpunode.connection.base import Connection
-from gpunode.shell import Cmd, to_argv
+from gpunode.shell import Cmd, Script, to_argv
+
+UndoRecord = dict[str, object]  # what the journal keeps to undo one change (gpunode/undo/, docs/day2.md)
+
+# Read-only look at what an undo record needs: files' sha256, the installed packages, units' enablement, the
+# .run driver's version. One line per item; a failure prints nothing (the record says "unknown").
+UNDO_LOOK = Script(
+    name="undo-look",
+    body=r"""what=$1; shift
+case $what in
+files) for f; do if [ -f "$f" ]; then s=$(sha256sum -- "$f" 2>/dev/null); echo "file ${s%% *} $f"; else echo "file - $f"; fi; done ;;
+packages) if command -v dpkg-query >/dev/null 2>&1; then dpkg-query -W -f '${db:Status-Status} ${Package} ${Version}\n' '*' 2>/dev/null | sed -n 's/^installed /pkg /p'
+  elif command -v rpm >/dev/null 2>&1; then rpm -qa --qf '%{NAME} %{VERSION}-%{RELEASE}\n' 2>/dev/null | sed 's/^/pkg /'; fi ;;
+units) for u; do echo "unit $u $(systemctl is-enabled "$u" 2>/dev/null || true)"; done ;;
+driver) v=$(nvidia-installer --version 2>/dev/null | sed -n 's/.*version *\([0-9][0-9.]*\).*/\1/p' | head -n 1); echo "driver ${v:--}" ;;
+esac
+true""",
+)
+
+
+def undo_look(conn: Connection, what: str, *items: str) -> dict[str, str] | None:
+    """{item: value} from UNDO_LOOK (files: sha256 or "-"; packages: name -> version; units: name -> state;
+    driver: "driver" -> version or "-"), or None when the node could not tell."""
+    try:
+        result = conn.run(Script(UNDO_LOOK.body, (what, *items), UNDO_LOOK.name), sudo=True, timeout=120)
+    except Exception:  # noqa: BLE001 - a record is best effort: the change itself must not fail for it
+        return None
+    if not result.ok:
+        return None
+    found: dict[str, str] = {}
+    for line in result.stdout.splitlines():
+        kind, _, rest = line.partition(" ")
+        if kind == "file":
+            digest, _, path = rest.partition(" ")
+            found[path] = digest
+        elif kind in ("pkg", "unit"):
+            name, _, value = rest.partition(" ")
+            found[name] = value.strip()
+        elif kind == "driver":
+            found["driver"] = rest.strip()
+    return found
 
 
 def command_line(cmd: Cmd, sudo: bool = True) -> str:
@@ -60,12 +101,18 @@ class Action(ABC):
     def apply(self, conn: Connection) -> str | None:
         """Carry the action out. Returns a note worth keeping (a backup path), if any."""
 
+    def apply_recorded(self, conn: Connection) -> tuple[str | None, list[UndoRecord]]:
+        """apply(), and the typed records the node's journal keeps to undo it (gpunode/undo/): the files it
+        wrote, the packages it installed that were not there, the units it enabled. Most actions record none."""
+        return self.apply(conn), []
+
 
 @dataclass(frozen=True)
 class RunCommand(Action):
     cmd: Cmd = ()
     sudo: bool = True
     timeout: float = 600.0
+    creates: tuple[str, ...] = ()  # files the command creates (a keyring): recorded for `gpunode uninstall`
 
     kind = "command"
 
@@ -75,6 +122,27 @@ class RunCommand(Action):
     def apply(self, conn: Connection) -> str | None:
         conn.run(self.cmd, sudo=self.sudo, timeout=self.timeout).check(self.summary)
         return None
+
+    def enables(self) -> tuple[str, ...]:
+        """The units a `systemctl enable [--now] UNIT...` command enables."""
+        argv = () if isinstance(self.cmd, Script) else tuple(self.cmd)
+        if argv[:2] != ("systemctl", "enable"):
+            return ()
+        return tuple(u if "." in u else f"{u}.service" for u in argv[2:] if not u.startswith("-"))
+
+    def apply_recorded(self, conn: Connection) -> tuple[str | None, list[UndoRecord]]:
+        units, created = self.enables(), self.creates
+        before_units = undo_look(conn, "units", *units) if units else None
+        before_files = undo_look(conn, "files", *created) if created else None
+        note = self.apply(conn)
+        records: list[UndoRecord] = [{"kind": "unit", "unit": u, "was": (before_units or {}).get(u, "unknown")}
+                                     for u in units]
+        after = undo_look(conn, "files", *created) if created else None
+        for path in created:
+            was, now = (before_files or {}).get(path), (after or {}).get(path)
+            if was == "-" and now and now != "-":  # only what this command created
+                records.append({"kind": "file", "path": path, "existed": False, "backup": None, "sha256": now})
+        return note, records
 
 
 @dataclass(frozen=True)
@@ -98,8 +166,14 @@ class WriteFile(Action):
         return {**super().to_dict(), "path": self.path, "mode": f"{self.mode:04o}", "diff": self.diff()}
 
     def apply(self, conn: Connection) -> str | None:
+        return self.apply_recorded(conn)[0]
+
+    def apply_recorded(self, conn: Connection) -> tuple[str | None, list[UndoRecord]]:
         written = conn.write_file(self.path, self.after, mode=self.mode)
-        return f"backup of {self.path}: {written.backup}" if written.backup else None
+        record: UndoRecord = {"kind": "file", "path": self.path, "existed": written.backup is not None,
+                              "backup": written.backup, "sha256": hashlib.sha256(self.after.encode()).hexdigest(),
+                              "mode": f"{self.mode:04o}"}
+        return (f"backup of {self.path}: {written.backup}" if written.backup else None), [record]
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpunode.actions.base import Action, command_line
+from gpunode.actions.base import Action, UndoRecord, command_line, undo_look
 from gpunode.artifacts import ProgressBars, silent
 from gpunode.artifacts.source import Source, obtain
 from gpunode.connection.base import Connection
@@ -144,3 +144,11 @@ class RunInstaller(Action):
                                f"installer log: {LOG}\n{tail}", fix=fix, stdout=result.stdout,
                                stderr=result.stderr, exit_code=result.exit_code)
         return f"installed from {verified.path} (sha256 {verified.sha256[:16]}...); installer log: {LOG}"
+
+    def apply_recorded(self, conn: Connection) -> tuple[str | None, list[UndoRecord]]:
+        """For `gpunode uninstall`: the .run driver version in place before (None: none) and the one installed."""
+        before = (undo_look(conn, "driver") or {}).get("driver")
+        note = self.apply(conn)
+        after = (undo_look(conn, "driver") or {}).get("driver")
+        return note, [{"kind": "driver", "version": after if after and after != "-" else None,
+                       "previous": None if before == "-" else before or "unknown"}]

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import posixpath
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpunode import pkgmgr
-from gpunode.actions.base import Action, command_line
+from gpunode.actions.base import Action, UndoRecord, command_line, undo_look
 from gpunode.connection.base import Connection, Result
 from gpunode.errors import CommandError
 from gpunode.shell import Cmd, Script, to_argv
@@ -78,6 +79,25 @@ class PackageCommand(Action):
                                    exit_code=result.exit_code)
         return "; ".join(notes) or None
 
+    def apply_recorded(self, conn: Connection) -> tuple[str | None, list[UndoRecord]]:
+        install = pkgmgr.get(self.manager).install_argv
+        if not any(to_argv(c)[:len(install)] == install for c in self.cmds):
+            return self.apply(conn), []
+        return recorded_install(conn, self.manager, lambda: self.apply(conn))
+
+
+def recorded_install(conn: Connection, manager: str, apply: Callable[[], str | None]
+                     ) -> tuple[str | None, list[UndoRecord]]:
+    """Run `apply` (a package transaction) between two looks at the installed packages: what appeared is what it
+    installed (dependencies too); a package there before is never recorded, so never removed by uninstall."""
+    before = undo_look(conn, "packages")
+    note = apply()
+    after = undo_look(conn, "packages") if before is not None else None
+    if before is None or after is None:
+        return note, [{"kind": "packages", "manager": manager, "installed": [], "unknown": True}]
+    new = sorted((name, version) for name, version in after.items() if name not in before)
+    return note, ([{"kind": "packages", "manager": manager, "installed": [list(p) for p in new]}] if new else [])
+
 
 def package_command(summary: str, manager: str, *cmds: Cmd, packages: tuple[str, ...] | list[str] = (),
                     lock_timeout: float = 600.0, timeout: float = 1800.0) -> PackageCommand:
@@ -131,3 +151,6 @@ class InstallLocalPackages(Action):
         finally:
             conn.run(Script(_REMOVE_DIR.body, (directory,), _REMOVE_DIR.name), sudo=True, timeout=60)
         return waited or None
+
+    def apply_recorded(self, conn: Connection) -> tuple[str | None, list[UndoRecord]]:
+        return recorded_install(conn, self.manager, lambda: self.apply(conn))

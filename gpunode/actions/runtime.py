@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpunode.actions.base import Action, WriteFile, command_line
+from gpunode.actions.base import Action, UndoRecord, WriteFile, command_line, undo_look
 from gpunode.connection.base import Connection
 from gpunode.shell import Script
 
@@ -44,10 +44,25 @@ class ConfigureRuntime(Action):
                 "diff": self.diff()}
 
     def apply(self, conn: Connection) -> str | None:
-        note = None
+        return self.apply_recorded(conn)[0]
+
+    def apply_recorded(self, conn: Connection) -> tuple[str | None, list[UndoRecord]]:
+        """nvidia-ctk's edit, recorded per file for `gpunode uninstall`: whether it existed, its backup, the sha256
+        of what nvidia-ctk left (read back: its output is only predicted)."""
+        note, kept = None, []
+        paths = [path for path, _, _ in self.files]
+        before = undo_look(conn, "files", *paths) if paths else {}
         if self.backups:
             result = conn.run(self.backup_script(), sudo=True, timeout=60)
             kept = result.check(f"backing up {', '.join(self.backups)}").stdout.split()
             note = "backup: " + ", ".join(kept) if kept else None
         conn.run(self.argv, sudo=True, timeout=180).check(self.summary)
-        return note
+        after = undo_look(conn, "files", *paths) if paths else {}
+        records: list[UndoRecord] = []
+        for path in paths:
+            backup = next((b for b in kept if b.startswith(path + ".gpunode-bak.")), None)
+            was, now = (before or {}).get(path), (after or {}).get(path)
+            records.append({"kind": "file", "path": path, "existed": None if was is None else was != "-",
+                            "backup": backup, "sha256": now if now and now != "-" else None, "engine": self.engine,
+                            "restart": self.restart})
+        return note, records

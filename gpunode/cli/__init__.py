@@ -29,6 +29,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                "--k8s; compare its GPUs with the host's."),
     "compat": ("gpunode.cli.compat", "compat",
                "CUDA / driver / GPU compatibility, offline: --driver, --cuda, --image, --gpu (combinable)."),
+    "uninstall": ("gpunode.cli.uninstall", "uninstall",
+                  "Undo what gpunode installed, in reverse order, from the node's journal. Never removes what gpunode "
+                  "did not install."),
     "status": ("gpunode.cli.status", "status",
                "Show the node's journal: runs, steps applied, backups made. Exit 1 if the last run did not finish."),
     "explain": ("gpunode.cli.explain", "explain",

@@ -167,6 +167,12 @@ RebootOpt = Annotated[bool, typer.Option(
 RebootTimeoutOpt = Annotated[float, typer.Option(
     "--reboot-timeout", metavar="SECONDS", help="Seconds to wait for a rebooted node (more than 0).")]
 
+# -- uninstall (gpunode/cli/uninstall.py) -------------------------------------------------------------------
+UndoOnlyOpt = Annotated[list[str] | None, typer.Option(
+    "--only", metavar="STEP", show_default=False,
+    help="Undo only this step (repeatable). The build prerequisites are removed only when named.")]
+
+
 def _help(ctx: typer.Context, value: bool) -> None:
     if value and not ctx.resilient_parsing:
         typer.echo(ctx.get_help(), color=ctx.color)

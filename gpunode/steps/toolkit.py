@@ -126,7 +126,8 @@ def repo_actions(facts: Facts, manager: str, lock_timeout: float) -> tuple[list[
             actions.append(install_packages("install curl and gnupg to fetch NVIDIA's signing key", manager,
                                             ("ca-certificates", "curl", "gnupg"), lock_timeout=lock_timeout))
         actions += [RunCommand(f"fetch NVIDIA's repository key into {k}", Script(_FETCH_KEY.body, (KEY_URL, k),
-                                                                               _FETCH_KEY.name), timeout=300)
+                                                                               _FETCH_KEY.name), timeout=300,
+                               creates=(k,))
                     for k in missing]
         if sources:
             notes.append("NVIDIA's toolkit repository is already configured in " + ", ".join(sorted({p for p, _ in

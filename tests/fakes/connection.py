@@ -5,6 +5,7 @@ anything else fails loudly unless a handler is registered, so a test cannot sile
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 import re
 import shlex
@@ -76,7 +77,7 @@ class FakeNode:
     def initramfs_path(self) -> str:
         return f"/boot/initrd.img-{self.kernel}"
 
-    READ_ONLY_SCRIPTS = frozenset({"gpunode-probe", "gpunode-read-file"})
+    READ_ONLY_SCRIPTS = frozenset({"gpunode-probe", "gpunode-read-file", "gpunode-undo-look"})
 
     def changing_calls(self, since: int = 0) -> list[list[str]]:
         """Calls after `since` other than reads (the probe, read-file, and the `id -u` / `sudo -n true`
@@ -344,7 +345,23 @@ def _fake_modprobe(conn: FakeConnection, argv: list[str], stdin: bytes) -> tuple
     return 0, "", ""
 
 
+def _fake_undo_look(conn: FakeConnection, args: list[str], stdin: bytes) -> tuple[int, str, str]:
+    """undo-look files PATH... (sha256 of the fake's files); the other looks answer nothing (unknown)."""
+    if args[:1] != ["files"]:
+        return 1, "", ""
+    files = conn.node.files
+    return 0, "".join(f"file {hashlib.sha256(files[p].encode()).hexdigest() if p in files else '-'} {p}\n"
+                      for p in args[1:]), ""
+
+
+def _fake_rm(conn: FakeConnection, argv: list[str], stdin: bytes) -> tuple[int, str, str]:
+    for path in [a for a in argv[1:] if not a.startswith("-")]:
+        conn.node.files.pop(path, None)
+    return 0, "", ""
+
+
 _SCRIPTS: dict[str, Callable[[FakeConnection, list[str], bytes], tuple[int, str, str]]] = {
+    "undo-look": _fake_undo_look,
     "pkg-locked-run": _fake_locked_run,
     "mktemp-dir": _fake_mktemp,
     "cleanup": _fake_cleanup,
@@ -355,6 +372,7 @@ _TOOLS: dict[str, Callable[[FakeConnection, list[str], bytes], tuple[int, str, s
     "dnf": _fake_packages,
     "yum": _fake_packages,
     "modprobe": _fake_modprobe,
+    "rm": _fake_rm,
 }
 
 

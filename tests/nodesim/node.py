@@ -452,6 +452,12 @@ class SimNode:
             self._apply_effects(e)
             db.append(f"{e.name}\t{e.version}\t{e.arch}\t0\t0")
         self._w(f"{s}/pkgdb", "".join(line + "\n" for line in db))
+        if d.family == "debian":  # a real Debian-family node always has dpkg's status file (as pkg_sync_status)
+            summaries = {e.name: e.summary or e.name for e in entries}
+            self._w("var/lib/dpkg/status", "".join(
+                f"Package: {n}\nStatus: install ok installed\nPriority: optional\nSection: misc\nMaintainer: nodesim\n"
+                f"Architecture: {a}\nVersion: {v}\nDescription: {summaries.get(n, n)}\n\n"
+                for n, v, a, _, _ in (line.split("\t") for line in sorted(db, key=str.encode))))
         if "containerd" in p.engines:
             self._w("etc/containerd/config.toml",
                     (rootfs.DATA / "containerd" / f"default-v{p.cc_version}.toml").read_bytes())

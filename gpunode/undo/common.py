@@ -1,0 +1,121 @@
+"""The undo rules every step shares (pure): files, packages, units. docs/day2.md "## Uninstall" states them.
+
+- a file gpunode created whose content is still what gpunode wrote: removed;
+- a file gpunode replaced, still with gpunode's content: its backup (the user's file) moved back;
+- a file changed since gpunode wrote it: left as it is (a step may instead remove only gpunode's entries: `strip`);
+- packages gpunode's transactions installed (they were not there before): removed; others are never touched;
+- units gpunode enabled that were not enabled before: disabled (and stopped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gpunode import pkgmgr
+from gpunode.actions.packages import package_command
+from gpunode.plan import Action, RunCommand, WriteFile
+from gpunode.undo.actions import RemoveFile, RestoreFile
+from gpunode.undo.state import MARKER, NodeState, Record, UndoRequest
+
+Strip = Callable[[str], str | None]  # the text without gpunode's entries; None: cannot tell
+
+
+def file_actions(records: list[Record], state: NodeState, strip: dict[str, Strip] | None = None,
+                 restart: dict[str, str] | None = None) -> tuple[list[Action], list[str]]:
+    """Per path gpunode wrote (most recent first): what undoing it takes, and notes for what it leaves."""
+    strip, restart = strip or {}, restart or {}
+    by_path: dict[str, list[Record]] = {}
+    for r in records:
+        if r.get("kind") == "file" and r.get("path"):
+            by_path.setdefault(str(r["path"]), []).append(r)
+    actions: list[Action] = []
+    notes: list[str] = []
+    for path in reversed(list(by_path)):
+        recs = by_path[path]
+        first, last = recs[0], recs[-1]
+        backups = [str(r["backup"]) for r in recs if r.get("backup")]
+        original = str(first["backup"]) if first.get("existed") and first.get("backup") else None
+        leftovers = tuple(b for b in backups if b != original and state.files.get(b, "-") != "-")
+        current = state.files.get(path)
+        unit = restart.get(path, "")
+        if first.get("marker"):  # an old journal: only a file that still says gpunode wrote it
+            text = state.texts.get(path)
+            if current not in (None, "-") and text is not None and MARKER in text:
+                actions.append(RemoveFile(f"remove {path} (it carries gpunode's marker)", path=path, before=text))
+            continue
+        if current is None:
+            notes.append(f"{path}: could not be read; left as it is")
+            continue
+        if first.get("existed") is None:
+            notes.append(f"{path}: the journal does not say whether it existed before gpunode; left as it is")
+            continue
+        if current == "-":
+            if first.get("existed"):
+                notes.append(f"{path} was deleted since gpunode changed it; left so (its backup: {original})")
+            continue
+        ours = last.get("sha256") and current == last.get("sha256")
+        if ours and not first.get("existed"):
+            actions.append(RemoveFile(f"remove {path} (gpunode created it)", path=path, before=state.texts.get(path),
+                                      leftovers=leftovers, restart=unit))
+        elif ours and original and state.files.get(original, "-") != "-":
+            actions.append(RestoreFile(f"restore {path} from the copy made before gpunode changed it", path=path,
+                                       backup=original, before=state.texts.get(path), after=state.texts.get(original),
+                                       leftovers=leftovers, restart=unit))
+        elif ours:
+            notes.append(f"{path}: the backup made before gpunode changed it ({original}) is gone; left as it is")
+        elif path in strip and state.texts.get(path) is not None:
+            text = state.texts[path] or ""
+            stripped = strip[path](text)
+            if stripped is None:
+                notes.append(f"{path} changed since gpunode wrote it and cannot be read: left as it is")
+            elif stripped != text:
+                actions.append(WriteFile(f"remove only gpunode's entries from {path} (changed since)", path=path,
+                                         before=text, after=stripped))
+        elif first.get("existed") and (not original or state.files.get(original, "-") == "-"):
+            continue  # put back already (the backup moved over it), or never backed up: nothing to do
+        else:
+            notes.append(f"{path} changed since gpunode wrote it: left as it is (never clobbered)")
+    return actions, notes
+
+
+def installed_by_gpunode(records: list[Record], state: NodeState) -> tuple[str, list[str], list[str]]:
+    """(manager, the packages gpunode installed that are still installed, notes)."""
+    manager, names, notes = "", [], []
+    for r in records:
+        if r.get("kind") != "packages":
+            continue
+        manager = str(r.get("manager") or manager)
+        if r.get("unknown"):
+            notes.append("a package transaction could not be recorded (the node did not list its packages): "
+                         "what it installed is kept")
+        names += [str(p[0]) for p in r.get("installed") or [] if isinstance(p, list) and p]
+    if state.packages is None and names:
+        return manager, [], [*notes, "the installed packages could not be listed: none removed"]
+    return manager, [n for n in dict.fromkeys(names) if state.packages and n in state.packages], notes
+
+
+def package_actions(records: list[Record], state: NodeState, request: UndoRequest, what: str
+                    ) -> tuple[list[Action], list[str]]:
+    manager, names, notes = installed_by_gpunode(records, state)
+    if not names:
+        return [], notes
+    m = pkgmgr.get(manager)
+    return [package_command(f"remove {what} gpunode installed: {', '.join(names)}", manager, m.remove(names),
+                            packages=names, lock_timeout=request.lock_timeout)], notes
+
+
+def unit_actions(records: list[Record], state: NodeState) -> tuple[list[Action], list[str]]:
+    actions: list[Action] = []
+    notes: list[str] = []
+    for r in records:
+        if r.get("kind") != "unit":
+            continue
+        unit, was = str(r.get("unit")), str(r.get("was") or "")
+        if was in ("enabled", "static", "unknown"):
+            if was == "unknown":
+                notes.append(f"{unit}: its state before gpunode is unknown; left enabled")
+            continue
+        if state.units.get(unit) == "enabled":
+            actions.append(RunCommand(f"disable and stop {unit} (gpunode enabled it)",
+                                      ("systemctl", "disable", "--now", unit), timeout=120))
+    return actions, notes

@@ -1,0 +1,44 @@
+"""What an undo plan is decided from, besides the facts: the journal's undo records and the node's current
+state of exactly what they name (file hashes and texts, installed packages, units, the .run driver)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+Record = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class NodeState:
+    files: dict[str, str] = field(default_factory=dict)  # path -> sha256, or "-" when absent (missing: unknown)
+    texts: dict[str, str | None] = field(default_factory=dict)  # path -> content (text files; for diffs)
+    packages: dict[str, str] | None = None  # installed name -> version; None: could not tell
+    units: dict[str, str] = field(default_factory=dict)  # unit -> `systemctl is-enabled` word
+    driver: str | None = None  # the .run driver's version, "-" none, None unknown
+
+
+@dataclass(frozen=True)
+class UndoRequest:
+    steps: tuple[str, ...]  # the steps to undo (pipeline names), in undo order
+    prerequisites: bool = False  # remove the build prerequisites gpunode installed (only with --only prerequisites)
+    lock_timeout: float = 600.0
+    legacy: bool = False  # the journal predates undo records: only files carrying gpunode's marker are removed
+
+
+MARKER = "Written by gpunode"
+LEGACY_NOTE = ("the node's journal predates gpunode's undo records: only files that still carry gpunode's marker "
+               "are removed; packages, the driver and engine configurations are not undone")
+
+
+def paths(records: list[Record]) -> list[str]:
+    """Every file a record names, and its backups."""
+    found: list[str] = []
+    for r in records:
+        if r.get("kind") == "file":
+            found += [p for p in (r.get("path"), r.get("backup")) if isinstance(p, str) and p]
+    return list(dict.fromkeys(found))
+
+
+def units(records: list[Record]) -> list[str]:
+    return list(dict.fromkeys(str(r["unit"]) for r in records if r.get("kind") == "unit" and r.get("unit")))
