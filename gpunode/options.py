@@ -42,3 +42,5 @@ class Options:
     mps_thread_percentage: int | None = None  # --mps-thread-percentage: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
     mig_layout: tuple[str, ...] = ()  # --mig-layout: GPU instance profiles per GPU, e.g. ("1g.10gb", "1g.10gb")
     k8s_wait: float = 300.0  # seconds to wait until the node advertises its GPUs
+    # driver upgrades (gpunode/steps/driver.py, gpunode/facts/holders.py)
+    stop_gpu_services: bool = False  # --stop-gpu-services: stop the GPU services holding the old driver, start them after

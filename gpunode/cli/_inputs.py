@@ -173,7 +173,8 @@ def pipeline_options(a: dict[str, Any], *, progress: bool) -> Options:
                                engines=tuple(e.lower() for e in a["engine"] or []), kubeconfig=kubeconfig,
                                gpu_replicas=replicas, mps=a.get("mps", False),
                                mps_thread_percentage=mps_limit(a.get("mps"), a.get("mps_thread_percentage")),
-                               mig_layout=mig_layout(a.get("mig_layout")))
+                               mig_layout=mig_layout(a.get("mig_layout")),
+                               stop_gpu_services=a.get("stop_gpu_services", False))
 
 
 _MIG_PROFILE = re.compile(r"^[1-9]g\.[0-9]+gb(\+me)?$|^[0-9]{1,2}$")

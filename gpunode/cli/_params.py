@@ -138,6 +138,11 @@ EngineOpt = Annotated[list[str] | None, typer.Option(
     "--engine", metavar="ENGINE", show_default=False,
     help="Configure only this container engine: docker, containerd or crio (repeatable). Default: every engine "
     "found.")]
+# driver upgrades (gpunode/facts/holders.py)
+StopGpuServicesOpt = Annotated[bool, typer.Option(
+    "--stop-gpu-services", metavar="", help="Driver upgrade: stop the GPU services that hold the loaded driver "
+    "(persistenced, fabric manager, DCGM, MPS), unload it, install, and start them again. Never stops other "
+    "processes.")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", metavar="", help="Same as `gpunode plan`: show, change nothing.")]
 RebootOpt = Annotated[bool, typer.Option(
     "--reboot", metavar="", help="Reboot the node when a step needs it, wait for it to come back (new boot id) and "
@@ -175,7 +180,8 @@ PIPELINE: tuple[tuple[str, Any, Any], ...] = (
     ("lock_timeout", LockTimeoutOpt, 600.0), ("toolkit_version", ToolkitVersionOpt, None),
     ("toolkit_package", ToolkitPackageOpt, None), ("set_as_default", SetAsDefaultOpt, False), ("k8s", K8sOpt, False),
     ("engine", EngineOpt, None), ("kubeconfig", KubeconfigOpt, None), ("gpu_replicas", GpuReplicasOpt, 1),
-    ("mps", MpsOpt, False), ("mps_thread_percentage", MpsThreadsOpt, None), ("mig_layout", MigLayoutOpt, None))
+    ("mps", MpsOpt, False), ("mps_thread_percentage", MpsThreadsOpt, None), ("mig_layout", MigLayoutOpt, None),
+    ("stop_gpu_services", StopGpuServicesOpt, False))
 REBOOT: tuple[tuple[str, Any, Any], ...] = (("reboot", RebootOpt, False), ("reboot_timeout", RebootTimeoutOpt, 900.0))
 
 # reach: which shared options a command takes

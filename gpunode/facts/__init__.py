@@ -15,18 +15,31 @@ from typing import TypeVar
 
 from gpunode.connection.base import Connection
 from gpunode.errors import CommandError
-from gpunode.facts import containers, driver, fabric, health, k8s, kernel, nodesettings, packages, system
+from gpunode.facts import (
+    containers,
+    driver,
+    fabric,
+    health,
+    holders,
+    k8s,
+    kernel,
+    nodesettings,
+    packages,
+    system,
+)
 from gpunode.facts.kernel import LoadedDriver, ModuleBlock, PciDevice, SecureBoot, module_block
 from gpunode.facts.osinfo import UNKNOWN_OS, OsInfo
 from gpunode.facts.probe import build_probe, registered, split_files, split_sections
 from gpunode.facts.registry import CORE, FILES, NOT_RUN, Fact, Section, check
 
-__all__ = ["Facts", "gather", "facts_from_probe_output", "containers", "driver", "fabric", "health", "k8s", "kernel",
+__all__ = ["Facts", "gather", "facts_from_probe_output", "containers", "driver", "fabric", "health", "holders", "k8s",
+           "kernel",
            "nodesettings", "packages", "system"]
 
 T = TypeVar("T")
 
-SUBSYSTEMS = ("system", "kernel", "driver", "packages", "containers", "fabric", "nodesettings", "health", "k8s")
+SUBSYSTEMS = ("system", "kernel", "driver", "packages", "containers", "fabric", "nodesettings", "health", "k8s",
+              "holders")
 
 # core fact -> the Facts field that holds its parsed value
 _FIELDS: dict[Fact[object], str] = {
