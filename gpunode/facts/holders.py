@@ -173,8 +173,9 @@ GPU_SERVICE_UNITS = command("gpu_services", (
 ), parse_units, module=_M)
 # one `ls -l` over every process's fd directory; then, for the few holding /dev/nvidia*, comm and cgroup
 GPU_PROCESSES = command("gpu_processes", (
-    "[ -d /proc/self ] || [ -d /proc/1 ] || exit 3; "
-    "ls -l /proc/[0-9]*/fd 2>/dev/null | awk '"
+    # ls names each directory only when given more than one: with a single process, name it twice
+    "set -- /proc/[0-9]*/fd; [ -d \"$1\" ] || exit 3; [ $# -gt 1 ] || set -- \"$1\" \"$1\"; "
+    "ls -l \"$@\" 2>/dev/null | awk '"
     "/^\\/proc\\/[0-9]+\\/fd:$/ { split($0, a, \"/\"); pid = a[3]; next } "
     "/ -> \\/dev\\/nvidia/ { d[pid] = d[pid] (d[pid] == \"\" ? \"\" : \",\") $NF } "
     "END { for (q in d) print q, d[q] }' | while read -r pid devs; do "
