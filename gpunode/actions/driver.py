@@ -115,7 +115,7 @@ class RunInstaller(Action):
                  "the node, then run the installer there"]
         if self.restore_units or self.restore_modules:
             lines.append("if it fails: load the driver on disk again (" + " ".join(self.restore_modules or ("nvidia",))
-                         + ") and start " + (", ".join(self.restore_units) or "nothing") + " again")
+                         + ")" + (f" and start {', '.join(self.restore_units)} again" if self.restore_units else ""))
         return lines
 
     def to_dict(self) -> dict[str, object]:

@@ -174,7 +174,7 @@ GPU_SERVICE_UNITS = command("gpu_services", (
 # one `ls -l` over every process's fd directory; then, for the few holding /dev/nvidia*, comm and cgroup
 GPU_PROCESSES = command("gpu_processes", (
     # ls names each directory only when given more than one: with a single process, name it twice
-    "set -- /proc/[0-9]*/fd; [ -d \"$1\" ] || exit 3; [ $# -gt 1 ] || set -- \"$1\" \"$1\"; "
+    "set -- /proc/[0-9]*/fd; if [ ! -d \"$1\" ]; then [ -r /proc/modules ] && exit 0; exit 3; fi; [ $# -gt 1 ] || set -- \"$1\" \"$1\"; "
     "ls -l \"$@\" 2>/dev/null | awk '"
     "/^\\/proc\\/[0-9]+\\/fd:$/ { split($0, a, \"/\"); pid = a[3]; next } "
     "/ -> \\/dev\\/nvidia/ { d[pid] = d[pid] (d[pid] == \"\" ? \"\" : \",\") $NF } "
