@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpunode.facts.k8s import K8S_UNITS
+from gpunode.facts.k8s import CLUSTER, K8S_UNITS
 from gpunode.facts.k8s import UNITS as K8S_UNIT_STATES
 from gpunode.facts.packages import UnitState, parse_units
 from gpunode.facts.registry import command
@@ -232,6 +233,7 @@ class Holders:
     processes: tuple[GpuProcess, ...] = ()  # other processes with /dev/nvidia* open (never stopped by gpunode)
     containers: tuple[GpuContainer, ...] = ()  # running containers given GPUs
     kubelet: str = ""  # an active kubelet-style unit: the node should be drained first
+    node_name: str = ""  # the node's name for kubectl (its hostname)
     stuck_modules: tuple[str, ...] = ()  # modules whose users gpunode does not stop (nvidia_drm: DRM clients)
     unread: tuple[str, ...] = ()  # what could not be read (the list may be incomplete)
 
@@ -243,6 +245,11 @@ class Holders:
     @property
     def any(self) -> bool:
         return bool(self.services or self.blocking)
+
+    def drain(self) -> str:
+        """The kubectl command that drains this node."""
+        name = shlex.quote(self.node_name) if self.node_name else '"$(hostname)"'
+        return f"kubectl drain {name} --ignore-daemonsets --delete-emptydir-data"
 
     def lines(self) -> list[str]:
         return ([f"service {u} ({service_description(u)})" for u in self.services]
@@ -282,7 +289,9 @@ def gpu_holders(facts: Facts) -> Holders:
     kubelet = next((u for u in K8S_UNITS if u in k8s_units and k8s_units[u].is_active), "")
     counts = facts.get(MODULE_REFCOUNTS) or {}
     stuck = tuple(m for m in ("nvidia_drm",) if m in counts and counts[m][0] > len(counts[m][1]))
-    return Holders(services, tuple(others), tuple(containers), kubelet, stuck, tuple(unread))
+    cluster = facts.get(CLUSTER)
+    return Holders(services, tuple(others), tuple(containers), kubelet, cluster.node_name if cluster else "", stuck,
+                   tuple(unread))
 
 
 __all__ = ["COMPUTE_APPS", "FABRIC_MANAGER", "GPU_CONTAINERS", "GPU_PROCESSES", "GPU_SERVICES", "GPU_SERVICE_UNITS",

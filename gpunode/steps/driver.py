@@ -379,8 +379,8 @@ def _blocked_by_holders(loaded: str, version: str, found: Holders, options: Opti
                 [p.container[:12] for p in found.processes if p.container and not p.in_pod]
             fixes.append("`docker stop " + " ".join(shlex.quote(n) for n in dict.fromkeys(names)) + "`")
         if any(p.in_pod for p in found.processes):
-            fixes.append("drain the node (`kubectl drain NODE --ignore-daemonsets --delete-emptydir-data`) and "
-                         "remove the GPU DaemonSet pods (device plugin, DCGM exporter) from it")
+            fixes.append(f"drain the node (`{found.drain()}`) and remove the GPU DaemonSet pods (device plugin, "
+                         "DCGM exporter) from it")
         then = same_install(options, *(() if not found.services or options.stop_gpu_services else
                                         ("--stop-gpu-services",)))
         return blocked(NAME, f"driver {loaded} is loaded and in use: {listing}. Replacing it with {version} needs "
@@ -399,8 +399,8 @@ def _replace_loaded(facts: Facts, options: Options, version: str, choice: Flavou
     found = gpu_holders(facts)
     old = facts.loaded_driver.version if facts.loaded_driver else "(unknown version)"
     if found.kubelet:
-        notes.append(f"a Kubernetes node ({found.kubelet}): drain it first (`kubectl drain NODE --ignore-daemonsets`) "
-                     "so no pod loses its GPU during the install")
+        notes.append(f"a Kubernetes node ({found.kubelet}): drain it first (`{found.drain()}`) so no pod loses its "
+                     "GPU during the install")
     if found.unread:
         notes.append(f"could not read {', '.join(found.unread)}: the list of what holds the GPU may be incomplete")
     if found.blocking or (found.services and not options.stop_gpu_services):

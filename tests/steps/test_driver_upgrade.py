@@ -86,7 +86,7 @@ def test_gpu_containers_and_pods_block_with_their_own_fixes():
     p = plan(node(processes=DAEMONS + pod, gpu_containers=docker, k8s_units="kubelet.service\tactive\tenabled\n"),
              stop_gpu_services=True)
     assert p.status is Status.BLOCKED and "container trainer (pytorch:24.05, 4f5e6d7c8b9a)" in p.reason
-    assert p.fix is not None and "`docker stop trainer`" in p.fix and "kubectl drain NODE" in p.fix
+    assert p.fix is not None and "`docker stop trainer`" in p.fix and "`kubectl drain \"$(hostname)\" --ignore-daemonsets" in p.fix
     assert any("a Kubernetes node (kubelet.service): drain it first" in n for n in p.notes)
 
 
