@@ -91,6 +91,15 @@ class GpuProcess:
         return f"PID {self.pid} {self.name or '?'}" + (f" ({where})" if where else "")
 
 
+_UNSAFE = re.compile(r"[^\w.+:@/ -]")
+
+
+def _safe(name: str) -> str:
+    """A process, container or image name as shown in reasons and fixes: node text, so nothing that a shell or
+    a terminal would read (backticks, quotes, $, control characters) survives; each becomes `?`."""
+    return _UNSAFE.sub("?", name)[:80]
+
+
 def parse_fd_scan(text: str) -> list[GpuProcess]:
     """Probe lines `PID<TAB>comm<TAB>cgroup<TAB>/dev/nvidia0,/dev/nvidiactl` -> the processes."""
     found: list[GpuProcess] = []
@@ -100,7 +109,7 @@ def parse_fd_scan(text: str) -> list[GpuProcess]:
             continue
         devices = tuple(sorted({d for d in parts[3].split(",") if d.startswith("/dev/nvidia")}))
         if devices:
-            found.append(GpuProcess(int(parts[0]), parts[1].strip(), parts[2].strip(), devices))
+            found.append(GpuProcess(int(parts[0]), _safe(parts[1].strip()), parts[2].strip(), devices))
     return found
 
 
@@ -110,7 +119,7 @@ def parse_compute_apps(text: str) -> list[GpuProcess]:
     for line in text.splitlines():
         pid, sep, name = line.partition(",")
         if sep and pid.strip().isdigit():
-            apps.append(GpuProcess(int(pid.strip()), name.strip()))
+            apps.append(GpuProcess(int(pid.strip()), _safe(name.strip())))
     return apps
 
 
@@ -148,7 +157,7 @@ def parse_containers(text: str) -> list[GpuContainer]:
         if len(parts) < 6 or not re.fullmatch(r"[0-9a-f]{12,64}", parts[0].strip()):
             continue
         if _uses_gpu(parts[3].strip(), parts[4], parts[5]):
-            found.append(GpuContainer(parts[0].strip(), parts[1].strip().lstrip("/"), parts[2].strip()))
+            found.append(GpuContainer(parts[0].strip(), _safe(parts[1].strip().lstrip("/")), _safe(parts[2].strip())))
     return found
 
 

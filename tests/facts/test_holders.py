@@ -69,6 +69,12 @@ def test_compute_apps_and_containers_parse_real_formats():
     assert found[0].describe() == "container trainer (nvcr.io/nvidia/pytorch:24.05-py3, 4f5e6d7c8b9a)"
 
 
+def test_names_from_the_node_lose_what_a_shell_or_terminal_would_read():
+    procs = parse_fd_scan("77\tx`reboot`$(id)\x1b[2J\t/user.slice\t/dev/nvidia0\n")
+    assert procs[0].name == "x?reboot???id???2J"  # the control character and [ ] ( ) $ ` are gone
+    assert parse_compute_apps("88, /tmp/a'b\n")[0].name == "/tmp/a?b"
+
+
 def test_refcounts_and_owed_starts():
     assert parse_refcounts("nvidia_drm 2 \nnvidia_modeset 1 nvidia_drm\nnvidia 58 nvidia_uvm nvidia_modeset\n") == {
         "nvidia_drm": (2, ()), "nvidia_modeset": (1, ("nvidia_drm",)), "nvidia": (58, ("nvidia_uvm", "nvidia_modeset"))}
