@@ -193,6 +193,7 @@ class StopGpuServices(Action):
     """systemctl stop, in order; each is owed a start (journal) until a later action starts it again."""
 
     units: tuple[str, ...] = ()
+    owed: tuple[str, ...] | None = None  # the ones owed a start; None: all (enabled ones start at a reboot anyway)
 
     kind = "service"
 
@@ -200,7 +201,7 @@ class StopGpuServices(Action):
         return [command_line(("systemctl", "stop", u)) for u in self.units]
 
     def deferred(self) -> tuple[tuple[str, str], ...]:
-        return tuple(("start", u) for u in self.units)
+        return tuple(("start", u) for u in (self.units if self.owed is None else self.owed))
 
     def to_dict(self) -> dict[str, object]:
         return {**super().to_dict(), "units": list(self.units)}

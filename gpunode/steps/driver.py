@@ -411,8 +411,11 @@ def _replace_loaded(facts: Facts, options: Options, version: str, choice: Flavou
     stays = tuple(m for m in found.stuck_modules if m in loaded_modules)
     actions: list[Action] = []
     if found.services:
+        # with a reboot ahead, the enabled ones start at boot: only the others are owed a start
+        units = facts.get(holder_facts.GPU_SERVICE_UNITS) or {}
+        owed_now = tuple(u for u in found.services if not (u in units and units[u].is_enabled)) if stays else None
         actions.append(StopGpuServices(f"stop {', '.join(found.services)} (they hold driver {old})",
-                                       units=found.services))
+                                       units=found.services, owed=owed_now))
     restart_on_failure = tuple(reversed(found.services))
     actions.append(UnloadModules(f"unload the driver {old} modules ({' '.join(loaded_modules)})",
                                  modules=tuple(loaded_modules), may_stay=stays, restore_units=restart_on_failure))
@@ -434,7 +437,7 @@ def _replace_loaded(facts: Facts, options: Options, version: str, choice: Flavou
         notes.append(f"{FABRIC_MANAGER} is started again by the fabricmanager step, moved to the fabric manager of "
                      f"driver {version} (with --skip fabricmanager it stays stopped)")
     if again and stays:
-        notes.append(f"{', '.join(again)} start again at the reboot if enabled; the next run starts them otherwise")
+        notes.append(f"{', '.join(again)} start again at the reboot (if enabled; the next run starts the others)")
     return change(NAME, reason, actions, *notes)
 
 

@@ -159,3 +159,30 @@ def test_a_failing_install_starts_the_stopped_services_again(sim_node, mirror, t
     assert node.unit("nvidia-persistenced")["active"] == "active"
     assert node.unit("nvidia-fabricmanager")["active"] == "active"
     assert json.loads(node.read(JOURNAL_PATH))["pending"] == []
+
+
+def test_nvidia_drm_held_by_drm_clients_installs_beside_it_and_the_predicted_reboot_finishes(sim_node, mirror,  # noqa: F811
+                                                                                            tmp_path):
+    node = hgx_with_535(sim_node, mirror, tmp_path)
+    node.set_drm_clients(1)  # the framebuffer console: gpunode stops none of those
+    planned = run(node, tmp_path, "plan", NEW, "--stop-gpu-services")
+    assert planned.exit_code == 0, planned.output
+    driver = steps_of(planned)["driver"]
+    assert driver["reboot_required"] is True and json.loads(planned.stdout)["summary"]["reboot_required"] is True
+    assert [a["kind"] for a in driver["actions"]] == ["service", "modules", "download", "driver-install", "reboot"]
+    assert "--allow-installation-with-running-driver" in driver["actions"][3]["flags"]
+
+    boot = node.boot_id
+    result = run(node, tmp_path, "install", NEW, "--stop-gpu-services", "--reboot", "--reboot-timeout", "60")
+    assert result.exit_code == 0, result.output
+    assert node.reboots == 1 and node.boot_id != boot
+    code, out, _ = node.ssh("nvidia-smi --query-gpu=driver_version --format=csv,noheader")
+    assert code == 0 and set(out.split()) == {NEW}
+    assert node.installed_packages()["nvidia-fabricmanager-570"] == f"{NEW}-1"
+    assert node.unit("nvidia-fabricmanager")["active"] == "active"
+    assert node.unit("nvidia-persistenced")["active"] == "active"  # enabled: started at boot
+    assert [p for p in json.loads(node.read(JOURNAL_PATH))["pending"] if p["effect"] == "start"] == []
+    node.clear_calls()
+    again = run(node, tmp_path, "install", NEW, "--stop-gpu-services")
+    assert again.exit_code == 0, again.output
+    assert {s["result"] for s in steps_of(again).values()} == {"ok"} and changes(node) == []

@@ -1159,6 +1159,12 @@ class SimNode:
                       + (f"; echo {proc.pid} {shlex.quote(exe)} >> \"$NS/compute-apps\"" if compute else ""))
         return proc.pid
 
+    def set_drm_clients(self, count: int) -> None:
+        """DRM clients of nvidia_drm (a display server, the framebuffer console): while there are any it cannot
+        unload, and /sys/module/nvidia_drm/refcnt counts them. They come back at every boot."""
+        self.write(f"{STATE}/drm-clients", f"{count}\n")
+        self._node_fn("ns_sync_derived")
+
     def release_gpu(self, pid: int) -> None:
         """End a hold_gpu process (by its PID) and remove its /proc entry."""
         proc = self._held.pop(pid)

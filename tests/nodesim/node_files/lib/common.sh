@@ -206,6 +206,8 @@ ns_module_busy() {  # held by something other than a module?
                 ns_dev_open '/dev/nvidiactl' '/dev/nvidia[0-9]*' ;;
         nvidia_uvm) ns_dev_open '/dev/nvidia-uvm*' ;;
         nvidia_modeset) ns_dev_open '/dev/nvidia-modeset' ;;
+        # DRM clients (a display server, the framebuffer console: SimNode.set_drm_clients) hold nvidia_drm
+        nvidia_drm) [ "$(cat "$NS/drm-clients" 2>/dev/null || echo 0)" -gt 0 ] ;;
         *) return 1 ;;
     esac
 }
@@ -292,7 +294,11 @@ ns_sync_derived() {
     [ -r "$NS/loaded.env" ] && . "$NS/loaded.env"
     for _m in nouveau nvidia nvidia_uvm nvidia_modeset nvidia_drm nvidia_peermem; do
         if ns_loaded "$_m"; then
-            mkdir -p "/sys/module/$_m"
+            mkdir -p "/sys/module/$_m/holders"
+            # refcnt: the modules using it (each is also a holders/ entry), plus DRM clients for nvidia_drm
+            rm -f "/sys/module/$_m/holders/"*; _rc=0; for _h in $(ns_module_users "$_m"); do _rc=$((_rc + 1)); : > "/sys/module/$_m/holders/$_h"; done
+            [ "$_m" = nvidia_drm ] && _rc=$((_rc + $(cat "$NS/drm-clients" 2>/dev/null || echo 0)))
+            echo "$_rc" > "/sys/module/$_m/refcnt"
         else
             rm -rf "/sys/module/$_m"
         fi
