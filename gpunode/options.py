@@ -49,3 +49,5 @@ class Options:
     # kernel upgrades and holds (gpunode/steps/driver_kernels.py): True hold, False release, None leave as is
     hold_kernel: bool | None = None  # --hold-kernel / --no-hold-kernel: the kernel metapackages
     hold_driver: bool | None = None  # --hold-driver / --no-hold-driver: the driver's packages (a .run has none)
+    # driver upgrades (gpunode/steps/driver.py, gpunode/facts/holders.py)
+    stop_gpu_services: bool = False  # --stop-gpu-services: stop the GPU services holding the old driver, start them after

@@ -58,8 +58,8 @@ class FetchInstaller(Action):
         return f"{verified.path}: {', '.join(verified.checks)}"
 
 
-# Runs on the node as root: check the uploaded file is the verified one, unload an older driver if one is
-# loaded (the installer replaces it), run the installer with TMPDIR on disk, and on failure print its output
+# Runs on the node as root: check the uploaded file is the verified one (a loaded driver was unloaded by the
+# UnloadModules action the plan shows before this one), run the installer with TMPDIR on disk, and on failure print its output
 # and log tail. The work directory (root-only, from make_private_dir) is removed either way.
 _INSTALL = r"""dir=$1; run=$2; want=$3; log=$4; key=$5; cert=$6; shift 6
 trap 'rm -rf -- "$dir"' EXIT
@@ -71,10 +71,6 @@ fi
 for f in "$key" "$cert"; do
   if [ -n "$f" ] && [ ! -r "$f" ]; then echo "gpunode: module signing file $f is not readable on the node" >&2; exit 91; fi
 done
-if [ -e /proc/driver/nvidia/version ]; then
-  systemctl stop nvidia-persistenced >/dev/null 2>&1
-  modprobe -r nvidia_drm nvidia_modeset nvidia_uvm nvidia_peermem nvidia >/dev/null 2>&1
-fi
 cd "$dir" || exit 92
 TMPDIR=$dir sh "./$run" "$@" > "$dir/installer.out" 2>&1
 rc=$?
@@ -110,10 +106,17 @@ class RunInstaller(Action):
         assert self.source is not None
         return [command_line(("sh", self.source.name, *self.flags))]
 
+    restore_modules: tuple[str, ...] = ()  # modules unloaded for this install: loaded again if it fails
+    restore_units: tuple[str, ...] = ()  # services stopped for this install: started again if it fails
+
     def details(self) -> list[str]:
         assert self.source is not None
-        return [f"upload {self.source.name} into a root-only directory under {WORK_PARENT}, check its sha256 on "
-                "the node, unload a loaded older driver, then run the installer there"]
+        lines = [f"upload {self.source.name} into a root-only directory under {WORK_PARENT}, check its sha256 on "
+                 "the node, then run the installer there"]
+        if self.restore_units or self.restore_modules:
+            lines.append("if it fails: load the driver on disk again (" + " ".join(self.restore_modules or ("nvidia",))
+                         + ")" + (f" and start {', '.join(self.restore_units)} again" if self.restore_units else ""))
+        return lines
 
     def to_dict(self) -> dict[str, object]:
         return {**super().to_dict(), "flags": list(self.flags), "log": LOG}
@@ -140,9 +143,10 @@ class RunInstaller(Action):
                 raise CommandError(result.stderr.strip(), fix="the upload was altered or truncated: run again")
             meaning, fix = explain_failure(output)
             tail = "\n".join(line for line in result.stderr.strip().splitlines()[-30:])
+            restored = restore(conn, self.restore_modules, self.restore_units)
             raise CommandError(f"the NVIDIA installer failed (exit {result.exit_code}): {meaning}\n"
-                               f"installer log: {LOG}\n{tail}", fix=fix, stdout=result.stdout,
-                               stderr=result.stderr, exit_code=result.exit_code)
+                               f"installer log: {LOG}\n{tail}" + (f"\n{restored}" if restored else ""), fix=fix,
+                               stdout=result.stdout, stderr=result.stderr, exit_code=result.exit_code)
         return f"installed from {verified.path} (sha256 {verified.sha256[:16]}...); installer log: {LOG}"
 
     def apply_recorded(self, conn: Connection) -> tuple[str | None, list[UndoRecord]]:
@@ -152,3 +156,138 @@ class RunInstaller(Action):
         after = (undo_look(conn, "driver") or {}).get("driver")
         return note, [{"kind": "driver", "version": after if after and after != "-" else None,
                        "previous": None if before == "-" else before or "unknown"}]
+
+# ---------------------------------------------------------------------------------------------------------
+# replacing a loaded driver: stop the GPU services, unload the modules, (install), load, start them again
+# ---------------------------------------------------------------------------------------------------------
+
+# Unloads each loaded module of $@ in order; prints `stays MODULE` for one that will not unload (in use).
+_UNLOAD = r"""for m; do
+  grep -q "^$m " /proc/modules || continue
+  modprobe -r "$m" >/dev/null 2>&1 || rmmod "$m" >/dev/null 2>&1 || echo "stays $m"
+done
+true
+"""
+# Best effort after a failure: load the driver on disk again, start the services again (in order).
+_RESTORE = r"""mods=$1; shift
+for m in $mods; do modprobe "$m" >/dev/null 2>&1 || echo "not loaded: $m"; done
+for u; do systemctl start "$u" >/dev/null 2>&1 && echo "started: $u" || echo "not started: $u"; done
+true
+"""
+
+
+def restore(conn: Connection, modules: tuple[str, ...], units: tuple[str, ...]) -> str:
+    """After a failed unload or install: the driver on disk loaded again and the stopped services started
+    again, as far as they go. Returns what happened, for the error message ("" when there was nothing to do)."""
+    if not modules and not units:
+        return ""
+    loads = tuple(m for m in ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem") if m in modules)
+    result = conn.run(Script(_RESTORE, (" ".join(loads), *units), "restore-gpu-services"), sudo=True, timeout=600)
+    lines = result.stdout.split("\n")
+    started = [ln.split(": ", 1)[1] for ln in lines if ln.startswith("started: ")]
+    missing = [ln.split(": ", 1)[1] for ln in lines if ln.startswith(("not started: ", "not loaded: "))]
+    words = []
+    if started:
+        words.append("started again: " + ", ".join(started))
+    if missing:
+        words.append("could not restore: " + ", ".join(missing) + " (the next run starts the services gpunode "
+                     "stopped: its journal keeps them owed)")
+    return "; ".join(words)
+
+
+@dataclass(frozen=True)
+class StopGpuServices(Action):
+    """systemctl stop, in order; each is owed a start (journal) until a later action starts it again."""
+
+    units: tuple[str, ...] = ()
+    owed: tuple[str, ...] | None = None  # the ones owed a start; None: all (enabled ones start at a reboot anyway)
+
+    kind = "service"
+
+    def commands(self) -> list[str]:
+        return [command_line(("systemctl", "stop", u)) for u in self.units]
+
+    def deferred(self) -> tuple[tuple[str, str], ...]:
+        return tuple(("start", u) for u in (self.units if self.owed is None else self.owed))
+
+    def to_dict(self) -> dict[str, object]:
+        return {**super().to_dict(), "units": list(self.units)}
+
+    def apply(self, conn: Connection) -> str | None:
+        for unit in self.units:
+            result = conn.run(("systemctl", "stop", unit), sudo=True, timeout=300)
+            if not result.ok:
+                stopped = self.units[:self.units.index(unit)]
+                restored = restore(conn, (), tuple(reversed(stopped)))
+                raise CommandError(f"could not stop {unit}: " + (result.stderr.strip() or f"exit {result.exit_code}")
+                                   + (f"\n{restored}" if restored else ""),
+                                   fix=f"`systemctl status {unit}` says why; stop it yourself, then run again",
+                                   stderr=result.stderr, exit_code=result.exit_code)
+        return None
+
+
+@dataclass(frozen=True)
+class UnloadModules(Action):
+    """Unload the loaded nvidia modules, each before the module it uses. One that will not unload: fine when
+    the plan predicted it (`may_stay`: the new driver loads at the reboot), else the services stopped before are
+    started again and the step fails, naming it."""
+
+    modules: tuple[str, ...] = ()
+    may_stay: tuple[str, ...] = ()  # predicted to stay loaded (nvidia_drm with DRM clients): reboot planned
+    restore_units: tuple[str, ...] = ()  # services stopped for this: started again if the unload fails
+
+    kind = "modules"
+
+    def script(self) -> Script:
+        return Script(_UNLOAD, self.modules, "unload-nvidia-modules")
+
+    def commands(self) -> list[str]:
+        return [command_line(self.script())]
+
+    def to_dict(self) -> dict[str, object]:
+        return {**super().to_dict(), "modules": list(self.modules), "may_stay": list(self.may_stay)}
+
+    def apply(self, conn: Connection) -> str | None:
+        result = conn.run(self.script(), sudo=True, timeout=300)
+        result.check(self.summary)
+        stays = [ln.split()[1] for ln in result.stdout.splitlines() if ln.startswith("stays ")]
+        if not stays:
+            return None
+        if self.may_stay:  # the plan installs with the old driver loaded and reboots
+            return f"still loaded: {', '.join(stays)} (the new driver loads at the reboot)"
+        users = conn.run(("lsmod",), sudo=False, timeout=60).stdout
+        used = [ln for ln in users.splitlines() if ln.split()[:1] and ln.split()[0] in stays]
+        restored = restore(conn, self.modules, self.restore_units)
+        raise CommandError(f"{', '.join(stays)} would not unload: something the plan did not see holds it"
+                           + ("\n" + "\n".join(used) if used else "") + (f"\n{restored}" if restored else ""),
+                           fix="find what holds the GPU (`sudo fuser -v /dev/nvidia*`, `nvidia-smi`), stop it, "
+                               "then run the same command again; or reboot and run it again")
+
+
+@dataclass(frozen=True)
+class StartGpuServices(Action):
+    """systemctl start, in order: the services stopped for the install (or owed since an earlier run)."""
+
+    units: tuple[str, ...] = ()
+
+    kind = "service"
+
+    def commands(self) -> list[str]:
+        return [command_line(("systemctl", "start", u)) for u in self.units]
+
+    def settles(self) -> tuple[tuple[str, str], ...]:
+        return tuple(("start", u) for u in self.units)
+
+    def to_dict(self) -> dict[str, object]:
+        return {**super().to_dict(), "units": list(self.units)}
+
+    def apply(self, conn: Connection) -> str | None:
+        failed = []
+        for unit in self.units:
+            result = conn.run(("systemctl", "start", unit), sudo=True, timeout=300)
+            if not result.ok:
+                failed.append(f"{unit}: {result.stderr.strip() or f'exit {result.exit_code}'}")
+        if failed:
+            raise CommandError("could not start again: " + "; ".join(failed),
+                               fix=f"`journalctl -u {failed[0].split(':')[0]}` says why; fix it and run again")
+        return None

@@ -50,6 +50,10 @@ class StartFabricManager(Action):
     def to_dict(self) -> dict[str, object]:
         return {**super().to_dict(), "unit": f"{self.service}.service"}
 
+    def settles(self) -> tuple[tuple[str, str], ...]:
+        """A start owed since a driver upgrade stopped fabric manager (gpunode/actions/driver.py)."""
+        return (("start", f"{self.service}.service"),)
+
     def apply(self, conn: Connection) -> str | None:
         service = self.service
         conn.run(("systemctl", "enable", service), sudo=True, timeout=120).check(f"enabling {service}")

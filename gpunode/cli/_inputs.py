@@ -224,7 +224,8 @@ def pipeline_options(a: dict[str, Any], *, progress: bool) -> Options:
                                gpu_replicas=replicas, mps=a.get("mps", False),
                                mps_thread_percentage=mps_limit(a.get("mps"), a.get("mps_thread_percentage")),
                                mig_layout=mig_layout(a.get("mig_layout")), bake=bake, bake_kernel=bake_kernel,
-                               hold_kernel=a.get("hold_kernel"), hold_driver=a.get("hold_driver"))
+                               hold_kernel=a.get("hold_kernel"), hold_driver=a.get("hold_driver"),
+                               stop_gpu_services=a.get("stop_gpu_services", False))
 
 
 _MIG_PROFILE = re.compile(r"^[1-9]g\.[0-9]+gb(\+me)?$|^[0-9]{1,2}$")

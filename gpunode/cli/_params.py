@@ -160,6 +160,11 @@ HoldDriverOpt = Annotated[bool | None, typer.Option(
     "--hold-driver/--no-hold-driver", metavar="", show_default=False,
     help="Hold the driver's packages (a .run driver has none); --no-hold-driver releases them. Default: leave "
     "holds as they are.")]
+# driver upgrades (gpunode/facts/holders.py)
+StopGpuServicesOpt = Annotated[bool, typer.Option(
+    "--stop-gpu-services", metavar="", help="Driver upgrade: stop the GPU services that hold the loaded driver "
+    "(persistenced, fabric manager, DCGM, MPS), unload it, install, and start them again. Never stops other "
+    "processes.")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", metavar="", help="Same as `gpunode plan`: show, change nothing.")]
 RebootOpt = Annotated[bool, typer.Option(
     "--reboot", metavar="", help="Reboot the node when a step needs it, wait for it to come back (new boot id) and "
@@ -205,7 +210,8 @@ PIPELINE: tuple[tuple[str, Any, Any], ...] = (
     ("engine", EngineOpt, None), ("kubeconfig", KubeconfigOpt, None), ("gpu_replicas", GpuReplicasOpt, 1),
     ("mps", MpsOpt, False), ("mps_thread_percentage", MpsThreadsOpt, None), ("mig_layout", MigLayoutOpt, None),
     ("bake", BakeOpt, False), ("bake_kernel", BakeKernelOpt, None),
-    ("hold_kernel", HoldKernelOpt, None), ("hold_driver", HoldDriverOpt, None))
+    ("hold_kernel", HoldKernelOpt, None), ("hold_driver", HoldDriverOpt, None),
+    ("stop_gpu_services", StopGpuServicesOpt, False))
 REBOOT: tuple[tuple[str, Any, Any], ...] = (("reboot", RebootOpt, False), ("reboot_timeout", RebootTimeoutOpt, 900.0))
 
 # reach: which shared options a command takes

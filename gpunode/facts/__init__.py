@@ -21,6 +21,7 @@ from gpunode.facts import (
     driver,
     fabric,
     health,
+    holders,
     k8s,
     kernel,
     nodesettings,
@@ -32,13 +33,14 @@ from gpunode.facts.osinfo import UNKNOWN_OS, OsInfo
 from gpunode.facts.probe import build_probe, registered, split_files, split_sections
 from gpunode.facts.registry import CORE, FILES, NOT_RUN, Fact, Section, check
 
-__all__ = ["Facts", "gather", "facts_from_probe_output", "bake", "containers", "driver", "fabric", "health", "k8s", "kernel",
+__all__ = ["Facts", "gather", "facts_from_probe_output", "bake", "containers", "driver", "fabric", "health", "holders",
+           "k8s", "kernel",
            "nodesettings", "packages", "system"]
 
 T = TypeVar("T")
 
 SUBSYSTEMS = ("system", "kernel", "driver", "packages", "containers", "fabric", "nodesettings", "health", "k8s",
-              "bake")
+              "bake", "holders")
 
 # core fact -> the Facts field that holds its parsed value
 _FIELDS: dict[Fact[object], str] = {

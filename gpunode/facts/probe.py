@@ -9,7 +9,18 @@ from __future__ import annotations
 import secrets
 
 # Importing the subsystems registers their facts.
-from gpunode.facts import containers, driver, fabric, health, k8s, kernel, nodesettings, packages, system  # noqa: F401
+from gpunode.facts import (  # noqa: F401
+    containers,
+    driver,
+    fabric,
+    health,
+    holders,
+    k8s,
+    kernel,
+    nodesettings,
+    packages,
+    system,
+)
 from gpunode.facts.kernel import EFI_SECURE_BOOT_VAR, MODPROBE_DIRS
 from gpunode.facts.nodesettings import SYSTEMD_UNIT_DIRS, UDEV_RULES_DIRS
 from gpunode.facts.registry import COMMAND, CORE, FILES, NOT_RUN, REGISTRY, Fact, Section, facts_of

@@ -21,11 +21,21 @@ from datetime import date
 from packaging.version import Version
 
 from gpunode import bake, compat, gpus, signing
-from gpunode.actions.driver import LOG, WORK_PARENT, FetchInstaller, RunInstaller
+from gpunode.actions.driver import (
+    LOG,
+    WORK_PARENT,
+    FetchInstaller,
+    RunInstaller,
+    StartGpuServices,
+    StopGpuServices,
+    UnloadModules,
+)
 from gpunode.artifacts.source import resolve
 from gpunode.errors import GpunodeError
 from gpunode.facts import Facts
+from gpunode.facts import holders as holder_facts
 from gpunode.facts.driver import DriverState, driver_state
+from gpunode.facts.holders import FABRIC_MANAGER, MODULES, Holders, gpu_holders
 from gpunode.options import Options
 from gpunode.plan import Action, Earlier, Reboot, RunCommand, Status, StepPlan, blocked, change, ok
 from gpunode.steps import driver_kernels
@@ -141,7 +151,7 @@ def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> Step
     """The plan, with the driver version that will be in place as its outputs."""
     state = driver_state(facts)
     decided = _plan(facts, options, earlier or Earlier({}, READS), state)
-    decided = _baked(decided, facts, options)  # image builds (gpunode/bake.py)
+    decided = _start_owed(facts, _baked(decided, facts, options))  # image builds (gpunode/bake.py); owed starts
     version = requested_version(options)
     if version is not None:
         origin = "--driver" if options.driver else "--driver-run"
@@ -295,9 +305,6 @@ def _plan(facts: Facts, options: Options, earlier: Earlier, state: DriverState) 
     if current:
         verb = "upgrading" if Version(current) < Version(version) else "downgrading"
         reason = f"driver {current} is installed; {version} was requested: {verb}"
-        if loaded:
-            notes.append(f"the loaded {loaded.version} module is unloaded first; if something holds the GPU the "
-                         "installer stops: stop it or reboot, then run again")
     else:
         reason = f"no NVIDIA driver installed; installing {version}"
     return _install(facts, options, version, choice, notes, reason, earlier)
@@ -319,7 +326,124 @@ def _install(facts: Facts, options: Options, version: str, choice: Flavour, note
             return blocked(NAME, "nouveau is loaded: the NVIDIA installer refuses to run while it is",
                            "let the nouveau step blacklist it (do not --skip nouveau), reboot, and run again")
         notes.append("runs after the reboot the nouveau step needs (pass --reboot to have gpunode do it)")
-    return change(NAME, reason, _install_actions(facts, options, version, choice), *notes)
+    loaded = [m for m in MODULES if facts.module_loaded(m)]
+    if facts.loaded_driver is not None or loaded:
+        return _replace_loaded(facts, options, version, choice, notes, reason, loaded)
+    actions = _install_actions(facts, options, version, choice)
+    owed = _owed_down(facts)
+    if owed:  # stopped for an install that failed: started again once this one is done
+        actions.append(StartGpuServices(f"start {', '.join(owed)} again (stopped by an earlier run)", units=owed))
+    return change(NAME, reason, actions, *notes)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# replacing a loaded driver (upgrade, downgrade, another flavour): what holds the GPU decides the sequence
+# ---------------------------------------------------------------------------------------------------------
+
+ALLOW_RUNNING = "--allow-installation-with-running-driver"
+
+
+def _owed_down(facts: Facts) -> tuple[str, ...]:
+    """Services an earlier run stopped for a driver install (journal) that are still down; fabric manager is
+    the fabricmanager step's to start (at the version of the driver then in place)."""
+    units = facts.get(holder_facts.GPU_SERVICE_UNITS) or {}
+    return tuple(u for u in facts[holder_facts.OWED_STARTS]
+                 if u != FABRIC_MANAGER and u in units and not units[u].is_active and not units[u].masked)
+
+
+def _start_owed(facts: Facts, decided: StepPlan) -> StepPlan:
+    """A driver already right, but services an earlier run stopped for its install still down: start them."""
+    owed = _owed_down(facts)
+    if decided.status is not Status.OK or not owed or facts.loaded_driver is None:
+        return decided
+    return change(NAME, f"{', '.join(owed)} stopped for an earlier driver install and still down: starting again",
+                  [StartGpuServices(f"start {', '.join(owed)} again", units=owed)], *decided.notes)
+
+
+def same_install(options: Options, *extra: str) -> str:
+    """`gpunode install` with the driver options of this run (and `extra`), quoted."""
+    words = ["gpunode", "install"]
+    for flag, value in (("--driver", options.driver), ("--driver-run", options.driver_run), ("--sha256", options.sha256),
+                        ("--kernel-module", options.kernel_module), ("--module-signing-key", options.module_signing_key),
+                        ("--module-signing-cert", options.module_signing_cert)):
+        if value:
+            words += [flag, value]
+    return shlex.join([*words, *extra])
+
+
+def _blocked_by_holders(loaded: str, version: str, found: Holders, options: Options, notes: list[str]) -> StepPlan:
+    listing = "; ".join(found.lines())
+    if found.blocking:
+        fixes = []
+        procs = [p for p in found.processes if not p.in_pod and not p.container]
+        if procs:
+            fixes.append("end or move " + ", ".join(f"PID {p.pid} ({p.name})" for p in procs[:6])
+                         + " yourself (gpunode never ends a process that is not a known GPU service)")
+        if found.containers or any(p.container for p in found.processes):
+            names = [c.name or c.id[:12] for c in found.containers] + \
+                [p.container[:12] for p in found.processes if p.container and not p.in_pod]
+            fixes.append("`docker stop " + " ".join(shlex.quote(n) for n in dict.fromkeys(names)) + "`")
+        if any(p.in_pod for p in found.processes):
+            fixes.append(f"drain the node (`{found.drain()}`) and remove the GPU DaemonSet pods (device plugin, "
+                         "DCGM exporter) from it")
+        then = same_install(options, *(() if not found.services or options.stop_gpu_services else
+                                        ("--stop-gpu-services",)))
+        return blocked(NAME, f"driver {loaded} is loaded and in use: {listing}. Replacing it with {version} needs "
+                             "every one of these gone", "; ".join(fixes) + f"; then {then}", *notes)
+    return blocked(NAME, f"driver {loaded} is loaded and held by {listing}. Replacing it with {version} stops "
+                         "them first, unloads it, installs, and starts them again",
+                   same_install(options, "--stop-gpu-services") + "  # stops "
+                   + ", ".join(found.services) + " for the install and starts them again after it", *notes)
+
+
+def _replace_loaded(facts: Facts, options: Options, version: str, choice: Flavour, notes: list[str], reason: str,
+                    loaded_modules: list[str]) -> StepPlan:
+    """Stop the GPU services, unload the modules in order, install, load the new module, start the services
+    again (fabric manager: the fabricmanager step moves it to the new version in the same run). A module whose
+    users gpunode does not stop (nvidia_drm with DRM clients) stays: install beside it, then reboot."""
+    found = gpu_holders(facts)
+    old = facts.loaded_driver.version if facts.loaded_driver else "(unknown version)"
+    if found.kubelet:
+        notes.append(f"a Kubernetes node ({found.kubelet}): drain it first (`{found.drain()}`) so no pod loses its "
+                     "GPU during the install")
+    if found.unread:
+        notes.append(f"could not read {', '.join(found.unread)}: the list of what holds the GPU may be incomplete")
+    if found.blocking or (found.services and not options.stop_gpu_services):
+        return _blocked_by_holders(old, version, found, options, notes)
+    owed = tuple(u for u in facts[holder_facts.OWED_STARTS] if u not in found.services)
+    again = tuple(u for u in (*reversed(found.services), *_owed_down(facts)) if u != FABRIC_MANAGER)
+    again = tuple(dict.fromkeys(again))
+    stays = tuple(m for m in found.stuck_modules if m in loaded_modules)
+    actions: list[Action] = []
+    if found.services:
+        # with a reboot ahead, the enabled ones start at boot: only the others are owed a start
+        units = facts.get(holder_facts.GPU_SERVICE_UNITS) or {}
+        owed_now = tuple(u for u in found.services if not (u in units and units[u].is_enabled)) if stays else None
+        actions.append(StopGpuServices(f"stop {', '.join(found.services)} (they hold driver {old})",
+                                       units=found.services, owed=owed_now))
+    restart_on_failure = tuple(reversed(found.services))
+    actions.append(UnloadModules(f"unload the driver {old} modules ({' '.join(loaded_modules)})",
+                                 modules=tuple(loaded_modules), may_stay=stays, restore_units=restart_on_failure))
+    fetch, install = _install_actions(facts, options, version, choice)
+    assert isinstance(install, RunInstaller)
+    flags = install.flags + ((ALLOW_RUNNING,) if stays else ())
+    actions += [fetch, dataclasses.replace(install, flags=flags, restore_modules=tuple(loaded_modules),
+                                           restore_units=restart_on_failure)]
+    if stays:
+        actions.append(Reboot(f"reboot: {', '.join(stays)} stays loaded (DRM clients use it), so driver {version} "
+                              "loads at the next boot"))
+        notes.append(f"{', '.join(stays)} is in use by DRM clients (a display server, the framebuffer console) that "
+                     f"gpunode does not stop: {version} is installed beside the loaded {old} and loads at the reboot")
+    else:
+        actions.append(RunCommand(f"load the driver {version} kernel module", ("modprobe", "nvidia"), timeout=120))
+    if again and not stays:
+        actions.append(StartGpuServices(f"start {', '.join(again)} again", units=again))
+    if FABRIC_MANAGER in found.services or FABRIC_MANAGER in owed:
+        notes.append(f"{FABRIC_MANAGER} is started again by the fabricmanager step, moved to the fabric manager of "
+                     f"driver {version} (with --skip fabricmanager it stays stopped)")
+    if again and stays:
+        notes.append(f"{', '.join(again)} start again at the reboot (if enabled; the next run starts the others)")
+    return change(NAME, reason, actions, *notes)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -299,15 +299,15 @@ def _no_dev_char(node: SimNode, undo: Undo) -> None:
 
 
 def _downgrade(mirror: Mirror) -> Variant:
-    # the driver step stops nvidia-persistenced to unload the old module; nodesettings starts it again
+    # nvidia-persistenced holds the old module: --stop-gpu-services stops it for the install and starts it again
     def apply(node: SimNode, undo: Undo) -> None:
         result = invoke(mirror, "install", *node.cli_args(), "--driver", OLD, "--only", "driver", "--only",
-                        "nodesettings")
+                        "nodesettings", "--stop-gpu-services")
         assert result.exit_code == 0, result.output
 
         def back() -> None:
             again = invoke(mirror, "install", *node.cli_args(), "--driver", V, "--only", "driver", "--only",
-                           "nodesettings")
+                           "nodesettings", "--stop-gpu-services")
             assert again.exit_code == 0, again.output
         undo.then(back)
     return apply

@@ -135,6 +135,7 @@ class SimNode:
         self.dir: Path | None = None
         self.port: int = 0
         self._proc: subprocess.Popen | None = None
+        self._held: dict[int, subprocess.Popen] = {}  # hold_gpu processes by PID
         self._lock = threading.RLock()
         self.reboots = 0
         self.powered_on = False
@@ -222,6 +223,10 @@ class SimNode:
         _watcher.remove(self)
         with self._lock:
             pid = self.sshd_pid
+            for held in self._held.values():  # by PID: the hold_gpu processes this node started
+                held.kill()
+                held.wait()
+            self._held.clear()
             if self.dir is not None and self.dir.exists():
                 rootfs.destroy_node_dir(self.dir, pid)
             if self._proc is not None:
@@ -1158,6 +1163,37 @@ class SimNode:
         desc = description or name
         self.write(f"{STATE}/units/{name}", f"ACTIVE={active or cur['active']}\nENABLED={enabled or cur['enabled']}\n"
                                             f"DESC={desc}\n")
+        self._node_fn(f"ns_daemon_sync {shlex.quote(name)}")  # a GPU daemon's /proc entry follows its state
+
+    def hold_gpu(self, name: str = "python3", device: str = "/dev/nvidia0", compute: bool = True,
+                 cgroup: str = "/user.slice/user-1000.slice/session-3.scope") -> int:
+        """A process outside any GPU service that keeps `device` open (a user's CUDA job): a real `sleep` inside
+        the chroot with the file open, and its /proc/PID entry (comm, cgroup, fd/3 and fd/4 -> device and
+        /dev/nvidiactl) as gpunode reads it; with `compute` NVML lists it (`nvidia-smi --query-compute-apps`).
+        It holds the nvidia module until release_gpu(pid), a reboot, or stop(). Returns the PID."""
+        proc = subprocess.Popen(["/usr/sbin/chroot", str(self.root), "/bin/sh", "-c",
+                                 f"exec 3<{shlex.quote(device)} 4</dev/nvidiactl; exec sleep 3600"],
+                                env={"PATH": CHROOT_PATH}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        self._held[proc.pid] = proc
+        exe = f"/usr/bin/{name}"
+        self._node_fn(f"ns_proc_create {proc.pid} {shlex.quote(name)} {shlex.quote(exe)} {shlex.quote(cgroup)} "
+                      f"{shlex.quote(device)} /dev/nvidiactl; echo {proc.pid} >> \"$NS/held.pids\""
+                      + (f"; echo {proc.pid} {shlex.quote(exe)} >> \"$NS/compute-apps\"" if compute else ""))
+        return proc.pid
+
+    def set_drm_clients(self, count: int) -> None:
+        """DRM clients of nvidia_drm (a display server, the framebuffer console): while there are any it cannot
+        unload, and /sys/module/nvidia_drm/refcnt counts them. They come back at every boot."""
+        self.write(f"{STATE}/drm-clients", f"{count}\n")
+        self._node_fn("ns_sync_derived")
+
+    def release_gpu(self, pid: int) -> None:
+        """End a hold_gpu process (by its PID) and remove its /proc entry."""
+        proc = self._held.pop(pid)
+        proc.kill()
+        proc.wait()
+        self._node_fn(f"rm -rf /proc/{pid}")
 
     def serve_url(self, url: str, data: bytes | str | os.PathLike[str]) -> None:
         """Make `url` downloadable on the node (curl/wget/dnf config-manager): bytes/str are the content, a

@@ -21,6 +21,10 @@ if [ "$(ns_unit_get dkms.service ENABLED 2>/dev/null)" = enabled ]; then
 fi
 
 rm -f "$NS/loaded.env" "$NS/smi.persistence" "$NS/kmsg.clock"
+# every process of the last boot is gone (SimNode.hold_gpu's real ones too)
+for _bootp in $(cat "$NS/held.pids" 2>/dev/null); do kill "$_bootp" 2>/dev/null; done
+rm -f "$NS/held.pids" "$NS/compute-apps"; rm -rf "$NS/daemons"
+for _bootp in /proc/[0-9]*; do [ -d "$_bootp" ] && rm -rf "$_bootp"; done
 # power-on: no unit runs yet; systemd loads the unit files afresh (udev rules may start units as modules load)
 for _bootf in "$NS"/units/*; do [ -f "$_bootf" ] && ns_unit_set "${_bootf##*/}" ACTIVE inactive; done
 ns_units_reload

@@ -252,9 +252,62 @@ ns_module_users() { awk -v m="$1" '$1 == m { if ($4 != "-") { gsub(",", " ", $4)
 ns_module_busy() {  # held by something other than a module?
     case "$1" in
         nouveau) [ "$NOUVEAU_BUSY" = 1 ] ;;
-        nvidia) ns_unit_active nvidia-persistenced.service || ns_unit_active nvidia-fabricmanager.service ;;
+        # an open /dev/nvidia* file holds the module (a daemon's, or a process from SimNode.hold_gpu)
+        nvidia) ns_unit_active nvidia-persistenced.service || ns_unit_active nvidia-fabricmanager.service ||
+                ns_dev_open '/dev/nvidiactl' '/dev/nvidia[0-9]*' ;;
+        nvidia_uvm) ns_dev_open '/dev/nvidia-uvm*' ;;
+        nvidia_modeset) ns_dev_open '/dev/nvidia-modeset' ;;
+        # DRM clients (a display server, the framebuffer console: SimNode.set_drm_clients) hold nvidia_drm
+        nvidia_drm) [ "$(cat "$NS/drm-clients" 2>/dev/null || echo 0)" -gt 0 ] ;;
         *) return 1 ;;
     esac
+}
+
+# ---- processes: /proc in the node is plain files, so a process holding a GPU is a /proc/PID directory with
+# comm, cmdline, cgroup and fd/N symlinks (what gpunode reads), made for GPU daemons while their unit is active
+# and by SimNode.hold_gpu (a real sleeping process with /dev/nvidia0 open, whose PID the directory carries)
+ns_dev_open() {  # ns_dev_open PATTERN... : does any process have a matching file open?
+    for _dol in /proc/[0-9]*/fd/*; do
+        [ -L "$_dol" ] || continue
+        _dot=$(readlink "$_dol")
+        for _dop; do case "$_dot" in $_dop) return 0 ;; esac; done
+    done
+    return 1
+}
+ns_next_pid() {
+    _np=$(cat "$NS/lastpid" 2>/dev/null || echo 1200)
+    while :; do _np=$((_np + 7)); [ -e "/proc/$_np" ] || break; done
+    echo "$_np" > "$NS/lastpid"; echo "$_np"
+}
+ns_proc_create() {  # ns_proc_create PID COMM EXE CGROUP DEVICE...
+    _pp=/proc/$1; mkdir -p "$_pp/fd"
+    printf '%.15s\n' "$2" > "$_pp/comm"; printf '%s\0' "$3" > "$_pp/cmdline"; printf '0::%s\n' "$4" > "$_pp/cgroup"
+    ln -sf /dev/null "$_pp/fd/0"
+    shift 4; _pfd=3
+    for _pd; do ln -sf "$_pd" "$_pp/fd/$_pfd"; _pfd=$((_pfd + 1)); done
+}
+ns_daemon_info() {  # UNIT -> "COMM EXE" of the GPU daemons that keep /dev/nvidiactl and /dev/nvidiaN open
+    case "$1" in
+        nvidia-persistenced.service) echo "nvidia-persistenced /usr/bin/nvidia-persistenced" ;;
+        nvidia-fabricmanager.service) echo "nv-fabricmanager /usr/bin/nv-fabricmanager" ;;
+        nvidia-dcgm.service|dcgm.service) echo "nv-hostengine /usr/bin/nv-hostengine" ;;
+        *) return 1 ;;
+    esac
+}
+ns_daemon_sync() {  # ns_daemon_sync UNIT : its daemon's /proc entry exists exactly while the unit is active
+    _dsi=$(ns_daemon_info "$1") || return 0
+    _dsp=$(cat "$NS/daemons/$1" 2>/dev/null)
+    if [ "$(ns_unit_get "$1" ACTIVE)" = active ]; then
+        [ -n "$_dsp" ] && [ -d "/proc/$_dsp" ] && return 0
+        _dsp=$(ns_next_pid); mkdir -p "$NS/daemons"; echo "$_dsp" > "$NS/daemons/$1"
+        _dsd=/dev/nvidiactl; _dsn=0
+        while [ "$_dsn" -lt "$(grep -c . "$NS/gpus" 2>/dev/null)" ]; do _dsd="$_dsd /dev/nvidia$_dsn"; _dsn=$((_dsn + 1)); done
+        ns_proc_create "$_dsp" "${_dsi%% *}" "${_dsi#* }" "/system.slice/$1" $_dsd
+    else
+        [ -n "$_dsp" ] && rm -rf "/proc/$_dsp"
+        rm -f "$NS/daemons/$1"
+    fi
+    return 0
 }
 
 # Unload one module.  $2 = "rmmod" or "modprobe" selects the error wording.
@@ -292,7 +345,11 @@ ns_sync_derived() {
     [ -r "$NS/loaded.env" ] && . "$NS/loaded.env"
     for _m in nouveau nvidia nvidia_uvm nvidia_modeset nvidia_drm nvidia_peermem; do
         if ns_loaded "$_m"; then
-            mkdir -p "/sys/module/$_m"
+            mkdir -p "/sys/module/$_m/holders"
+            # refcnt: the modules using it (each is also a holders/ entry), plus DRM clients for nvidia_drm
+            rm -f "/sys/module/$_m/holders/"*; _rc=0; for _h in $(ns_module_users "$_m"); do _rc=$((_rc + 1)); : > "/sys/module/$_m/holders/$_h"; done
+            [ "$_m" = nvidia_drm ] && _rc=$((_rc + $(cat "$NS/drm-clients" 2>/dev/null || echo 0)))
+            echo "$_rc" > "/sys/module/$_m/refcnt"
         else
             rm -rf "/sys/module/$_m"
         fi
@@ -398,6 +455,7 @@ ns_unit_set() {  # ns_unit_set UNIT ACTIVE|ENABLED VALUE
     _u=$(ns_unit_name "$1")
     [ -f "$NS/units/$_u" ] || printf 'ACTIVE=inactive\nENABLED=disabled\nDESC=%s\n' "$_u" > "$NS/units/$_u"
     sed "s/^$2=.*/$2=$3/" "$NS/units/$_u" > "$NS/units/$_u.new" && mv "$NS/units/$_u.new" "$NS/units/$_u"
+    [ "$2" != ACTIVE ] || ns_daemon_sync "$_u"
 }
 ns_unit_create() {  # ns_unit_create UNIT DESCRIPTION [ACTIVE] [ENABLED]
     _u=$(ns_unit_name "$1")
