@@ -16,7 +16,7 @@ description:
   - The work happens in the action plugin on the controller, which needs the C(gpunode) Python package; the host
     needs no Python.
 author:
-  - gpunode contributors
+  - gpunode contributors (@gpunode)
 options:
   fail_when_not_ready:
     description: Fail the task when a check fails (the host is not ready). By default only report it.
@@ -30,6 +30,7 @@ attributes:
     support: none
     description: Changes nothing.
   platform:
+    support: full
     platforms: posix
     description: Runs on the controller; the host needs a POSIX shell, no Python.
   facts:

@@ -16,13 +16,13 @@ description:
   - The work happens in the action plugin on the controller, which needs the C(gpunode) Python package. The host
     is reached only through the task's connection with POSIX shell commands; it needs no Python.
   - In check mode this is C(gpunode plan) and changes nothing; C(changed) is then what a real run would report.
-  - It never reboots the host. When a step needs a reboot it returns O(reboot_required=true) and stops before the
+  - It never reboots the host. When a step needs a reboot it returns RV(reboot_required=true) and stops before the
     steps that depend on it; reboot with M(ansible.builtin.reboot) and run the task again.
-  - Use O(become=true) (or connect as root); gpunode then adds no sudo of its own.
+  - Use C(become: true) (or connect as root); gpunode then adds no sudo of its own.
   - Driver installers named by O(driver), O(driver_run) or a URL are downloaded and checked on the controller,
     then uploaded through the connection.
 author:
-  - gpunode contributors
+  - gpunode contributors (@gpunode)
 options:
   only:
     description: Run only these steps (pipeline order is kept).
@@ -112,6 +112,7 @@ attributes:
     support: full
     description: The files the run writes (or would write), before and after.
   platform:
+    support: full
     platforms: posix
     description: Runs on the controller; the host needs a POSIX shell, no Python.
   action:
