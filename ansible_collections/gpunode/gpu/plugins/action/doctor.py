@@ -31,7 +31,7 @@ class ActionModule(ActionBase):
         del tmp
         if GPUNODE_IMPORT_ERROR is not None:
             return {**result, "failed": True, "msg": MISSING_GPUNODE.format(GPUNODE_IMPORT_ERROR)}
-        _, args = self.validate_argument_spec(argument_spec=DOCTOR_SPEC)
+        args = self.validate_argument_spec(argument_spec=DOCTOR_SPEC)[1]
         host = task_vars.get("inventory_hostname") or self._play_context.remote_addr
         conn = AnsibleNodeConnection(self, host)
         try:

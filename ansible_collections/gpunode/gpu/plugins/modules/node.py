@@ -18,7 +18,7 @@ description:
   - In check mode this is C(gpunode plan) and changes nothing; C(changed) is then what a real run would report.
   - It never reboots the host. When a step needs a reboot it returns RV(reboot_required=true) and stops before the
     steps that depend on it; reboot with M(ansible.builtin.reboot) and run the task again.
-  - Use C(become: true) (or connect as root); gpunode then adds no sudo of its own.
+  - Use C(become) (or connect as root); gpunode then adds no sudo of its own.
   - Driver installers named by O(driver), O(driver_run) or a URL are downloaded and checked on the controller,
     then uploaded through the connection.
 author:
