@@ -12,8 +12,6 @@ import sys
 import tarfile
 from pathlib import Path
 
-import pytest
-
 from tests.ansible.conftest import COLLECTION, ROOT, ansible_tool
 
 PY = f"{sys.version_info[0]}.{sys.version_info[1]}"

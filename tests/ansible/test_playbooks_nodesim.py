@@ -8,7 +8,6 @@ import hashlib
 import json
 import re
 import socket
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -230,7 +229,7 @@ def test_the_driver_run_goes_through_ansible_and_a_bad_checksum_fails_only_its_n
     digest = hashlib.sha256(run_file.read_bytes()).hexdigest()
     good, bad = sim_fleet([("ubuntu-22.04-t4", {"nouveau_loaded": False}), ("ubuntu-22.04-t4", {"nouveau_loaded": False})])
     ansible.hosts([good, bad], extra={"gpu-00": {"want_sha": digest}, "gpu-01": {"want_sha": "0" * 64}})
-    play = node_play("{only: [prerequisites, driver], driver_run: '%s', sha256: '{{ want_sha }}'}" % run_file)
+    play = node_play("{only: [prerequisites, driver], driver_run: '" + str(run_file) + "', sha256: '{{ want_sha }}'}")
 
     run = ansible.playbook(play)
     results = run.results()

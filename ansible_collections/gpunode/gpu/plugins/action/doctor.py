@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: gpunode contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """gpunode.gpu.doctor: gpunode's read-only diagnosis of the task's host, returned as the fact gpunode_doctor."""

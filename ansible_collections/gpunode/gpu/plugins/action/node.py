@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: gpunode contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """gpunode.gpu.node: gpunode's pipeline on the task's host, run from the controller through the task's connection.

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: gpunode contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """The argument specs of gpunode.gpu.node and gpunode.gpu.doctor, shared by the modules (documentation,

@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 # Copyright: gpunode contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 
@@ -100,9 +99,9 @@ fix:
   type: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402 - after DOCUMENTATION, as Ansible modules go
 
-from ansible_collections.gpunode.gpu.plugins.module_utils.specs import DOCTOR_SPEC, MUST_RUN_ON_CONTROLLER
+from ansible_collections.gpunode.gpu.plugins.module_utils.specs import DOCTOR_SPEC, MUST_RUN_ON_CONTROLLER  # noqa: E402
 
 
 def main():

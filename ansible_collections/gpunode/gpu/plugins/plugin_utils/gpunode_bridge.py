@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: gpunode contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Controller side of the collection: gpunode's Connection interface on top of the task's Ansible connection.
