@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,7 @@ class Run:
     stdout: str
     stderr: str
     records: list[dict]
+    seconds: float = 0.0
 
     def results(self, action: str = "gpunode.gpu.node", task: str | None = None) -> dict[str, dict]:
         """host -> the last result of that action (or that task name)."""
@@ -116,11 +118,12 @@ class Ansible:
             path = self.work / f"play-{self.runs}.yml"
             path.write_text(playbook)
             playbook = path
+        started = time.monotonic()
         proc = subprocess.run([ansible_tool("ansible-playbook"), "-i", str(self.inventory), str(playbook), *args],
                               env={**self.env, "GPUNODE_TEST_RECORD": str(record)}, cwd=self.work,
                               capture_output=True, text=True, timeout=timeout)
         records = [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
-        return Run(proc.returncode, proc.stdout, proc.stderr, records)
+        return Run(proc.returncode, proc.stdout, proc.stderr, records, time.monotonic() - started)
 
 
 @pytest.fixture
