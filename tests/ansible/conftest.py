@@ -110,7 +110,7 @@ class Ansible:
         self.inventory.write_text("\n".join(lines) + "\n")
         return self.inventory
 
-    def playbook(self, playbook: str | Path, *args: str, timeout: float = 600) -> Run:
+    def playbook(self, playbook: str | Path, *args: str, timeout: float = 600, env: dict[str, str] | None = None) -> Run:
         self.runs += 1
         record = self.work / f"record-{self.runs}.jsonl"
         record.touch()
@@ -120,7 +120,7 @@ class Ansible:
             playbook = path
         started = time.monotonic()
         proc = subprocess.run([ansible_tool("ansible-playbook"), "-i", str(self.inventory), str(playbook), *args],
-                              env={**self.env, "GPUNODE_TEST_RECORD": str(record)}, cwd=self.work,
+                              env={**self.env, **(env or {}), "GPUNODE_TEST_RECORD": str(record)}, cwd=self.work,
                               capture_output=True, text=True, timeout=timeout)
         records = [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
         return Run(proc.returncode, proc.stdout, proc.stderr, records, time.monotonic() - started)

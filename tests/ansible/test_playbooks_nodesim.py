@@ -244,3 +244,24 @@ def test_the_driver_run_goes_through_ansible_and_a_bad_checksum_fails_only_its_n
     assert results["gpu-01"]["_status"] == "failed" and results["gpu-01"]["changed"] is False
     assert "sha256" in (results["gpu-01"]["msg"] + (results["gpu-01"]["fix"] or "")).lower()
     assert bad.driver() is None and all(c[0] not in ("sh", "nvidia-installer") for c in bad.calls())
+
+
+def test_become_wraps_every_gpunode_command_the_ansible_way(sim_node, ansible):
+    """With `become: true` Ansible's sudo become plugin wraps each command (the BECOME-SUCCESS marker is taken
+    off, stdin still reaches the command), and gpunode adds no sudo of its own. The simulated nodes log in as
+    root, so the test lets Ansible become root from root; its flags leave out -S, since the simulator's sudo
+    would read a password line from stdin where the real one (no password to ask from root) does not."""
+    node = sim_node("ubuntu-22.04-t4", preinstalled_driver=DRIVER, nouveau_loaded=False)
+    ansible.hosts([node])
+    become = {"ANSIBLE_BECOME_ALLOW_SAME_USER": "True", "ANSIBLE_SUDO_FLAGS": "-H -n"}
+    node.clear_calls()
+    run = ansible.playbook(node_play("{only: [nouveau, nodesettings]}", become=True), env=become)
+    result = run.results()["gpu-00"]
+    assert result["state"] == "ready" and result["changed_steps"] == ["nouveau", "nodesettings"], result["msg"]
+    sudo = node.calls("sudo")
+    assert sudo and all(c[1:4] == ["-H", "-n", "-u"] for c in sudo), sudo[:3]
+    # every command went through sudo once: gpunode saw root and added none of its own
+    assert not any(c[1:3] == ["-n", "--"] for c in sudo)
+    assert node.read("/etc/modprobe.d/blacklist-nouveau.conf").startswith("# Written by gpunode")  # stdin intact
+    again = ansible.playbook(node_play("{only: [nouveau, nodesettings]}", become=True), env=become)
+    assert again.results()["gpu-00"]["changed"] is False
