@@ -13,10 +13,11 @@ from rich.table import Table
 from rich.text import Text
 
 from gpunode import __version__
+from gpunode.api import doctor_document
 from gpunode.cli._fleet import print_summary, run_with_view
 from gpunode.cli._params import command, expected_errors
 from gpunode.cli._target import Target, rewrite_fixes
-from gpunode.doctor import CheckResult, report, run_checks, summary
+from gpunode.doctor import CheckResult, run_checks, summary
 from gpunode.doctor import verdict as readiness
 from gpunode.errors import GpunodeError
 from gpunode.facts import Facts, gather
@@ -124,10 +125,7 @@ def doctor(target: Target, format: FormatOpt = None, ready_file: ReadyFileOpt = 
     verdict = readiness.readiness(name, facts, results)
     local = target.host is None
     if chosen == "json":
-        document = report(name, facts, results, SCHEMA_VERSION)
-        document["readiness"] = {"ready": verdict.ready, "reboot_required": verdict.reboot_required,
-                                 "reason": verdict.reason, "reboot_because": list(verdict.reboot_because)}
-        print_json(rewrite_fixes(document, target.fixer()))
+        print_json(rewrite_fixes(doctor_document(name, facts), target.fixer()))
     elif chosen == "nhc":
         line = readiness.nhc_line(verdict)
         if line:

@@ -59,7 +59,19 @@ xargs xxd xz xzcat yes zcat
 # Modules the node-side python helpers import; the private interpreter gets exactly these (and what they
 # pull in) as precompiled bytecode in one zip file.
 NODE_PY_IMPORTS = ("json", "tomllib", "re", "os", "sys", "time", "datetime", "shlex", "glob", "fnmatch",
-                   "copy", "hashlib", "subprocess", "io", "string", "collections", "functools", "itertools")
+                   "copy", "hashlib", "subprocess", "io", "string", "collections", "functools", "itertools",
+                   # what Ansible's own Python modules need (AnsiballZ, setup with gather_subset=min, find, ping):
+                   # ansible.builtin.reboot runs setup and find, as on any real host with python3 (tests/ansible)
+                   *("argparse array ast atexit base64 binascii bisect bz2 codecs concurrent.futures configparser "
+                     "contextlib ctypes dataclasses decimal dis enum errno fcntl getpass gettext grp heapq "
+                     "importlib.util inspect ipaddress json.decoder locale logging lzma math multiprocessing numbers "
+                     "pathlib pickle pkgutil platform pwd queue random runpy select selectors shutil signal socket "
+                     "ssl stringprep struct syslog tempfile termios textwrap threading token tokenize traceback "
+                     "types typing unicodedata urllib.parse warnings weakref zipfile zipimport zlib encodings.cp437 "
+                     "encodings.idna encodings.utf_16 encodings.utf_32 encodings.unicode_escape multiprocessing.pool "
+                     "multiprocessing.dummy email.parser uuid hmac secrets string concurrent.futures.thread "
+                     "concurrent.futures.process multiprocessing.connection multiprocessing.queues "
+                     "multiprocessing.synchronize multiprocessing.popen_fork multiprocessing.util").split())
 
 _lock = threading.Lock()
 _template: Path | None = None

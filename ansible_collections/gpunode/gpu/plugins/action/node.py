@@ -1,0 +1,101 @@
+# Copyright: gpunode contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""gpunode.gpu.node: gpunode's pipeline on the task's host, run from the controller through the task's connection.
+Check mode is `gpunode plan`, otherwise `gpunode install` without reboots (reboot_required says when)."""
+
+from __future__ import annotations
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpunode.gpu.plugins.module_utils.specs import NODE_SPEC
+from ansible_collections.gpunode.gpu.plugins.plugin_utils.gpunode_bridge import (
+    GPUNODE_IMPORT_ERROR,
+    MISSING_GPUNODE,
+    AnsibleNodeConnection,
+    rewrite,
+)
+
+if GPUNODE_IMPORT_ERROR is None:
+    from gpunode import api
+    from gpunode.errors import ConnectError, GpunodeError
+
+# what a step entry of the result keeps of gpunode's step report (file contents go to `diff` only)
+_STEP_KEYS = ("step", "title", "result", "status", "reason", "fix", "error", "reboot_required", "notes", "backups")
+_ACTION_KEYS = ("kind", "summary", "where", "commands", "details", "path")
+
+
+def _steps(report):
+    shown = []
+    for step in report["steps"]:
+        entry = {k: step.get(k) for k in _STEP_KEYS}
+        entry["actions"] = [{k: a[k] for k in _ACTION_KEYS if k in a} for a in step["actions"]]
+        shown.append(entry)
+    return shown
+
+
+def _diff(files):
+    return [{"before_header": f.path if f.before is not None else "/dev/null", "after_header": f.path,
+             "before": f.before or "", "after": f.after} for f in files]
+
+
+def _failure(data):
+    """(msg, fix) of the first failed or blocked step, else of the run's own error."""
+    for step in data["steps"]:
+        if step["result"] in ("failed", "blocked"):
+            return f"{step['step']}: {step['error'] or step['reason']}", step["fix"]
+    return data.get("error") or f"gpunode ended {data['summary']['state']}", data.get("fix")
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+    _supports_async = False
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        del tmp
+        if GPUNODE_IMPORT_ERROR is not None:
+            return {**result, "failed": True, "msg": MISSING_GPUNODE.format(GPUNODE_IMPORT_ERROR)}
+        args = self.validate_argument_spec(argument_spec=NODE_SPEC)[1]
+        host = task_vars.get("inventory_hostname") or self._play_context.remote_addr
+        check = bool(self._task.check_mode)
+        try:
+            chosen = api.request({k: args.get(k) for k in NODE_SPEC})
+        except GpunodeError as exc:
+            return {**result, "failed": True, "msg": exc.message, "fix": exc.fix}
+        conn = AnsibleNodeConnection(self, host)
+        try:
+            outcome = api.plan(conn, chosen) if check else api.install(conn, chosen)
+        except ConnectError as exc:
+            if conn.failure is not None:
+                return {**result, "unreachable": True, "msg": exc.message}
+            return {**result, "failed": True, "msg": exc.message, "fix": exc.fix}
+        except GpunodeError as exc:
+            return {**result, "failed": True, "msg": exc.message, "fix": exc.fix}
+        data = rewrite(outcome.to_dict(), task_vars, host)
+        summary = data["summary"]
+        result.update(
+            changed=outcome.changed,
+            changed_steps=outcome.changed_steps,
+            mode=data["mode"],
+            state=summary["state"],
+            exit_code=outcome.report.exit_code,
+            ready=summary["ready"],
+            reboot_required=outcome.reboot_required,
+            node=data["node"],
+            steps=_steps(data),
+            summary=summary,
+            gpunode_version=data["gpunode_version"],
+        )
+        if self._task.diff:
+            result["diff"] = _diff(outcome.file_changes())
+        if summary["state"] in ("failed", "blocked", "interrupted"):
+            msg, fix = _failure(data)
+            result.update(failed=True, msg=msg, fix=fix)
+        elif outcome.reboot_required:
+            result["msg"] = ("a reboot is required before the remaining steps can run: reboot the host "
+                             "(ansible.builtin.reboot), then run this task again")
+        else:
+            result["msg"] = f"gpunode {'plan' if check else 'install'}: {summary['state']}"
+        return result

@@ -1,0 +1,122 @@
+"""The collection as Ansible's own tools see it: ansible-galaxy builds it (and the built artifact installs and
+documents itself), ansible-doc shows both modules, and ansible-test's sanity tests pass (all of them, on this
+Python, without containers)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+from tests.ansible.conftest import COLLECTION, ROOT, ansible_tool
+
+PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
+# ansible-test bootstraps pip in each sanity venv with a get-pip.py it downloads from ci-files.testing.ansible.com;
+# this stand-in does the same with ensurepip and the configured package index (where that host is unreachable)
+GET_PIP = '''"""Stand-in for get-pip.py: ensurepip's pip installs the requested pip and packages from the configured index."""
+import subprocess
+import sys
+
+args = [a for a in sys.argv[1:] if a not in ("--no-setuptools", "--no-wheel")]
+subprocess.check_call([sys.executable, "-m", "ensurepip", "--default-pip"])  # in a child: it sets PIP_CONFIG_FILE
+sys.exit(subprocess.call([sys.executable, "-m", "pip", "install", "--upgrade", *args]))
+'''
+
+
+def tool_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    return {"PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}", "HOME": str(home),
+            "LANG": "C.UTF-8", "ANSIBLE_CONFIG": str(tmp_path / "none.cfg"), "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"),
+            "ANSIBLE_NOCOLOR": "1", "PYTHONPATH": str(ROOT), **extra}
+
+
+def run(argv: list[str], env: dict[str, str], cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def test_galaxy_builds_an_artifact_that_installs_and_documents_itself(tmp_path):
+    env = tool_env(tmp_path)
+    built = run([ansible_tool("ansible-galaxy"), "collection", "build", str(COLLECTION), "--output-path",
+                 str(tmp_path / "dist")], env)
+    assert built.returncode == 0, built.stdout + built.stderr
+    artifact = tmp_path / "dist" / "gpunode-gpu-0.1.0.tar.gz"
+    names = set(tarfile.open(artifact).getnames())
+    assert {"plugins/action/node.py", "plugins/action/doctor.py", "plugins/modules/node.py",
+            "plugins/modules/doctor.py", "plugins/module_utils/specs.py", "plugins/plugin_utils/gpunode_bridge.py",
+            "playbooks/converge.yml", "playbooks/tasks/converge_pass.yml", "meta/runtime.yml", "MANIFEST.json",
+            "README.md"} <= names
+    assert not any(n.startswith("tests/output") or n.endswith(".pyc") for n in names)
+
+    installed = run([ansible_tool("ansible-galaxy"), "collection", "install", str(artifact), "-p",
+                     str(tmp_path / "collections")], env)
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    env = tool_env(tmp_path, ANSIBLE_COLLECTIONS_PATH=str(tmp_path / "collections"))
+    doc = run([ansible_tool("ansible-doc"), "--json", "gpunode.gpu.node", "gpunode.gpu.doctor"], env)
+    assert doc.returncode == 0, doc.stderr
+    data = json.loads(doc.stdout)
+    node = data["gpunode.gpu.node"]["doc"]
+    assert {"driver", "driver_run", "sha256", "only", "skip", "engines", "k8s", "toolkit_version"} <= set(node["options"])
+    assert node["attributes"]["check_mode"]["support"] == "full"
+    assert "reboot_required" in data["gpunode.gpu.node"]["return"]
+    assert "fail_when_not_ready" in data["gpunode.gpu.doctor"]["doc"]["options"]
+    assert "installed_path" not in data  # sanity: nothing else was listed
+
+    # the example playbook is addressable by name from the installed collection
+    check = run([ansible_tool("ansible-playbook"), "--syntax-check", "-i", "localhost,", "gpunode.gpu.converge"], env)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_ansible_doc_shows_the_module_from_the_worktree(tmp_path):
+    env = tool_env(tmp_path, ANSIBLE_COLLECTIONS_PATH=str(ROOT))
+    doc = run([ansible_tool("ansible-doc"), "gpunode.gpu.node"], env)
+    assert doc.returncode == 0, doc.stderr
+    assert "> MODULE gpunode.gpu.node" in doc.stdout and "Runs gpunode's pipeline" in doc.stdout
+    assert "reboot_required" in doc.stdout and "check_mode" in doc.stdout
+
+
+def _pip_config(env: dict[str, str]) -> str:
+    """This machine's pip configuration (index, certificates) as one file for the sanity venvs' pip, which sees
+    only HOME (ansible-test passes no other variable)."""
+    listed = run([sys.executable, "-m", "pip", "config", "list"], {**os.environ}).stdout
+    values = {}
+    for line in listed.splitlines():
+        key, _, value = line.partition("=")
+        if "." in key:
+            values[key.split(".", 1)[1]] = value.strip().strip("'")
+    return "[global]\n" + "".join(f"{k} = {v}\n" for k, v in values.items())
+
+
+def test_ansible_test_sanity_passes(tmp_path, request):
+    """Every sanity test ansible-test has (24 in 2.19: validate-modules, pylint, pep8, import, compile, yamllint,
+    ansible-doc, action-plugin-docs ...) on this Python, `--local` (no containers). The venvs it creates are kept
+    in pytest's cache between runs."""
+    ansible_tool("ansible-test")
+    home = Path(request.config.cache.mkdir("ansible-test-home"))
+    cache = home / ".ansible" / "test" / "cache"
+    cache.mkdir(parents=True, exist_ok=True)
+    env = tool_env(tmp_path)
+    env["HOME"] = str(home)
+    (home / ".config" / "pip").mkdir(parents=True, exist_ok=True)
+    (home / ".config" / "pip" / "pip.conf").write_text(_pip_config(env))
+    for version in _pip_versions():
+        (cache / f"get_pip_{version.replace('.', '_')}.py").write_text(GET_PIP)
+    result = run([ansible_tool("ansible-test"), "sanity", "--python", PY, "--local", "--color", "no"], env,
+                 cwd=COLLECTION, timeout=900)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    ran = [line.split('"')[1] for line in output.splitlines() if line.startswith("Running sanity test")]
+    assert {"validate-modules", "pylint", "pep8", "import", "compile", "yamllint", "ansible-doc",
+            "action-plugin-docs", "runtime-metadata"} <= set(ran), ran
+
+
+def _pip_versions() -> set[str]:
+    """The pip versions ansible-test bootstraps into its venvs (written in its python_requirements module)."""
+    import ansible_test
+
+    source = (Path(ansible_test.__file__).parent / "_internal" / "python_requirements.py").read_text()
+    return set(re.findall(r"pip='([0-9.]+)'", source)) or {"24.2"}

@@ -1,0 +1,267 @@
+"""The collection run by real ansible-playbook against simulated nodes (issue 18): check mode changes nothing and
+predicts the run, a second run changes nothing, a failing node fails alone, the example playbook reboots through
+ansible.builtin.reboot, and gpunode's own fleet mode reports the same nodes the same way."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import socket
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from gpunode.cli import app
+from tests.ansible.conftest import COLLECTION, node_play
+from tests.nodesim.node import SimNode
+
+pytestmark = pytest.mark.integration
+
+DRIVER = "535.274.02"
+# driver preinstalled and nouveau not loaded: the run changes nouveau (blacklist), toolkit, runtime, nodesettings
+# and needs no reboot; four distributions, both package managers
+PROFILES = ["ubuntu-22.04-t4", "rocky-9-t4", "debian-12-t4", "ubuntu-24.04-t4"]
+# tools that change a node; check mode must call none of them in a changing way
+CHANGING = {"apt-get": {"install", "remove", "purge", "upgrade"}, "dnf": {"install", "remove", "upgrade"},
+            "systemctl": {"restart", "enable", "start", "stop", "daemon-reload", "reboot"},
+            "update-initramfs": None, "dracut": None, "modprobe": None, "shutdown": None, "reboot": None,
+            "nvidia-ctk": {"runtime", "system"}, "gpg": None, "apt-mark": None}
+
+
+def ready_node(sim_fleet, count: int) -> list[SimNode]:
+    return sim_fleet([(PROFILES[i % len(PROFILES)], {"preinstalled_driver": DRIVER, "nouveau_loaded": False,
+                                                     "engines": ("docker",)}) for i in range(count)])
+
+
+def node_state(node: SimNode) -> dict[str, object]:
+    """What a change would touch: files under /etc, keyrings and gpunode's journal, packages, modules, units,
+    the boot."""
+    files = {}
+    for top in ("etc", "usr/share/keyrings", "var/lib/gpunode"):
+        base = node.root / top
+        for path in sorted(base.rglob("*")) if base.exists() else []:
+            if path.is_file() and not path.is_symlink():
+                files[str(path.relative_to(node.root))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return {"files": files, "packages": node.installed_packages(), "modules": node.loaded_modules(),
+            "boot": node.boot_id, "units": {u: node.unit(u) for u in ("docker.service", "nvidia-persistenced.service")}}
+
+
+def changing_calls(node: SimNode) -> list[list[str]]:
+    found = []
+    for argv in node.calls():
+        words = CHANGING.get(argv[0], ())
+        if words is None or (words and set(argv[1:]) & words):
+            found.append(argv)
+    return found
+
+
+_NODE_ARGS = re.compile(r" --(host|identity|inventory|limit|known-hosts) \S+")
+
+
+def same_node(text: str) -> str:
+    """A text with its `gpunode ...` fixes made runnable for the node (--host/--identity from Ansible's inventory
+    variables; --inventory/--limit in gpunode's fleet mode) without those options."""
+    return _NODE_ARGS.sub("", text)
+
+
+def steps_of(result: dict) -> list[tuple[str, str, str]]:
+    return [(s["step"], s["result"], s["reason"]) for s in result["steps"]]
+
+
+def test_ten_nodes_check_mode_predicts_the_run_which_converges_and_a_second_run_changes_nothing(sim_fleet, ansible):
+    nodes = ready_node(sim_fleet, 10)
+    inventory = ansible.hosts(nodes)
+    names = [f"gpu-{i:02d}" for i in range(10)]
+    before = {n.name: node_state(n) for n in nodes}
+    for n in nodes:
+        n.clear_calls()
+
+    # check mode (gpunode plan), with the diffs: nothing on any node changes
+    check = ansible.playbook(node_play(), "--check", "--diff")
+    assert check.rc == 0, check.stdout[-3000:] + check.stderr[-3000:]
+    planned = check.results()
+    assert sorted(planned) == names
+    assert all(r["mode"] == "plan" and r["state"] == "changes-pending" and r["changed"] for r in planned.values())
+    assert {n.name: node_state(n) for n in nodes} == before
+    assert all(changing_calls(n) == [] for n in nodes), [changing_calls(n) for n in nodes]
+    assert "+blacklist nouveau" in check.stdout  # --diff printed by Ansible's callback
+
+    # the run: every node converges, and changes exactly what check mode said
+    run = ansible.playbook(node_play())
+    assert run.rc == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    applied = run.results()
+    for name in names:
+        assert applied[name]["state"] == "ready" and applied[name]["ready"], (name, applied[name]["msg"])
+        assert applied[name]["changed"] is planned[name]["changed"] is True
+        assert applied[name]["changed_steps"] == planned[name]["changed_steps"] == [
+            "nouveau", "toolkit", "runtime", "nodesettings"]
+    # the diffs shown in check mode are the files the run wrote
+    for node, name in zip(nodes, names, strict=True):
+        diffs = planned[name]["diff"]
+        assert {d["after_header"] for d in diffs} >= {"/etc/modprobe.d/blacklist-nouveau.conf"}
+        for d in diffs:
+            assert node.read(d["after_header"]) == d["after"]
+    assert "changed=1" in run.stdout and "failed=0" in run.stdout
+
+    # a second run: nothing to do anywhere
+    again = ansible.playbook(node_play())
+    assert again.rc == 0
+    assert {h: (r["changed"], r["state"]) for h, r in again.results().items()} == {h: (False, "ready") for h in names}
+    assert "changed=0" in again.stdout and "changed=1" not in again.stdout
+
+    # gpunode's own fleet mode over the same inventory reports every node as check mode does
+    replan = ansible.playbook(node_play(), "--check")
+    ours = replan.results()
+    started = time.monotonic()
+    fleet = CliRunner().invoke(app, ["plan", "--inventory", str(inventory), "--known-hosts", str(ansible.known_hosts),
+                                     "--log-dir", str(ansible.work / "logs"), "--json"])
+    fleet_seconds = time.monotonic() - started
+    assert fleet.exit_code == 0, fleet.output
+    by_host = {h["host"]: h for h in json.loads(fleet.stdout)["hosts"]}
+    assert sorted(by_host) == names
+    for name in names:
+        report = by_host[name]["report"]
+        assert by_host[name]["status"] == "ok" and ours[name]["changed"] is False
+        assert report["summary"]["state"] == ours[name]["state"] == "ready"
+        assert [(s["step"], s["result"], s["reason"]) for s in report["steps"]] == steps_of(ours[name])
+
+    # and doctor: the module's facts hold the same checks as `gpunode doctor --inventory`
+    doctor = ansible.playbook("- hosts: gpu\n  gather_facts: false\n  tasks:\n    - gpunode.gpu.doctor:\n")
+    facts = doctor.results("gpunode.gpu.doctor")
+    theirs = CliRunner().invoke(app, ["doctor", "--inventory", str(inventory), "--known-hosts",
+                                      str(ansible.known_hosts), "--log-dir", str(ansible.work / "logs"), "--json"])
+    fleet_doctor = {h["host"]: h for h in json.loads(theirs.stdout)["hosts"]}
+    for name in names:
+        document = facts[name]["ansible_facts"]["gpunode_doctor"]
+        assert facts[name]["changed"] is False
+        assert [(c["id"], c["status"], same_node(c["evidence"])) for c in document["checks"]] == [
+            (c["id"], c["status"], same_node(c["evidence"])) for c in fleet_doctor[name]["checks"]]
+        assert facts[name]["ready"] is (fleet_doctor[name]["status"] == "ok")
+    print(f"10 nodes, ansible-playbook wall time: check {check.seconds:.1f}s, run {run.seconds:.1f}s, "
+          f"second run {again.seconds:.1f}s, check again {replan.seconds:.1f}s, doctor {doctor.seconds:.1f}s; "
+          f"gpunode plan --inventory (in-process) {fleet_seconds:.1f}s")
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_failing_node_fails_alone_with_gpunode_reason_and_fix(sim_fleet, ansible):
+    good = ready_node(sim_fleet, 2)
+    # a GPU, no driver, none asked for: the driver step is blocked
+    blocked = sim_fleet([("ubuntu-22.04-t4", {"nouveau_loaded": False})])[0]
+    ansible.hosts([*good, blocked], names=["gpu-a", "gpu-b", "gpu-blocked"])
+    # and a host nobody answers for
+    text = ansible.inventory.read_text().replace(
+        "\n\n[gpu:vars]", f"\ngpu-dead ansible_host=127.0.0.1 ansible_port={closed_port()} ansible_user=root "
+        f"ansible_ssh_private_key_file={good[0].key_path}\n\n[gpu:vars]")
+    ansible.inventory.write_text(text)
+    before = node_state(blocked)
+
+    run = ansible.playbook(node_play())
+    results = run.results()
+    assert run.rc == 4  # some host unreachable (and one failed); the others were not stopped
+    assert results["gpu-a"]["state"] == results["gpu-b"]["state"] == "ready"
+    assert results["gpu-a"]["changed"] and results["gpu-b"]["changed"]
+    failed = results["gpu-blocked"]
+    assert failed["_status"] == "failed" and failed["state"] == "blocked"
+    assert failed["changed"] is True and failed["changed_steps"] == ["nouveau"]  # what ran before the block
+    assert failed["msg"].startswith("driver: ") and failed["fix"]
+    assert "gpunode" in failed["fix"] and "--host root@127.0.0.1:" in failed["fix"]  # runnable from the controller
+    step = next(s for s in failed["steps"] if s["step"] == "driver")
+    assert step["result"] == "blocked" and step["fix"] == failed["fix"]
+    assert results["gpu-dead"]["_status"] == "unreachable"
+    assert "cannot reach the node" in results["gpu-dead"]["msg"]
+    # the blocked node: the steps before the driver ran (nouveau), nothing after it
+    assert [s["result"] for s in failed["steps"]][:3] == ["changed", "ok", "blocked"]
+    assert all(s["result"] == "not-run" for s in failed["steps"][3:])
+    assert node_state(blocked)["packages"] == before["packages"]
+
+
+def test_bad_options_fail_before_any_node_is_touched_and_name_the_option(sim_node, ansible):
+    node = sim_node("ubuntu-22.04-t4", preinstalled_driver=DRIVER, nouveau_loaded=False)
+    ansible.hosts([node])
+    node.clear_calls()
+    run = ansible.playbook(node_play("{driver: '5x5', engines: [docker]}"))
+    result = run.results()["gpu-00"]
+    assert result["_status"] == "failed"
+    assert "driver" in result["msg"] and "--driver" not in result["msg"], result["msg"]
+    assert result["fix"]
+    assert node.calls() == []
+    # Ansible's own argument checks come first: an unknown engine never reaches gpunode
+    run = ansible.playbook(node_play("{engines: [podman]}"))
+    assert "value of engines must be one or more of" in run.results()["gpu-00"]["msg"]
+
+
+def test_the_example_playbook_reboots_when_asked_and_runs_again_until_converged(sim_fleet, ansible):
+    nodes = sim_fleet(["ubuntu-22.04-t4", "rocky-9-t4"])  # nouveau loaded: blacklisting it needs a reboot
+    ansible.hosts(nodes)
+    playbook = COLLECTION / "playbooks" / "converge.yml"
+    extra = ["-e", json.dumps({"gpunode_options": {"only": ["nouveau"]}})]
+    before = [node_state(n) for n in nodes]
+
+    check = ansible.playbook(playbook, "--check", *extra)
+    assert check.rc == 0, check.stdout[-3000:]
+    assert [node_state(n) for n in nodes] == before and all(n.reboots == 0 for n in nodes)
+    assert all(r["changed"] and r["reboot_required"] for r in check.results(task="gpunode pass 1").values())
+
+    run = ansible.playbook(playbook, *extra)
+    assert run.rc == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    first, second = run.results(task="gpunode pass 1"), run.results(task="gpunode pass 2")
+    for name in ("gpu-00", "gpu-01"):
+        assert first[name]["changed"] and first[name]["reboot_required"] and first[name]["state"] == "reboot-pending"
+        assert second[name]["changed"] is False and second[name]["state"] == "ready"
+        assert run.results(task="gpunode pass 3")[name]["_status"] == "skipped"
+    reboots = sorted((r["_host"], r["_status"]) for r in run.all("ansible.builtin.reboot"))
+    assert reboots == [("gpu-00", "ok"), ("gpu-00", "skipped"), ("gpu-00", "skipped"),
+                       ("gpu-01", "ok"), ("gpu-01", "skipped"), ("gpu-01", "skipped")]
+    assert all(n.reboots == 1 and not n.is_loaded("nouveau") for n in nodes)
+
+    again = ansible.playbook(playbook, *extra)
+    assert again.rc == 0
+    assert all(not r["changed"] for r in again.results(task="gpunode pass 1").values())
+    assert all(n.reboots == 1 for n in nodes)
+
+
+def test_the_driver_run_goes_through_ansible_and_a_bad_checksum_fails_only_its_node(sim_fleet, ansible,
+                                                                                      fake_driver_run):
+    """The controller checks the .run, the adapter uploads it through Ansible's connection (binary stdin, verified
+    on the node) and the installer runs there; the node given a wrong sha256 fails alone, untouched."""
+    run_file = fake_driver_run(DRIVER)
+    digest = hashlib.sha256(run_file.read_bytes()).hexdigest()
+    good, bad = sim_fleet([("ubuntu-22.04-t4", {"nouveau_loaded": False}), ("ubuntu-22.04-t4", {"nouveau_loaded": False})])
+    ansible.hosts([good, bad], extra={"gpu-00": {"want_sha": digest}, "gpu-01": {"want_sha": "0" * 64}})
+    play = node_play("{only: [prerequisites, driver], driver_run: '" + str(run_file) + "', sha256: '{{ want_sha }}'}")
+
+    run = ansible.playbook(play)
+    results = run.results()
+    assert results["gpu-00"]["state"] == "ready" and results["gpu-00"]["changed"], results["gpu-00"]["msg"]
+    assert good.driver() is not None and good.driver()["version"] == DRIVER
+    assert results["gpu-01"]["_status"] == "failed" and results["gpu-01"]["changed"] is False
+    assert "sha256" in (results["gpu-01"]["msg"] + (results["gpu-01"]["fix"] or "")).lower()
+    assert bad.driver() is None and all(c[0] not in ("sh", "nvidia-installer") for c in bad.calls())
+
+
+def test_become_wraps_every_gpunode_command_the_ansible_way(sim_node, ansible):
+    """With `become: true` Ansible's sudo become plugin wraps each command (the BECOME-SUCCESS marker is taken
+    off, stdin still reaches the command), and gpunode adds no sudo of its own. The simulated nodes log in as
+    root, so the test lets Ansible become root from root; its flags leave out -S, since the simulator's sudo
+    would read a password line from stdin where the real one (no password to ask from root) does not."""
+    node = sim_node("ubuntu-22.04-t4", preinstalled_driver=DRIVER, nouveau_loaded=False)
+    ansible.hosts([node])
+    become = {"ANSIBLE_BECOME_ALLOW_SAME_USER": "True", "ANSIBLE_SUDO_FLAGS": "-H -n"}
+    node.clear_calls()
+    run = ansible.playbook(node_play("{only: [nouveau, nodesettings]}", become=True), env=become)
+    result = run.results()["gpu-00"]
+    assert result["state"] == "ready" and result["changed_steps"] == ["nouveau", "nodesettings"], result["msg"]
+    sudo = node.calls("sudo")
+    assert sudo and all(c[1:4] == ["-H", "-n", "-u"] for c in sudo), sudo[:3]
+    # every command went through sudo once: gpunode saw root and added none of its own
+    assert not any(c[1:3] == ["-n", "--"] for c in sudo)
+    assert node.read("/etc/modprobe.d/blacklist-nouveau.conf").startswith("# Written by gpunode")  # stdin intact
+    again = ansible.playbook(node_play("{only: [nouveau, nodesettings]}", become=True), env=become)
+    assert again.results()["gpu-00"]["changed"] is False

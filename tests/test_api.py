@@ -1,0 +1,100 @@
+"""gpunode/api.py: the library entry points the Ansible collection uses, on the fake connection."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpunode import api
+from gpunode.errors import UsageError
+from gpunode.steps import PIPELINE, nouveau
+from tests.fakes.connection import FakeConnection, FakeNode
+
+
+def gpu_node(**kw) -> FakeNode:
+    node = FakeNode(tools={"update-initramfs", "modprobe", "systemctl"}, **kw)
+    node.add_gpu(0x1EB8)
+    return node
+
+
+def nouveau_only() -> api.Request:
+    return api.request({"only": ["nouveau"]})
+
+
+def test_request_defaults_are_the_cli_defaults_and_never_reboot():
+    chosen = api.request({})
+    assert chosen.steps == PIPELINE
+    assert chosen.options.reboot is False and chosen.options.lock_timeout == 600.0 and chosen.options.progress is None
+    chosen = api.request({"skip": ["k8s"], "engines": ["Docker"], "mig_layout": ["1g.10gb", "1g.10gb"],
+                          "driver": None, "gpu_replicas": 4})
+    assert [s.name for s in chosen.steps] == [s.name for s in PIPELINE if s.name != "k8s"]
+    assert chosen.options.engines == ("docker",) and chosen.options.mig_layout == ("1g.10gb", "1g.10gb")
+    assert chosen.options.gpu_replicas == 4
+
+
+@pytest.mark.parametrize(("values", "named", "not_named"), [
+    ({"driver": "5x5"}, "driver", "--driver"),
+    ({"sha256": "abc"}, "sha256", "--sha256"),
+    ({"mps_thread_percentage": 50}, "mps", "--mps"),
+    ({"module_signing_key": "/k.priv"}, "module_signing_cert", "--module-signing-cert"),
+    ({"toolkit_version": "latest"}, "toolkit_version", "--toolkit-version"),
+    ({"gpu_replicas": 0}, "gpu_replicas", "--gpu-replicas"),
+    ({"only": ["driver"], "skip": ["driver"]}, "only driver", "--only"),
+])
+def test_bad_values_fail_with_the_cli_checks_naming_the_option_as_the_caller_spells_it(values, named, not_named):
+    with pytest.raises(UsageError) as caught:
+        api.request(values)
+    text = caught.value.message + " " + (caught.value.fix or "")
+    assert named in text and not_named not in text, text
+
+
+def test_unknown_options_and_missing_controller_files_are_usage_errors(tmp_path):
+    with pytest.raises(UsageError, match="unknown option reboot"):
+        api.request({"reboot": True})
+    with pytest.raises(UsageError, match="toolkit_packages .*no such file on this machine"):
+        api.request({"toolkit_packages": [str(tmp_path / "missing.deb")]})
+
+
+def test_check_mode_predicts_changed_and_the_run_reports_what_it_did():
+    node = gpu_node(modules={"nouveau"})
+    conn = FakeConnection(node)
+    planned = api.plan(conn, nouveau_only())
+    assert planned.changed and planned.changed_steps == ["nouveau"] and planned.reboot_required
+    assert [f.path for f in planned.file_changes()] == [nouveau.PATH]
+    assert node.files == {}
+
+    applied = api.install(conn, nouveau_only())
+    assert applied.changed and applied.changed_steps == ["nouveau"]
+    assert applied.state == "reboot-pending" and applied.reboot_required and node.reboots == 0
+    assert [f.path for f in applied.file_changes()] == [nouveau.PATH]
+    assert applied.to_dict()["changed_steps"] == ["nouveau"]
+
+
+def test_a_step_waiting_only_for_a_reboot_changes_nothing_in_check_mode_or_in_the_run():
+    node = gpu_node(modules={"nouveau"})
+    conn = FakeConnection(node)
+    api.install(conn, nouveau_only())  # blacklisted; nouveau is still loaded until the node reboots
+    planned = api.plan(conn, nouveau_only())
+    assert planned.reboot_required and not planned.changed and planned.file_changes() == []
+    before = len(node.calls)
+    applied = api.install(conn, nouveau_only())
+    assert applied.reboot_required and not applied.changed and applied.state == "reboot-pending"
+    # only gpunode's own journal is written (the reboot stays owed); nothing of the node's configuration
+    assert [c for c in node.changing_calls(before) if "/var/lib/gpunode/journal.json" not in c] == []
+    node.reboot()
+    assert api.plan(conn, nouveau_only()).changed is False
+    assert api.install(conn, nouveau_only()).state == "ready"
+
+
+def test_install_refuses_to_reboot():
+    chosen = nouveau_only()
+    rebooting = api.Request(chosen.steps, type(chosen.options)(reboot=True))
+    with pytest.raises(UsageError, match="never reboots"):
+        api.install(FakeConnection(gpu_node()), rebooting)
+
+
+def test_doctor_is_the_doctor_json_document_with_the_verdict():
+    document = api.doctor(FakeConnection(gpu_node(modules={"nouveau"}), name="gpu-01"))
+    assert document["host"] == "gpu-01" and document["checks"]
+    readiness = document["readiness"]
+    assert isinstance(readiness, dict) and readiness["ready"] is False and readiness["reason"]
+    assert document["failures"] and document["exit_code"] == 1
