@@ -36,6 +36,20 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+def owed_targets(text: str, effect: str) -> set[str]:
+    """The targets of the owed effects of one kind ("restart", "start", ...) in a journal's text; nothing when the
+    text is empty or not a journal (a fact reads the file raw: a broken journal is doctor's and install's concern)."""
+    try:
+        data = json.loads(text) if text.strip() else {}
+    except ValueError:
+        return set()
+    pending = data.get("pending") if isinstance(data, dict) else None
+    if not isinstance(pending, list):
+        return set()
+    return {p["target"] for p in pending if isinstance(p, dict) and p.get("effect") == effect
+            and isinstance(p.get("target"), str)}
+
+
 def read_journal(conn: Connection) -> dict[str, Any]:
     """The node's journal, or an empty one. A corrupt journal is reported, not overwritten silently."""
     text = conn.read_file(JOURNAL_PATH, sudo=False)

@@ -28,7 +28,7 @@ from decimal import Decimal
 from typing import Any
 
 from gpunode.facts.registry import command, files
-from gpunode.journal import JOURNAL_PATH
+from gpunode.journal import JOURNAL_PATH, owed_targets
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -608,15 +608,7 @@ def parse_cri_loaded(text: str) -> LoadedRuntimes | None:
 
 def parse_pending(text: str) -> tuple[str, ...]:
     """The units gpunode's journal says still need a restart to load a config gpunode changed."""
-    try:
-        data = json.loads(text) if text.strip() else {}
-    except ValueError:
-        return ()
-    pending = data.get("pending") if isinstance(data, dict) else None
-    if not isinstance(pending, list):
-        return ()
-    return tuple(sorted({p["target"] for p in pending if isinstance(p, dict) and p.get("effect") == "restart"
-                         and isinstance(p.get("target"), str)}))
+    return tuple(sorted(owed_targets(text, "restart")))
 
 
 DOCKER_LOADED = command("docker_loaded_runtimes", "docker info --format '{{json .DefaultRuntime}} {{json .Runtimes}}' "

@@ -15,7 +15,6 @@ All parsers are pure; `gpu_holders(facts)` combines them.
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from gpunode.facts.k8s import CLUSTER, K8S_UNITS
 from gpunode.facts.k8s import UNITS as K8S_UNIT_STATES
 from gpunode.facts.packages import UnitState, parse_units
 from gpunode.facts.registry import command
-from gpunode.journal import JOURNAL_PATH
+from gpunode.journal import JOURNAL_PATH, owed_targets
 
 if TYPE_CHECKING:
     from gpunode.facts import Facts
@@ -212,19 +211,9 @@ MODULE_REFCOUNTS = command("nvidia_module_refcounts", (
 ), parse_refcounts, module=_M)
 
 
-
-
 def parse_owed_starts(text: str) -> tuple[str, ...]:
     """The units gpunode's journal says were stopped for a driver install and must be started again."""
-    try:
-        data = json.loads(text) if text.strip() else {}
-    except ValueError:
-        return ()
-    pending = data.get("pending") if isinstance(data, dict) else None
-    if not isinstance(pending, list):
-        return ()
-    owed = {p["target"] for p in pending if isinstance(p, dict) and p.get("effect") == "start"
-            and isinstance(p.get("target"), str)}
+    owed = owed_targets(text, "start")
     return tuple(u for u in SERVICE_NAMES if u in owed) + tuple(sorted(owed - set(SERVICE_NAMES)))
 
 
