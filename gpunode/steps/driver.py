@@ -139,7 +139,7 @@ def _install_actions(facts: Facts, options: Options, version: str, flavour: Flav
     flags = installer_flags(source.arch, flavour, options)
     what = "download" if source.path not in sizes and not source.local else "verify"
     return [
-        FetchInstaller(f"{what} {source.name} on this machine", source=source, local_size=sizes.get(source.path),
+        FetchInstaller(f"{what} {source.name}", source=source, local_size=sizes.get(source.path),
                        progress=options.progress),
         RunInstaller(f"install NVIDIA driver {version} ({flavour.flavour} kernel module, DKMS)", source=source,
                      flags=flags, signing_key=options.module_signing_key or "",

@@ -28,7 +28,7 @@ from gpunode.facts.packages import (
     upstream_version,
 )
 from gpunode.options import Options
-from gpunode.plan import Action, Earlier, RunCommand, StepPlan, blocked, change, ok, unknown
+from gpunode.plan import Action, Earlier, RunCommand, Status, StepPlan, blocked, change, ok, unknown
 from gpunode.shell import Script
 from gpunode.steps.base import Step
 from gpunode.steps.outputs import DriverOutputs
@@ -121,6 +121,13 @@ def driver_target(facts: Facts, options: Options, earlier: Earlier) -> tuple[str
     if facts.loaded_driver:
         return facts.loaded_driver.version, "the loaded driver"
     return None
+
+
+def _loaded_by_driver_step(earlier: Earlier) -> bool:
+    """The driver step of this run installs the driver and loads it without a reboot (an upgrade with
+    --stop-gpu-services): fabric manager can start in the same run."""
+    driver = earlier.plan("driver")
+    return driver is not None and driver.status is Status.CHANGE and not driver.reboot_required
 
 
 def unsettled(text: str) -> list[str]:
@@ -269,6 +276,10 @@ def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> Step
             actions.append(_start(f"restart {SERVICE}, wait for the fabric"))
         elif any(g.state == "In Progress" for g in fabric):
             notes.append("the fabric is still being programmed (state In Progress)")
+    elif _loaded_by_driver_step(earlier):
+        actions.append(_start(f"enable and start {SERVICE}, wait for the fabric"))
+        notes.append(f"driver {driver} is not loaded yet ({'loaded: ' + loaded if loaded else 'none loaded'}): the "
+                     f"driver step loads it in this run, without a reboot, before {SERVICE} starts")
     else:
         if not matches or not state.is_enabled:
             actions.append(RunCommand(f"enable {SERVICE} (it starts with driver {driver})",
