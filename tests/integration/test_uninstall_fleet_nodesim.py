@@ -94,3 +94,13 @@ def test_a_fleet_is_undone_in_parallel_and_a_node_with_a_corrupt_journal_fails_a
     assert [n.read(JOURNAL_PATH) for n in nodes[:2]] == journals and not broken.exists(JOURNAL_PATH)  # no run
     assert not [c for n in nodes for c in n.calls() if c[0] in ("apt-get", "dnf", "rm", "systemctl")
                 and {"remove", "-f", "disable", "restart"} & set(c)]
+
+    # --inventory / --limit pick the nodes as for install
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("[gpu]\n" + "".join(
+        f"gpu-{i} ansible_host={n.host} ansible_port={n.port} ansible_user=root ansible_ssh_private_key_file={n.key_path}\n"
+        for i, n in enumerate(nodes)))
+    limited = cli.invoke(app, ["uninstall", "--inventory", str(inventory), "--limit", "gpu-0:gpu-2", "--known-hosts",
+                               reach[reach.index("--known-hosts") + 1], "--log-dir", str(tmp_path / "logs2"), "--json"])
+    assert limited.exit_code == 0, limited.output
+    assert {h: r["nothing_to_undo"] for h, r in by_host(limited).items()} == {"gpu-0": True, "gpu-2": True}
