@@ -9,6 +9,7 @@ caller's way. Nothing here reboots a node: a run that needs a reboot ends `reboo
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from gpunode.options import Options
 from gpunode.plan import StepPlan
 from gpunode.runner import SCHEMA_VERSION, NullReporter, RunReport, apply_pipeline, plan_pipeline
 from gpunode.steps.base import Step
+from gpunode.undo.state import UndoRequest
 
 # The pipeline options a caller may give, with the CLI's defaults (gpunode/cli/_params.py PIPELINE). Lists are
 # lists; `engines` / `toolkit_packages` are the repeatable --engine / --toolkit-package.
@@ -32,9 +34,15 @@ PIPELINE_OPTIONS: dict[str, Any] = {
     "lock_timeout": 600.0, "toolkit_version": None, "toolkit_packages": None, "set_as_default": False,
     "k8s": False, "engines": None, "kubeconfig": None, "gpu_replicas": 1, "mps": False,
     "mps_thread_percentage": None, "mig_layout": None,
+    # day 2 (docs/day2.md): None leaves the holds as they are, True holds, False releases
+    "stop_gpu_services": False, "hold_kernel": None, "hold_driver": None,
+    # image builds (docs/engines.md): the CLI's --bake and --kernel; the steps are chosen as the CLI chooses them
+    "bake": False, "bake_kernel": None,
 }
 # caller's name -> the CLI parameter name, where they differ (the CLI's options are singular and repeatable)
 _CLI_NAME = {"engines": "engine", "toolkit_packages": "toolkit_package"}
+# the CLI's option word -> the caller's name, where the word is not the parameter's name (--kernel is bake_kernel)
+_CLI_WORD = {"kernel": "bake_kernel"}
 _CLI_OPTION = re.compile(r"--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)")
 
 
@@ -50,7 +58,7 @@ def _spelled(text: str | None, known: set[str]) -> str | None:
     """`--driver-run` -> `driver_run` (and `--engine` -> `engines`) for the options a library caller has."""
     if text is None:
         return None
-    back = {cli: ours for ours, cli in _CLI_NAME.items()}
+    back = {**{cli: ours for ours, cli in _CLI_NAME.items()}, **_CLI_WORD}
 
     def name(m: re.Match[str]) -> str:
         snake = m.group(1).replace("-", "_")
@@ -80,12 +88,20 @@ def request(values: Mapping[str, Any]) -> Request:
         mig = cli["mig_layout"]
         cli["mig_layout"] = ",".join(mig) if isinstance(mig, (list, tuple)) else mig
         cli["reboot"] = False
-        steps = _inputs.steps(cli["only"], cli["skip"])
-        options = _inputs.pipeline_options(cli, progress=False)
+        chosen = _inputs.request(cli, None)  # the CLI's own selection: --bake keeps the bake steps and the marker
     except UsageError as exc:
         known = set(PIPELINE_OPTIONS)
         raise UsageError(_spelled(exc.message, known) or exc.message, fix=_spelled(exc.fix, known)) from None
-    return Request(steps, options)
+    return Request(chosen.steps, dataclasses.replace(chosen.options, progress=None))
+
+
+@dataclass(frozen=True)
+class FileDiff:
+    """A file's text before and after a change; `before` None: it did not exist, `after` None: it is removed."""
+
+    path: str
+    before: str | None
+    after: str | None
 
 
 @dataclass
@@ -96,6 +112,7 @@ class PipelineResult:
     report: RunReport
     changed_steps: list[str] = field(default_factory=list)
     applied: list[tuple[str, Action]] = field(default_factory=list)  # (step, action) carried out, in order
+    undo: bool = False  # an uninstall (its dry run's report has mode `plan`)
 
     @property
     def changed(self) -> bool:
@@ -111,15 +128,36 @@ class PipelineResult:
 
     def file_changes(self) -> list[WriteFile]:
         """The files written (install) or that would be written (plan), in order: for diffs."""
-        if self.report.mode == "install":
-            return [a for _, a in self.applied if isinstance(a, WriteFile)]
-        return [a for o in self.report.outcomes if o.result == "planned" for a in o.plan.actions
-                if isinstance(a, WriteFile)]
+        return [a for a in self._file_actions() if isinstance(a, WriteFile)]
+
+    def file_diffs(self) -> list[FileDiff]:
+        """Every file written, restored from its backup or removed (or that would be), in order: for diffs. An
+        uninstall's RestoreFile / RemoveFile (gpunode/undo/actions.py) included."""
+        from gpunode.undo.actions import RemoveFile, RestoreFile
+
+        found: list[FileDiff] = []
+        for a in self._file_actions():
+            if isinstance(a, WriteFile):
+                found.append(FileDiff(a.path, a.before, a.after))
+            elif isinstance(a, RestoreFile):
+                found.append(FileDiff(a.path, a.before, a.after or ""))
+            elif isinstance(a, RemoveFile):
+                found.append(FileDiff(a.path, a.before or "", None))
+        return found
+
+    def _file_actions(self) -> list[Action]:
+        if self.report.mode != "plan":
+            return [a for _, a in self.applied]
+        return [a for o in self.report.outcomes if o.result == "planned" for a in o.plan.actions]
 
     def to_dict(self) -> dict[str, object]:
         data = self.report.to_dict()
         data["changed"] = self.changed
         data["changed_steps"] = list(self.changed_steps)
+        if self.undo:
+            summary = data["summary"]
+            assert isinstance(summary, dict)
+            summary["nothing_to_undo"] = not self.report.outcomes
         return data
 
 
@@ -154,6 +192,57 @@ def install(conn: Connection, chosen: Request) -> PipelineResult:
     report = apply_pipeline(conn, chosen.steps, chosen.options, applied)
     changed = list(dict.fromkeys(step for step, _ in applied.done))
     return PipelineResult(report, changed, applied.done)
+
+
+# --- uninstall (gpunode/undo/): what `gpunode uninstall` takes; the rest of PIPELINE_OPTIONS is install's ---------
+UNINSTALL_OPTIONS = ("only", "lock_timeout", "stop_gpu_services")
+
+
+@dataclass(frozen=True)
+class UndoChoice:
+    """What to undo: the steps (reverse pipeline order) and the options the undo reads (reboot always off)."""
+
+    request: UndoRequest
+    options: Options
+
+
+def uninstall_request(values: Mapping[str, Any]) -> UndoChoice:
+    """Options for an uninstall, snake_case as for request(): `only` (the prerequisites are undone only when named),
+    `lock_timeout`, `stop_gpu_services`. An install option given a value other than its default is refused, so
+    nothing the caller asked for is silently ignored."""
+    from gpunode.cli._inputs import seconds
+    from gpunode.undo import select
+
+    unknown = sorted(set(values) - set(PIPELINE_OPTIONS))
+    if unknown:
+        raise UsageError(f"unknown option {unknown[0]}", fix="use one of: " + ", ".join(UNINSTALL_OPTIONS))
+    given = {k: (PIPELINE_OPTIONS[k] if v is None else v) for k, v in {**PIPELINE_OPTIONS, **values}.items()}
+    extra = [k for k in PIPELINE_OPTIONS if k not in UNINSTALL_OPTIONS and given[k] not in (PIPELINE_OPTIONS[k], [])]
+    if extra:
+        raise UsageError(f"{extra[0]} is an install option; an uninstall undoes what the node's journal records",
+                         fix=f"drop {extra[0]} (an uninstall takes only {', '.join(UNINSTALL_OPTIONS)})")
+    lock = seconds(float(given["lock_timeout"]), "lock_timeout", zero_ok=True, example="600")
+    try:
+        chosen = select(list(given["only"] or []))
+    except UsageError as exc:
+        raise UsageError(exc.message.replace("unknown step", "only: unknown step"), fix=exc.fix) from None
+    options = Options(reboot=False, lock_timeout=lock, stop_gpu_services=bool(given["stop_gpu_services"]))
+    return UndoChoice(dataclasses.replace(chosen, lock_timeout=lock), options)
+
+
+def uninstall(conn: Connection, chosen: UndoChoice, *, dry_run: bool = False) -> PipelineResult:
+    """`gpunode uninstall` (or `uninstall --dry-run`) on this connection, never rebooting. `changed` is true when
+    a step undid (or would undo) something; a node whose journal records nothing left to undo is unchanged."""
+    from gpunode.undo.engine import uninstall as run_uninstall
+
+    if dry_run:
+        report = run_uninstall(conn, chosen.request, chosen.options, dry_run=True)
+        changed = [o.step for o in report.outcomes if o.result == "planned" and _changes(o.plan)]
+        return PipelineResult(report, changed, undo=True)
+    applied = _Applied()
+    report = run_uninstall(conn, chosen.request, chosen.options, applied,
+                           command="uninstall " + " ".join(chosen.request.steps))
+    return PipelineResult(report, list(dict.fromkeys(step for step, _ in applied.done)), applied.done, undo=True)
 
 
 def doctor_document(host: str, facts: Facts) -> dict[str, object]:

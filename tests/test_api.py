@@ -47,6 +47,41 @@ def test_bad_values_fail_with_the_cli_checks_naming_the_option_as_the_caller_spe
     assert named in text and not_named not in text, text
 
 
+def test_day2_options_reach_the_options_and_unset_holds_stay_unset():
+    plain = api.request({}).options
+    assert plain.hold_kernel is None and plain.hold_driver is None and plain.stop_gpu_services is False
+    chosen = api.request({"stop_gpu_services": True, "hold_kernel": False, "hold_driver": True}).options
+    assert chosen.stop_gpu_services is True and chosen.hold_kernel is False and chosen.hold_driver is True
+    assert api.request({"hold_kernel": None}).options.hold_kernel is None  # Ansible's "unset"
+
+
+def test_bake_selects_the_steps_the_cli_selects():
+    from gpunode.bake import BAKE_STEPS
+    from gpunode.cli import _inputs
+    from gpunode.cli._params import PIPELINE
+
+    chosen = api.request({"bake": True, "driver": "535.129.03", "bake_kernel": "5.15.0-92-generic"})
+    assert [s.name for s in chosen.steps] == [*BAKE_STEPS, "bake"]
+    assert chosen.options.bake and chosen.options.bake_kernel == "5.15.0-92-generic" and not chosen.options.reboot
+    cli = _inputs.request({**{name: default for name, _, default in PIPELINE}, "bake": True,
+                           "driver": "535.129.03", "bake_kernel": "5.15.0-92-generic"}, None)
+    assert chosen.steps == cli.steps
+    skipped = api.request({"bake": True, "driver": "535.129.03", "skip": ["toolkit", "runtime"]})
+    assert [s.name for s in skipped.steps] == [*(n for n in BAKE_STEPS if n not in ("toolkit", "runtime")), "bake"]
+
+
+@pytest.mark.parametrize(("values", "named", "not_named"), [
+    ({"bake_kernel": "5.15.0-92-generic"}, "bake_kernel goes with bake", "--"),
+    ({"bake": True, "driver": "535.129.03", "bake_kernel": "not a kernel"}, "bake_kernel", "--kernel"),
+    ({"bake": True}, "needs the driver", "--driver"),
+])
+def test_bake_errors_name_the_options_as_the_caller_spells_them(values, named, not_named):
+    with pytest.raises(UsageError) as caught:
+        api.request(values)
+    text = caught.value.message + " " + (caught.value.fix or "")
+    assert named in text and not_named not in text, text
+
+
 def test_unknown_options_and_missing_controller_files_are_usage_errors(tmp_path):
     with pytest.raises(UsageError, match="unknown option reboot"):
         api.request({"reboot": True})
@@ -98,3 +133,47 @@ def test_doctor_is_the_doctor_json_document_with_the_verdict():
     readiness = document["readiness"]
     assert isinstance(readiness, dict) and readiness["ready"] is False and readiness["reason"]
     assert document["failures"] and document["exit_code"] == 1
+
+
+def test_uninstall_check_mode_predicts_the_undo_which_then_leaves_nothing_to_undo():
+    node = gpu_node(modules={"nouveau"})
+    conn = FakeConnection(node)
+    assert api.install(conn, nouveau_only()).changed
+    blacklist = node.files[nouveau.PATH]
+    chosen = api.uninstall_request({"only": None, "lock_timeout": 600.0, "driver": None, "k8s": False})
+
+    before = len(node.calls)
+    check = api.uninstall(conn, chosen, dry_run=True)
+    assert check.changed and check.changed_steps == ["nouveau"] and check.report.mode == "plan"
+    assert node.changing_calls(before) == [] and node.files[nouveau.PATH] == blacklist
+    assert [(d.path, d.before, d.after) for d in check.file_diffs()] == [(nouveau.PATH, blacklist, None)]
+    assert check.to_dict()["summary"]["nothing_to_undo"] is False
+
+    done = api.uninstall(conn, chosen)
+    assert done.changed and done.changed_steps == ["nouveau"] and done.state == "ready"
+    assert nouveau.PATH not in node.files
+    assert [(d.path, d.after) for d in done.file_diffs()] == [(nouveau.PATH, None)]
+
+    before = len(node.calls)
+    for dry_run in (True, False):
+        again = api.uninstall(conn, chosen, dry_run=dry_run)
+        assert not again.changed and again.report.outcomes == [] and again.to_dict()["summary"]["nothing_to_undo"]
+    assert node.changing_calls(before) == []
+
+
+@pytest.mark.parametrize(("values", "named"), [
+    ({"driver": "535.129.03"}, "driver is an install option"),
+    ({"k8s": True}, "k8s is an install option"),
+    ({"only": ["kernel"]}, "only: unknown step 'kernel'"),
+    ({"lock_timeout": -1}, "lock_timeout -1"),
+    ({"state": "absent"}, "unknown option state"),
+])
+def test_uninstall_options_refuse_what_an_uninstall_would_ignore(values, named):
+    with pytest.raises(UsageError, match=named.replace("(", r"\(")):
+        api.uninstall_request(values)
+
+
+def test_uninstall_options_reach_the_undo():
+    chosen = api.uninstall_request({"only": ["prerequisites"], "lock_timeout": 0, "stop_gpu_services": True})
+    assert chosen.request.steps == ("prerequisites",) and chosen.request.prerequisites
+    assert chosen.request.lock_timeout == 0 and chosen.options.stop_gpu_services and not chosen.options.reboot

@@ -134,11 +134,11 @@ def print_summary(mode: str, results: Sequence[HostResult], log_dir: Path, targe
             cells = []
             for step in steps:
                 o = outcome.get(step)
-                shown = (o.result if mode == "install" else o.plan.status.value) if o is not None else "-"
+                shown = (o.result if mode in ("install", "uninstall") else o.plan.status.value) if o is not None else "-"
                 cells.append(Text(shown, style=RESULT_STYLE.get(shown, "dim")))
             grid.add_row(node_text(r.host), *cells)
         out.print(grid)
-    pipeline = mode in ("plan", "install")
+    pipeline = mode in ("plan", "install", "uninstall")
     columns = ["host", "status", *(["steps changed", "reboot pending"] if pipeline else []), "error", "log"]
     table = Table(box=None, header_style="bold", pad_edge=False, title=f"gpunode {mode}: {len(results)} nodes")
     for column in columns:

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import shlex
+from typing import TextIO
 
 import typer
 from rich.text import Text
 
 from gpunode import cancel
+from gpunode.cli._fleet import fleet_exit_code, print_summary, run_with_view
 from gpunode.cli._inputs import seconds
 from gpunode.cli._params import (
     DryRunOpt,
     LockTimeoutOpt,
     RebootOpt,
     RebootTimeoutOpt,
+    StopGpuServicesOpt,
     UndoOnlyOpt,
     command,
     expected_errors,
@@ -21,31 +26,39 @@ from gpunode.cli._params import (
 from gpunode.cli._pipeline_view import ConsoleReporter, render_plan
 from gpunode.cli._target import Target, rewrite_fixes
 from gpunode.cli.pipeline import two_stage_interrupt
+from gpunode.errors import ConnectError, GpunodeError
+from gpunode.fleet import HostResult, LoggedConnection, QueueReporter, result_from_report
+from gpunode.inventory import InventoryHost
 from gpunode.options import Options
 from gpunode.runner import RunReport
 from gpunode.ui import STATUS_STYLE, clean, labelled, node_text, out, print_json
 from gpunode.undo import select
 from gpunode.undo.engine import uninstall as run_uninstall
+from gpunode.undo.state import UndoRequest
 
 
-@command(reach="one")
+@command(reach="rolling")
 def uninstall(target: Target, argv: list[str], only: UndoOnlyOpt = None, dry_run: DryRunOpt = False,
               reboot: RebootOpt = False, reboot_timeout: RebootTimeoutOpt = 900.0,
-              lock_timeout: LockTimeoutOpt = 600.0) -> None:
+              lock_timeout: LockTimeoutOpt = 600.0, stop_gpu_services: StopGpuServicesOpt = False) -> None:
     """Undo what gpunode installed, in reverse order, from the node's journal. Never removes what gpunode did not install.
 
     Files gpunode created are removed, files it replaced come back from their backups (a file changed since keeps
     the user's change and loses only gpunode's entries, or stays), packages and the driver gpunode installed are
-    removed. The build prerequisites are kept unless named with --only prerequisites. Exit 0 done (or nothing to
-    undo), 1 failed or blocked, 3 a reboot is needed, 2 usage error, 130 interrupted.
+    removed. The build prerequisites are kept unless named with --only prerequisites. Several --host, or
+    --inventory: every node is undone in parallel, one failing node does not stop the others. Exit 0 done (or
+    nothing to undo), 1 failed or blocked, 3 a reboot is needed, 2 usage error, 130 interrupted.
     """
     with expected_errors():
         request = select(only or [])
         options = Options(reboot=reboot, reboot_timeout=seconds(reboot_timeout, "--reboot-timeout"),
-                          lock_timeout=seconds(lock_timeout, "--lock-timeout", zero_ok=True))
+                          lock_timeout=seconds(lock_timeout, "--lock-timeout", zero_ok=True),
+                          stop_gpu_services=stop_gpu_services)
         request = type(request)(request.steps, request.prerequisites, options.lock_timeout)
     words = ["gpunode", "uninstall", *[w for w in argv if w != "--dry-run"]]
     with expected_errors(target.fixer()):
+        if target.fleet is not None:
+            _uninstall_fleet(target, target.fleet, request, options, dry_run)
         with target.open() as conn:
             if dry_run:
                 report = run_uninstall(conn, request, options, dry_run=True)
@@ -86,3 +99,49 @@ def _recap(report: RunReport, target: Target) -> None:
             out.print(labelled("note:", node_text(fixer(note), "dim"), indent=2))
     out.print(Text(f"summary: {report.state}" + (f"; rebooted {report.reboots}x" if report.reboots else ""),
                    style="bold"))
+
+
+def _uninstall_fleet(target: Target, hosts: list[InventoryHost], request: UndoRequest, options: Options,
+                     dry_run: bool) -> None:
+    """The fleet: each node's undo with the same engine, the same live view, summary and exit code as install;
+    `--json`: one document with each node's report (and `nothing_to_undo`, and the fix of a node that could not
+    start its undo, e.g. a corrupt journal)."""
+    target.secrets()  # prompt before any worker starts
+    options = dataclasses.replace(options, progress=None)
+    fixes: dict[str, str | None] = {}
+
+    def work(host: InventoryHost, reporter: QueueReporter, log: TextIO) -> HostResult:
+        with LoggedConnection(target.open(host), log) as conn:
+            try:
+                report = run_uninstall(conn, request, options, reporter, dry_run=dry_run,
+                                       command="uninstall " + " ".join(request.steps))
+            except ConnectError:
+                raise
+            except GpunodeError as exc:  # before any step: the journal; the node fails alone, with the fix
+                fixes[host.name] = exc.fix
+                raise
+        if getattr(log, "debug", False):  # the report holds file diffs (node file contents): debug level only
+            log.write(json.dumps(rewrite_fixes(report.to_dict(), target.fixer(host)), indent=2) + "\n")
+        result = result_from_report(host.name, report)
+        if report.interrupted:  # Ctrl-C: the engine stopped at a safe point and recorded it in the journal
+            result.status = "interrupted"
+        if not report.outcomes:
+            log.write("nothing to undo (the journal records no change gpunode has not undone)\n")
+        return result
+
+    def extra(result: HostResult) -> dict[str, object]:
+        shown: dict[str, object] = {"nothing_to_undo": result.report is not None and not result.report.outcomes}
+        if fixes.get(result.host):
+            shown["fix"] = fixes[result.host]
+        return shown
+
+    mode = "plan" if dry_run else "uninstall"
+    results, log_dir = run_with_view(hosts, [name for name in request.steps], work, target)
+    print_summary(mode, results, log_dir, target, hosts, extra)
+    if not target.json_output:
+        by_name = {h.name: h for h in hosts}
+        for name, fix in fixes.items():
+            if fix:
+                out.print(Text.assemble((f"{clean(name)}: ", "bold red"), "could not start the uninstall"))
+                out.print(labelled("fix:", node_text(target.fixer(by_name.get(name))(fix), "bold green"), indent=2))
+    raise typer.Exit(fleet_exit_code(results))

@@ -12,6 +12,7 @@ import sys
 import tarfile
 from pathlib import Path
 
+from gpunode.api import PIPELINE_OPTIONS
 from tests.ansible.conftest import COLLECTION, ROOT, ansible_tool
 
 PY = f"{sys.version_info[0]}.{sys.version_info[1]}"
@@ -62,6 +63,13 @@ def test_galaxy_builds_an_artifact_that_installs_and_documents_itself(tmp_path):
     node = data["gpunode.gpu.node"]["doc"]
     assert {"driver", "driver_run", "sha256", "only", "skip", "engines", "k8s", "toolkit_version"} <= set(node["options"])
     assert node["attributes"]["check_mode"]["support"] == "full"
+    # every library option is documented (and no other), plus the module's own state; unset holds are "unset"
+    assert set(node["options"]) == {*PIPELINE_OPTIONS, "state"}
+    for name in ("hold_kernel", "hold_driver"):
+        assert node["options"][name]["type"] == "bool" and "default" not in node["options"][name], node["options"][name]
+    assert node["options"]["state"]["choices"] == ["present", "absent"] and node["options"]["state"]["default"] == "present"
+    assert node["options"]["stop_gpu_services"]["default"] is False and "bake_kernel" in node["options"]
+    assert "nothing_to_undo" in data["gpunode.gpu.node"]["return"]
     assert "reboot_required" in data["gpunode.gpu.node"]["return"]
     assert "fail_when_not_ready" in data["gpunode.gpu.doctor"]["doc"]["options"]
     assert "installed_path" not in data  # sanity: nothing else was listed

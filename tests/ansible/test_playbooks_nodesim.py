@@ -265,3 +265,51 @@ def test_become_wraps_every_gpunode_command_the_ansible_way(sim_node, ansible):
     assert node.read("/etc/modprobe.d/blacklist-nouveau.conf").startswith("# Written by gpunode")  # stdin intact
     again = ansible.playbook(node_play("{only: [nouveau, nodesettings]}", become=True), env=become)
     assert again.results()["gpu-00"]["changed"] is False
+
+
+def test_state_absent_undoes_the_install_check_mode_predicts_it_and_a_second_run_changes_nothing(sim_fleet, ansible):
+    nodes = ready_node(sim_fleet, 3)
+    ansible.hosts(nodes)
+    names = [f"gpu-{i:02d}" for i in range(3)]
+    before = {n.name: node_state(n) for n in nodes}
+    run = ansible.playbook(node_play())
+    assert run.rc == 0, run.stdout + run.stderr
+    assert all(run.results()[h]["changed"] for h in names)
+    installed = {n.name: node_state(n) for n in nodes}
+
+    # check mode: `uninstall --dry-run`, the diff shows what goes back, nothing changes
+    for n in nodes:
+        n.clear_calls()
+    check = ansible.playbook(node_play("{state: absent}"), "--check", "--diff")
+    assert check.rc == 0, check.stdout + check.stderr
+    predicted = check.results()
+    assert all(predicted[h]["changed"] and predicted[h]["mode"] == "plan" for h in names), predicted
+    assert all(node_state(n) == installed[n.name] and changing_calls(n) == [] for n in nodes)
+    diffs = {d["after_header"] for d in predicted["gpu-00"]["diff"]}
+    assert "/dev/null" in diffs  # a file gpunode created is removed
+    assert "+++ after: /dev/null" in check.stdout  # Ansible shows it as a removal
+
+    done = ansible.playbook(node_play("{state: absent}"))
+    assert done.rc == 0, done.stdout + done.stderr
+    results = done.results()
+    for h, n in zip(names, nodes, strict=True):
+        r = results[h]
+        assert r["changed"] and r["mode"] == "uninstall" and r["nothing_to_undo"] is False, r
+        assert r["changed_steps"] == predicted[h]["changed_steps"]  # check mode predicted the run
+        assert "nvidia-container-toolkit" not in n.installed_packages()
+        assert not n.exists("/etc/modprobe.d/blacklist-nouveau.conf")
+        after = node_state(n)
+        # the files under /etc are back as they were before the install (gpunode's journal stays, as a record)
+        etc = {k: v for k, v in after["files"].items() if k.startswith("etc/")}
+        assert etc == {k: v for k, v in before[n.name]["files"].items() if k.startswith("etc/")}
+
+    again = ansible.playbook(node_play("{state: absent}"))
+    assert again.rc == 0, again.stdout + again.stderr
+    assert all(not r["changed"] and r["nothing_to_undo"] and r["msg"] == "gpunode uninstall: nothing to undo"
+               for r in again.results().values()), again.results()
+    assert len(again.results()) == 3
+
+    # an install option with state=absent is refused before the host is touched
+    bad = ansible.playbook(node_play("{state: absent, driver: 535.129.03}"))
+    assert bad.rc != 0
+    assert all("driver is an install option" in r["msg"] for r in bad.results().values())

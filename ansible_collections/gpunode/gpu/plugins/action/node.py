@@ -1,13 +1,14 @@
 # Copyright: gpunode contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """gpunode.gpu.node: gpunode's pipeline on the task's host, run from the controller through the task's connection.
-Check mode is `gpunode plan`, otherwise `gpunode install` without reboots (reboot_required says when)."""
+Check mode is `gpunode plan`, otherwise `gpunode install` without reboots (reboot_required says when). With
+state=absent: `gpunode uninstall` (check mode: `uninstall --dry-run`)."""
 
 from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpunode.gpu.plugins.module_utils.specs import NODE_SPEC
+from ansible_collections.gpunode.gpu.plugins.module_utils.specs import GPUNODE_OPTIONS, NODE_SPEC
 from ansible_collections.gpunode.gpu.plugins.plugin_utils.gpunode_bridge import (
     GPUNODE_IMPORT_ERROR,
     MISSING_GPUNODE,
@@ -34,8 +35,10 @@ def _steps(report):
 
 
 def _diff(files):
-    return [{"before_header": f.path if f.before is not None else "/dev/null", "after_header": f.path,
-             "before": f.before or "", "after": f.after} for f in files]
+    """FileDiff (gpunode/api.py) -> Ansible's diff entries; None before: created, None after: removed."""
+    return [{"before_header": f.path if f.before is not None else "/dev/null",
+             "after_header": f.path if f.after is not None else "/dev/null",
+             "before": f.before or "", "after": f.after or ""} for f in files]
 
 
 def _failure(data):
@@ -60,13 +63,18 @@ class ActionModule(ActionBase):
         args = self.validate_argument_spec(argument_spec=NODE_SPEC)[1]
         host = task_vars.get("inventory_hostname") or self._play_context.remote_addr
         check = bool(self._task.check_mode)
+        absent = args.get("state") == "absent"
+        values = {k: args.get(k) for k in GPUNODE_OPTIONS}
         try:
-            chosen = api.request({k: args.get(k) for k in NODE_SPEC})
+            chosen = api.uninstall_request(values) if absent else api.request(values)
         except GpunodeError as exc:
             return {**result, "failed": True, "msg": exc.message, "fix": exc.fix}
         conn = AnsibleNodeConnection(self, host)
         try:
-            outcome = api.plan(conn, chosen) if check else api.install(conn, chosen)
+            if absent:
+                outcome = api.uninstall(conn, chosen, dry_run=check)
+            else:
+                outcome = api.plan(conn, chosen) if check else api.install(conn, chosen)
         except ConnectError as exc:
             if conn.failure is not None:
                 return {**result, "unreachable": True, "msg": exc.message}
@@ -88,14 +96,23 @@ class ActionModule(ActionBase):
             summary=summary,
             gpunode_version=data["gpunode_version"],
         )
+        if absent:
+            result["nothing_to_undo"] = summary["nothing_to_undo"]
+            if outcome.reboot_required:
+                result["exit_code"] = 3  # as `gpunode uninstall` exits
         if self._task.diff:
-            result["diff"] = _diff(outcome.file_changes())
+            result["diff"] = _diff(outcome.file_diffs())
         if summary["state"] in ("failed", "blocked", "interrupted"):
             msg, fix = _failure(data)
             result.update(failed=True, msg=msg, fix=fix)
         elif outcome.reboot_required:
             result["msg"] = ("a reboot is required before the remaining steps can run: reboot the host "
                              "(ansible.builtin.reboot), then run this task again")
+        elif absent:
+            result["msg"] = ("gpunode uninstall: nothing to undo" if summary["nothing_to_undo"] else
+                             f"gpunode uninstall{' --dry-run' if check else ''}: "
+                             + (", ".join(outcome.changed_steps) + (" undone" if not check else " would be undone")
+                                if outcome.changed else summary["state"]))
         else:
             result["msg"] = f"gpunode {'plan' if check else 'install'}: {summary['state']}"
         return result

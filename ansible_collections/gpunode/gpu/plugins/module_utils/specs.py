@@ -8,6 +8,7 @@ from __future__ import annotations
 STEPS = ["nouveau", "prerequisites", "driver", "compat", "toolkit", "runtime", "fabricmanager", "nodesettings", "k8s"]
 
 NODE_SPEC = dict(
+    state=dict(type="str", choices=["present", "absent"], default="present"),
     only=dict(type="list", elements="str", choices=STEPS),
     skip=dict(type="list", elements="str", choices=STEPS),
     driver=dict(type="str"),
@@ -30,7 +31,16 @@ NODE_SPEC = dict(
     mps=dict(type="bool", default=False),
     mps_thread_percentage=dict(type="int"),
     mig_layout=dict(type="list", elements="str"),
+    # day 2 (docs/day2.md); no default on the holds: unset (None) leaves them as they are
+    stop_gpu_services=dict(type="bool", default=False),
+    hold_kernel=dict(type="bool"),
+    hold_driver=dict(type="bool"),
+    # image builds (docs/engines.md), e.g. from Packer's ansible provisioner against the build VM
+    bake=dict(type="bool", default=False),
+    bake_kernel=dict(type="str"),
 )
+# the options of NODE_SPEC that are gpunode's (gpunode/api.py PIPELINE_OPTIONS); `state` is the module's own
+GPUNODE_OPTIONS = [name for name in NODE_SPEC if name != "state"]
 
 DOCTOR_SPEC = dict(
     fail_when_not_ready=dict(type="bool", default=False),

@@ -20,11 +20,25 @@ description:
   - Use C(become) (or connect as root); gpunode then adds no sudo of its own.
   - Driver installers named by O(driver), O(driver_run) or a URL are downloaded and checked on the controller,
     then uploaded through the connection.
+  - With O(state=absent) it runs C(gpunode uninstall) instead, which undoes what gpunode installed on the host
+    (files, packages, units, the driver), from the host's journal, in the reverse of the pipeline's order. In check
+    mode this is C(gpunode uninstall --dry-run). A host with nothing left to undo is unchanged.
 author:
   - gpunode contributors (@gpunode)
 options:
+  state:
+    description:
+      - V(present) makes the host a GPU container host (C(gpunode install)).
+      - V(absent) undoes what gpunode installed (C(gpunode uninstall)). It takes only O(only), O(lock_timeout) and
+        O(stop_gpu_services); any other option given a value fails the task. The build prerequisites (gcc, make,
+        dkms, headers) are kept unless O(only) names C(prerequisites).
+    type: str
+    choices: [present, absent]
+    default: present
   only:
-    description: Run only these steps (pipeline order is kept).
+    description:
+      - Run only these steps (pipeline order is kept).
+      - With O(state=absent), undo only these steps.
     type: list
     elements: str
     choices: [nouveau, prerequisites, driver, compat, toolkit, runtime, fabricmanager, nodesettings, k8s]
@@ -103,6 +117,34 @@ options:
     description: Kubernetes; MIG GPU instance profiles for every GPU, for example C([1g.10gb, 1g.10gb]).
     type: list
     elements: str
+  stop_gpu_services:
+    description:
+      - Driver upgrade; stop the GPU services that hold the loaded driver (persistenced, fabric manager, DCGM,
+        MPS), unload it, install, and start them again. Other processes holding the GPU are never stopped.
+    type: bool
+    default: false
+  hold_kernel:
+    description:
+      - V(true) holds the kernel metapackages (C(apt-mark hold), C(dnf versionlock)) so upgrades cannot bring a
+        kernel the driver is not built for; V(false) releases them.
+      - Unset (the default) leaves the holds as they are.
+    type: bool
+  hold_driver:
+    description:
+      - V(true) holds the driver's packages, V(false) releases them (a C(.run) driver has none).
+      - Unset (the default) leaves the holds as they are.
+    type: bool
+  bake:
+    description:
+      - Image build (for example Packer's ansible provisioner against the build VM); install the driver built for
+        O(bake_kernel) without a GPU, load nothing, and leave C(/var/lib/gpunode/baked.json) for the boot-time
+        install. Runs the steps an image can take (nouveau, prerequisites, driver, compat, toolkit, runtime), then
+        the bake marker. Needs O(driver) or O(driver_run).
+    type: bool
+    default: false
+  bake_kernel:
+    description: With O(bake=true), the kernel release the image boots. Default the newest installed kernel.
+    type: str
 attributes:
   check_mode:
     support: full
@@ -149,6 +191,16 @@ EXAMPLES = r"""
   gpunode.gpu.node:
     only: [toolkit, runtime]
     engines: [docker]
+
+- name: Upgrade the driver, stopping persistenced and fabric manager for it, and hold the kernel
+  gpunode.gpu.node:
+    driver: 570.172.08
+    stop_gpu_services: true
+    hold_kernel: true
+
+- name: Undo what gpunode installed
+  gpunode.gpu.node:
+    state: absent
 """
 
 RETURN = r"""
@@ -166,6 +218,7 @@ state:
   description:
     - Where the host stands. install, V(ready), V(reboot-pending), V(blocked) or V(failed).
     - Check mode, V(ready) (nothing to change), V(changes-pending) or V(blocked).
+    - With O(state=absent) the same words describe the uninstall (V(ready) means done).
   returned: success
   type: str
   sample: ready
@@ -182,7 +235,7 @@ reboot_required:
   returned: success
   type: bool
 mode:
-  description: V(plan) in check mode, else V(install).
+  description: V(plan) in check mode, else V(install) (V(uninstall) with O(state=absent)).
   returned: success
   type: str
 node:
@@ -215,6 +268,10 @@ summary:
   description: Counts of step results, state, ready, reboot_required.
   returned: success
   type: dict
+nothing_to_undo:
+  description: With O(state=absent), the host's journal records nothing gpunode has not undone already.
+  returned: success and O(state=absent)
+  type: bool
 msg:
   description: The reason of the first failed or blocked step, or the run's state.
   returned: always
