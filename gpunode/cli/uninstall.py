@@ -14,6 +14,7 @@ from gpunode.cli._params import (
     LockTimeoutOpt,
     RebootOpt,
     RebootTimeoutOpt,
+    StopGpuServicesOpt,
     UndoOnlyOpt,
     command,
     expected_errors,
@@ -31,7 +32,7 @@ from gpunode.undo.engine import uninstall as run_uninstall
 @command(reach="one")
 def uninstall(target: Target, argv: list[str], only: UndoOnlyOpt = None, dry_run: DryRunOpt = False,
               reboot: RebootOpt = False, reboot_timeout: RebootTimeoutOpt = 900.0,
-              lock_timeout: LockTimeoutOpt = 600.0) -> None:
+              lock_timeout: LockTimeoutOpt = 600.0, stop_gpu_services: StopGpuServicesOpt = False) -> None:
     """Undo what gpunode installed, in reverse order, from the node's journal. Never removes what gpunode did not install.
 
     Files gpunode created are removed, files it replaced come back from their backups (a file changed since keeps
@@ -42,7 +43,8 @@ def uninstall(target: Target, argv: list[str], only: UndoOnlyOpt = None, dry_run
     with expected_errors():
         request = select(only or [])
         options = Options(reboot=reboot, reboot_timeout=seconds(reboot_timeout, "--reboot-timeout"),
-                          lock_timeout=seconds(lock_timeout, "--lock-timeout", zero_ok=True))
+                          lock_timeout=seconds(lock_timeout, "--lock-timeout", zero_ok=True),
+                          stop_gpu_services=stop_gpu_services)
         request = type(request)(request.steps, request.prerequisites, options.lock_timeout)
     words = ["gpunode", "uninstall", *[w for w in argv if w != "--dry-run"]]
     with expected_errors(target.fixer()):
