@@ -67,6 +67,19 @@ def read_state(conn: Connection, records: list[Record]) -> NodeState:
                      holds=None if holds is None else frozenset(holds))
 
 
+def _first_blocked(records: list[Record], current: NodeState, facts: Facts, request: UndoRequest) -> str | None:
+    """Plan every step from the state now (as --dry-run does); the first one blocked, if any."""
+    for name, _, _ in ORDER:
+        if name not in request.steps:
+            continue
+        plan = plan_step(name, records, current, facts, request)
+        if plan.status is Status.BLOCKED:
+            return name
+        if plan.status is Status.CHANGE:
+            request = replace(request, stopping=tuple(dict.fromkeys((*request.stopping, *stopped_units(plan.actions)))))
+    return None
+
+
 def kept_packages(records: list[Record], current: NodeState, request: UndoRequest) -> frozenset[str]:
     """Packages gpunode installed that stay installed after this uninstall: those of steps it does not undo (not
     selected with --only; the prerequisites unless named)."""
@@ -99,6 +112,10 @@ def uninstall(conn: Connection, request: UndoRequest, options: Options, reporter
     request = replace(request, kept_packages=kept_packages(records, current, request),
                       stop_gpu_services=request.stop_gpu_services or options.stop_gpu_services)
     stopped: str | None = None
+    blocked = None if dry_run else _first_blocked(records, current, facts, request)
+    if blocked is not None:  # know before you touch: a step that cannot be undone stops the run before any change
+        stopped = f"not run: step {blocked} is blocked (nothing was changed)"
+        dry_run, record = True, None
     for name, title, _ in ORDER:
         if name not in request.steps:
             continue
@@ -107,6 +124,11 @@ def uninstall(conn: Connection, request: UndoRequest, options: Options, reporter
         reporter.planned(conn.name, step, plan)
         if plan.status is Status.CHANGE:  # what this step stops, the later steps (the driver's) need not stop
             request = replace(request, stopping=tuple(dict.fromkeys((*request.stopping, *stopped_units(plan.actions)))))
+        if dry_run and stopped:  # blocked before the first change
+            blocks = plan.status is Status.BLOCKED
+            report.outcomes.append(StepOutcome(name, step.title, plan, "blocked" if blocks else "not-run",
+                                               error=None if blocks else stopped))
+            continue
         if dry_run:
             result = {"ok": "ok", "change": "planned", "blocked": "blocked", "unknown": "unknown"}[plan.status.value]
             report.outcomes.append(StepOutcome(name, step.title, plan, result))

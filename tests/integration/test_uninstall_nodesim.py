@@ -202,3 +202,35 @@ def test_nvswitch_node_uninstall_removes_fabric_manager_its_hold_and_repository_
     again = uninstall(node, "--stop-gpu-services")
     assert again.exit_code == 0, again.output
     assert "nothing to undo" in again.stdout and snapshot(node) == again_tree
+
+
+def test_a_users_dcgm_blocks_before_any_change_then_stop_gpu_services_and_drm_clients_plan_the_reboot(
+        sim_node, mirror, tmp_path):
+    node, _ = installed(sim_node, mirror, tmp_path)
+    node.set_unit("nvidia-dcgm", active="active", enabled="enabled")  # the user's DCGM: not gpunode's
+    tree = snapshot(node)
+    blocked = uninstall(node, "--json")
+    assert blocked.exit_code == 1, blocked.output
+    steps = {s["step"]: s for s in json.loads(blocked.stdout)["steps"]}
+    assert steps["driver"]["result"] == "blocked" and "nvidia-dcgm.service" in steps["driver"]["reason"]
+    assert "nvidia-persistenced" not in steps["driver"]["reason"].split("held by")[-1]  # nodesettings' undo stops it
+    assert steps["driver"]["fix"].startswith("gpunode uninstall --host ") and "--stop-gpu-services" in \
+        steps["driver"]["fix"]
+    assert {s["result"] for n, s in steps.items() if n != "driver"} == {"not-run"}
+    assert snapshot(node) == tree and node.driver() is not None  # nothing was changed
+
+    assert node.ssh("modprobe nvidia_drm")[0] == 0
+    node.set_drm_clients(1)  # the framebuffer console holds nvidia_drm: it cannot unload before a reboot
+    dry = json.loads(uninstall(node, "--stop-gpu-services", "--dry-run", "--json").stdout)
+    driver = {s["step"]: s for s in dry["steps"]}["driver"]
+    assert [a["kind"] for a in driver["actions"]] == ["service", "modules", "command", "reboot"], driver
+    assert driver["actions"][0]["commands"] == ["systemctl stop nvidia-dcgm.service"]
+    assert driver["actions"][2]["commands"] == ["nvidia-installer --uninstall --silent --skip-module-unload"]
+    assert driver["reboot_required"] is True and any("stay stopped" in n for n in driver["notes"])
+
+    boots = node.reboots
+    done = uninstall(node, "--stop-gpu-services", "--reboot", "--reboot-timeout", "60")
+    assert done.exit_code == 0, done.output
+    assert "nvidia-dcgm.service stay stopped" in done.stdout
+    assert node.driver() is None and node.reboots == boots + 1 and not node.is_loaded("nvidia")
+    assert "nothing to undo" in uninstall(node).stdout
