@@ -14,10 +14,10 @@ import hashlib
 import json
 import os
 import stat
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 from typer.testing import CliRunner
 
 from gpunode.cli import app
