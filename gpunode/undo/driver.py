@@ -22,13 +22,20 @@ from gpunode.actions.driver import StopGpuServices, UnloadModules
 from gpunode.facts import Facts
 from gpunode.facts.holders import MODULES, Holders, gpu_holders
 from gpunode.plan import Action, Reboot, RunCommand, Status, StepPlan, blocked, change, ok
+from gpunode.steps import PIPELINE
 from gpunode.undo.common import hold_actions
 from gpunode.undo.state import LEGACY_NOTE, NodeState, Record, UndoRequest
 
 NAME = "driver"
 UNINSTALL = ("nvidia-installer", "--uninstall", "--silent")
 SKIP_UNLOAD = "--skip-module-unload"
-AGAIN = "gpunode uninstall"
+
+
+def _again(request: UndoRequest, *extra: str) -> str:
+    """The same `gpunode uninstall` (its --only steps), with `extra`."""
+    every = {s.name for s in PIPELINE}
+    only = [w for n in request.steps for w in ("--only", n)] if set(request.steps) != every else []
+    return shlex.join(["gpunode", "uninstall", *only, *extra])
 
 
 def plan(records: list[Record], state: NodeState, facts: Facts, request: UndoRequest) -> StepPlan:
@@ -86,8 +93,8 @@ def _remove(facts: Facts, request: UndoRequest, version: str, loaded: str | None
     if services and not request.stop_gpu_services:
         listing = ", ".join(services)
         return blocked(NAME, f"driver {version} is loaded and held by {listing}: the uninstaller cannot unload it",
-                       f"{AGAIN} --stop-gpu-services  # stops {listing}; they stay stopped (the driver they need is "
-                       "removed)", *notes)
+                       f"{_again(request, '--stop-gpu-services')}  # stops {listing}; they stay stopped (the "
+                       "driver they need is removed)", *notes)
     stays = tuple(m for m in found.stuck_modules if m in modules)
     actions: list[Action] = []
     if services:
@@ -126,6 +133,6 @@ def _blocked(found: Holders, services: tuple[str, ...], version: str, request: U
         fixes.append("`docker stop " + " ".join(shlex.quote(n) for n in dict.fromkeys(names)) + "`")
     if any(p.in_pod for p in found.processes):
         fixes.append(f"drain the node (`{found.drain()}`) and remove the GPU DaemonSet pods from it")
-    again = AGAIN + (" --stop-gpu-services" if services and not request.stop_gpu_services else "")
+    again = _again(request, *(("--stop-gpu-services",) if services or request.stop_gpu_services else ()))
     return blocked(NAME, f"driver {version} is in use: {'; '.join(found.lines())}. Its uninstaller needs every one "
                          "of these gone", "; ".join(fixes) + f"; then {again}", *notes)

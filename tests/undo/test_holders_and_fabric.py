@@ -27,7 +27,7 @@ def test_gpu_services_block_the_driver_uninstall_without_the_flag():
     p = driver.plan(MINE, INSTALLED, node(), REQ)
     assert p.status is Status.BLOCKED and p.actions == ()
     assert FM in p.reason and PERSISTENCED in p.reason
-    assert p.fix is not None and p.fix.startswith("gpunode uninstall --stop-gpu-services")
+    assert p.fix is not None and p.fix.startswith("gpunode uninstall --only driver --stop-gpu-services")
 
 
 def test_with_the_flag_they_are_stopped_and_stay_stopped_then_the_modules_unload_and_the_driver_goes():
@@ -49,7 +49,8 @@ def test_services_the_earlier_undo_steps_stop_need_no_flag():
 def test_a_users_process_blocks_even_with_the_flag_and_is_named():
     p = driver.plan(MINE, INSTALLED, node(processes=DAEMONS + USER_JOB), dataclasses.replace(REQ, stop_gpu_services=True))
     assert p.status is Status.BLOCKED and "PID 40112 python3" in p.reason
-    assert p.fix is not None and "end or move PID 40112 (python3)" in p.fix and p.fix.endswith("gpunode uninstall")
+    assert p.fix is not None and "end or move PID 40112 (python3)" in p.fix
+    assert p.fix.endswith("then gpunode uninstall --only driver --stop-gpu-services")
 
 
 def test_nvidia_drm_held_by_drm_clients_removes_the_files_without_unloading_then_reboots():
@@ -122,3 +123,8 @@ def test_the_cuda_repository_stays_while_a_package_gpunode_keeps_may_come_from_i
 def test_holds_unknown_means_none_released():
     p = fabricmanager.plan(FM_RECORDS, dataclasses.replace(FM_STATE, holds=None), Facts(), FM_REQ)
     assert not any("unhold" in c for c in commands(p)) and any("no hold released" in n for n in p.notes)
+
+
+def test_the_fix_repeats_the_only_steps_asked_for():
+    p = driver.plan(MINE, INSTALLED, node(), UndoRequest(("driver", "nouveau")))
+    assert p.fix is not None and p.fix.startswith("gpunode uninstall --only driver --only nouveau --stop-gpu-services")
