@@ -31,6 +31,11 @@ packages) if command -v dpkg-query >/dev/null 2>&1; then dpkg-query -W -f '${db:
   elif command -v rpm >/dev/null 2>&1; then rpm -qa --qf '%{NAME} %{VERSION}-%{RELEASE}\n' 2>/dev/null | sed 's/^/pkg /'; fi ;;
 units) for u; do echo "unit $u $(systemctl is-enabled "$u" 2>/dev/null || true)"; done ;;
 driver) v=$(nvidia-installer --version 2>/dev/null | sed -n 's/.*version *\([0-9][0-9.]*\).*/\1/p' | head -n 1); echo "driver ${v:--}" ;;
+holds) if command -v apt-mark >/dev/null 2>&1; then apt-mark showhold 2>/dev/null | sed 's/^/hold /'
+  elif command -v dnf >/dev/null 2>&1; then dnf -q -C versionlock list 2>/dev/null | sed -n 's/^\([A-Za-z0-9_.+-]*\)-[0-9]*:.*/hold \1/p'
+  elif command -v yum >/dev/null 2>&1; then yum -q -C versionlock list 2>/dev/null | sed -n 's/^\([A-Za-z0-9_.+-]*\)-[0-9]*:.*/hold \1/p'
+  elif [ -r /etc/zypp/locks ]; then sed -n 's/^solvable_name: *\(.*\)/hold \1/p' /etc/zypp/locks; fi ;;
+dir) for d; do for f in "$d"/*; do [ -f "$f" ] || continue; s=$(sha256sum -- "$f" 2>/dev/null); echo "file ${s%% *} $f"; done; done ;;
 esac
 true""",
 )
@@ -38,7 +43,8 @@ true""",
 
 def undo_look(conn: Connection, what: str, *items: str) -> dict[str, str] | None:
     """{item: value} from UNDO_LOOK (files: sha256 or "-"; packages: name -> version; units: name -> state;
-    driver: "driver" -> version or "-"), or None when the node could not tell."""
+    driver: "driver" -> version or "-"; holds: held package -> "held"; dir: the files in the directories ->
+    sha256), or None when the node could not tell."""
     try:
         result = conn.run(Script(UNDO_LOOK.body, (what, *items), UNDO_LOOK.name), sudo=True, timeout=120)
     except Exception:  # noqa: BLE001 - a record is best effort: the change itself must not fail for it
@@ -51,6 +57,8 @@ def undo_look(conn: Connection, what: str, *items: str) -> dict[str, str] | None
         if kind == "file":
             digest, _, path = rest.partition(" ")
             found[path] = digest
+        elif kind == "hold":
+            found[rest.strip()] = "held"
         elif kind in ("pkg", "unit"):
             name, _, value = rest.partition(" ")
             found[name] = value.strip()

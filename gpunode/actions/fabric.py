@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gpunode.actions.base import Action, command_line
+from gpunode.actions.base import Action, UndoRecord, command_line, undo_look
 from gpunode.connection.base import Connection
 from gpunode.errors import CommandError
 from gpunode.shell import Script
@@ -73,3 +73,11 @@ class StartFabricManager(Action):
             raise CommandError(f"{service} runs, but the fabric is not ready: " + "; ".join(stuck[:4]),
                                fix=f"look at {self.log} and `nvidia-smi -q` (Fabric section)")
         return None
+
+    def apply_recorded(self, conn: Connection) -> tuple[str | None, list[UndoRecord]]:
+        """For `gpunode uninstall`: whether the unit was enabled before gpunode enabled it (not enabled before:
+        uninstall disables and stops it)."""
+        unit = f"{self.service}.service"
+        before = undo_look(conn, "units", unit)
+        note = self.apply(conn)
+        return note, [{"kind": "unit", "unit": unit, "was": (before or {}).get(unit, "unknown")}]

@@ -80,10 +80,40 @@ class PackageCommand(Action):
         return "; ".join(notes) or None
 
     def apply_recorded(self, conn: Connection) -> tuple[str | None, list[UndoRecord]]:
-        install = pkgmgr.get(self.manager).install_argv
-        if not any(to_argv(c)[:len(install)] == install for c in self.cmds):
+        """Installs record the packages that appeared; holds the holds gpunode placed (a hold already there is
+        not gpunode's); a repository added (`config-manager --add-repo`, cuda-keyring's `dpkg -i` script) also
+        the repository files it created."""
+        m = pkgmgr.get(self.manager)
+        argvs = [to_argv(c) for c in self.cmds]
+        if any(a[:len(m.hold_argv)] == m.hold_argv for a in argvs):
+            return recorded_hold(conn, self.manager, lambda: self.apply(conn))
+        adds_repo = any(isinstance(c, Script) for c in self.cmds) or (
+            m.add_repo_argv is not None and any(a[:len(m.add_repo_argv)] == m.add_repo_argv for a in argvs))
+        if not adds_repo and not any(a[:len(m.install_argv)] == m.install_argv for a in argvs):
             return self.apply(conn), []
-        return recorded_install(conn, self.manager, lambda: self.apply(conn))
+        if not adds_repo:
+            return recorded_install(conn, self.manager, lambda: self.apply(conn))
+        before = undo_look(conn, "dir", m.repo_dir)
+        note, records = recorded_install(conn, self.manager, lambda: self.apply(conn))
+        after = undo_look(conn, "dir", m.repo_dir) if before is not None else None
+        for path, digest in sorted((after or {}).items()):
+            if before is not None and path not in before and digest != "-":
+                records.append({"kind": "file", "path": path, "existed": False, "backup": None, "sha256": digest,
+                                "repository": True})
+        return note, records
+
+
+def recorded_hold(conn: Connection, manager: str, apply: Callable[[], str | None]
+                  ) -> tuple[str | None, list[UndoRecord]]:
+    """Run `apply` (a hold) between two looks at the held packages: the holds that appeared are gpunode's, so
+    `gpunode uninstall` releases them (and only them)."""
+    before = undo_look(conn, "holds")
+    note = apply()
+    after = undo_look(conn, "holds") if before is not None else None
+    if before is None or after is None:
+        return note, [{"kind": "hold", "manager": manager, "held": [], "unknown": True}]
+    new = sorted(name for name in after if name not in before)
+    return note, ([{"kind": "hold", "manager": manager, "held": new}] if new else [])
 
 
 def recorded_install(conn: Connection, manager: str, apply: Callable[[], str | None]

@@ -17,7 +17,7 @@ from gpunode.inventory import InventoryHost
 from gpunode.shell import Secret
 
 DEFAULT_CONNECT_TIMEOUT = 15.0
-NODE_COMMANDS = ("plan", "install", "doctor", "verify", "status", "facts")  # the commands that take --host
+NODE_COMMANDS = ("plan", "install", "doctor", "verify", "status", "facts", "uninstall")  # the commands that take --host
 _GPUNODE = re.compile(rf"(?<![\w./-])gpunode ({'|'.join(NODE_COMMANDS)})(?![\w-])")
 
 

@@ -14,15 +14,15 @@ from gpunode.errors import UsageError
 from gpunode.facts import Facts
 from gpunode.plan import StepPlan
 from gpunode.steps import PIPELINE
-from gpunode.undo import driver, generic, nodesettings, nouveau, prerequisites, runtime
+from gpunode.undo import driver, fabricmanager, generic, nodesettings, nouveau, prerequisites, runtime
 from gpunode.undo.state import NodeState, Record, UndoRequest
 
 Planner = Callable[[list[Record], NodeState, Facts, UndoRequest], StepPlan]
 
 _OWN: dict[str, Planner] = {"nouveau": nouveau.plan, "prerequisites": prerequisites.plan, "driver": driver.plan,
-                            "runtime": runtime.plan, "nodesettings": nodesettings.plan}
-_WHAT = {"toolkit": "container toolkit", "compat": "compat step", "fabricmanager": "fabric manager",
-         "k8s": "Kubernetes setup"}
+                            "runtime": runtime.plan, "nodesettings": nodesettings.plan,
+                            "fabricmanager": fabricmanager.plan}
+_WHAT = {"toolkit": "container toolkit", "compat": "compat step", "k8s": "Kubernetes setup"}
 
 # the pipeline's order, reversed: what was installed last is undone first
 ORDER: tuple[tuple[str, str, Planner], ...] = tuple(

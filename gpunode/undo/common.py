@@ -17,11 +17,13 @@ from gpunode.plan import Action, RunCommand, WriteFile
 from gpunode.undo.actions import RemoveFile, RestoreFile
 from gpunode.undo.state import MARKER, NodeState, Record, UndoRequest
 
-Strip = Callable[[str], str | None]  # the text without gpunode's entries; None: cannot tell
+Strip = Callable[[str, str | None], str | None]  # (text now, the user's text before gpunode or None) -> the text
+# without gpunode's entries; None: it cannot be read, so it cannot be edited key by key
 
 
 def file_actions(records: list[Record], state: NodeState, strip: dict[str, Strip] | None = None,
-                 restart: dict[str, str] | None = None) -> tuple[list[Action], list[str]]:
+                 restart: dict[str, str] | None = None, hints: dict[str, str] | None = None
+                 ) -> tuple[list[Action], list[str]]:
     """Per path gpunode wrote (most recent first): what undoing it takes, and notes for what it leaves."""
     strip, restart = strip or {}, restart or {}
     by_path: dict[str, list[Record]] = {}
@@ -65,9 +67,11 @@ def file_actions(records: list[Record], state: NodeState, strip: dict[str, Strip
             notes.append(f"{path}: the backup made before gpunode changed it ({original}) is gone; left as it is")
         elif path in strip and state.texts.get(path) is not None:
             text = state.texts[path] or ""
-            stripped = strip[path](text)
+            stripped = strip[path](text, state.texts.get(original) if original else None)
             if stripped is None:
-                notes.append(f"{path} changed since gpunode wrote it and cannot be read: left as it is")
+                notes.append(f"{path} changed since gpunode wrote it and cannot be parsed, so gpunode's entries "
+                              "cannot be removed key by key: left as it is. Fix: " + (hints or {}).get(
+                                  path, "remove gpunode's entries by hand"))
             elif stripped != text:
                 actions.append(WriteFile(f"remove only gpunode's entries from {path} (changed since)", path=path,
                                          before=text, after=stripped))
@@ -105,12 +109,14 @@ def package_actions(records: list[Record], state: NodeState, request: UndoReques
 
 
 def unit_actions(records: list[Record], state: NodeState) -> tuple[list[Action], list[str]]:
+    """Per unit, the first record says what it was before gpunode: not enabled -> disabled and stopped."""
     actions: list[Action] = []
     notes: list[str] = []
+    first: dict[str, str] = {}
     for r in records:
-        if r.get("kind") != "unit":
-            continue
-        unit, was = str(r.get("unit")), str(r.get("was") or "")
+        if r.get("kind") == "unit" and r.get("unit"):
+            first.setdefault(str(r["unit"]), str(r.get("was") or ""))
+    for unit, was in first.items():
         if was in ("enabled", "static", "unknown"):
             if was == "unknown":
                 notes.append(f"{unit}: its state before gpunode is unknown; left enabled")
@@ -119,3 +125,39 @@ def unit_actions(records: list[Record], state: NodeState) -> tuple[list[Action],
             actions.append(RunCommand(f"disable and stop {unit} (gpunode enabled it)",
                                       ("systemctl", "disable", "--now", unit), timeout=120))
     return actions, notes
+
+
+def stopped_units(actions: list[Action] | tuple[Action, ...]) -> tuple[str, ...]:
+    """The units a plan's `systemctl disable --now` actions stop."""
+    found: list[str] = []
+    for a in actions:
+        argv = a.cmd if isinstance(a, RunCommand) and isinstance(a.cmd, tuple) else ()
+        if argv[:3] == ("systemctl", "disable", "--now"):
+            found += [u if "." in u else f"{u}.service" for u in argv[3:]]
+    return tuple(found)
+
+
+def held_by_gpunode(records: list[Record], state: NodeState) -> tuple[str, list[str], list[str]]:
+    """(manager, the holds gpunode placed that are still in place, notes)."""
+    manager, names, notes = "", [], []
+    for r in records:
+        if r.get("kind") != "hold":
+            continue
+        manager = str(r.get("manager") or manager)
+        if r.get("unknown"):
+            notes.append("a hold could not be recorded (the node did not list its holds): it is kept")
+        names += [str(n) for n in r.get("held") or [] if isinstance(n, str)]
+    if state.holds is None and names:
+        return manager, [], [*notes, "the held packages could not be listed: no hold released"]
+    return manager, [n for n in dict.fromkeys(names) if state.holds and n in state.holds], notes
+
+
+def hold_actions(records: list[Record], state: NodeState, request: UndoRequest) -> tuple[list[Action], list[str]]:
+    """Release the holds gpunode placed (apt-mark unhold, versionlock delete, zypper removelock): before any
+    package goes (apt refuses to remove a held package), and also on a package gpunode did not install."""
+    manager, names, notes = held_by_gpunode(records, state)
+    if not names:
+        return [], notes
+    m = pkgmgr.get(manager)
+    return [package_command(f"release the hold gpunode placed on {', '.join(names)}", manager, m.unhold(names),
+                            packages=names, lock_timeout=request.lock_timeout, timeout=600)], notes

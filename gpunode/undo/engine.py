@@ -18,6 +18,7 @@ from gpunode.runner import NullReporter, Reporter, RunReport, StepOutcome, reboo
 from gpunode.steps import nodesettings, nouveau, toolkit
 from gpunode.steps.base import Step
 from gpunode.undo import ORDER, plan_step, state
+from gpunode.undo.common import stopped_units
 from gpunode.undo.state import NodeState, Record, UndoRequest
 
 _BINARY = (".gpg",)  # keyrings: compared by hash, never shown
@@ -60,8 +61,32 @@ def read_state(conn: Connection, records: list[Record]) -> NodeState:
     units = state.units(records)
     driver = (undo_look(conn, "driver") or {}).get("driver") if any(r.get("kind") == "driver" for r in records) \
         else None
+    holds = undo_look(conn, "holds") if any(r.get("kind") == "hold" for r in records) else {}
     return NodeState(files=files or {}, texts=texts, packages=packages,
-                     units=(undo_look(conn, "units", *units) or {}) if units else {}, driver=driver)
+                     units=(undo_look(conn, "units", *units) or {}) if units else {}, driver=driver,
+                     holds=None if holds is None else frozenset(holds))
+
+
+def _first_blocked(records: list[Record], current: NodeState, facts: Facts, request: UndoRequest) -> str | None:
+    """Plan every step from the state now (as --dry-run does); the first one blocked, if any."""
+    for name, _, _ in ORDER:
+        if name not in request.steps:
+            continue
+        plan = plan_step(name, records, current, facts, request)
+        if plan.status is Status.BLOCKED:
+            return name
+        if plan.status is Status.CHANGE:
+            request = replace(request, stopping=tuple(dict.fromkeys((*request.stopping, *stopped_units(plan.actions)))))
+    return None
+
+
+def kept_packages(records: list[Record], current: NodeState, request: UndoRequest) -> frozenset[str]:
+    """Packages gpunode installed that stay installed after this uninstall: those of steps it does not undo (not
+    selected with --only; the prerequisites unless named)."""
+    keep = [r for r in records if r.get("kind") == "packages" and (
+        r.get("step") not in request.steps or (r.get("step") == "prerequisites" and not request.prerequisites))]
+    return frozenset(str(p[0]) for r in keep for p in r.get("installed") or []
+                     if isinstance(p, list) and p and current.packages and p[0] in current.packages)
 
 
 def _step(name: str, title: str) -> Step:
@@ -84,13 +109,26 @@ def uninstall(conn: Connection, request: UndoRequest, options: Options, reporter
         return report  # nothing to undo: no outcomes, nothing written
     record = None if dry_run else Journal(conn, command)
     current = read_state(conn, records)
+    request = replace(request, kept_packages=kept_packages(records, current, request),
+                      stop_gpu_services=request.stop_gpu_services or options.stop_gpu_services)
     stopped: str | None = None
+    blocked = None if dry_run else _first_blocked(records, current, facts, request)
+    if blocked is not None:  # know before you touch: a step that cannot be undone stops the run before any change
+        stopped = f"not run: step {blocked} is blocked (nothing was changed)"
+        dry_run, record = True, None
     for name, title, _ in ORDER:
         if name not in request.steps:
             continue
         step = _step(name, title)
         plan = plan_step(name, records, current, facts, request)
         reporter.planned(conn.name, step, plan)
+        if plan.status is Status.CHANGE:  # what this step stops, the later steps (the driver's) need not stop
+            request = replace(request, stopping=tuple(dict.fromkeys((*request.stopping, *stopped_units(plan.actions)))))
+        if dry_run and stopped:  # blocked before the first change
+            blocks = plan.status is Status.BLOCKED
+            report.outcomes.append(StepOutcome(name, step.title, plan, "blocked" if blocks else "not-run",
+                                               error=None if blocks else stopped))
+            continue
         if dry_run:
             result = {"ok": "ok", "change": "planned", "blocked": "blocked", "unknown": "unknown"}[plan.status.value]
             report.outcomes.append(StepOutcome(name, step.title, plan, result))

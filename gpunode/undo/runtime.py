@@ -1,42 +1,32 @@
 """Undo the runtime step: each engine config nvidia-ctk changed comes back from the copy made first, or, when the
-user changed it since, loses only gpunode's entries (docker: the nvidia runtime and `default-runtime: nvidia`);
-a file it created is removed. A running engine restarts to load it (owed in the journal until it has)."""
+user changed it since, loses only gpunode's entries (gpunode/undo/engines.py: docker's nvidia runtime and
+`default-runtime: nvidia`; containerd's nvidia runtime tables, `default_runtime_name = "nvidia"` and the drop-in
+import; CRI-O's nvidia runtime and default); a file it created is removed. A running engine restarts to load it
+(owed in the journal until it has)."""
 
 from __future__ import annotations
 
 from gpunode.facts import Facts
 from gpunode.facts import packages as package_facts
-from gpunode.facts.containers import DOCKER_CONFIG, NVIDIA, ConfigError, dump_daemon_json, parse_daemon_json
 from gpunode.facts.packages import unit
 from gpunode.plan import Action, RestartService, StepPlan, change, ok
 from gpunode.undo.common import file_actions
+from gpunode.undo.engines import BY_HAND, STRIP, strip_docker
 from gpunode.undo.state import LEGACY_NOTE, NodeState, Record, UndoRequest
 
 NAME = "runtime"
-
-
-def strip_docker(text: str) -> str | None:
-    """daemon.json without the nvidia runtime and without nvidia as the default; every other key stays."""
-    try:
-        data = dict(parse_daemon_json(text))
-    except ConfigError:
-        return None
-    runtimes = dict(data.get("runtimes") or {})
-    if NVIDIA not in runtimes and data.get("default-runtime") != NVIDIA:
-        return text
-    runtimes.pop(NVIDIA, None)
-    if runtimes:
-        data["runtimes"] = runtimes
-    else:
-        data.pop("runtimes", None)
-    if data.get("default-runtime") == NVIDIA:
-        data.pop("default-runtime")
-    return dump_daemon_json(data)
+__all__ = ["NAME", "plan", "strip_docker"]
 
 
 def plan(records: list[Record], state: NodeState, facts: Facts, request: UndoRequest) -> StepPlan:
-    restart = {str(r["path"]): str(r.get("restart") or "") for r in records if r.get("kind") == "file"}
-    files, notes = file_actions(records, state, strip={DOCKER_CONFIG: strip_docker}, restart=restart)
+    files_of = [r for r in records if r.get("kind") == "file" and r.get("path")]
+    restart = {str(r["path"]): str(r.get("restart") or "") for r in files_of}
+    engine = {str(r["path"]): str(r.get("engine") or "") for r in files_of}
+    if not any(engine.values()):  # records written before the engine was kept: docker's file by its name
+        engine = {p: "docker" for p in engine if p.endswith("daemon.json")}
+    strip = {p: STRIP[e] for p, e in engine.items() if e in STRIP}
+    hints = {p: BY_HAND[e] for p, e in engine.items() if e in BY_HAND}
+    files, notes = file_actions(records, state, strip=strip, restart=restart, hints=hints)
     if request.legacy:
         notes.append(LEGACY_NOTE)
     if not files:

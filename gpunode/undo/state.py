@@ -16,6 +16,7 @@ class NodeState:
     packages: dict[str, str] | None = None  # installed name -> version; None: could not tell
     units: dict[str, str] = field(default_factory=dict)  # unit -> `systemctl is-enabled` word
     driver: str | None = None  # the .run driver's version, "-" none, None unknown
+    holds: frozenset[str] | None = None  # held packages (apt-mark showhold, versionlock list); None: unknown
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,9 @@ class UndoRequest:
     prerequisites: bool = False  # remove the build prerequisites gpunode installed (only with --only prerequisites)
     lock_timeout: float = 600.0
     legacy: bool = False  # the journal predates undo records: only files carrying gpunode's marker are removed
+    stop_gpu_services: bool = False  # --stop-gpu-services: stop the GPU services still holding the driver to remove
+    stopping: tuple[str, ...] = ()  # units the earlier undo steps of this run stop (disable --now)
+    kept_packages: frozenset[str] = frozenset()  # packages other gpunode steps installed that this run keeps
 
 
 MARKER = "Written by gpunode"

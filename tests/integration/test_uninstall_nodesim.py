@@ -17,6 +17,7 @@ import stat
 from pathlib import Path
 
 import pytest
+import tomllib
 from typer.testing import CliRunner
 
 from gpunode.cli import app
@@ -87,7 +88,8 @@ def test_uninstall_returns_the_files_to_their_state_before_the_first_install(sim
     as_json = json.loads(uninstall(node, "--dry-run", "--json").stdout)
     steps = {s["step"]: s for s in as_json["steps"]}
     assert as_json["mode"] == "plan" and steps["driver"]["status"] == "change"
-    assert steps["driver"]["actions"][0]["commands"] == ["nvidia-installer --uninstall --silent"]  # root: no sudo
+    assert [a["kind"] for a in steps["driver"]["actions"]] == ["modules", "command"]  # unload, then its uninstaller
+    assert steps["driver"]["actions"][-1]["commands"] == ["nvidia-installer --uninstall --silent"]  # root: no sudo
     assert steps["prerequisites"]["status"] == "ok" and not as_json["summary"]["nothing_to_undo"]
     assert node.driver() is not None  # --dry-run changed nothing
 
@@ -127,3 +129,108 @@ def test_a_user_edit_of_daemon_json_is_kept_and_only_gpunode_keys_go(sim_node, m
     assert kept.get("log-level") == "warn" and "nvidia" not in kept.get("runtimes", {})
     assert kept.get("default-runtime") != "nvidia"
     assert node.read("/etc/modprobe.d/user-own.conf") == "options snd_hda_intel power_save=1\n"
+
+
+# ---- NVSwitch node: fabric manager (held, from NVIDIA's CUDA repository), docker and containerd --------------------
+
+FM_V = "535.274.02"  # in the simulated CUDA repository, fabric manager included
+FM_PKG = "nvidia-fabricmanager-535"
+CONTAINERD = "/etc/containerd/config.toml"
+# besides EXCLUDED: the copy of the user's edited containerd config that the key-level edit keeps
+# (`config.toml.gpunode-bak.TIME`), and the edited file itself (compared key by key below)
+
+
+def test_nvswitch_node_uninstall_removes_fabric_manager_its_hold_and_repository_and_keeps_the_users_containerd_edit(
+        sim_node, mirror, tmp_path, monkeypatch):
+    from gpunode.actions import fabric as fabric_actions
+    monkeypatch.setattr(fabric_actions, "POLL_SECONDS", 0.2)
+    mirror.publish(FM_V)
+    node = sim_node("ubuntu-22.04-h100x8", engines=("docker", "containerd"), nouveau_loaded=True,
+                    containerd_config_version=2)
+    before = snapshot(node)
+    original = node.read(CONTAINERD)
+    done = cli.invoke(app, ["install", *node.cli_args(), "--driver", FM_V, "--cache-dir", str(tmp_path / "cache"),
+                            "--engine", "docker", "--engine", "containerd", "--reboot", "--reboot-timeout", "60"])
+    assert done.exit_code == 0, done.output
+    assert node.installed_packages().get(FM_PKG) and FM_PKG in node.ssh("apt-mark showhold")[1].split()
+    assert node.unit("nvidia-fabricmanager")["active"] == "active"
+    assert node.unit("nvidia-persistenced")["active"] == "active"
+    assert "cuda-keyring" in node.installed_packages()
+    # real apt refuses to remove a held package; so does the simulator
+    code, _, err = node.ssh(f"apt-get remove -y {FM_PKG}")
+    assert code == 100 and "--allow-change-held-packages" in err
+
+    # the user's own change to containerd's config, after gpunode's
+    config = node.read(CONTAINERD)
+    assert config is not None and "conf.d" in config  # nvidia-ctk added its drop-in import
+    assert "format" not in tomllib.loads(config)["debug"]
+    node.write(CONTAINERD, config.replace("[debug]\n", "[debug]\n  format = \"json\"\n", 1))  # a real option
+
+    dry = cli.invoke(app, ["uninstall", *node.cli_args(), "--stop-gpu-services", "--dry-run", "--json"])
+    assert dry.exit_code == 0, dry.output
+    steps = {s["step"]: s for s in json.loads(dry.stdout)["steps"]}
+    fm = [c for a in steps["fabricmanager"]["actions"] for c in a["commands"]]
+    assert fm[:3] == [f"apt-mark unhold {FM_PKG}", "systemctl disable --now nvidia-fabricmanager.service",
+                      f"apt-get remove -y {FM_PKG}"], fm
+    assert "apt-get remove -y cuda-keyring" in fm
+    runtime = steps["runtime"]["actions"]
+    assert any(a["kind"] == "file" and a.get("path") == CONTAINERD and "-" in a["diff"] for a in runtime)
+    driver = [c for a in steps["driver"]["actions"] for c in a["commands"]]
+    assert driver[-1] == "nvidia-installer --uninstall --silent", driver  # persistenced and FM: stopped earlier
+    assert node.installed_packages().get(FM_PKG)  # --dry-run changed nothing
+
+    node.clear_calls()
+    gone = cli.invoke(app, ["uninstall", *node.cli_args(), "--stop-gpu-services", "--reboot", "--reboot-timeout",
+                            "60"])
+    assert gone.exit_code == 0, gone.output
+    assert node.driver() is None
+    packages = node.installed_packages()
+    assert FM_PKG not in packages and "cuda-keyring" not in packages
+    assert FM_PKG not in node.ssh("apt-mark showhold")[1].split()
+    assert not any("cuda" in p for p in node.ssh("ls /etc/apt/sources.list.d")[1].split())
+    # the user's containerd edit stays, gpunode's entries are gone
+    kept = tomllib.loads(node.read(CONTAINERD) or "")
+    assert kept["debug"]["format"] == "json" and "imports" not in kept
+    expected = tomllib.loads(original or "")
+    expected["debug"]["format"] = "json"
+    assert kept == expected
+    after = snapshot(node)
+    diff = [d for d in differences(before, after) if not d.startswith("+ etc/containerd/config.toml.gpunode-bak.")]
+    assert diff == ["+ usr/sbin/dkms", f"~ {CONTAINERD.lstrip('/')}", "~ var/lib/dpkg/status"], diff
+
+    again_tree = snapshot(node)
+    again = uninstall(node, "--stop-gpu-services")
+    assert again.exit_code == 0, again.output
+    assert "nothing to undo" in again.stdout and snapshot(node) == again_tree
+
+
+def test_a_users_dcgm_blocks_before_any_change_then_stop_gpu_services_and_drm_clients_plan_the_reboot(
+        sim_node, mirror, tmp_path):
+    node, _ = installed(sim_node, mirror, tmp_path)
+    node.set_unit("nvidia-dcgm", active="active", enabled="enabled")  # the user's DCGM: not gpunode's
+    tree = snapshot(node)
+    blocked = uninstall(node, "--json")
+    assert blocked.exit_code == 1, blocked.output
+    steps = {s["step"]: s for s in json.loads(blocked.stdout)["steps"]}
+    assert steps["driver"]["result"] == "blocked" and "nvidia-dcgm.service" in steps["driver"]["reason"]
+    assert "nvidia-persistenced" not in steps["driver"]["reason"].split("held by")[-1]  # nodesettings' undo stops it
+    assert steps["driver"]["fix"].startswith("gpunode uninstall --host ") and "--stop-gpu-services" in \
+        steps["driver"]["fix"]
+    assert {s["result"] for n, s in steps.items() if n != "driver"} == {"not-run"}
+    assert snapshot(node) == tree and node.driver() is not None  # nothing was changed
+
+    assert node.ssh("modprobe nvidia_drm")[0] == 0
+    node.set_drm_clients(1)  # the framebuffer console holds nvidia_drm: it cannot unload before a reboot
+    dry = json.loads(uninstall(node, "--stop-gpu-services", "--dry-run", "--json").stdout)
+    driver = {s["step"]: s for s in dry["steps"]}["driver"]
+    assert [a["kind"] for a in driver["actions"]] == ["service", "modules", "command", "reboot"], driver
+    assert driver["actions"][0]["commands"] == ["systemctl stop nvidia-dcgm.service"]
+    assert driver["actions"][2]["commands"] == ["nvidia-installer --uninstall --silent --skip-module-unload"]
+    assert driver["reboot_required"] is True and any("stay stopped" in n for n in driver["notes"])
+
+    boots = node.reboots
+    done = uninstall(node, "--stop-gpu-services", "--reboot", "--reboot-timeout", "60")
+    assert done.exit_code == 0, done.output
+    assert "nvidia-dcgm.service stay stopped" in done.stdout
+    assert node.driver() is None and node.reboots == boots + 1 and not node.is_loaded("nvidia")
+    assert "nothing to undo" in uninstall(node).stdout

@@ -163,3 +163,15 @@ def test_host_package_database_untouched_by_node_installs(sim_node):
     node = sim_node("ubuntu-22.04-nogpu")
     node.ssh("apt-get install -y dkms && dpkg -r dkms")
     assert hashlib.sha256(open("/var/lib/dpkg/status", "rb").read()).hexdigest() == before
+
+
+def test_apt_refuses_to_remove_a_held_package_like_real_apt(sim_node):
+    node = sim_node("ubuntu-22.04-nogpu")
+    node.ssh(TOOLKIT_REPO + " && apt-get update && apt-get install -y nvidia-container-toolkit")
+    assert node.ssh("apt-mark hold nvidia-container-toolkit")[0] == 0
+    rc, out, err = node.ssh("apt-get remove -y nvidia-container-toolkit")
+    assert rc == 100 and "The following held packages will be changed:\n  nvidia-container-toolkit" in out
+    assert "E: Held packages were changed and -y was used without --allow-change-held-packages." in err
+    assert "nvidia-container-toolkit" in node.installed_packages()
+    assert node.ssh("apt-mark unhold nvidia-container-toolkit && apt-get remove -y nvidia-container-toolkit")[0] == 0
+    assert "nvidia-container-toolkit" not in node.installed_packages()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+from gpunode.facts import Facts
 from gpunode.plan import Status, WriteFile
 from gpunode.undo import driver, prerequisites, select
 from gpunode.undo.actions import RemoveFile, RestoreFile
@@ -16,6 +17,7 @@ from gpunode.undo.state import NodeState, UndoRequest
 OURS = "# Written by gpunode\nblacklist nouveau\n"
 SHA = hashlib.sha256(OURS.encode()).hexdigest()
 REQ = UndoRequest(("driver",))
+UNLOADED = Facts()  # no driver loaded, nothing read about what holds the GPU
 
 
 def rec(path: str, existed: bool, backup: str | None = None, sha: str = SHA) -> dict:
@@ -63,12 +65,12 @@ def test_only_packages_gpunode_installed_and_still_there_are_removed():
 
 def test_the_driver_is_uninstalled_only_when_gpunode_installed_it_and_it_is_still_there():
     mine = [{"kind": "driver", "version": "535.129.03", "previous": None}]
-    plan = driver.plan(mine, NodeState(driver="535.129.03"), None, REQ)  # type: ignore[arg-type]
+    plan = driver.plan(mine, NodeState(driver="535.129.03"), UNLOADED, REQ)
     assert plan.status is Status.CHANGE and plan.actions[0].commands() == ["sudo nvidia-installer --uninstall --silent"]
-    assert driver.plan(mine, NodeState(driver="-"), None, REQ).status is Status.OK  # type: ignore[arg-type]
-    assert driver.plan(mine, NodeState(driver="550.1"), None, REQ).status is Status.OK  # type: ignore[arg-type]
+    assert driver.plan(mine, NodeState(driver="-"), UNLOADED, REQ).status is Status.OK
+    assert driver.plan(mine, NodeState(driver="550.1"), UNLOADED, REQ).status is Status.OK
     over = [{"kind": "driver", "version": "535.129.03", "previous": "525.1"}]
-    kept = driver.plan(over, NodeState(driver="535.129.03"), None, REQ)  # type: ignore[arg-type]
+    kept = driver.plan(over, NodeState(driver="535.129.03"), UNLOADED, REQ)
     assert kept.status is Status.OK and "525.1 was installed before gpunode" in kept.reason
 
 

@@ -1,0 +1,70 @@
+"""Only gpunode's entries leave an engine config the user changed since (one rule for docker, containerd, CRI-O)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from gpunode.facts import Facts
+from gpunode.facts.containers import dump_toml, predict_containerd, predict_crio, tomllib
+from gpunode.plan import WriteFile
+from gpunode.undo import runtime
+from gpunode.undo.engines import strip_containerd, strip_crio, strip_docker
+from gpunode.undo.state import NodeState, UndoRequest
+
+CTK = (1, 17, 8)  # before drop-ins: nvidia-ctk edits config.toml itself
+USER = dump_toml({"version": 2, "plugins": {"io.containerd.grpc.v1.cri": {"containerd": {
+    "default_runtime_name": "runc", "runtimes": {"runc": {"runtime_type": "io.containerd.runc.v2"}}}}}})
+
+
+def test_containerd_in_place_edit_loses_the_nvidia_table_and_gets_its_default_back_keeping_the_users_key():
+    ours = predict_containerd(USER, set_as_default=True, ctk=CTK)["/etc/containerd/config.toml"]
+    data = tomllib.loads(ours)
+    data["plugins"]["io.containerd.grpc.v1.cri"]["sandbox_image"] = "registry.k8s.io/pause:3.9"  # the user's edit
+    stripped = strip_containerd(dump_toml(data), USER)
+    assert stripped is not None
+    got = tomllib.loads(stripped)
+    cri = got["plugins"]["io.containerd.grpc.v1.cri"]
+    assert "nvidia" not in cri["containerd"]["runtimes"] and cri["containerd"]["default_runtime_name"] == "runc"
+    assert cri["sandbox_image"] == "registry.k8s.io/pause:3.9"
+    expected = tomllib.loads(USER)
+    expected["plugins"]["io.containerd.grpc.v1.cri"]["sandbox_image"] = "registry.k8s.io/pause:3.9"
+    assert got == expected
+
+
+def test_containerd_dropin_import_goes_and_a_file_gpunode_created_keeps_only_the_users_keys():
+    files = predict_containerd(None, set_as_default=False, ctk=(1, 18, 0))
+    main = tomllib.loads(files["/etc/containerd/config.toml"])
+    assert main["imports"] == ["/etc/containerd/conf.d/*.toml"]
+    main["oom_score"] = -999  # the user's key
+    stripped = strip_containerd(dump_toml(main), None)
+    assert stripped is not None and tomllib.loads(stripped) == {"version": 2, "oom_score": -999}
+    # a user's own import stays
+    main["imports"] = ["/etc/containerd/mine.toml", "/etc/containerd/conf.d/*.toml"]
+    assert tomllib.loads(strip_containerd(dump_toml(main), None) or "")["imports"] == ["/etc/containerd/mine.toml"]
+
+
+def test_crio_and_docker_share_the_rule():
+    dropin = predict_crio(None, set_as_default=True, ctk=(1, 18, 0))
+    text = next(iter(dropin.values())) + "\n[crio.image]\npause_image = \"mine\"\n"
+    assert tomllib.loads(strip_crio(text, None) or "") == {"crio": {"image": {"pause_image": "mine"}}}
+    before = json.dumps({"default-runtime": "runc", "runtimes": {"custom": {"path": "/x"}}})
+    now = json.dumps({"default-runtime": "nvidia", "log-level": "warn", "runtimes": {
+        "custom": {"path": "/x"}, "nvidia": {"args": [], "path": "nvidia-container-runtime"}}})
+    assert json.loads(strip_docker(now, before) or "") == {"default-runtime": "runc", "log-level": "warn",
+                                                           "runtimes": {"custom": {"path": "/x"}}}
+
+
+def test_an_unparseable_changed_config_is_left_with_a_fix_naming_gpunodes_entries():
+    path = "/etc/containerd/config.toml"
+    records = [{"kind": "file", "path": path, "existed": False, "backup": None, "sha256": "a" * 64,
+                "engine": "containerd", "restart": ""}]
+    broken = "version = 2\n[plugins\n"
+    state = NodeState(files={path: hashlib.sha256(broken.encode()).hexdigest()}, texts={path: broken})
+    p = runtime.plan(records, state, Facts(), UndoRequest(("runtime",)))
+    assert p.actions == () and any("cannot be parsed" in n and "runtimes.nvidia" in n for n in p.notes)
+    good = 'version = 2\noom_score = 1\n\n[plugins]\n\n  [plugins."io.containerd.grpc.v1.cri"]\n\n' \
+           '    [plugins."io.containerd.grpc.v1.cri".containerd]\n      default_runtime_name = "nvidia"\n'
+    state = NodeState(files={path: hashlib.sha256(good.encode()).hexdigest()}, texts={path: good})
+    p = runtime.plan(records, state, Facts(), UndoRequest(("runtime",)))
+    assert isinstance(p.actions[0], WriteFile) and tomllib.loads(p.actions[0].after) == {"version": 2, "oom_score": 1}
