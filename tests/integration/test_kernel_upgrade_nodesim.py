@@ -136,3 +136,58 @@ def test_hold_kernel_round_trip(sim_node, mirror, tmp_path):  # noqa: F811
     assert ["apt-mark", "unhold", "linux-generic"] in node.calls("apt-mark")
     assert "linux-generic" not in node.held_packages()
     assert f"Inst linux-image-{NEW}" in node.ssh("apt-get -s dist-upgrade")[1]
+
+
+# ---- the RHEL family (rocky-9): versionlock holds, kernel-devel, dnf's kernel upgrade -------------------------
+
+ROCKY = "5.14.0-362.8.1.el9_3.x86_64"
+ROCKY_REL = "5.14.0-362.8.1.el9_3"
+ROCKY_KERNEL_PACKAGES = ("kernel", "kernel-core", "kernel-devel", "kernel-modules")
+LOCK_LIST = "/etc/dnf/plugins/versionlock.list"
+
+
+def locks(node) -> list[str]:
+    return [line for line in (node.read(LOCK_LIST) or "").splitlines() if line and not line.startswith("#")]
+
+
+def test_hold_kernel_round_trip_on_rocky_9(sim_node, mirror, tmp_path):  # noqa: F811
+    mirror.publish(V)
+    node = sim_node("rocky-9-t4", nouveau_loaded=False)
+    assert node.kernel == ROCKY
+    assert install(node, tmp_path).exit_code == 0
+    assert "python3-dnf-plugin-versionlock" not in node.installed_packages()
+
+    node.clear_calls()
+    step = plan_json(node, tmp_path, "--hold-kernel", "--hold-driver")["driver"]
+    assert step["status"] == "change", json.dumps(step, indent=1)
+    specs = " ".join(f"{n}-{ROCKY_REL}" for n in ROCKY_KERNEL_PACKAGES)
+    assert [c for a in step["actions"] for c in a["commands"]] == [
+        "dnf install -y python3-dnf-plugin-versionlock", f"dnf versionlock add {specs}"]
+    assert any("the .run driver is not a package" in n for n in step["notes"])
+    assert changes(node) == [] and not node.exists(LOCK_LIST) and not node.held_packages()
+
+    held = install(node, tmp_path, "--hold-kernel")
+    assert held.exit_code == 0, held.output
+    assert locks(node) == [f"{n}-0:{ROCKY_REL}.*" for n in ROCKY_KERNEL_PACKAGES]
+    assert set(ROCKY_KERNEL_PACKAGES) <= set(node.held_packages())
+    # the lock keeps dnf's kernel upgrade away: no new kernel is offered or installed
+    node.offer_kernel_upgrade("5.14.0-427.13.1.el9_4.x86_64", headers=True)
+    assert node.ssh("dnf -q check-update")[0] == 0
+    rc, out, _ = node.ssh("dnf -y upgrade")
+    assert rc == 0 and "Nothing to do." in out and not node.exists("/boot/vmlinuz-5.14.0-427.13.1.el9_4.x86_64")
+
+    node.clear_calls()
+    again = install(node, tmp_path, "--hold-kernel")
+    assert again.exit_code == 0 and "changed" not in again.stdout, again.output
+    assert [c for c in node.calls("dnf") if "versionlock" in c and "list" not in c] == [] and changes(node) == []
+
+    released = install(node, tmp_path, "--no-hold-kernel")
+    assert released.exit_code == 0, released.output
+    assert ["dnf", "versionlock", "delete", *ROCKY_KERNEL_PACKAGES] in node.calls("dnf")
+    assert locks(node) == [] and not node.held_packages()
+    assert node.ssh("dnf -q check-update")[0] == 100  # the kernel upgrade is offered again
+
+    node.clear_calls()
+    unchanged = install(node, tmp_path, "--no-hold-kernel")
+    assert unchanged.exit_code == 0 and "changed" not in unchanged.stdout, unchanged.output
+    assert [c for c in node.calls("dnf") if "versionlock" in c and "list" not in c] == []
