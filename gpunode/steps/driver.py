@@ -161,7 +161,8 @@ def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> Step
         origin = None
     decided = driver_kernels.extend(facts, options, state, decided, version)  # other kernels, holds
     changes = decided.status is Status.CHANGE
-    return decided.with_outputs(DriverOutputs(version, origin if version else None, changes))
+    reloads = changes and not decided.reboot_required and any(isinstance(a, UnloadModules) for a in decided.actions)
+    return decided.with_outputs(DriverOutputs(version, origin if version else None, changes, reloads))
 
 
 NO_GPU = "no NVIDIA GPU on this node: the driver would have nothing to drive"

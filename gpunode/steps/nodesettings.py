@@ -225,9 +225,10 @@ def _persistence(facts: Facts, loaded: bool) -> Part:
                                        if state.enabled == "static" else ""), notes=tuple(notes))
 
 
-def _uvm(facts: Facts, loaded: bool) -> Part:
+def _uvm(facts: Facts, loaded: bool, reloaded: bool = False) -> Part:
     """nvidia_uvm loaded now (with /dev/nvidia-uvm) and at every boot: CUDA needs it, containers do not load it,
-    and `nvidia-ctk system create-dev-char-symlinks --create-all` fails without its device major."""
+    and `nvidia-ctk system create-dev-char-symlinks --create-all` fails without its device major. `reloaded`: the
+    driver step unloads it on the way (an upgrade without a reboot), so it is not loaded when this step runs."""
     actions: list[Action] = []
     problems: list[str] = []
     lists = facts[settings_facts.MODULES_LOAD]
@@ -239,12 +240,13 @@ def _uvm(facts: Facts, loaded: bool) -> Part:
     if loaded:
         devices = facts.get(kernel_facts.DEV_CHAR)
         no_node = devices is not None and "/dev/nvidia-uvm" not in devices.devices
-        if not facts.module_loaded("nvidia_uvm") or no_node:
+        uvm_loaded = facts.module_loaded("nvidia_uvm") and not reloaded
+        if not uvm_loaded or no_node:
             # nvidia-modprobe (from the driver) loads the module AND creates /dev/nvidia-uvm{,-tools}
             argv = ("nvidia-modprobe", "-u", "-c=0") if facts.has("nvidia-modprobe") else ("modprobe", "nvidia-uvm")
             actions.append(RunCommand("load nvidia_uvm and create /dev/nvidia-uvm", argv, timeout=120))
-            problems.append("nvidia_uvm is not loaded" if not facts.module_loaded("nvidia_uvm")
-                            else "/dev/nvidia-uvm is missing")
+            problems.append(("nvidia_uvm is unloaded by the driver step's upgrade" if reloaded else
+                             "nvidia_uvm is not loaded") if not uvm_loaded else "/dev/nvidia-uvm is missing")
     if actions:
         return Part("; ".join(problems), tuple(actions))
     return Part(f"nvidia_uvm {'loaded and ' if loaded else ''}loaded at boot by {at_boot[0]}")
@@ -291,17 +293,23 @@ def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> Step
         return ok(NAME, "no NVIDIA GPU on this node: no persistence daemon or /dev/char links to set up")
     loaded = facts.loaded_driver is not None
     driver = earlier.outputs("driver", DriverOutputs)
+    reloads = False
     if driver is not None and driver.changes and driver.version:
         running = facts.loaded_driver.version if facts.loaded_driver else None
         if not loaded:
             return unknown(NAME, f"the driver step installs or loads NVIDIA driver {driver.version} first: decided "
                                  "once it is loaded")
         if running != driver.version:
-            return unknown(NAME, f"the driver step replaces the loaded driver {running} with {driver.version} "
-                                 "first: decided once that is loaded")
+            if not driver.reloads:
+                return unknown(NAME, f"the driver step replaces the loaded driver {running} with {driver.version} "
+                                     "first: decided once that is loaded")
+            # an upgrade without a reboot: the driver step unloads every nvidia module and loads only nvidia (and
+            # starts the GPU services it stopped again), so nvidia_uvm is this step's to load again; the rest is
+            # as now (once the new driver runs, the facts decide)
+            reloads = True
     if not (loaded or facts.has(SERVICE) or facts.has("nvidia-smi")):
         return ok(NAME, "no NVIDIA driver installed: nothing to keep persistent (install one with --driver VERSION)")
-    parts = (_persistence(facts, loaded), _uvm(facts, loaded), _dev_char(facts, earlier, loaded))
+    parts = (_persistence(facts, loaded), _uvm(facts, loaded, reloaded=reloads), _dev_char(facts, earlier, loaded))
     reason = "; ".join(p.reason for p in parts)
     actions = [a for p in parts for a in p.actions]
     notes = [n for p in parts for n in p.notes]

@@ -13,6 +13,8 @@ class DriverOutputs(Outputs):
     version: str | None  # the driver version in place once the driver step has converged; None: none or unknown
     origin: str | None = None  # "--driver" | "--driver-run" (the version its file name carries) | "loaded"
     changes: bool = False  # the step installs, reinstalls or loads it: `version` is not what runs now
+    # it unloads the loaded driver's modules (nvidia_uvm with them) and loads only nvidia, without a reboot
+    reloads: bool = False
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from gpunode.cli import app
 from tests.ansible.conftest import COLLECTION, node_play
+from tests.integration.test_driver_nodesim import Mirror
 from tests.nodesim.node import SimNode
 
 pytestmark = pytest.mark.integration
@@ -313,3 +314,76 @@ def test_state_absent_undoes_the_install_check_mode_predicts_it_and_a_second_run
     bad = ansible.playbook(node_play("{state: absent, driver: 535.129.03}"))
     assert bad.rc != 0
     assert all("driver is an install option" in r["msg"] for r in bad.results().values())
+
+
+UPGRADE_FROM, UPGRADE_TO = "535.274.02", "570.195.03"  # both in the simulated CUDA repository with fabric manager
+
+
+def day2_play(options: str) -> str:
+    return node_play("{only: [driver, fabricmanager, nodesettings], driver: '" + UPGRADE_TO + "', " + options + "}")
+
+
+def actions_of(result: dict) -> dict[str, list[str]]:
+    return {s["step"]: [a["summary"] for a in s["actions"]] for s in result["steps"] if s["actions"]}
+
+
+def test_day2_stop_gpu_services_upgrade_and_kernel_holds_through_the_collection(sim_fleet, ansible, tmp_path):
+    """An HGX H100 set up by gpunode at 535 (fabric manager held and running, persistenced running) is driven to 570
+    with `stop_gpu_services: true` and `hold_kernel: true`, and a Rocky 9 node gets its kernel versionlocked in the
+    same play; then `hold_kernel: false` releases both. Check mode predicts each run's steps and actions exactly, and
+    each run again changes nothing. The driver comes from the controller's (mirror) download, uploaded per node."""
+    mirror = Mirror(tmp_path / "www")
+    mirror.publish(UPGRADE_FROM)
+    mirror.publish(UPGRADE_TO)
+    env = {"GPUNODE_DRIVER_MIRROR": mirror.url}
+    try:
+        hgx, rocky = sim_fleet([("ubuntu-22.04-h100x8", {"preinstalled_driver": UPGRADE_FROM, "engines": ("docker",)}),
+                                ("rocky-9-t4", {"preinstalled_driver": UPGRADE_TO, "nouveau_loaded": False})])
+        setup = CliRunner().invoke(app, ["install", *hgx.cli_args(), "--driver", UPGRADE_FROM, "--cache-dir",
+                                 str(tmp_path / "cache"), "--only", "driver", "--only", "fabricmanager",
+                                 "--only", "nodesettings"], env=env)
+        assert setup.exit_code == 0, setup.output
+        assert hgx.unit("nvidia-fabricmanager")["active"] == "active" and hgx.unit("nvidia-persistenced")["active"] == "active"
+        hgx.offer_kernel_upgrade("5.15.0-92-generic")  # linux-generic installed: the kernel metapackage to hold
+        ansible.hosts([hgx, rocky])
+        names = ("gpu-00", "gpu-01")
+
+        def converge(options: str, expect: dict[str, list[str]]) -> None:
+            before = {n.name: node_state(n) for n in (hgx, rocky)}
+            for n in (hgx, rocky):
+                n.clear_calls()
+            check = ansible.playbook(day2_play(options), "--check", timeout=900, env=env)
+            assert check.rc == 0, check.stdout + check.stderr
+            predicted = check.results()
+            assert {h: predicted[h]["changed_steps"] for h in names} == expect, predicted
+            assert all(node_state(n) == before[n.name] and changing_calls(n) == [] for n in (hgx, rocky))
+            run = ansible.playbook(day2_play(options), timeout=900, env=env)
+            assert run.rc == 0, run.stdout + run.stderr
+            done = run.results()
+            for h in names:
+                assert done[h]["state"] == "ready" and done[h]["changed"] == bool(expect[h]), done[h]["msg"]
+                assert done[h]["changed_steps"] == expect[h]
+                assert actions_of(done[h]) == actions_of(predicted[h])  # check mode predicted the run exactly
+            again = ansible.playbook(day2_play(options), timeout=900, env=env)
+            assert again.rc == 0 and all(not r["changed"] for r in again.results().values()), again.results()
+
+        # without stop_gpu_services the upgrade is blocked before any change, with gpunode's fix
+        blocked = ansible.playbook(day2_play("hold_kernel: true"), "--limit", "gpu-00", env=env)
+        result = blocked.results()["gpu-00"]
+        assert result["_status"] == "failed" and "--stop-gpu-services" in (result["fix"] or ""), result
+        assert hgx.driver()["version"] == UPGRADE_FROM and "linux-generic" not in hgx.held_packages()
+
+        converge("stop_gpu_services: true, hold_kernel: true",
+                 # nodesettings: the upgrade unloads nvidia_uvm with the old driver, nodesettings loads it again
+                 {"gpu-00": ["driver", "fabricmanager", "nodesettings"], "gpu-01": ["driver", "nodesettings"]})
+        code, out, _ = hgx.ssh("nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1")
+        assert code == 0 and out.strip() == UPGRADE_TO and hgx.is_loaded("nvidia")
+        assert hgx.unit("nvidia-fabricmanager")["active"] == "active" and hgx.unit("nvidia-persistenced")["active"] == "active"
+        assert {"linux-generic", "nvidia-fabricmanager-570"} <= set(hgx.held_packages())
+        assert "kernel" in rocky.held_packages() and "kernel-0:" in rocky.read("/etc/dnf/plugins/versionlock.list")
+
+        converge("hold_kernel: false", {"gpu-00": ["driver"], "gpu-01": ["driver"]})
+        assert "linux-generic" not in hgx.held_packages() and "nvidia-fabricmanager-570" in hgx.held_packages()
+        assert "kernel" not in rocky.held_packages()
+    finally:
+        mirror.stop()

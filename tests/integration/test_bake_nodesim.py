@@ -104,3 +104,43 @@ def test_a_marker_for_another_kernel_is_ignored_and_says_why(sim_node, mirror, t
     driver = data["steps"][0]
     assert not driver["reason"].startswith("baked image")
     assert any(f"built for kernel {NEW}, but {OLD} is running" in n for n in driver["notes"]), driver
+
+
+ROCKY_NEW = "5.14.0-427.13.1.el9_4.x86_64"  # the rocky-9 image's new kernel (the build VM runs 5.14.0-362.8.1.el9_3)
+
+
+def test_bake_on_rocky_9_rebuilds_the_new_kernels_initramfs_with_dracut_and_boots_the_baked_module(
+        sim_node, mirror, tmp_path):
+    node = sim_node("rocky-9-nogpu")
+    running = node.kernel
+    node.set_kernel(ROCKY_NEW, headers=False)  # the build's `dnf upgrade` brought the kernel, not kernel-devel
+    node.offer_package("kernel-devel", ROCKY_NEW.rsplit(".", 1)[0], effects=f"headers:{ROCKY_NEW}")
+    result = run(node, tmp_path, "--bake")
+    seen = events(result.stdout)
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert node.calls("dracut") == [["dracut", "-f", "--kver", ROCKY_NEW]]  # not the running kernel's initramfs
+    assert "blacklist nouveau" in node.initramfs_blacklist(ROCKY_NEW)
+    assert "blacklist nouveau" not in (node.initramfs_blacklist(running) or [])
+    installer = [c for c in node.calls("nvidia-installer") if "--version" not in c]
+    assert len(installer) == 1 and f"--kernel-name={ROCKY_NEW}" in installer[0] and "--skip-module-load" in installer[0]
+    assert [c for c in node.calls("dnf") if "install" in c and f"kernel-devel-{ROCKY_NEW}" in c]  # K's headers
+    assert not node.is_loaded("nvidia") and node.reboots == 0
+    marker = json.loads(node.read("/var/lib/gpunode/baked.json"))
+    assert marker["kernel"] == ROCKY_NEW and marker["driver"]["version"] == V and marker["modules"]
+    assert [e["step"] for e in seen if e["event"] == "step_result"] == [
+        "nouveau", "prerequisites", "driver", "compat", "toolkit", "runtime", "bake"]
+    node.clear_calls()
+    again = run(node, tmp_path, "--bake")
+    assert again.exit_code == 0 and node.calls("dracut") == []
+    assert {e["result"] for e in events(again.stdout) if e["event"] == "step_result"} == {"ok"}
+
+    node.attach_gpus("t4")
+    node.reboot()
+    assert node.kernel == ROCKY_NEW and node.is_loaded("nvidia") and not node.is_loaded("nouveau")
+    node.clear_calls()
+    boot = run(node, tmp_path, "--skip", "k8s")
+    seen = events(boot.stdout)
+    assert boot.exit_code == 0, boot.stdout + boot.stderr
+    driver = next(e for e in seen if e["event"] == "step_planned" and e["step"] == "driver")
+    assert driver["status"] == "ok" and driver["reason"].startswith(f"baked image: module built for {ROCKY_NEW}")
+    assert not [c for c in node.calls("nvidia-installer") if "--version" not in c] and seen[-1]["state"] == "ready"

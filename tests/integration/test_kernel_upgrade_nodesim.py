@@ -136,3 +136,107 @@ def test_hold_kernel_round_trip(sim_node, mirror, tmp_path):  # noqa: F811
     assert ["apt-mark", "unhold", "linux-generic"] in node.calls("apt-mark")
     assert "linux-generic" not in node.held_packages()
     assert f"Inst linux-image-{NEW}" in node.ssh("apt-get -s dist-upgrade")[1]
+
+
+# ---- the RHEL family (rocky-9): versionlock holds, kernel-devel, dnf's kernel upgrade -------------------------
+
+ROCKY = "5.14.0-362.8.1.el9_3.x86_64"
+ROCKY_REL = "5.14.0-362.8.1.el9_3"
+ROCKY_KERNEL_PACKAGES = ("kernel", "kernel-core", "kernel-devel", "kernel-modules")
+LOCK_LIST = "/etc/dnf/plugins/versionlock.list"
+
+
+def locks(node) -> list[str]:
+    return [line for line in (node.read(LOCK_LIST) or "").splitlines() if line and not line.startswith("#")]
+
+
+def test_hold_kernel_round_trip_on_rocky_9(sim_node, mirror, tmp_path):  # noqa: F811
+    mirror.publish(V)
+    node = sim_node("rocky-9-t4", nouveau_loaded=False)
+    assert node.kernel == ROCKY
+    assert install(node, tmp_path).exit_code == 0
+    assert "python3-dnf-plugin-versionlock" not in node.installed_packages()
+
+    node.clear_calls()
+    step = plan_json(node, tmp_path, "--hold-kernel", "--hold-driver")["driver"]
+    assert step["status"] == "change", json.dumps(step, indent=1)
+    specs = " ".join(f"{n}-{ROCKY_REL}" for n in ROCKY_KERNEL_PACKAGES)
+    assert [c for a in step["actions"] for c in a["commands"]] == [
+        "dnf install -y python3-dnf-plugin-versionlock", f"dnf versionlock add {specs}"]
+    assert any("the .run driver is not a package" in n for n in step["notes"])
+    assert changes(node) == [] and not node.exists(LOCK_LIST) and not node.held_packages()
+
+    held = install(node, tmp_path, "--hold-kernel")
+    assert held.exit_code == 0, held.output
+    assert locks(node) == [f"{n}-0:{ROCKY_REL}.*" for n in ROCKY_KERNEL_PACKAGES]
+    assert set(ROCKY_KERNEL_PACKAGES) <= set(node.held_packages())
+    # the lock keeps dnf's kernel upgrade away: no new kernel is offered or installed
+    node.offer_kernel_upgrade("5.14.0-427.13.1.el9_4.x86_64", headers=True)
+    assert node.ssh("dnf -q check-update")[0] == 0
+    rc, out, _ = node.ssh("dnf -y upgrade")
+    assert rc == 0 and "Nothing to do." in out and not node.exists("/boot/vmlinuz-5.14.0-427.13.1.el9_4.x86_64")
+
+    node.clear_calls()
+    again = install(node, tmp_path, "--hold-kernel")
+    assert again.exit_code == 0 and "changed" not in again.stdout, again.output
+    assert [c for c in node.calls("dnf") if "versionlock" in c and "list" not in c] == [] and changes(node) == []
+
+    released = install(node, tmp_path, "--no-hold-kernel")
+    assert released.exit_code == 0, released.output
+    assert ["dnf", "versionlock", "delete", *ROCKY_KERNEL_PACKAGES] in node.calls("dnf")
+    assert locks(node) == [] and not node.held_packages()
+    assert node.ssh("dnf -q check-update")[0] == 100  # the kernel upgrade is offered again
+
+    node.clear_calls()
+    unchanged = install(node, tmp_path, "--no-hold-kernel")
+    assert unchanged.exit_code == 0 and "changed" not in unchanged.stdout, unchanged.output
+    assert [c for c in node.calls("dnf") if "versionlock" in c and "list" not in c] == []
+
+
+ROCKY_NEW = "5.14.0-427.13.1.el9_4.x86_64"
+
+
+def test_rocky_9_kernel_upgrade_without_kernel_devel_then_reboot_keeps_the_driver(sim_node, mirror, tmp_path):  # noqa: F811
+    mirror.publish(V)
+    node = sim_node("rocky-9-t4", nouveau_loaded=False)
+    assert install(node, tmp_path).exit_code == 0
+    assert node.is_loaded("nvidia") and node.driver()["dkms"] == "1"
+
+    # the repository has the new kernel before its kernel-devel (a mirror that lags): dnf upgrade installs the
+    # kernel, DKMS finds no headers for it, and grubby makes it the default
+    node.offer_kernel_upgrade(ROCKY_NEW, headers=False)
+    rc, out, _ = node.ssh("dnf -y upgrade")
+    assert rc == 0, out
+    assert f"Your kernel headers for kernel {ROCKY_NEW} cannot be found" in out
+    assert node.read("var/lib/nodesim/next-kernel").strip() == ROCKY_NEW
+    assert ROCKY_NEW not in node.driver()["kernels"]
+    node.offer_package("kernel-devel", ROCKY_NEW.rsplit(".", 1)[0], effects=f"headers:{ROCKY_NEW}")  # it arrives
+
+    found = doctor(node)["kernel.dkms-newest-kernel"]
+    assert found["status"] == "fail" and f"the next boot runs {ROCKY_NEW}" in found["evidence"], found
+
+    node.clear_calls()
+    step = plan_json(node, tmp_path)["driver"]
+    assert step["status"] == "change", json.dumps(step, indent=1)
+    commands = [c for a in step["actions"] for c in a["commands"]]
+    assert any(f"kernel-devel-{ROCKY_NEW}" in c and c.startswith("dnf install -y") for c in commands), commands
+    assert commands[-1] == f"dkms install -m nvidia -v {V} -k {ROCKY_NEW}", commands
+    assert changes(node) == []
+
+    result = install(node, tmp_path)
+    assert result.exit_code == 0, result.output
+    assert ["dkms", "install", "-m", "nvidia", "-v", V, "-k", ROCKY_NEW] in node.calls("dkms")
+    assert ROCKY_NEW in node.driver()["kernels"].split()
+
+    node.reboot()
+    assert node.kernel == ROCKY_NEW and node.is_loaded("nvidia")
+    code, out, _ = node.ssh("nvidia-smi --query-gpu=driver_version --format=csv,noheader")
+    assert code == 0 and out.strip() == V
+    after = doctor(node)
+    assert after["kernel.dkms-newest-kernel"]["status"] == "pass", after["kernel.dkms-newest-kernel"]
+    assert after["driver.loaded"]["status"] == "pass"
+
+    node.clear_calls()
+    again = install(node, tmp_path)
+    assert again.exit_code == 0 and "changed" not in again.stdout, again.output
+    assert changes(node) == []

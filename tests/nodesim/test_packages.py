@@ -136,6 +136,23 @@ def test_dnf_rpm_epel_cuda_versionlock(sim_node):
     rc, out, err = node.ssh("dnf install -y python3-dnf-plugin-versionlock && dnf versionlock add nvidia-driver")
     assert rc == 0 and "Adding versionlock on: nvidia-driver-0:535.274.02-1.el9.*" in out
     assert "nvidia-driver" in node.held_packages()
+    # the plugin's file (what gpunode's facts read), kept when the package goes, as real dnf keeps it
+    lock_list = node.read("/etc/dnf/plugins/versionlock.list")
+    assert lock_list.startswith("\n# Added lock on ") and lock_list.endswith("\nnvidia-driver-0:535.274.02-1.el9.*\n")
+    rc, out, _ = node.ssh("dnf versionlock add nvidia-driver")
+    assert rc == 0 and "Package already locked in equivalent form: nvidia-driver-0:535.274.02-1.el9.*" in out
+    assert node.ssh("dnf -q versionlock list")[1] == "nvidia-driver-0:535.274.02-1.el9.*\n"
+    assert node.ssh("dnf remove -y nvidia-driver")[0] == 0
+    assert "nvidia-driver" not in node.installed_packages()
+    assert node.ssh("dnf -q versionlock list")[1] == "nvidia-driver-0:535.274.02-1.el9.*\n"
+    assert node.ssh("dnf install -y nvidia-driver-535.274.02-1.el9")[0] == 0  # the locked version installs
+    assert "nvidia-driver" in node.held_packages()
+    rc, out, _ = node.ssh("dnf versionlock delete nvidia-driver")
+    assert rc == 0 and "Deleting versionlock for: nvidia-driver-0:535.274.02-1.el9.*" in out
+    assert "nvidia-driver" not in node.held_packages() and node.ssh("dnf -q versionlock list")[1] == ""
+    rc, _, err = node.ssh("dnf versionlock delete nvidia-driver")
+    assert rc == 1 and "no matching package to delete" in err
+    assert node.ssh("dnf versionlock add nvidia-driver")[0] == 0
     rc, out, _ = node.ssh("dnf install -y nvidia-fabric-manager-535.274.02-1")
     assert rc == 0 and node.installed_packages()["nvidia-fabric-manager"] == "535.274.02-1"
     node.reboot()

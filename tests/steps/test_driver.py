@@ -177,7 +177,7 @@ def test_fresh_node_downloads_verifies_and_installs():
     data = p.to_dict()
     assert data["actions"][0]["cached"] is False and data["actions"][1]["log"] == "/var/log/nvidia-installer.log"
     assert data["actions"][0]["where"] == "control" and data["actions"][1]["where"] == "node"
-    assert data["outputs"] == {"version": V, "origin": "--driver", "changes": True}
+    assert data["outputs"] == {"version": V, "origin": "--driver", "changes": True, "reloads": False}
 
 
 def test_a_cached_installer_is_shown_as_such():

@@ -332,3 +332,24 @@ def test_nvidia_uvm_is_loaded_now_and_at_every_boot_and_an_existing_list_is_acce
     node.put("/etc/modules", "# modules\nloop\nnvidia_uvm  # CUDA\n")
     again = plan_of(node)
     assert ns.UVM_LOAD_PATH not in writes(again) and "nothing loads nvidia_uvm at boot" not in again.reason
+
+
+def test_an_upgrade_that_reloads_the_driver_is_predicted_the_one_through_a_reboot_waits():
+    """The driver step's upgrade without a reboot unloads nvidia_uvm with the old modules and loads only nvidia:
+    the plan predicts that this step loads nvidia_uvm again (check mode must show what the run will do); an
+    upgrade that installs beside the loaded driver and reboots is decided after the reboot."""
+    node, _ = make_node()
+    assert [o.result for o in run(node).outcomes] == ["changed"] and plan_of(node).status is Status.OK
+    reloads = change("driver", "upgrade", []).with_outputs(
+        DriverOutputs("590.44.01", "--driver", changes=True, reloads=True))
+    plan = plan_of(node, {"driver": reloads})
+    assert plan.status is Status.CHANGE, plan.reason
+    assert commands(plan) == [("modprobe", "nvidia-uvm")] or commands(plan) == [("nvidia-modprobe", "-u", "-c=0")]
+    assert "nvidia_uvm is unloaded by the driver step's upgrade" in plan.reason
+    # the runner's re-plan after the driver step: the new driver runs, the facts decide (here: nothing to do)
+    applied = change("driver", "upgrade", []).with_outputs(DriverOutputs(DRIVER, "--driver", changes=True, reloads=True))
+    assert plan_of(node, {"driver": applied}).status is Status.OK
+    through_reboot = change("driver", "upgrade, then reboot", []).with_outputs(
+        DriverOutputs("590.44.01", "--driver", changes=True))
+    plan = plan_of(node, {"driver": through_reboot})
+    assert plan.status is Status.UNKNOWN and "decided once that is loaded" in plan.reason

@@ -42,7 +42,7 @@ def test_an_upgrade_reaches_compat_fabric_manager_and_nodesettings_as_the_new_ve
     driver = got["driver"]
     assert driver.status is Status.CHANGE, driver.reason
     assert driver.reason.startswith(f"driver {A} is installed; {B} was requested")  # prose names A first
-    assert driver.outputs == DriverOutputs(B, origin, changes=True)
+    assert driver.outputs == DriverOutputs(B, origin, changes=True, reloads=True)  # unload, install, modprobe
 
     compat = got["compat"]
     assert isinstance(compat.outputs, CompatOutputs) and compat.outputs.driver == B
@@ -58,7 +58,9 @@ def test_an_upgrade_reaches_compat_fabric_manager_and_nodesettings_as_the_new_ve
     assert any("the driver step loads it in this run" in n for n in fm.notes)
 
     nodesettings = got["nodesettings"]
-    assert nodesettings.status is Status.UNKNOWN and B in nodesettings.reason
+    # predicted: the upgrade unloads nvidia_uvm and loads only nvidia, so nodesettings loads nvidia_uvm again
+    assert nodesettings.status is Status.CHANGE, nodesettings.reason
+    assert "nvidia_uvm is unloaded by the driver step's upgrade" in nodesettings.reason
 
 
 def test_no_step_reads_a_plan_it_did_not_declare():

@@ -52,6 +52,7 @@ pkg_db_set() {  # NAME VER ARCH AUTO  (keeps the hold flag)
     awk -F'\t' -v OFS='\t' -v n="$1" -v v="$2" -v a="$3" -v au="$4" '
         $1 == n { held = $4; next } { print }
         END { print n, v, a, (held == "" ? 0 : held), au }' "$PKGDB" > "$PKGDB.new" && mv "$PKGDB.new" "$PKGDB"
+    pkg_sync_locks
     pkg_sync_status
 }
 pkg_db_del() {
@@ -61,6 +62,20 @@ pkg_db_del() {
 pkg_db_hold() {  # NAME 1|0
     awk -F'\t' -v OFS='\t' -v n="$1" -v h="$2" '$1 == n { $4 = h } { print }' "$PKGDB" > "$PKGDB.new" && mv "$PKGDB.new" "$PKGDB"
     pkg_sync_status
+}
+# RHEL family: dnf's versionlock plugin keeps its locks in a file, not in the rpm database. An entry
+# `NAME-EPOCH:VERSION-RELEASE.*` stays when the package is removed (as real dnf's does) and applies again when it
+# is installed; the hold flag of the database mirrors the file (pkg_sync_locks).
+VERSIONLOCK_LIST=/etc/dnf/plugins/versionlock.list
+pkg_lock_names() {  # names with a lock entry (not comments, not '!' exclusions)
+    [ -f "$VERSIONLOCK_LIST" ] || return 0
+    sed -n 's/^\([A-Za-z0-9_.+-]*\)-[0-9][0-9]*:.*/\1/p' "$VERSIONLOCK_LIST"
+}
+pkg_sync_locks() {
+    [ "$FAMILY" = rhel ] || return 0
+    _locks=" $(pkg_lock_names | tr '\n' ' ') "
+    awk -F'\t' -v OFS='\t' -v l="$_locks" '{ $4 = index(l, " " $1 " ") ? 1 : 0; print }' "$PKGDB" > "$PKGDB.new" \
+        && mv "$PKGDB.new" "$PKGDB"
 }
 pkg_is_held() { [ "$(awk -F'\t' -v n="$1" '$1 == n { print $4 }' "$PKGDB")" = 1 ]; }
 
