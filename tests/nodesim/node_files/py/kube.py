@@ -18,6 +18,8 @@ import re
 import subprocess
 import sys
 
+from engines import env_file, unit_state  # this directory is sys.path[0]: the simulator's state readers
+
 NS = "/var/lib/nodesim"
 STATE = NS + "/k8s"
 OBJECTS = STATE + "/objects.json"
@@ -30,26 +32,12 @@ PLURAL = {"RuntimeClass": "runtimeclasses.node.k8s.io", "ConfigMap": "configmaps
           "Pod": "pods", "Node": "nodes"}
 CLUSTER_SCOPED = ("RuntimeClass", "Node")
 
-
-def env_file(path):
-    out = {}
-    try:
-        with open(path, encoding="utf-8") as fh:
-            for line in fh:
-                k, eq, v = line.strip().partition("=")
-                if eq:
-                    out[k] = v.strip("'\"")
-    except OSError:
-        pass
-    return out
-
-
 PROFILE = env_file(NS + "/profile.env")
 FLAVOR = PROFILE.get("K8S", "")
 
 
 def unit_active(unit):
-    return env_file(NS + "/units/" + unit).get("ACTIVE", "inactive") == "active"
+    return unit_state(unit) == "active"
 
 
 def api_unit():
