@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -349,6 +349,17 @@ def _apply_steps(conn: Connection, steps: Sequence[Step], options: Options, repo
 def _converge(conn: Connection, step: Step, plan: StepPlan, facts: Facts, options: Options,
               earlier: dict[str, StepPlan], reporter: Reporter, report: RunReport, outcome: StepOutcome,
               record: Journal | None = None) -> Facts:
+    return converge(conn, step, plan, facts, options, lambda fresh: step.plan_with(fresh, options, earlier), reporter,
+                    report, outcome, record)
+
+
+def converge(conn: Connection, step: Step, plan: StepPlan, facts: Facts, options: Options,
+             replan: Callable[[Facts], StepPlan], reporter: Reporter, report: RunReport, outcome: StepOutcome,
+             record: Journal | None = None, *, undoable: bool = True, what: str | None = None) -> Facts:
+    """Apply a step's plan, then re-plan from fresh facts (`replan`) until it is `ok`, rebooting when only a reboot
+    is left and --reboot allows it. Shared by install and `gpunode uninstall` (gpunode/undo/engine.py), which
+    passes undoable=False: undoing a change records nothing to undo."""
+    what = what or f"step {step.name}"
     for action in plan.actions:
         if isinstance(action, Reboot):
             continue
@@ -358,7 +369,8 @@ def _converge(conn: Connection, step: Step, plan: StepPlan, facts: Facts, option
         if record is not None and owed:
             record.change(step.name, action.summary, owed)
         try:
-            detail, undo = action.apply_recorded(conn)  # apply(), with what `gpunode uninstall` needs to undo it
+            # apply(), with what `gpunode uninstall` needs to undo it
+            detail, undo = action.apply_recorded(conn) if undoable else (action.apply(conn), [])
         except Exception as exc:
             reporter.action(conn.name, step, action, "failed",
                             exc.message if isinstance(exc, GpunodeError) else internal_error(exc))
@@ -371,11 +383,11 @@ def _converge(conn: Connection, step: Step, plan: StepPlan, facts: Facts, option
             record.settle(action.settles())
         reporter.action(conn.name, step, action, "done", detail or "")
     facts = gather(conn)
-    after = step.plan_with(facts, options, earlier)
+    after = replan(facts)
     while after.status is not Status.OK:
         if not after.only_reboot_left:
             left = "; ".join(a.summary for a in after.actions) or after.reason
-            raise CommandError(f"step {step.name} did not converge: still {after.status} ({left})",
+            raise CommandError(f"{what} did not converge: still {after.status} ({left})",
                                fix="see the output above; fix the cause, then run the same command again")
         if not options.reboot:
             if record is not None:  # the reboot is owed: `gpunode status` shows it until the node has rebooted
@@ -392,7 +404,7 @@ def _converge(conn: Connection, step: Step, plan: StepPlan, facts: Facts, option
             reporter.message(conn.name, f"{step.name}: {outcome.error}")
             return facts
         if report.reboots >= options.max_reboots:
-            raise CommandError(f"step {step.name} still needs a reboot after {report.reboots} reboots",
+            raise CommandError(f"{what} still needs a reboot after {report.reboots} reboots",
                                fix="look at the node's console or logs; something undoes the change at boot")
         if record is not None:  # owed until the node answers with a new boot id
             record.change(step.name, "reboot", (("reboot", facts.boot_id),))
@@ -400,7 +412,7 @@ def _converge(conn: Connection, step: Step, plan: StepPlan, facts: Facts, option
         report.reboots += 1
         if record is not None:
             record.settle(_reboots_done(record, facts))
-        after = step.plan_with(facts, options, earlier)
+        after = replan(facts)
     outcome.result = "changed"
     return facts
 

@@ -9,12 +9,12 @@ from dataclasses import replace
 from gpunode import cancel
 from gpunode.actions.base import undo_look
 from gpunode.connection.base import Connection
-from gpunode.errors import CommandError, GpunodeError
+from gpunode.errors import GpunodeError
 from gpunode.facts import Facts, gather
 from gpunode.journal import Journal, read_journal
 from gpunode.options import Options
-from gpunode.plan import Reboot, Status, StepPlan
-from gpunode.runner import NullReporter, Reporter, RunReport, StepOutcome, reboot_and_wait
+from gpunode.plan import Status, StepPlan
+from gpunode.runner import NullReporter, Reporter, RunReport, StepOutcome, converge
 from gpunode.steps import nodesettings, nouveau, toolkit
 from gpunode.steps.base import Step
 from gpunode.undo import ORDER, plan_step, state
@@ -173,37 +173,14 @@ def uninstall(conn: Connection, request: UndoRequest, options: Options, reporter
 def _apply(conn: Connection, step: Step, plan: StepPlan, records: list[Record], facts: Facts,
            request: UndoRequest, options: Options, reporter: Reporter, report: RunReport, outcome: StepOutcome,
            record: Journal) -> tuple[Facts, NodeState]:
-    for action in plan.actions:
-        if isinstance(action, Reboot):
-            continue
-        cancel.checkpoint(f"{step.name}: {action.summary}")
-        reporter.action(conn.name, step, action, "start")
-        if action.deferred():
-            record.change(step.name, action.summary, action.deferred())
-        try:
-            detail = action.apply(conn)
-        except GpunodeError as exc:
-            reporter.action(conn.name, step, action, "failed", exc.message)
-            raise
-        if detail:
-            outcome.backups.append(detail)
-        if action.settles():
-            record.settle(action.settles())
-        reporter.action(conn.name, step, action, "done", detail or "")
-    facts = gather(conn)
-    current = read_state(conn, records)
-    after = plan_step(step.name, records, current, facts, request)
-    while after.status is not Status.OK:
-        if not after.only_reboot_left:
-            left = "; ".join(a.summary for a in after.actions) or after.reason
-            raise CommandError(f"undoing {step.name} did not converge: still {after.status} ({left})",
-                               fix="see the output above; fix the cause, then run the same command again")
-        if not options.reboot or report.reboots >= options.max_reboots:
-            outcome.result, outcome.error = "reboot-pending", "reboot required, then run the same command again"
-            return facts, current
-        facts = reboot_and_wait(conn, facts, options, reporter)
-        report.reboots += 1
-        current = read_state(conn, records)
-        after = plan_step(step.name, records, current, facts, request)
-    outcome.result = "changed"
-    return facts, current
+    """The runner's apply-and-converge loop (gpunode/runner.converge), re-planning this step's undo from the
+    state the records name, read again after every change and reboot."""
+    seen: list[NodeState] = []
+
+    def replan(fresh: Facts) -> StepPlan:
+        seen.append(read_state(conn, records))
+        return plan_step(step.name, records, seen[-1], fresh, request)
+
+    facts = converge(conn, step, plan, facts, options, replan, reporter, report, outcome, record, undoable=False,
+                     what=f"undoing {step.name}")
+    return facts, seen[-1]
