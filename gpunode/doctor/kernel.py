@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from gpunode import signing
+from gpunode import pkgmgr, signing
 from gpunode.doctor.base import NO_GPU, Node, Verdict, check, failed, passed, skipped, warned
 from gpunode.errors import GpunodeError
 from gpunode.facts import driver as driver_facts
@@ -104,10 +104,9 @@ def nouveau_initramfs(node: Node) -> Verdict:
 
 def _headers_install(node: Node, kernel: str) -> str:
     manager = prerequisites.package_manager(node.facts)
-    if manager == "apt":
-        return f"sudo apt-get install -y linux-headers-{kernel}"
-    if manager in ("dnf", "yum"):
-        return f"sudo {manager} install -y kernel-devel-{kernel}"
+    package = pkgmgr.headers_package(manager or "", kernel)
+    if package is not None:
+        return f"sudo {'apt-get' if manager == 'apt' else manager} install -y {package}"
     return f"install the kernel headers for {kernel} with the distribution's package manager"
 
 

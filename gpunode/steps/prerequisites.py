@@ -84,8 +84,10 @@ def package_manager(facts: Facts) -> str | None:
     return None
 
 
-def headers_package(facts: Facts, manager: str) -> str:
-    return f"linux-headers-{facts.kernel}" if manager == "apt" else f"kernel-devel-{facts.kernel}"
+def headers_package(facts: Facts, manager: str, kernel: str | None = None) -> str:
+    """The headers package of `kernel` (default: the running one), named by gpunode/pkgmgr.py."""
+    release = kernel or facts.kernel
+    return pkgmgr.headers_package(manager, release) or f"kernel-devel-{release}"
 
 
 def kernel_packages(facts: Facts, manager: str) -> tuple[str, ...]:
@@ -170,7 +172,7 @@ def _bake_headers(facts: Facts, options: Options, manager: str, missing: list[st
     kernel = bake.target_kernel(facts, options) or facts.kernel
     missing = [m for m in missing if m != headers_package(facts, manager)]
     if not bake.headers_present(facts, kernel):
-        missing.append(f"linux-headers-{kernel}" if manager == "apt" else f"kernel-devel-{kernel}")
+        missing.append(headers_package(facts, manager, kernel))
     return missing
 
 
