@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from gpunode.facts.kernel import kernel_key
 from gpunode.facts.registry import command, files
 
 _M = __name__.rsplit(".", 1)[-1]
@@ -15,11 +16,6 @@ _M = __name__.rsplit(".", 1)[-1]
 MARKER_PATH = "/var/lib/gpunode/baked.json"
 _KERNEL = r"[0-9][A-Za-z0-9._+~-]*"  # a kernel release (uname -r), as a directory name under /lib/modules
 KERNEL_RE = re.compile(rf"^{_KERNEL}$")
-
-
-def kernel_key(release: str) -> tuple[tuple[int, str], ...]:
-    """Sort key of kernel releases in version order: 5.15.0-100-generic after 5.15.0-92-generic."""
-    return tuple((int(part), "") if part.isdigit() else (-1, part) for part in re.findall(r"\d+|[A-Za-z]+", release))
 
 
 @dataclass(frozen=True)

@@ -356,9 +356,11 @@ class Kernels:
                      if k.name != running and (kernel_key(k.name) > kernel_key(running) or k == default))
 
 
-def kernel_key(name: str) -> tuple[tuple[int, object], ...]:
-    """Natural order of kernel release names (5.15.0-100 after 5.15.0-91)."""
-    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name) if part)
+def kernel_key(name: str) -> tuple[tuple[int, str], ...]:
+    """Version order of kernel release names: numbers compare as numbers (5.15.0-100 after 5.15.0-91), separators
+    do not count, and a number is newer than letters in the same place, as rpm compares them (RHEL's z-stream
+    5.14.0-362.8.1.el9_3 after 5.14.0-362.el9)."""
+    return tuple((int(part), "") if part.isdigit() else (-1, part) for part in re.findall(r"\d+|[A-Za-z]+", name))
 
 
 def parse_dkms_status(text: str) -> tuple[DkmsEntry, ...]:

@@ -146,3 +146,11 @@ def test_headers_available_from_apt_cache_policy_and_dnf_list():
                                          "linux-headers-5.15.0-99-generic": False}
     assert parse_headers_available("dnf kernel-devel.x86_64 5.14.0-427.13.1.el9_4 baseos\n") == {
         "kernel-devel-5.14.0-427.13.1.el9_4.x86_64": True}
+
+
+def test_kernel_order_is_numeric_and_puts_a_rhel_z_stream_after_its_base():
+    from gpunode.facts.kernel import kernel_key
+
+    names = ["5.15.0-100-generic", "5.15.0-91-generic", "5.14.0-362.8.1.el9_3.x86_64", "5.14.0-362.el9.x86_64"]
+    assert sorted(names, key=kernel_key) == ["5.14.0-362.el9.x86_64", "5.14.0-362.8.1.el9_3.x86_64",
+                                             "5.15.0-91-generic", "5.15.0-100-generic"]
