@@ -29,12 +29,40 @@ from gpunode.ui import Fixer, clean, describe_node, labelled, node_text, out, pr
 STATUS_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 
 
+EVIDENCE_MIN_WIDTH = 50  # narrower than this, the evidence goes on its own lines under each check
+
+
 def render_checks(host: str, facts: Facts, results: Sequence[CheckResult], console: Console | None = None,
                   fixer: Fixer | None = None) -> None:
-    """One node's checks as a table grouped by layer, then the counts. Fixes are made runnable for the node
-    by `fixer` (gpunode/cli/_target.py)."""
+    """One node's checks grouped by layer, then the counts. Fixes are made runnable for the node by `fixer`
+    (gpunode/cli/_target.py). On a wide console a table; on a narrow one (80 columns, a split pane) each check
+    on a line of its own with its evidence and fix indented under it, so neither is squeezed into a column."""
     console = console or out
     console.print(Text(describe_node(host, facts), style="bold"))
+    id_width = max((len(r.id) for r in results), default=0)
+    layer_width = max((len(r.layer) for r in results), default=0)
+    if console.width - (layer_width + id_width + len("status") + 3) >= EVIDENCE_MIN_WIDTH:
+        _checks_table(results, console, fixer)
+    else:
+        _checks_stacked(results, console, fixer, id_width)
+    counts = summary(results)
+    line = Text("summary: ", style="bold")
+    line.append(", ".join(f"{counts[s]} {s}" for s in STATUS_STYLE), style="bold")
+    failing = [r.id for r in results if r.status == "fail"]
+    if failing:
+        line.append("; failed: " + ", ".join(failing), style="bold red")
+    console.print(line)
+
+
+def _detail(r: CheckResult, fixer: Fixer | None) -> Text:
+    detail = node_text(r.evidence, "dim" if r.status == "skip" else "")
+    if r.fix and r.status in ("warn", "fail"):
+        detail.append("\nfix: ", style="bold")
+        detail.append_text(node_text(fixer(r.fix) if fixer else r.fix, "bold green"))
+    return detail
+
+
+def _checks_table(results: Sequence[CheckResult], console: Console, fixer: Fixer | None) -> None:
     table = Table(box=None, header_style="bold", pad_edge=False, show_edge=False)
     table.add_column("layer", style="bold")
     table.add_column("check", no_wrap=True)
@@ -44,20 +72,25 @@ def render_checks(host: str, facts: Facts, results: Sequence[CheckResult], conso
     for r in results:
         if r.layer != layer and layer is not None:
             table.add_section()
-        detail = node_text(r.evidence, "dim" if r.status == "skip" else "")
-        if r.fix and r.status in ("warn", "fail"):
-            detail.append("\nfix: ", style="bold")
-            detail.append_text(node_text(fixer(r.fix) if fixer else r.fix, "bold green"))
-        table.add_row(r.layer if r.layer != layer else "", r.id, Text(r.status, style=STATUS_STYLE[r.status]), detail)
+        table.add_row(r.layer if r.layer != layer else "", r.id, Text(r.status, style=STATUS_STYLE[r.status]),
+                      _detail(r, fixer))
         layer = r.layer
     console.print(table)
-    counts = summary(results)
-    line = Text("summary: ", style="bold")
-    line.append(", ".join(f"{counts[s]} {s}" for s in STATUS_STYLE), style="bold")
-    failing = [r.id for r in results if r.status == "fail"]
-    if failing:
-        line.append("; failed: " + ", ".join(failing), style="bold red")
-    console.print(line)
+
+
+def _checks_stacked(results: Sequence[CheckResult], console: Console, fixer: Fixer | None, id_width: int) -> None:
+    from rich.padding import Padding
+
+    layer = None
+    for r in results:
+        if r.layer != layer:
+            console.print(Text(r.layer, style="bold"))
+            layer = r.layer
+        console.print(Text.assemble("  ", r.id.ljust(id_width), "  ", (r.status, STATUS_STYLE[r.status])),
+                      no_wrap=True, overflow="ellipsis")
+        detail = _detail(r, fixer)
+        detail.overflow = "fold"
+        console.print(Padding(detail, (0, 0, 0, 6)))
 
 
 FormatOpt = Annotated[str | None, typer.Option(

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
+from rich.console import Group
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -10,6 +14,27 @@ from gpunode.cli._params import command, expected_errors
 from gpunode.cli._target import Target
 from gpunode.journal import JOURNAL_PATH, read_journal
 from gpunode.ui import STATUS_STYLE, clean, node_text, out, print_json
+
+
+def _run_view(run: dict[str, Any]) -> Group:
+    """One run: a heading (id, start time, status), the command under it, then its steps as a grid whose step and
+    result columns never fold, so at 80 columns only the command and the free-text detail wrap, between words."""
+    state = clean(run.get("status", ""))
+    heading = Text.assemble(("run ", "bold"), (clean(run.get("id", "")), "bold"), "  ", clean(run.get("started", "")),
+                            "  ", (state, STATUS_STYLE.get(state, "")))
+    command_line = Text(clean(str(run.get("command", "")).split(" --")[0]), style="dim")
+    changes = [c.get("action", "") for c in run.get("changes") or [] if isinstance(c, dict)]
+    steps = run.get("steps") or [{"reason": "; ".join(changes)}]
+    grid = Table.grid(padding=(0, 2, 0, 0), pad_edge=False)
+    grid.add_column(no_wrap=True)
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    for step in steps:
+        result = clean(step.get("result", ""))
+        detail = step.get("error") or "; ".join(step.get("backups") or []) or step.get("reason", "")
+        grid.add_row(node_text(step.get("step", "")), Text(result, style=STATUS_STYLE.get(result, "")),
+                     node_text(detail))
+    return Group(heading, Padding(command_line, (0, 0, 0, 2)), Padding(grid, (0, 0, 0, 2)))
 
 
 @command(reach="one")
@@ -25,23 +50,9 @@ def status(target: Target) -> None:
     elif not runs:
         out.print(node_text(f"{conn.name}: gpunode has not changed anything here yet ({JOURNAL_PATH} is absent)"))
     else:
-        table = Table(box=None, header_style="bold", pad_edge=False)
-        for column in ("run", "started", "command", "status", "step", "result", "detail"):
-            table.add_column(column, overflow="fold")
-        for run in runs:
-            changes = [c.get("action", "") for c in run.get("changes") or [] if isinstance(c, dict)]
-            steps = run.get("steps") or [{"reason": "; ".join(changes)}]
-            for index, step in enumerate(steps):
-                first = index == 0
-                detail = step.get("error") or "; ".join(step.get("backups") or []) or step.get("reason", "")
-                state = str(run.get("status", ""))
-                table.add_row(node_text(run.get("id", "")) if first else "",
-                              node_text(run.get("started", "")) if first else "",
-                              node_text(str(run.get("command", "")).split(" --")[0]) if first else "",
-                              Text(clean(state), style=STATUS_STYLE.get(state, "")) if first else "",
-                              node_text(step.get("step", "")), node_text(step.get("result", "")), node_text(detail))
         out.print(Text.assemble((clean(conn.name), "bold"), f": {JOURNAL_PATH}"))
-        out.print(table)
+        for run in runs:
+            out.print(_run_view(run))
         for owed in journal.get("pending") or []:
             if isinstance(owed, dict):
                 out.print(node_text(f"owed: {owed.get('effect')} {owed.get('target')} (step {owed.get('step')}, since "

@@ -124,6 +124,26 @@ def test_status_reads_the_journal(fake_node):
     assert "reboot-pending" in human.stdout and "nouveau" in human.stdout
 
 
+def test_status_at_80_columns_keeps_run_ids_times_and_steps_whole(fake_node, monkeypatch):
+    import io
+
+    from gpunode.cli import status as status_cli
+    from gpunode.ui import SafeConsole
+    runner.invoke(app, ["install", "--host", "n"])
+    runner.invoke(app, ["install", "--host", "n", "--only", "nouveau"])
+    runs = json.loads(runner.invoke(app, ["status", "--host", "n", "--json"]).stdout)["runs"]
+    buffer = io.StringIO()
+    monkeypatch.setattr(status_cli, "out", SafeConsole(file=buffer, width=80))
+    runner.invoke(app, ["status", "--host", "n"])
+    lines = buffer.getvalue().splitlines()
+    assert len(runs) == 2 and max(len(line) for line in lines) <= 80
+    for run in runs:
+        heading = next(line for line in lines if run["id"] in line)
+        assert heading.split() == ["run", run["id"], run["started"], run["status"]]
+        for step in run["steps"]:
+            assert any(line.split()[:2] == [step["step"], step["result"]] for line in lines), (step, lines)
+
+
 def test_fleet_plan_prints_hosts_by_steps_and_a_summary(monkeypatch, tmp_path):
     nodes = {}
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from gpunode import connection
 from gpunode.cli import app
 from gpunode.cli.doctor import render_checks
-from gpunode.doctor import CHECKS, run_checks
+from gpunode.doctor import CHECKS, CheckResult, run_checks
 from gpunode.errors import ConnectError
 from gpunode.facts import gather
 from tests.cli.conftest import flat  # noqa: E402
@@ -158,3 +158,58 @@ def test_format_usage_errors_exit_2(serve):
                        (["--ready-file", "/tmp/x"], "--format k8s"), (["--textfile", "/tmp/x"], "--format prometheus")):
         result = runner.invoke(app, ["doctor", "--host", "gpu-01", *args])
         assert result.exit_code == 2 and says in result.output, (args, result.output)
+
+
+def _render(width: int) -> tuple[str, list[CheckResult]]:
+    import io
+
+    from gpunode.ui import SafeConsole
+    facts = gather(FakeConnection(fresh()))
+    results = run_checks(facts)
+    buffer = io.StringIO()
+    render_checks("gpu-01", facts, results, SafeConsole(file=buffer, width=width), fixer=lambda fix: fix)
+    return buffer.getvalue(), results
+
+
+def _assert_stacked_at_80(text: str, results) -> None:
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    for r in results:
+        # the check and its status share one line; nothing else is squeezed beside them
+        (row,) = [i for i, line in enumerate(lines) if line.split()[:1] == [r.id]]
+        assert lines[row].split() == [r.id, r.status]
+        # the evidence follows on its own indented lines, whole words, in order
+        below = []
+        for line in lines[row + 1:]:
+            if not line.startswith("      ") or line.strip().startswith("fix:"):
+                break
+            below.append(line.strip())
+        assert " ".join(below) == " ".join(r.evidence.split()), (r.id, below)
+
+
+def test_at_80_columns_each_check_is_one_line_with_its_evidence_under_it():
+    text, results = _render(80)
+    _assert_stacked_at_80(text, results)
+    failed = next(r for r in results if r.status == "fail" and r.fix)
+    assert f"fix: {failed.fix.split()[0]}" in text
+
+
+def test_a_wide_console_keeps_the_table():
+    text, results = _render(200)
+    first = results[0]
+    row = next(line for line in text.splitlines() if first.id in line)
+    assert row.split()[:3] == [first.layer, first.id, first.status] and first.evidence.split()[0] in row
+
+
+def test_the_real_process_piped_with_columns_80_is_readable():
+    # this machine, read-only (as test_cli's local doctor): what `COLUMNS=80 gpunode doctor | less` shows
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-m", "gpunode", "doctor"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "COLUMNS": "80"})
+    assert done.returncode in (0, 1), done.stderr
+    lines = done.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    ids = [c.id for c in CHECKS]
+    rows = [line.split() for line in lines if line.split()[:1] and line.split()[0] in ids]
+    assert len(rows) == len(ids) and all(len(row) == 2 for row in rows)
