@@ -21,7 +21,7 @@ import csv
 import io
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date
 from functools import lru_cache
 from importlib import resources
@@ -423,6 +423,52 @@ MINOR_COMPAT_LIMITS = (
 )
 
 
+@dataclass(frozen=True)
+class DriverQuery:
+    """What `compat --driver` answers for: a release, or the newest known release of a branch asked for by its
+    number (people ask by branch: `--driver 535`)."""
+    version: Ver
+    branch_asked: int | None  # 535 when the question was `--driver 535`
+    beyond_latest_known: bool  # a release newer than the newest one of its branch in driver_branches.csv
+
+
+def _with_release(t: Tables) -> str:
+    return ", ".join(str(b) for b in sorted(t.branches) if t.branches[b].latest_known)
+
+
+def known_branches(t: Tables | None = None) -> frozenset[int]:
+    """The driver branches gpunode's tables name: driver_branches.csv and the branches of every minimum driver
+    in compat_matrix.csv and cuda_minor_compat.csv (the old ones, 346 to 440, are only there)."""
+    t = t or tables()
+    drivers = [r.min_driver for r in t.releases] + [m.min_driver for m in t.minor_compat.values()]
+    return frozenset(t.branches) | {branch_of(d) for d in drivers if d is not None}
+
+
+def driver_query(text: str, t: Tables | None = None) -> DriverQuery:
+    """`--driver` as compat reads it. A branch resolves to its newest known release; a version whose branch no
+    table names is bad input (exit 2) rather than an answer made up from neighbouring rows."""
+    t = t or tables()
+    value = (text or "").strip()
+    newest = max(t.branches)
+    if BRANCH_EXACT.match(value):
+        branch = t.branches.get(int(value))
+        if branch is None or branch.latest_known is None:
+            raise UsageError(f"--driver {value}: gpunode knows no release of branch R{value}",
+                             fix=f"gpunode compat --driver {newest}  # or a full version, or another branch with a "
+                                 f"known release: {_with_release(t)}")
+        return DriverQuery(Ver(str(branch.latest_known)), branch.branch, False)
+    version = parse_driver(value)
+    if branch_of(version) not in known_branches(t):
+        later = f"; a branch after R{newest} needs a newer gpunode" if branch_of(version) > newest else ""
+        raise UsageError(f"--driver {value}: R{branch_of(version)} is not an NVIDIA driver branch gpunode knows"
+                         f"{later}",
+                         fix=f"gpunode compat --driver {newest}  # or another branch with a known release: "
+                             f"{_with_release(t)}")
+    row = t.branches.get(branch_of(version))
+    beyond = row is not None and row.latest_known is not None and version > row.latest_known
+    return DriverQuery(version, None, beyond)
+
+
 def native_release(driver: Version | str, t: Tables | None = None) -> CudaRelease | None:
     """The newest CUDA release whose minimum driver the given driver meets (None: older than every row)."""
     t = t or tables()
@@ -709,6 +755,8 @@ SEGMENT_BRANDS: dict[str, tuple[str, ...]] = {
 _NVIDIA_CUDA_REPOS = {"nvidia/cuda", "docker.io/nvidia/cuda", "index.docker.io/nvidia/cuda",
                       "registry-1.docker.io/nvidia/cuda", "nvcr.io/nvidia/cuda", "docker.io/library/nvidia/cuda"}
 _IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._/:-]*(@sha256:[0-9a-f]{64})?$")
+# A tag that names the CUDA it was built on, as a word of its own: 2.3-cuda12.4-ubuntu22.04, cuda-12.4.1_cudnn9.
+_TAG_NAMES_CUDA = re.compile(r"(?:^|[-_.])cuda[-_]?(\d{1,2}\.\d{1,2}(?:\.\d{1,3})?)(?=$|[-_])", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -716,7 +764,8 @@ class ImageRef:
     image: str
     repository: str
     tag: str | None
-    cuda: Version | None  # from the tag of an nvidia/cuda image
+    cuda: Version | None  # from the tag of an nvidia/cuda image, or named in another image's tag (see below)
+    cuda_from_tag_name: bool = False  # not nvidia/cuda, but the tag names its CUDA (`...-cuda12.4-...`)
 
     @property
     def is_nvidia_cuda(self) -> bool:
@@ -744,6 +793,8 @@ def parse_image(ref: str) -> ImageRef:
             raise UsageError(f"--image {ref!r}: the tag {tag!r} does not start with a CUDA version",
                              fix="nvidia/cuda tags look like 12.4.1-base-ubuntu22.04")
         cuda = Ver(match[1])
+    elif tag is not None and (named := _TAG_NAMES_CUDA.search(tag)):
+        return ImageRef(image, repository, tag, Ver(named[1]), cuda_from_tag_name=True)
     return ImageRef(image, repository, tag, cuda)
 
 
@@ -759,10 +810,18 @@ class ImageNeed:
         fc = self.forward_compat
         return {"image": self.ref.image, "cuda": str(self.ref.cuda) if self.ref.cuda else None,
                 "require_cuda": self.requirement.text if self.requirement else None,
-                "require_cuda_recorded": self.recorded,
+                "require_cuda_recorded": self.recorded, "cuda_from_tag_name": self.ref.cuda_from_tag_name,
                 "native_min_driver": str(self.native_min) if self.native_min else None,
                 "forward_compat_branches": list(fc.branches) if fc else [],
                 "forward_compat_brands": list(fc.brands) if fc else []}
+
+
+def tag_name_note(ref: ImageRef) -> str:
+    """What a check of an image whose CUDA comes from its tag's name rests on."""
+    series = major_minor(ref.cuda) if ref.cuda else "?"
+    return (f"{ref.image} is not an nvidia/cuda image; its tag names CUDA {series}, so it is checked as "
+            f"cuda>={series} (what an image built on nvidia/cuda {series} inherits); confirm with: docker inspect "
+            "--format '{{range .Config.Env}}{{println .}}{{end}}' IMAGE | grep NVIDIA_REQUIRE_CUDA")
 
 
 UNREADABLE_IMAGE = ("gpunode cannot read another image's NVIDIA_REQUIRE_CUDA offline; on a machine with the "
@@ -774,9 +833,15 @@ def image_needs(ref: str | ImageRef, t: Tables | None = None) -> ImageNeed:
     """The NVIDIA_REQUIRE_CUDA condition of an image and the lowest driver that meets its `cuda>=X.Y` part."""
     t = t or tables()
     image = ref if isinstance(ref, ImageRef) else parse_image(ref)
-    if not image.is_nvidia_cuda or image.cuda is None:
+    if image.cuda is None:
         return ImageNeed(image, None, False, None, None)
     series = major_minor(image.cuda)
+    if image.cuda_from_tag_name:
+        # read off the tag's name: an image built on nvidia/cuda X.Y inherits its cuda>=X.Y; a CUDA that is not
+        # in the table leaves the image unread, as if the tag named none
+        if not any(r.series == series for r in t.releases):
+            return ImageNeed(image, None, False, None, None)
+        return ImageNeed(image, parse_require_cuda(f"cuda>={series}"), False, series_min_driver(series, t), None)
     if not any(r.series == series for r in t.releases):
         raise UsageError(f"--image {image.image}: CUDA {series} is not a CUDA release in gpunode's table",
                          fix=f"known CUDA versions: {t.releases[0].series} to {t.releases[-1].series}")
@@ -909,6 +974,13 @@ def check_image(driver: Version, image: str | ImageRef, segments: Sequence[str |
                 t: Tables | None = None) -> Check:
     """An image against a driver and the node's GPU segments (datacenter/workstation/geforce; None unknown)."""
     need = image_needs(image, t)
+    check = _check_image(driver, need, segments, t)
+    if need.ref.cuda_from_tag_name and need.requirement is not None:
+        return replace(check, notes=(tag_name_note(need.ref), *check.notes))
+    return check
+
+
+def _check_image(driver: Version, need: ImageNeed, segments: Sequence[str | None], t: Tables | None) -> Check:
     name = need.ref.image
     target = f"image {name}"
     if need.requirement is None:

@@ -7,7 +7,8 @@
 
 Options combine: with --driver and any of --cuda/--image/--gpu, `checks` says whether that driver fits them.
 Exit codes: 0 answered (every check ok or conditional), 1 a check is blocked, 2 bad input (a version, image or
-GPU name). A conditional check is shown in yellow with the condition in its reason.
+GPU name, or a driver whose branch is not in data/driver_branches.csv). `--driver 535` asks about a branch: it is
+answered for the newest 535 release in data/driver_branches.csv, and the output says so. A conditional check is shown in yellow with the condition in its reason.
 
 JSON shape (`--json`); a section is null when its option was not given:
 
@@ -16,6 +17,8 @@ JSON shape (`--json`); a section is null when its option was not given:
       "query":  {"driver": str|null, "cuda": str|null, "image": str|null, "gpu": str|null},
       "driver": null | {
         "version": "535.129.03", "branch": 535,
+        "branch_asked": 535|null,               # `--driver 535`: answered for the branch's newest known release
+        "beyond_latest_known": bool,            # newer than the newest release of its branch in the table
         "branch_type": "lts"|"production"|"new-feature"|null, "branch_end_of_life": "2026-06"|null,
         "branch_status": "supported"|"end-of-life"|"unknown", "branch_latest_known": "535.309.01"|null,
         "native_cuda": "12.2"|null, "native_cuda_release": "12.2.2"|null,
@@ -36,6 +39,7 @@ JSON shape (`--json`); a section is null when its option was not given:
       },
       "image": null | {
         "image": str, "cuda": "12.4.1"|null, "require_cuda": str|null, "require_cuda_recorded": bool,
+        "cuda_from_tag_name": bool,             # not nvidia/cuda; CUDA read off its tag (...-cuda12.4-...)
         "native_min_driver": "550.54.14"|null, "forward_compat_branches": [int], "forward_compat_brands": [str],
         "driver": str|null, "satisfied": true|false|null, "satisfied_by": [str], "explanation": str
       },
@@ -80,8 +84,9 @@ CHECK_STYLE = {"ok": "green", "conditional": "yellow", "blocked": "bold red"}
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _driver_section(driver: cm.Version, today: date | None) -> dict[str, Any]:
+def _driver_section(query: cm.DriverQuery, today: date | None) -> dict[str, Any]:
     t = cm.tables()
+    driver = query.version
     branch_no = cm.branch_of(driver)
     branch = t.branches.get(branch_no)
     release = cm.native_release(driver)
@@ -98,7 +103,8 @@ def _driver_section(driver: cm.Version, today: date | None) -> dict[str, Any]:
     except cm.CompatError:
         verify = None
     return {
-        "version": str(driver), "branch": branch_no,
+        "version": str(driver), "branch": branch_no, "branch_asked": query.branch_asked,
+        "beyond_latest_known": query.beyond_latest_known,
         "branch_type": branch.type if branch else None,
         "branch_end_of_life": (branch.end_of_life or None) if branch else None,
         "branch_status": branch.status(today) if branch else "unknown",
@@ -137,11 +143,13 @@ def _image_section(need: cm.ImageNeed, driver: cm.Version | None, segment: str |
         return section
     series = cm.major_minor(need.ref.cuda) if need.ref.cuda else "?"
     text = f"{need.ref.image} requires cuda>={series}: a driver >= {need.native_min} meets it natively"
+    if need.ref.cuda_from_tag_name:
+        text = cm.tag_name_note(need.ref) + f"; a driver >= {need.native_min} meets cuda>={series} natively"
     if need.forward_compat:
         text += ("; its forward-compatibility clauses also admit branches "
                  + ", ".join(f"R{b}" for b in need.forward_compat.branches) + " on the brands "
                  + ", ".join(need.forward_compat.brands))
-    elif not need.recorded:
+    elif not need.recorded and not need.ref.cuda_from_tag_name:
         text += "; gpunode has not recorded this tag's forward-compatibility clauses (only cuda>= is checked)"
     if driver is not None:
         answer, ways = cm.image_accepts(need, driver, segment)
@@ -216,7 +224,8 @@ def build_report(driver: str | None = None, cuda: str | None = None, image: str 
     if not any((driver, cuda, image, gpu)):
         raise UsageError("compat needs at least one of --driver, --cuda, --image or --gpu",
                          fix="e.g. gpunode compat --driver 535.129.03, or --cuda 12.4, or --gpu H100")
-    version = cm.parse_driver(driver) if driver is not None else None
+    query = cm.driver_query(driver) if driver is not None else None
+    version = query.version if query is not None else None
     need = cm.driver_needed_for_cuda(cuda) if cuda is not None else None
     image_need = cm.image_needs(image) if image is not None else None
     matches = gpu_table.find(gpu) if gpu is not None else []
@@ -228,7 +237,7 @@ def build_report(driver: str | None = None, cuda: str | None = None, image: str 
     report: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "query": {"driver": driver, "cuda": cuda, "image": image, "gpu": gpu},
-        "driver": _driver_section(version, today) if version is not None else None,
+        "driver": _driver_section(query, today) if query is not None else None,
         "cuda": _cuda_section(need, today) if need is not None else None,
         "image": _image_section(image_need, version, segment) if image_need is not None else None,
         "gpu": _gpu_section(gpu, matches, version, today) if gpu is not None else None,
@@ -285,6 +294,8 @@ def _render_driver(d: dict[str, Any]) -> None:
         branch += " (not in gpunode's branch table)"
     if d["branch_latest_known"]:
         branch += f"; latest known {d['branch_latest_known']}"
+    if d["beyond_latest_known"]:
+        branch += f"; {d['version']} is newer than every R{d['branch']} release gpunode knows"
     native = (f"CUDA up to {d['native_cuda']} (release {d['native_cuda_release']})" if d["native_cuda"]
               else "older than every CUDA release in the table")
     minor = "; ".join(f"CUDA {r['cuda_range'][0]} to {r['cuda_range'][1]} (CUDA {r['major']}.x needs >= "
@@ -300,7 +311,10 @@ def _render_driver(d: dict[str, Any]) -> None:
         if not a["supported"]:
             rows.append(("  not " + a["architecture"], a["reason"]))
     rows.append(("verify image", d["verify_image"] or "none known for this driver"))
-    _kv(f"driver {d['version']}", rows)
+    title = f"driver {d['version']}"
+    if d["branch_asked"] is not None:
+        title = f"driver branch R{d['branch_asked']}: answered for {d['version']}, its newest release gpunode knows"
+    _kv(title, rows)
 
 
 def _render_cuda(c: dict[str, Any]) -> None:
@@ -329,7 +343,9 @@ def _render_image(i: dict[str, Any]) -> None:
         cond = i["require_cuda"]
         if len(cond) > 160:
             cond = cond[:160] + f" ... ({len(i['forward_compat_branches']) * len(i['forward_compat_brands'])} brand clauses)"
-        rows.append(("NVIDIA_REQUIRE_CUDA", cond + ("" if i["require_cuda_recorded"] else "  (brand clauses not recorded)")))
+        how = ("" if i["require_cuda_recorded"] else "  (read from the tag's name)" if i["cuda_from_tag_name"]
+               else "  (brand clauses not recorded)")
+        rows.append(("NVIDIA_REQUIRE_CUDA", cond + how))
         rows.append(("needs", f"driver >= {i['native_min_driver']} (native)"))
     if i["driver"]:
         verdict = {True: Text("yes", style="green"), False: Text("no", style="bold red"),

@@ -191,3 +191,57 @@ def test_an_answer_that_depends_on_the_gpu_brand_is_conditional_not_ok():
     human = " ".join(run("--image", "nvidia/cuda:12.4.1-base-ubuntu22.04", "--driver", "535.129.03").stdout.split())
     assert "conditional driver 535.129.03 runs CUDA up to 12.2 natively" in human
     assert " ok " not in human
+
+
+def test_a_branch_is_answered_for_its_newest_known_release():
+    newest = compat.tables().branches[535].latest_known
+    result, data = run_json("--driver", "535")
+    assert result.exit_code == 0, result.output
+    assert data["driver"]["version"] == str(newest) and data["driver"]["branch_asked"] == 535
+    human = run("--driver", "535")
+    assert human.exit_code == 0
+    assert human.stdout.splitlines()[0] == f"driver branch R535: answered for {newest}, its newest release gpunode knows"
+    # a full version is not a branch question
+    assert run_json("--driver", "535.129.03")[1]["driver"]["branch_asked"] is None
+
+
+@pytest.mark.parametrize("driver", ["999.99.99", "999", "450", "537.10.01"])
+def test_a_driver_gpunode_knows_nothing_of_is_bad_input_naming_the_known_branches(driver):
+    result = run("--driver", driver)
+    assert result.exit_code == 2 and "R" + driver.split(".")[0] in result.output
+    known = [b for b, row in compat.tables().branches.items() if row.latest_known]
+    assert all(str(b) in result.output for b in known)
+    fix = next(line for line in result.output.splitlines() if line.strip().startswith("fix:"))
+    assert fix.split("fix:", 1)[1].split("#")[0].split() == ["gpunode", "compat", "--driver", str(max(known))]
+
+
+def test_a_release_newer_than_the_table_says_so():
+    result, data = run_json("--driver", "535.999.01")
+    assert result.exit_code == 0 and data["driver"]["beyond_latest_known"] is True
+    assert "535.999.01 is newer than every R535 release gpunode knows" in compat_flat(run("--driver", "535.999.01"))
+    assert run_json("--driver", "535.129.03")[1]["driver"]["beyond_latest_known"] is False
+
+
+def compat_flat(result) -> str:
+    return " ".join(result.stdout.split())
+
+
+@pytest.mark.parametrize(("image", "cuda"), [("ghcr.io/acme/train:1.0-cuda12.4-ubuntu22.04", "12.4"),
+                                             ("pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime", "12.1"),
+                                             ("acme/app:cuda-12.8.0_cudnn9", "12.8.0")])
+def test_an_image_tag_that_names_its_cuda_is_checked(image, cuda):
+    series = ".".join(cuda.split(".")[:2])
+    minimum = compat.series_min_driver(series)
+    below = run_json("--image", image, "--driver", "525.60.13")
+    assert below[0].exit_code == 1 and below[1]["image"]["cuda_from_tag_name"] is True
+    assert below[1]["checks"][0]["status"] == "blocked" and below[1]["checks"][0]["min_driver"] == str(minimum)
+    assert any("its tag names CUDA " + series in note for note in below[1]["checks"][0]["notes"])
+    above = run_json("--image", image, "--driver", "580.178.04")
+    assert above[0].exit_code == 0 and above[1]["checks"][0]["status"] == "ok"
+
+
+def test_an_image_tag_without_a_cuda_word_stays_not_checked():
+    for image in ("nvcr.io/nvidia/pytorch:24.01-py3", "acme/barracuda12.4:1.0", "acme/app:mycuda12.4"):
+        result, data = run_json("--image", image, "--driver", "535.129.03")
+        assert result.exit_code == 0 and data["checks"][0]["status"] == "conditional", image
+        assert data["image"]["cuda_from_tag_name"] is False
