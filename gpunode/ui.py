@@ -57,6 +57,11 @@ def clean(text: object) -> str:
     return "".join(_escape_char(ch) if _unsafe(ch) else ch for ch in value)
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """`1 node`, `2 nodes`: a count with its noun in the right number."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def node_text(text: object, style: str = "") -> Text:
     """A Text of untrusted text: cleaned, never parsed as markup."""
     from rich.text import Text

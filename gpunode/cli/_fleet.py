@@ -16,7 +16,7 @@ from gpunode.cli._target import Target, rewrite_fixes
 from gpunode.fleet import Event, FleetResults, HostResult, interrupt_text, run_fleet
 from gpunode.inventory import InventoryHost
 from gpunode.runner import SCHEMA_VERSION
-from gpunode.ui import STATUS_STYLE, clean, err, labelled, node_text, out, print_json
+from gpunode.ui import STATUS_STYLE, clean, counted, err, labelled, node_text, out, print_json
 
 RESULT_STYLE = {**STATUS_STYLE, "unreachable": "bold red", "skipped": "dim", "planned": "yellow",
                 "interrupted": "bold magenta"}
@@ -83,14 +83,18 @@ class FleetView:
             err.print(node_text(line), soft_wrap=True)
 
 
-def default_log_dir(explicit: str | None) -> Path:
-    return Path(explicit) if explicit else Path("gpunode-logs") / time.strftime("%Y%m%dT%H%M%S")
+def default_log_dir(explicit: str | None, read_only: bool = False) -> Path | None:
+    """--log-dir, else ./gpunode-logs/<time>/ for a run that changes nodes; a read-only run (plan, doctor,
+    uninstall --dry-run) writes nothing on this machine unless --log-dir asks for it."""
+    if explicit:
+        return Path(explicit)
+    return None if read_only else Path("gpunode-logs") / time.strftime("%Y%m%dT%H%M%S")
 
 
 def run_with_view(hosts: list[InventoryHost], columns: Sequence[str], work: Callable[..., HostResult],
-                  target: Target) -> tuple[list[HostResult], Path]:
+                  target: Target, read_only: bool = False) -> tuple[list[HostResult], Path | None]:
     """Every option was checked before this (gpunode/cli/_inputs.py): the log directory is created only now."""
-    directory = default_log_dir(target.log_dir)
+    directory = default_log_dir(target.log_dir, read_only)
     with FleetView(hosts, columns) as view:
         results = run_fleet(hosts, work, parallel=target.parallel, batch=target.batch, max_fail=target.max_fail,
                             log_dir=directory, on_event=view.update, log_level=target.log_level)
@@ -109,14 +113,14 @@ def fleet_exit_code(results: Sequence[HostResult]) -> int:
     return 0
 
 
-def print_summary(mode: str, results: Sequence[HostResult], log_dir: Path, target: Target,
+def print_summary(mode: str, results: Sequence[HostResult], log_dir: Path | None, target: Target,
                   hosts: Sequence[InventoryHost], extra: Callable[[HostResult], dict[str, Any]] | None = None) -> None:
     counts: dict[str, int] = {}
     for r in results:
         counts[r.status] = counts.get(r.status, 0) + 1
     by_name = {h.name: h for h in hosts}
     if target.json_output:
-        print_json({"schema_version": SCHEMA_VERSION, "mode": mode, "log_dir": str(log_dir),
+        print_json({"schema_version": SCHEMA_VERSION, "mode": mode, "log_dir": str(log_dir) if log_dir else None,
                     "hosts": [rewrite_fixes({**r.to_dict(), **(extra(r) if extra else {})},
                                             target.fixer(by_name.get(r.host))) for r in results],
                     "summary": {"hosts": len(results), **counts,
@@ -139,14 +143,15 @@ def print_summary(mode: str, results: Sequence[HostResult], log_dir: Path, targe
             grid.add_row(node_text(r.host), *cells)
         out.print(grid)
     pipeline = mode in ("plan", "install", "uninstall")
-    columns = ["host", "status", *(["steps changed", "reboot pending"] if pipeline else []), "error", "log"]
-    table = Table(box=None, header_style="bold", pad_edge=False, title=f"gpunode {mode}: {len(results)} nodes")
+    columns = ["host", "status", *(["steps changed", "reboot pending"] if pipeline else []), "error",
+               *(["log"] if log_dir else [])]
+    table = Table(box=None, header_style="bold", pad_edge=False, title=f"gpunode {mode}: {counted(len(results), 'node')}")
     for column in columns:
         table.add_column(column, overflow="fold")
     for r in results:
         middle = [str(r.steps_changed), "yes" if r.reboot_pending else ""] if pipeline else []
         table.add_row(node_text(r.host), Text(r.status, style=RESULT_STYLE.get(r.status, "")), *middle,
-                      node_text(r.error or ""), node_text(r.log or ""))
+                      node_text(r.error or ""), *([node_text(r.log or "")] if log_dir else []))
     out.print(table)
     for r in results:  # what to do about each blocked or failed step, runnable for its node
         for o in r.report.outcomes if r.report is not None else []:

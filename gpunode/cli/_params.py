@@ -71,7 +71,8 @@ LimitOpt = Annotated[str | None, typer.Option(
 ParallelOpt = Annotated[int, typer.Option("--parallel", metavar="N", help="How many nodes at once (1 or more).")]
 LogDirOpt = Annotated[str | None, typer.Option(
     "--log-dir", metavar="DIR", show_default=False,
-    help="Per-node logs of a fleet run. Default: ./gpunode-logs/<time>/.")]
+    help="Per-node logs of a fleet run. Default: ./gpunode-logs/<time>/ for install and uninstall; none for the "
+    "read-only plan, doctor and uninstall --dry-run.")]
 LogLevelOpt = Annotated[str, typer.Option(
     "--log-level", metavar="info|debug",
     help="Per-node log detail of a fleet run: info (commands and exit codes) or debug (also node output, file "

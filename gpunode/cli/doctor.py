@@ -24,7 +24,7 @@ from gpunode.facts import Facts, gather
 from gpunode.fleet import HostResult, LoggedConnection, QueueReporter
 from gpunode.inventory import InventoryHost
 from gpunode.runner import SCHEMA_VERSION
-from gpunode.ui import Fixer, clean, describe_node, labelled, node_text, out, print_error, print_json
+from gpunode.ui import Fixer, clean, counted, describe_node, labelled, node_text, out, print_error, print_json
 
 STATUS_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 
@@ -238,13 +238,13 @@ def _doctor_fleet(target: Target, hosts: list[InventoryHost]) -> None:
                           error=("failed: " + ", ".join(failing)) if failing else None)
 
     with expected_errors():
-        results, directory = run_with_view(hosts, [], work, target)
+        results, directory = run_with_view(hosts, [], work, target, read_only=True)
     if target.json_output:
         print_summary("doctor", results, directory, target, hosts,
                       extra=lambda r: {"checks": [c.to_dict() for c in checks.get(r.host, [])]})
     else:
         ids = [c.id for c in next(iter(checks.values()), [])]
-        table = Table(box=None, header_style="bold", pad_edge=False, title=f"gpunode doctor: {len(hosts)} nodes")
+        table = Table(box=None, header_style="bold", pad_edge=False, title=f"gpunode doctor: {counted(len(hosts), 'node')}")
         table.add_column("check")
         for h in hosts:
             table.add_column(node_text(h.name), justify="center")

@@ -138,7 +138,7 @@ def _run_fleet(mode: str, target: Target, hosts: list[InventoryHost], selected: 
                               report.reboot_pending, interrupted.message, report)
         return result_from_report(host.name, report)
 
-    results, log_dir = run_with_view(hosts, [s.name for s in selected], work, target)
+    results, log_dir = run_with_view(hosts, [s.name for s in selected], work, target, read_only=mode == "plan")
     print_summary(mode, results, log_dir, target, hosts)
     raise typer.Exit(fleet_exit_code(results))
 

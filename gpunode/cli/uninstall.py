@@ -136,7 +136,7 @@ def _uninstall_fleet(target: Target, hosts: list[InventoryHost], request: UndoRe
         return shown
 
     mode = "plan" if dry_run else "uninstall"
-    results, log_dir = run_with_view(hosts, [name for name in request.steps], work, target)
+    results, log_dir = run_with_view(hosts, [name for name in request.steps], work, target, read_only=dry_run)
     print_summary(mode, results, log_dir, target, hosts, extra)
     if not target.json_output:
         by_name = {h.name: h for h in hosts}

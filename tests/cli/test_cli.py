@@ -167,3 +167,38 @@ def test_fleet_plan_prints_hosts_by_steps_and_a_summary(monkeypatch, tmp_path):
                                           "--log-dir", str(tmp_path)]).stdout)
     assert [h["status"] for h in data["hosts"]] == ["planned", "planned"] and data["exit_code"] == 0
     assert (tmp_path / "gpu-a.log").exists()
+
+
+@pytest.mark.parametrize(("args", "writes"), [(["plan"], False), (["doctor"], False),
+                                              (["uninstall", "--dry-run"], False), (["install", "--only", "nouveau"], True)])
+def test_read_only_fleet_runs_leave_the_current_directory_alone(monkeypatch, tmp_path, args, writes):
+    def open_connection(spec):
+        node = FakeNode(tools={"update-initramfs"}, modules={"nouveau"})
+        node.add_gpu(0x1EB8)
+        return FakeConnection(node, name=spec.host)
+
+    monkeypatch.setattr(connection, "open_connection", open_connection)
+    inventory = tmp_path / "inventory.toml"
+    inventory.write_text('[hosts.gpu-a]\n[hosts.gpu-b]\n')
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    result = runner.invoke(app, [*args, "--inventory", str(inventory), "--json"])
+    assert result.exit_code in (0, 1, 3), result.output
+    data = json.loads(result.stdout)
+    assert (work / "gpunode-logs").exists() is writes
+    assert (data["log_dir"] is not None) is writes and all((h["log"] is not None) is writes for h in data["hosts"])
+    # asked for, a read-only run keeps its logs where it is told
+    logs = tmp_path / "logs"
+    runner.invoke(app, [*args, "--inventory", str(inventory), "--log-dir", str(logs)])
+    assert (logs / "gpu-a.log").exists() and list(work.iterdir()) == ([work / "gpunode-logs"] if writes else [])
+
+
+def test_a_fleet_of_one_is_one_node(monkeypatch, tmp_path):
+    node = FakeNode(tools={"update-initramfs"}, modules={"nouveau"})
+    node.add_gpu(0x1EB8)
+    monkeypatch.setattr(connection, "open_connection", lambda spec: FakeConnection(node, name=spec.host))
+    inventory = tmp_path / "inventory.toml"
+    inventory.write_text('[hosts.gpu-a]\n')
+    result = runner.invoke(app, ["plan", "--inventory", str(inventory), "--only", "nouveau"])
+    assert "gpunode plan: 1 node\n" in result.stdout and "1 nodes" not in result.stdout
