@@ -1,4 +1,6 @@
-"""Start-up: `gpunode --help`, `--version`, `compat --gpu T4` against `python3 -c pass` (the reference)."""
+"""Start-up: `gpunode --help`, `--version`, `compat --gpu T4` against `python3 -c pass` (the reference); and what
+shell completion (`--install-completion`, typer's) adds to `--help`: the same process with completion switched
+off is the reference."""
 
 from __future__ import annotations
 
@@ -10,6 +12,10 @@ from benchmarks.measure import Row, ms, run
 from benchmarks.nodes import gpunode_bin
 
 HELP_TARGET = 0.150  # seconds, from the issue
+COMPLETION_TARGET = 1.05  # --help with completion against without: at most 5% slower
+
+_HELP_WITH = ("import sys\nimport gpunode.cli as c\nc.app._add_completion = {on}\nsys.argv = ['gpunode', '--help']\n"
+              "try:\n    c.main()\nexcept SystemExit:\n    pass\n")
 
 
 def _median(argv: list[str], repeat: int) -> float:
@@ -30,4 +36,20 @@ def bench(repeat: int) -> list[Row]:
         target, met = ("<= 150 ms", took <= HELP_TARGET) if args == ["--help"] else ("", None)
         rows.append(Row("start-up", f"gpunode {' '.join(args)} (median of {repeat})", ms(took),
                         f"python3 -c pass {ms(base)}", took / base, target, met))
+    with_completion, without = _interleaved(repeat)
+    ratio = with_completion / without
+    rows.append(Row("start-up", f"gpunode --help with shell completion (median of {repeat})", ms(with_completion),
+                    f"completion off {ms(without)}", ratio, f"<= {COMPLETION_TARGET:.2f}x",
+                    ratio <= COMPLETION_TARGET))
     return rows
+
+
+def _interleaved(repeat: int) -> tuple[float, float]:
+    """Medians of `--help` with and without completion, run alternately so load on the machine hits both."""
+    samples: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(repeat):
+        for on in (True, False):
+            start = time.perf_counter()
+            run([sys.executable, "-c", _HELP_WITH.format(on=on)])
+            samples[on].append(time.perf_counter() - start)
+    return statistics.median(samples[True]), statistics.median(samples[False])

@@ -67,6 +67,15 @@ class LazyGroup(TyperGroup):
             self.commands[cmd_name] = load_command(cmd_name)
         return self.commands[cmd_name]
 
+    def shell_complete(self, ctx: Any, incomplete: str) -> list[Any]:
+        """Completing a command name (`gpunode ins<TAB>`) lists COMMANDS without importing every command; the
+        options of a command (`gpunode install --<TAB>`) import only that command's module."""
+        self._listing = True
+        try:
+            return list(super().shell_complete(ctx, incomplete))
+        finally:
+            self._listing = False
+
     def format_help(self, ctx: Any, formatter: Any) -> None:
         self._listing = True
         try:
@@ -80,7 +89,7 @@ app = typer.Typer(
     cls=LazyGroup,
     help="Turn a Linux box with NVIDIA GPUs into a working GPU container host, locally or over SSH.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion [bash|zsh|fish|powershell]
     pretty_exceptions_show_locals=False,  # locals may hold passwords
     context_settings={"help_option_names": ["-h", "--help"]},
 )

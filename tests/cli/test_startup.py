@@ -57,3 +57,38 @@ def test_the_help_listing_is_the_command_s_own_first_paragraph(name):
     module, function, line = COMMANDS[name]
     doc = inspect.getdoc(getattr(importlib.import_module(module), function)) or ""
     assert " ".join(doc.split("\n\n")[0].split()) == line
+
+
+def _gpunode(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    import os
+    return subprocess.run([sys.executable, "-c", run_main(*argv)], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, **env}, timeout=120)
+
+
+def test_install_completion_writes_the_script_under_home_only(tmp_path):
+    # the shell is named (typer's own switch turns its detection off), so the test does not depend on what
+    # process started pytest
+    home = tmp_path / "home"
+    home.mkdir()
+    done = _gpunode("--install-completion", "bash",
+                    env={"HOME": str(home), "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"})
+    assert done.returncode == 0, done.stderr
+    script = home / ".bash_completions" / "gpunode.sh"
+    assert "_GPUNODE_COMPLETE=complete_bash" in script.read_text()
+    assert f"source '{script}'" in (home / ".bashrc").read_text()
+
+
+def test_completing_a_command_name_lists_commands_without_importing_them():
+    code = ("import os\nos.environ.update(_GPUNODE_COMPLETE='complete_bash', COMP_WORDS='gpunode ', COMP_CWORD='1')\n"
+            + run_main())
+    modules = loaded_after(code)
+    assert heavy(modules) == [] and not any(m.startswith("gpunode.cli.") and m.split(".")[-1] in
+                                            {"pipeline", "doctor", "verify", "uninstall", "status"} for m in modules)
+    done = _gpunode(env={"_GPUNODE_COMPLETE": "complete_bash", "COMP_WORDS": "gpunode ", "COMP_CWORD": "1"})
+    assert done.stdout.split() == list(COMMANDS)
+
+
+def test_completing_an_option_of_a_command():
+    done = _gpunode(env={"_GPUNODE_COMPLETE": "complete_bash", "COMP_WORDS": "gpunode compat --dr",
+                         "COMP_CWORD": "2"})
+    assert done.stdout.split() == ["--driver"]
