@@ -48,6 +48,14 @@ class Manager:
     def remove(self, names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
         return (*self.remove_argv, *names)
 
+    def reinstall(self, packages: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+        """Install the same version again (a file of the package was deleted)."""
+        if self.name == "apt":
+            return (*self.install_argv, "--reinstall", *packages)
+        if self.name == "zypper":
+            return (*self.install_argv, "--force", *packages)
+        return (self.name, "reinstall", "-y", *packages)
+
     def hold(self, name: str, version: str) -> tuple[str, ...]:
         return (*self.hold_argv, self.spec(name, version) if self.hold_takes_version else name)
 

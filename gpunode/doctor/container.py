@@ -23,7 +23,6 @@ from gpunode.facts.containers import (
     DOCKER_CONFIG,
     ENGINES,
     NVIDIA,
-    RUNTIME_BINARY,
     SNAP_DOCKER_CONFIG,
     SNAP_DOCKER_UNIT,
     ConfigError,
@@ -39,6 +38,7 @@ from gpunode.facts.containers import (
     effective_crio,
     parse_daemon_json,
     parse_toml,
+    runtime_binary_missing,
 )
 from gpunode.facts.packages import unit
 from gpunode.steps import toolkit
@@ -76,8 +76,7 @@ def docker_backend(node: Node) -> bool:
 
 
 def _runtime_installed(node: Node, state: RuntimeState) -> bool:
-    return state.binary is None or posixpath.basename(state.binary) != RUNTIME_BINARY or \
-        node.facts.has(RUNTIME_BINARY)
+    return not runtime_binary_missing(state, node.facts.tools)
 
 
 def _no_toolkit(node: Node) -> Verdict | None:
@@ -93,8 +92,7 @@ def _binary_missing(node: Node, what: str) -> Verdict:
     if node.packages.get(toolkit.PACKAGES[0]) is None:
         return skipped(f"{what}, which is not installed (see container.toolkit-installed)")
     return failed(f"{what}, which is missing although nvidia-container-toolkit is installed",
-                  "sudo apt-get install --reinstall nvidia-container-toolkit-base" if node.facts.os.family == "debian"
-                  else "sudo dnf reinstall nvidia-container-toolkit-base")
+                  toolkit.runtime_binary_fix(node.facts.os.package_manager))
 
 
 @check("container.engine-present", "container", "a container engine is installed")
@@ -244,6 +242,8 @@ def crio_runtime(node: Node) -> Verdict:
     if not state.has_nvidia:
         return failed(f"no nvidia runtime in {', '.join(effective.sources) or CRIO_CONFIG}",
                       RUNTIME_FIX.format(engine="crio"))
+    if not _runtime_installed(node, state):
+        return _binary_missing(node, f"CRI-O's nvidia runtime points at {state.binary}")
     return passed(f"nvidia runtime ({state.binary}) from {', '.join(effective.sources)}")
 
 

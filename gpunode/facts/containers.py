@@ -22,7 +22,7 @@ import math
 import posixpath
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -420,6 +420,12 @@ class RuntimeState:
 
     def satisfies(self, want_default: bool) -> bool:
         return self.has_nvidia and (self.nvidia_is_default or not want_default)
+
+
+def runtime_binary_missing(state: RuntimeState, tools: Collection[str]) -> bool:
+    """The engine's config names the nvidia runtime but its binary is not on the node: every GPU container fails.
+    The one rule install's runtime step and doctor's runtime checks both apply, so they never disagree."""
+    return state.has_nvidia and RUNTIME_BINARY not in tools
 
 
 def docker_state(data: Mapping[str, Any]) -> RuntimeState:

@@ -45,6 +45,7 @@ from gpunode.facts.containers import (
     parse_toml,
     predict_containerd,
     predict_crio,
+    runtime_binary_missing,
     survey_engines,
 )
 from gpunode.facts.containers import NVIDIA as NVIDIA_RUNTIME
@@ -53,6 +54,7 @@ from gpunode.options import Options
 from gpunode.plan import Action, Earlier, RestartService, StepPlan, blocked, change, ok
 from gpunode.steps.base import Step
 from gpunode.steps.outputs import RuntimeOutputs, ToolkitOutputs
+from gpunode.steps.toolkit import runtime_binary_fix
 
 NAME = "runtime"
 TITLE = "Wire the nvidia runtime into the container engines"
@@ -108,7 +110,8 @@ def _containerd_major(facts: Facts, main: dict) -> int:
     return 2 if containerd_config_version(main) >= 3 else 1
 
 
-def _engine_plan(name: str, facts: Facts, options: Options, ctk: tuple[int, ...], state_of: UnitState) -> EnginePlan:
+def _engine_plan(name: str, facts: Facts, options: Options, ctk: tuple[int, ...], state_of: UnitState,
+                 toolkit_installs: bool = False) -> EnginePlan:
     files = facts.files
     engine = ENGINES[name]
     notes: list[str] = []
@@ -144,6 +147,9 @@ def _engine_plan(name: str, facts: Facts, options: Options, ctk: tuple[int, ...]
             f"repair {exc.path} by hand ({DISPLAY[name]} itself cannot load it), then run again; gpunode and "
             "nvidia-ctk leave a file they cannot parse untouched"))
 
+    if before.satisfies(want_default) and runtime_binary_missing(before, facts.tools) and not toolkit_installs:
+        why = f"{DISPLAY[name]}: its nvidia runtime is {before.binary}, which is missing: every GPU container fails"
+        return EnginePlan(name, why, blocked=(why, runtime_binary_fix(facts.os.package_manager)))
     if before.satisfies(want_default):
         owed = _restart_owed(name, facts, want_default, state_of)
         if owed:
@@ -266,7 +272,9 @@ def _plan(facts: Facts, options: Options, earlier: Earlier) -> tuple[StepPlan, l
                        "run the toolkit step first: gpunode install --only toolkit", *notes), []
     if ctk_note:
         notes.append(ctk_note)
-    plans = [_engine_plan(name, facts, options, ctk, unit(units, ENGINES[name].unit)) for name in selected]
+    toolkit = earlier.outputs("toolkit", ToolkitOutputs)
+    installs = toolkit is not None and toolkit.installs  # the toolkit step brings the runtime binary first
+    plans = [_engine_plan(name, facts, options, ctk, unit(units, ENGINES[name].unit), installs) for name in selected]
     for p in plans:
         notes.extend(p.notes)
     stops = [p.blocked for p in plans if p.blocked]

@@ -314,3 +314,35 @@ def test_cli_options_reach_the_plan_and_json_carries_the_diff(monkeypatch):
     assert bad.exit_code == 2 and "is not an engine nvidia-ctk configures" in bad.output
     bad = cli.invoke(app, ["plan", "--host", "n", "--toolkit-version", "latest"])
     assert bad.exit_code == 2 and "is not a toolkit version" in bad.output
+
+
+@pytest.mark.parametrize("engine", ["docker", "containerd"])
+def test_install_and_doctor_agree_when_the_runtime_binary_is_gone(engine):
+    from gpunode.doctor import run_checks
+    text = (FIXTURES / "docker-daemon-json" / "nvidia-ctk-style_args-key_default-runtime-first.json").read_text()
+    files = {c.DOCKER_CONFIG: text} if engine == "docker" else \
+        c.predict_containerd(None, set_as_default=False, ctk=(1, 20, 0))
+    node, system = make_node(engines=(engine,), files=files)
+    check_id = f"container.{engine}-nvidia-runtime"
+
+    def both():
+        facts = gather(FakeConnection(node))
+        step = runtime.plan(facts, Options(), {})
+        check = next(r for r in run_checks(facts) if r.id == check_id)
+        return step, check
+
+    step, check = both()
+    assert step.status is Status.OK and check.status == "pass", (step.reason, check.evidence)
+    node.tools.discard(c.RUNTIME_BINARY)  # the package is installed, its binary was deleted
+    step, check = both()
+    assert step.status is Status.BLOCKED and check.status == "fail", (step.reason, check.evidence)
+    assert step.fix == check.fix == "sudo apt-get install -y --no-install-recommends --reinstall " \
+                                    "nvidia-container-toolkit-base"
+    assert "missing" in step.reason and c.RUNTIME_BINARY in step.reason
+    report = run(node)
+    assert report.outcomes[0].result == "blocked" and report.exit_code != 0
+    # when the toolkit step of the same run installs the toolkit, the binary comes with it: not blocked
+    later = runtime.plan(gather(FakeConnection(node)), Options(),
+                         Earlier({"toolkit": change("toolkit", "x", []).with_outputs(ToolkitOutputs(True))},
+                                 runtime.READS))
+    assert later.status is not Status.BLOCKED
