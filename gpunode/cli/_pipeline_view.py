@@ -127,20 +127,36 @@ def summary_line(report: RunReport) -> str:
     return line
 
 
+def install_heading(report: RunReport) -> str:
+    """`install finished` only when it did; a run stopped by a blocked or failed step says so, and one stopped
+    by a blocked step before any step ran (the checks made before any change) says that nothing was changed."""
+    if report.interrupted:
+        return "install interrupted"
+    if report.state not in ("blocked", "failed"):
+        return "install finished"
+    if all(o.result in ("not-run", "blocked") for o in report.outcomes):  # a blocked step runs nothing
+        return "install stopped before changing anything"
+    return "install stopped"
+
+
 def render_install(report: RunReport, console: Console | None = None, fixer: Fixer = _same,
                    next_step: str | None = None) -> None:
     """The end of `gpunode install`: the steps were shown live as they ran (stderr), so this is the recap:
     what changed, what stopped the run and its fix, the backups made, whether the node is ready, what next."""
     console = console or out
-    ended = "interrupted" if report.interrupted else "finished"
-    console.print(Text(f"{clean(report.host)}: install {ended}", style="bold"))
+    console.print(Text(f"{clean(report.host)}: {install_heading(report)}", style="bold"))
     changed = [o.step for o in report.outcomes if o.result == "changed"]
     unchanged = [o.step for o in report.outcomes if o.result == "ok"]
     if changed:
         console.print(labelled("changed:", ", ".join(changed)))
     if unchanged:
         console.print(labelled("already ok:", ", ".join(unchanged)))
+    not_run: dict[str, list[str]] = {}  # one line per reason, not one per step (a stop leaves up to eight)
     for outcome in report.outcomes:
+        if outcome.result == "not-run":
+            reason = fixer(outcome.error or outcome.plan.reason)
+            not_run.setdefault(reason.removeprefix("not run: "), []).append(outcome.step)
+            continue
         if outcome.result in ("ok", "changed"):
             continue
         head = Text.assemble((outcome.result, STATUS_STYLE.get(outcome.result, "")), (f" {outcome.step}: ", "bold"),
@@ -148,6 +164,9 @@ def render_install(report: RunReport, console: Console | None = None, fixer: Fix
         console.print(head)
         if outcome.result in ("blocked", "failed", "interrupted") and outcome.fix:
             console.print(labelled("fix:", node_text(fixer(outcome.fix), "bold green"), indent=2))
+    for reason, steps in not_run.items():
+        console.print(Text.assemble(("not-run", STATUS_STYLE["not-run"]), (f" {', '.join(steps)}: ", "bold"),
+                                    clean(reason)))
     for outcome in report.outcomes:
         for backup in outcome.backups:
             console.print(node_text("  " + backup, "dim"))

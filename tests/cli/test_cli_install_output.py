@@ -164,3 +164,25 @@ def test_progress_bars_are_off_for_json_and_fleets(monkeypatch, node, tmp_path, 
     hosts = args if "-H" in args else ["--host", "gpu-01", *args]
     runner.invoke(app, ["install", *hosts, "--only", "nouveau", "--log-dir", str(tmp_path)])
     assert seen and set(seen) == {progress}
+
+
+def test_a_stop_found_before_any_change_says_so_in_one_line_per_reason(monkeypatch):
+    from gpunode.facts import containers as c
+    from tests.steps.test_runtime import FIXTURES, make_node
+    text = (FIXTURES / "docker-daemon-json" / "nvidia-ctk-style_args-key_default-runtime-first.json").read_text()
+    blocked, _ = make_node(files={c.DOCKER_CONFIG: text}, tools={"update-initramfs", "modprobe", "systemctl"})
+    blocked.tools.discard(c.RUNTIME_BINARY)  # the runtime step is blocked for good: found before any change
+    monkeypatch.setattr(connection, "open_connection", lambda spec: FakeConnection(blocked, name=spec.host))
+    result = runner.invoke(app, ["install", "--host", "gpu-01"])
+    assert result.exit_code == 1, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == "gpu-01: install stopped before changing anything" and "finished" not in result.stdout
+    not_run = [line for line in lines if line.startswith("not-run")]
+    assert not_run == ["not-run nouveau, prerequisites, driver, compat, toolkit, fabricmanager, nodesettings, k8s: "
+                       "step runtime cannot finish (checked before any change)"]
+    assert blocked.changing_calls() == []
+
+
+def test_a_finished_install_still_says_finished(node):
+    result = runner.invoke(app, ["install", "--host", "gpu-01", "--only", "nouveau"])
+    assert result.stdout.splitlines()[0] == "gpu-01: install finished", result.output
