@@ -113,6 +113,9 @@ def fleet_exit_code(results: Sequence[HostResult]) -> int:
     return 0
 
 
+_TITLE = {"uninstall-dry-run": "uninstall --dry-run"}  # the command as typed, where the JSON mode differs
+
+
 def print_summary(mode: str, results: Sequence[HostResult], log_dir: Path | None, target: Target,
                   hosts: Sequence[InventoryHost], extra: Callable[[HostResult], dict[str, Any]] | None = None) -> None:
     counts: dict[str, int] = {}
@@ -129,7 +132,7 @@ def print_summary(mode: str, results: Sequence[HostResult], log_dir: Path | None
         return
     steps = next(([o.step for o in r.report.outcomes] for r in results if r.report is not None), [])
     if steps:  # plan / install: one table of hosts x steps
-        grid = Table(box=None, header_style="bold", pad_edge=False, title=f"gpunode {mode}: nodes x steps")
+        grid = Table(box=None, header_style="bold", pad_edge=False, title=f"gpunode {_TITLE.get(mode, mode)}: nodes x steps")
         grid.add_column("host")
         for step in steps:
             grid.add_column(step, justify="center")
@@ -142,10 +145,10 @@ def print_summary(mode: str, results: Sequence[HostResult], log_dir: Path | None
                 cells.append(Text(shown, style=RESULT_STYLE.get(shown, "dim")))
             grid.add_row(node_text(r.host), *cells)
         out.print(grid)
-    pipeline = mode in ("plan", "install", "uninstall")
+    pipeline = mode in ("plan", "install", "uninstall", "uninstall-dry-run")
     columns = ["host", "status", *(["steps changed", "reboot pending"] if pipeline else []), "error",
                *(["log"] if log_dir else [])]
-    table = Table(box=None, header_style="bold", pad_edge=False, title=f"gpunode {mode}: {counted(len(results), 'node')}")
+    table = Table(box=None, header_style="bold", pad_edge=False, title=f"gpunode {_TITLE.get(mode, mode)}: {counted(len(results), 'node')}")
     for column in columns:
         table.add_column(column, overflow="fold")
     for r in results:

@@ -177,6 +177,12 @@ RebootTimeoutOpt = Annotated[float, typer.Option(
 UndoOnlyOpt = Annotated[list[str] | None, typer.Option(
     "--only", metavar="STEP", show_default=False,
     help="Undo only this step (repeatable). The build prerequisites are removed only when named.")]
+UndoDryRunOpt = Annotated[bool, typer.Option(
+    "--dry-run", metavar="", help="Show what uninstall would undo (commands and file diffs); change nothing.")]
+UndoStopGpuServicesOpt = Annotated[bool, typer.Option(
+    "--stop-gpu-services", metavar="", help="Stop the GPU services that hold the loaded driver (persistenced, "
+    "fabric manager, DCGM, MPS) so it can be unloaded and removed; they are not started again. Never stops other "
+    "processes.")]
 
 
 def _help(ctx: typer.Context, value: bool) -> None:

@@ -14,12 +14,12 @@ from gpunode import cancel
 from gpunode.cli._fleet import fleet_exit_code, print_summary, run_with_view
 from gpunode.cli._inputs import seconds
 from gpunode.cli._params import (
-    DryRunOpt,
     LockTimeoutOpt,
     RebootOpt,
     RebootTimeoutOpt,
-    StopGpuServicesOpt,
+    UndoDryRunOpt,
     UndoOnlyOpt,
+    UndoStopGpuServicesOpt,
     command,
     expected_errors,
 )
@@ -36,18 +36,24 @@ from gpunode.undo import select
 from gpunode.undo.engine import uninstall as run_uninstall
 from gpunode.undo.state import UndoRequest
 
+DRY_RUN_MODE = "uninstall-dry-run"  # the JSON "mode" of `uninstall --dry-run` (install's dry run is "plan")
+
 
 @command(reach="rolling")
-def uninstall(target: Target, argv: list[str], only: UndoOnlyOpt = None, dry_run: DryRunOpt = False,
+def uninstall(target: Target, argv: list[str], only: UndoOnlyOpt = None, dry_run: UndoDryRunOpt = False,
               reboot: RebootOpt = False, reboot_timeout: RebootTimeoutOpt = 900.0,
-              lock_timeout: LockTimeoutOpt = 600.0, stop_gpu_services: StopGpuServicesOpt = False) -> None:
+              lock_timeout: LockTimeoutOpt = 600.0, stop_gpu_services: UndoStopGpuServicesOpt = False) -> None:
     """Undo what gpunode installed, in reverse order, from the node's journal. Never removes what gpunode did not install.
 
-    Files gpunode created are removed, files it replaced come back from their backups (a file changed since keeps
-    the user's change and loses only gpunode's entries, or stays), packages and the driver gpunode installed are
-    removed. The build prerequisites are kept unless named with --only prerequisites. Several --host, or
-    --inventory: every node is undone in parallel, one failing node does not stop the others. Exit 0 done (or
-    nothing to undo), 1 failed or blocked, 3 a reboot is needed, 2 usage error, 130 interrupted.
+    Files gpunode created are removed; files it replaced come back from their backups.
+
+    A file changed since keeps the user's change and loses only gpunode's entries, or stays as it is.
+
+    The packages and the driver gpunode installed are removed; the build prerequisites only with --only prerequisites.
+
+    Several --host, or --inventory: every node is undone in parallel; one failing node does not stop the others.
+
+    Exit 0 done (or nothing to undo), 1 failed or blocked, 3 a reboot is needed, 2 usage error, 130 interrupted.
     """
     with expected_errors():
         request = select(only or [])
@@ -74,6 +80,7 @@ def uninstall(target: Target, argv: list[str], only: UndoOnlyOpt = None, dry_run
         summary = data["summary"]
         assert isinstance(summary, dict)
         summary["nothing_to_undo"] = nothing
+        data["mode"] = DRY_RUN_MODE if dry_run else "uninstall"  # the report's own "plan" would read as install's
         print_json(rewrite_fixes(data, target.fixer()))
     elif nothing:
         out.print(node_text(f"{report.host}: nothing to undo (the journal records no change gpunode has not undone)"))
@@ -135,7 +142,7 @@ def _uninstall_fleet(target: Target, hosts: list[InventoryHost], request: UndoRe
             shown["fix"] = fixes[result.host]
         return shown
 
-    mode = "plan" if dry_run else "uninstall"
+    mode = DRY_RUN_MODE if dry_run else "uninstall"
     results, log_dir = run_with_view(hosts, [name for name in request.steps], work, target, read_only=dry_run)
     print_summary(mode, results, log_dir, target, hosts, extra)
     if not target.json_output:

@@ -87,7 +87,7 @@ def test_uninstall_returns_the_files_to_their_state_before_the_first_install(sim
     assert "nvidia-installer --uninstall --silent" in dry.stdout and "+++ /dev/null" in dry.stdout
     as_json = json.loads(uninstall(node, "--dry-run", "--json").stdout)
     steps = {s["step"]: s for s in as_json["steps"]}
-    assert as_json["mode"] == "plan" and steps["driver"]["status"] == "change"
+    assert as_json["mode"] == "uninstall-dry-run" and steps["driver"]["status"] == "change"
     assert [a["kind"] for a in steps["driver"]["actions"]] == ["modules", "command"]  # unload, then its uninstaller
     assert steps["driver"]["actions"][-1]["commands"] == ["nvidia-installer --uninstall --silent"]  # root: no sudo
     assert steps["prerequisites"]["status"] == "ok" and not as_json["summary"]["nothing_to_undo"]
