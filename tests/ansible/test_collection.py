@@ -128,3 +128,60 @@ def _pip_versions() -> set[str]:
 
     source = (Path(ansible_test.__file__).parent / "_internal" / "python_requirements.py").read_text()
     return set(re.findall(r"pip='([0-9.]+)'", source)) or {"24.2"}
+
+
+# -- what the docs tell a user with Python-less hosts --------------------------------------------------------
+
+DOCS = (ROOT / "docs" / "ansible.md").read_text()
+RAW_ROUTE_OK = {"ansible.builtin.raw", "ansible.builtin.pause", "gpunode.gpu.node", "gpunode.gpu.doctor"}
+
+
+def _tasks(tasks: list[dict]) -> list[dict]:
+    found = []
+    for task in tasks:
+        found.append(task)
+        found += _tasks(task.get("block", []) + task.get("rescue", []) + task.get("always", []))
+    return found
+
+
+def test_the_docs_say_first_that_fact_gathering_must_be_off():
+    import yaml
+    first_command = DOCS.index("ansible-playbook ")
+    assert DOCS.index("gather_facts: false") < first_command and DOCS.index("First: turn fact gathering off") < first_command
+    readme = (COLLECTION / "README.md").read_text()
+    assert "gather_facts: false" in readme
+    converge = yaml.safe_load((COLLECTION / "playbooks" / "converge.yml").read_text())
+    assert all(play["gather_facts"] is False for play in converge)  # the example does what the docs say
+
+
+def test_the_docs_name_the_group_the_example_playbook_targets():
+    import yaml
+    (play,) = yaml.safe_load((COLLECTION / "playbooks" / "converge.yml").read_text())
+    group = re.fullmatch(r"\{\{ gpunode_hosts \| default\('(\w+)'\) \}\}", play["hosts"])
+    assert group is not None
+    for text in (DOCS[:DOCS.index("ansible-playbook ")], (COLLECTION / "README.md").read_text(),
+                 (ROOT / "README.md").read_text()):
+        assert f"inventory group `{group[1]}`" in text and "gpunode_hosts=GROUP" in text
+
+
+def test_the_docs_raw_reboot_route_needs_no_python_on_the_host_and_parses(tmp_path):
+    import yaml
+    assert DOCS.index("needs Python on the host") < DOCS.index("ansible-playbook ")  # said before the quick start
+    section = DOCS[DOCS.index("### Rebooting a host without Python"):]
+    snippet = section[section.index("```yaml\n") + 8:section.index("\n```", section.index("```yaml\n"))]
+    plays = yaml.safe_load(snippet)
+    assert all(play["gather_facts"] is False for play in plays)
+    used = []
+    for task in _tasks([t for play in plays for t in play["tasks"]]):
+        module = next((k for k in task if "." in k), None)
+        if module is None:
+            continue
+        used.append(module)
+        assert module in RAW_ROUTE_OK or (module == "ansible.builtin.wait_for"
+                                          and task.get("delegate_to") == "localhost"), module
+    assert "ansible.builtin.raw" in used and "ansible.builtin.reboot" not in used
+    path = tmp_path / "raw_route.yml"
+    path.write_text(snippet)
+    env = tool_env(tmp_path, ANSIBLE_COLLECTIONS_PATH=str(ROOT))
+    check = run([ansible_tool("ansible-playbook"), "--syntax-check", "-i", "gpu-01,", str(path)], env)
+    assert check.returncode == 0, check.stdout + check.stderr
