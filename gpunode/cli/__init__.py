@@ -67,6 +67,15 @@ class LazyGroup(TyperGroup):
             self.commands[cmd_name] = load_command(cmd_name)
         return self.commands[cmd_name]
 
+    def get_params(self, ctx: Any) -> list[Any]:
+        """typer's --install-completion / --show-completion are flags: no `<bool>` after them in --help, like
+        gpunode's own flags."""
+        params = super().get_params(ctx)
+        for param in params:
+            if param.name in ("install_completion", "show_completion") and param.metavar is None:
+                param.metavar = ""
+        return params
+
     def shell_complete(self, ctx: Any, incomplete: str) -> list[Any]:
         """Completing a command name (`gpunode ins<TAB>`) lists COMMANDS without importing every command; the
         options of a command (`gpunode install --<TAB>`) import only that command's module."""

@@ -92,3 +92,12 @@ def test_completing_an_option_of_a_command():
     done = _gpunode(env={"_GPUNODE_COMPLETE": "complete_bash", "COMP_WORDS": "gpunode compat --dr",
                          "COMP_CWORD": "2"})
     assert done.stdout.split() == ["--driver"]
+
+
+def test_the_completion_flags_are_listed_as_flags():
+    from typer.testing import CliRunner
+
+    from gpunode.cli import app
+    shown = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "120"}).stdout
+    rows = [line for line in shown.splitlines() if "--install-completion" in line or "--show-completion" in line]
+    assert len(rows) == 2 and not any("<bool>" in row for row in rows)
