@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.live import Live
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -113,7 +114,74 @@ def fleet_exit_code(results: Sequence[HostResult]) -> int:
     return 0
 
 
-_TITLE = {"uninstall-dry-run": "uninstall --dry-run"}  # the command as typed, where the JSON mode differs
+_TITLE = {"uninstall-dry-run": "uninstall --dry-run"}
+
+
+def fits(table: Table) -> bool:
+    """Whether the table's natural width fits the console (a pipe without COLUMNS is never too narrow)."""
+    from rich.measure import Measurement
+
+    return Measurement.get(out, out.options.update_width(10_000), table).maximum <= out.width
+
+
+def _steps_view(mode: str, title: str, results: Sequence[HostResult], steps: Sequence[str]) -> None:
+    """hosts x steps; too wide for the console (80 columns), one block per host instead: its name on a line,
+    then its steps grouped by result, wrapped between words."""
+    shown: dict[str, list[tuple[str, str]]] = {}
+    for r in results:
+        outcome = {o.step: o for o in r.report.outcomes} if r.report is not None else {}
+        shown[r.host] = [(step, (o.result if mode in ("install", "uninstall") else o.plan.status.value)
+                          if (o := outcome.get(step)) is not None else "-") for step in steps]
+    grid = Table(box=None, header_style="bold", pad_edge=False, title=f"gpunode {title}: nodes x steps")
+    grid.add_column("host", no_wrap=True)
+    for step in steps:
+        grid.add_column(step, justify="center", no_wrap=True)
+    for host, cells in shown.items():
+        grid.add_row(node_text(host), *(Text(value, style=RESULT_STYLE.get(value, "dim")) for _, value in cells))
+    if fits(grid):
+        out.print(grid)
+        return
+    out.print(Text(f"gpunode {title}: nodes x steps", style="bold"))
+    for host, cells in shown.items():
+        groups: dict[str, list[str]] = {}
+        for step, value in cells:
+            groups.setdefault(value, []).append(step)
+        line = Text()
+        for index, (value, names) in enumerate(groups.items()):
+            line.append("; " if index else "")
+            line.append(value, style=RESULT_STYLE.get(value, "dim"))
+            line.append(": " + ", ".join(names))
+        out.print(node_text(host, "bold"))
+        out.print(Padding(line, (0, 0, 0, 2)))
+
+
+def _hosts_view(mode: str, title: str, results: Sequence[HostResult], log_dir: Path | None) -> None:
+    """One row per host; too wide for the console, a line per host (name, status, counts) with its error and
+    log on indented lines under it, so neither is folded into a narrow column."""
+    pipeline = mode in ("plan", "install", "uninstall", "uninstall-dry-run")
+    columns = ["host", "status", *(["steps changed", "reboot pending"] if pipeline else []), "error",
+               *(["log"] if log_dir else [])]
+    table = Table(box=None, header_style="bold", pad_edge=False,
+                  title=f"gpunode {title}: {counted(len(results), 'node')}")
+    for column in columns:
+        table.add_column(column, overflow="fold", no_wrap=column in ("host", "status"))
+    for r in results:
+        middle = [str(r.steps_changed), "yes" if r.reboot_pending else ""] if pipeline else []
+        table.add_row(node_text(r.host), Text(r.status, style=RESULT_STYLE.get(r.status, "")), *middle,
+                      node_text(r.error or ""), *([node_text(r.log or "")] if log_dir else []))
+    if fits(table):
+        out.print(table)
+        return
+    out.print(Text(f"gpunode {title}: {counted(len(results), 'node')}", style="bold"))
+    pad = min(max((len(clean(r.host)) for r in results), default=0), 40)
+    for r in results:
+        counts = [counted(r.steps_changed, "step") + " changed", *(["reboot pending"] if r.reboot_pending else [])] \
+            if pipeline else []
+        out.print(Text.assemble((clean(r.host).ljust(pad), "bold"), "  ", (r.status, RESULT_STYLE.get(r.status, "")),
+                                *(("  " + ", ".join(counts)),) if counts else ()))
+        for label, value in (("error:", r.error), ("log:", r.log if log_dir else None)):
+            if value:
+                out.print(labelled(label, node_text(value), style="", indent=2))  # the command as typed, where the JSON mode differs
 
 
 def print_summary(mode: str, results: Sequence[HostResult], log_dir: Path | None, target: Target,
@@ -130,32 +198,11 @@ def print_summary(mode: str, results: Sequence[HostResult], log_dir: Path | None
                                 "reboot_pending": sum(1 for r in results if r.reboot_pending)},
                     "exit_code": fleet_exit_code(results)})
         return
+    title = _TITLE.get(mode, mode)
     steps = next(([o.step for o in r.report.outcomes] for r in results if r.report is not None), [])
     if steps:  # plan / install: one table of hosts x steps
-        grid = Table(box=None, header_style="bold", pad_edge=False, title=f"gpunode {_TITLE.get(mode, mode)}: nodes x steps")
-        grid.add_column("host")
-        for step in steps:
-            grid.add_column(step, justify="center")
-        for r in results:
-            outcome = {o.step: o for o in r.report.outcomes} if r.report is not None else {}
-            cells = []
-            for step in steps:
-                o = outcome.get(step)
-                shown = (o.result if mode in ("install", "uninstall") else o.plan.status.value) if o is not None else "-"
-                cells.append(Text(shown, style=RESULT_STYLE.get(shown, "dim")))
-            grid.add_row(node_text(r.host), *cells)
-        out.print(grid)
-    pipeline = mode in ("plan", "install", "uninstall", "uninstall-dry-run")
-    columns = ["host", "status", *(["steps changed", "reboot pending"] if pipeline else []), "error",
-               *(["log"] if log_dir else [])]
-    table = Table(box=None, header_style="bold", pad_edge=False, title=f"gpunode {_TITLE.get(mode, mode)}: {counted(len(results), 'node')}")
-    for column in columns:
-        table.add_column(column, overflow="fold")
-    for r in results:
-        middle = [str(r.steps_changed), "yes" if r.reboot_pending else ""] if pipeline else []
-        table.add_row(node_text(r.host), Text(r.status, style=RESULT_STYLE.get(r.status, "")), *middle,
-                      node_text(r.error or ""), *([node_text(r.log or "")] if log_dir else []))
-    out.print(table)
+        _steps_view(mode, title, results, steps)
+    _hosts_view(mode, title, results, log_dir)
     for r in results:  # what to do about each blocked or failed step, runnable for its node
         for o in r.report.outcomes if r.report is not None else []:
             if o.result in ("blocked", "failed", "interrupted") and o.fix:

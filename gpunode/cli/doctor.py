@@ -14,7 +14,7 @@ from rich.text import Text
 
 from gpunode import __version__
 from gpunode.api import doctor_document
-from gpunode.cli._fleet import print_summary, run_with_view
+from gpunode.cli._fleet import fits, print_summary, run_with_view
 from gpunode.cli._params import command, expected_errors
 from gpunode.cli._target import Target, rewrite_fixes
 from gpunode.doctor import CheckResult, run_checks, summary
@@ -255,9 +255,17 @@ def _doctor_fleet(target: Target, hosts: list[InventoryHost]) -> None:
                 mark, style = _LETTER[result[index].status] if result else ("?", "bold red")
                 row.append(Text(mark, style=style))
             table.add_row(check_id, *row)
-        out.print(table)
-        out.print(Text("  ".join(f"{mark} {status}" for status, (mark, _) in _LETTER.items())
-                       + "  ? not diagnosed (unreachable)", style="dim"))
+        if fits(table):
+            out.print(table)
+            out.print(Text("  ".join(f"{mark} {status}" for status, (mark, _) in _LETTER.items())
+                           + "  ? not diagnosed (unreachable)", style="dim"))
+        else:  # too many nodes for the console's width: each node's counts on a line of its own
+            out.print(Text(f"gpunode doctor: {counted(len(hosts), 'node')}", style="bold"))
+            pad = min(max(len(clean(h.name)) for h in hosts), 40)
+            for h in hosts:
+                counts = summary(checks[h.name]) if h.name in checks else None
+                out.print(Text.assemble((clean(h.name).ljust(pad), "bold"), "  ", ", ".join(
+                    f"{counts[s]} {s}" for s in STATUS_STYLE) if counts else ("not diagnosed", "bold red")))
         for r in results:
             if r.status == "unreachable":
                 out.print(Text.assemble((f"{clean(r.host)}: ", "bold red"), ("unreachable: ", "bold red"),

@@ -1,6 +1,7 @@
 """The CLI through typer's runner, with fake nodes. The one local run (doctor) only reads this machine."""
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -202,3 +203,54 @@ def test_a_fleet_of_one_is_one_node(monkeypatch, tmp_path):
     inventory.write_text('[hosts.gpu-a]\n')
     result = runner.invoke(app, ["plan", "--inventory", str(inventory), "--only", "nouveau"])
     assert "gpunode plan: 1 node\n" in result.stdout and "1 nodes" not in result.stdout
+
+
+HOSTS = ["gpu-node-a.example.com", "gpu-node-b.example.com", "gpu-node-c.example.com", "gpu-d"]
+
+
+def _fleet_at(width, monkeypatch, *args):
+    import io
+
+    from gpunode.cli import _fleet
+    from gpunode.cli import doctor as doctor_cli
+    from gpunode.ui import SafeConsole
+
+    def open_connection(spec):
+        node = FakeNode(tools={"update-initramfs"}, modules={"nouveau"})
+        node.add_gpu(0x1EB8)
+        return FakeConnection(node, name=spec.host)
+
+    monkeypatch.setattr(connection, "open_connection", open_connection)
+    buffer = io.StringIO()
+    console = SafeConsole(file=buffer, width=width)
+    monkeypatch.setattr(_fleet, "out", console)
+    monkeypatch.setattr(doctor_cli, "out", console)
+    hosts = [w for h in HOSTS for w in ("-H", h)]
+    runner.invoke(app, [*args, *hosts])
+    return buffer.getvalue().splitlines()
+
+
+def test_a_fleet_plan_at_80_columns_keeps_host_and_step_names_whole(monkeypatch):
+    from gpunode.steps import PIPELINE
+    lines = _fleet_at(80, monkeypatch, "plan")
+    assert max(len(line) for line in lines) <= 80
+    for host in HOSTS:
+        assert host in lines  # the host's own line in the steps view
+        assert any(line.split()[:2] == [host, "blocked"] for line in lines)  # and its summary line
+    words = " ".join(lines).replace(",", " ").replace(";", " ").split()
+    assert all(step.name in words for step in PIPELINE)
+
+
+def test_a_fleet_plan_on_a_wide_console_keeps_its_grid(monkeypatch):
+    from gpunode.steps import PIPELINE
+    lines = _fleet_at(200, monkeypatch, "plan")
+    header = next(line for line in lines if line.split()[:1] == ["host"])
+    assert header.split() == ["host", *(step.name for step in PIPELINE)]
+
+
+def test_a_fleet_doctor_at_80_columns_gives_each_node_a_line(monkeypatch):
+    lines = _fleet_at(80, monkeypatch, "doctor")
+    assert max(len(line) for line in lines) <= 80
+    for host in HOSTS:
+        row = next(line for line in lines if line.split()[:1] == [host])
+        assert re.fullmatch(r"\S+ +\d+ pass, \d+ warn, \d+ fail, \d+ skip", row), row
