@@ -13,7 +13,7 @@ from rich.text import Text
 from gpunode.cli._params import command, expected_errors
 from gpunode.cli._target import Target
 from gpunode.journal import JOURNAL_PATH, read_journal
-from gpunode.ui import STATUS_STYLE, clean, node_text, out, print_json
+from gpunode.ui import STATUS_STYLE, clean, counted, node_text, out, print_json
 
 
 def _run_view(run: dict[str, Any]) -> Group:
@@ -59,6 +59,6 @@ def status(target: Target) -> None:
                                     f"{owed.get('since')})", "yellow"))
         left = [r for r in journal.get("undo") or [] if isinstance(r, dict) and not r.get("undone")]
         if left:
-            out.print(node_text(f"{len(left)} change(s) `gpunode uninstall` can undo", "dim"))
+            out.print(node_text(f"{counted(len(left), 'change')} `gpunode uninstall` can undo", "dim"))
     last = runs[-1].get("status") if runs else "done"
     raise typer.Exit(0 if last in ("done", "reboot-pending") else 1)
