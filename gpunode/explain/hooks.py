@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpunode import signing
+from gpunode.explain.candidate import Candidate, render
 from gpunode.explain.finding import Doc, Finding
 from gpunode.explain.tables import compile_pattern
 
-if TYPE_CHECKING:  # engine imports this module
-    from gpunode.explain.engine import Candidate
-
-Hook = Callable[["Candidate", Doc], "Finding | None"]
+Hook = Callable[[Candidate, Doc], "Finding | None"]
 HOOKS: dict[str, Hook] = {}
 
 
@@ -30,7 +28,6 @@ def _hook(*ids: str) -> Callable[[Hook], Hook]:
 
 
 def refine(candidate: Candidate, doc: Doc) -> Finding | None:
-    from gpunode.explain.engine import render
     finding_id = candidate.detector.id
     if finding_id in HOOKS:
         return HOOKS[finding_id](candidate, doc)
@@ -40,7 +37,6 @@ def refine(candidate: Candidate, doc: Doc) -> Finding | None:
 
 
 def _render(candidate: Candidate, doc: Doc, **override: Any) -> Finding:
-    from gpunode.explain.engine import render
     return render(candidate, doc, **override)
 
 

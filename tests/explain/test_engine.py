@@ -374,3 +374,20 @@ def test_healthy_outputs_give_no_finding(folder):
 ])
 def test_ordinary_text_gives_no_finding(text):
     assert explain(text) == []
+
+
+def test_explain_modules_import_each_other_in_one_direction():
+    """No circle among gpunode.explain's modules even counting imports inside functions or under TYPE_CHECKING
+    (engine reads hooks; hooks and engine share gpunode.explain.candidate)."""
+    from tests.test_import_graph import PACKAGE, cycles, imports, package_modules
+
+    modules = {name: path for name, path in package_modules().items() if name.startswith("gpunode.explain.")}
+    edges: dict[str, dict[str, int]] = {}
+    for name, path in modules.items():
+        edges[name] = {}
+        for imp in imports(path):
+            for target in [imp.target, *(f"{imp.target}.{n}" for n in imp.names)]:
+                if target in modules and target != name:
+                    edges[name].setdefault(target, imp.line)
+    assert (PACKAGE / "explain" / "engine.py").exists() and edges["gpunode.explain.engine"]
+    assert cycles(edges) == []
