@@ -50,6 +50,7 @@ _PROMPTS = tuple(re.compile(p) for p in (
 ))
 _QUOTE = re.compile(r"^(?:[ \t]{0,3}>[ \t]?)+")
 _FENCE = re.compile(r"^\s*(?:```|~~~)")
+_FENCE_WITH_TEXT = re.compile(r"^(\s*)(```+|~~~+)(.*\S.*)$")  # "```docker: Error ..." (or "```bash", an info string)
 _BULLET = re.compile(r"^[-*+]\s+")
 _MARKUP = re.compile(r"`+|\*\*|(?<=\s)__|__(?=\s)")  # inline code and bold around a pasted message
 # A line that begins a message of its own, never the tail of a wrapped one.
@@ -65,6 +66,18 @@ class _Line:
     indent: int  # leading whitespace after dedent, before prefixes
     width: int  # width as pasted (after quoting and dedent)
     stamp: str = ""  # the log prefix it carried
+
+
+def _fences(line: str) -> list[str]:
+    """A fence with the message on the same line ("```docker: Error ...```") as the fence alone, then the message;
+    a fence followed by one word ("```bash", "```console") is an info string and stays as it is."""
+    match = _FENCE_WITH_TEXT.match(line)
+    if not match:
+        return [line]
+    rest = match[3].strip()
+    if not re.search(r"\s|:", rest) and not rest.endswith(("`", "~")):
+        return [line]
+    return [match[1] + match[2], match[1] + rest]
 
 
 def _unescape(text: str) -> str:
@@ -139,7 +152,7 @@ def _unwrap_hard(lines: list[str]) -> list[str]:
 def _lines(text: str, terminal: bool) -> list[_Line]:
     text = _ANSI.sub("", text).replace("\r\n", "\n").replace("\r", "\n")
     text = _CONTROL.sub("", text.translate(_CHARS)).expandtabs(8)
-    physical = [_QUOTE.sub("", line) for line in text.split("\n")]
+    physical = [part for line in text.split("\n") for part in _fences(_QUOTE.sub("", line))]
     text = _unescape("\n".join(_unwrap_hard(physical) if terminal else physical))
     raw = []
     for line in text.split("\n"):
