@@ -99,3 +99,11 @@ def test_tables_are_not_joined_as_terminal_wraps():
              "| NVIDIA-SMI 550.54.15    Driver Version: 550.54.15    CUDA Version: 12.4     |\n"
              "+-----------------------------------------------------------------------------+")
     assert normalise(table, terminal=True) == normalise(table)
+
+
+def test_a_message_on_the_same_line_as_a_fence_is_kept():
+    assert normalise("```docker: Error response from daemon: could not select device driver```") == \
+        "docker: Error response from daemon: could not select device driver"
+    assert normalise("~~~Failed to initialize NVML: Unknown Error\n~~~") == "Failed to initialize NVML: Unknown Error"
+    assert normalise("```bash\n$ nvidia-smi\nNo devices were found\n```") == "nvidia-smi\nNo devices were found"
+    assert normalise("```CUDA_ERROR_NO_DEVICE```") == "CUDA_ERROR_NO_DEVICE"
