@@ -18,7 +18,7 @@ def test_the_catalogue_covers_every_emitter_of_the_issue():
     for name in ("nvidia-container-cli", "container-device-interface", "nvml", "cuda runtime", "cuda driver api",
                  "pytorch", "tensorflow", "jax", "k8s device plugin", "kube-scheduler", "selinux", "apparmor",
                  "kernel nvrm", "kernel pci core", "vfio", "nvidia-installer", "docker", "containerd", "kubelet",
-                 "apptainer", "enroot", "cgroup v2"):
+                 "apptainer", "enroot", "cgroup v2", "any cuda program"):
         assert name in emitters, name
     assert len(MESSAGES) >= 60 and all(m.source for m in MESSAGES)
 
