@@ -4,6 +4,7 @@ Every check is a pure function of the facts gathered by the one batched probe (g
 whose precondition is missing says `skip` with the reason, never a cascade of failures. One module per layer:
 
     hardware   hardware.py   GPU present, vGPU instance, MIG mode
+    hardware   virt.py       GPU BARs placed (a GPU passed through to a VM: the hypervisor's fix)
     boot       kernel.py     Secure Boot
     kernel     kernel.py     nouveau (loaded, blacklisted, initramfs), headers, module for the newest kernel
     driver     driver.py     loaded, one source, mismatch, nvidia-smi, persistence, branch vs GPU, flavour, EOL
@@ -30,6 +31,7 @@ from gpunode.doctor import (  # noqa: F401 - registers checks
     health,
     k8s,
     kernel,
+    virt,
 )
 from gpunode.doctor.base import CHECKS, LAYERS, STATUSES, CheckResult, Node
 from gpunode.facts import Facts

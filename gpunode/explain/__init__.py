@@ -7,7 +7,10 @@ that proved it. Unknown text gives an empty list.
 
 What is recognised is data: data/explain_detectors.csv, data/installer_failures.csv and data/xid.csv, one row per
 cause with its source (gpunode.explain.tables); code only where a finding needs more than its row
-(gpunode.explain.hooks, gpunode.explain.xid).
+(gpunode.explain.hooks, gpunode.explain.xid), chiefly a decisive line elsewhere in the same paste that refines the
+headline's cause (the finding then quotes both lines). data/explain_catalogue.csv lists what each component
+(nvidia-container-cli, NVML, CUDA, PyTorch/TensorFlow/JAX, the kernel, Kubernetes, ...) can print, with its source;
+tests/explain/test_catalogue.py requires every catalogued message to be recognised.
 
 Finding ids are stable (scripts may match on them): `docker.no-gpu-driver`, `cuda.requirement`, `xid.79`, ...
 `IDS` lists every fixed id; Xid and SXid findings are `xid.<N>` and `sxid.<N>`.

@@ -13,7 +13,7 @@ class Finding:
     title: str  # one line
     cause: str  # why it happens, for this text
     fix: str  # the command to run first (a gpunode or shell command)
-    excerpt: str  # the line that proved it, as normalised
+    excerpt: str  # the line(s) that proved it, as normalised (a refined finding: the headline and the decisive line)
     values: dict[str, Any] = field(default_factory=dict)  # what was read out of the text (versions, PCI, ...)
     also: tuple[str, ...] = ()  # further commands or checks, in order
     strength: int = field(default=50, compare=False)  # how surely the text shows this cause (ranking)

@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gpunode import signing
+from gpunode import passthrough, signing
+from gpunode.explain.candidate import Candidate, render
 from gpunode.explain.finding import Doc, Finding
 from gpunode.explain.tables import compile_pattern
 
-if TYPE_CHECKING:  # engine imports this module
-    from gpunode.explain.engine import Candidate
-
-Hook = Callable[["Candidate", Doc], "Finding | None"]
+Hook = Callable[[Candidate, Doc], "Finding | None"]
 HOOKS: dict[str, Hook] = {}
 
 
@@ -30,7 +28,6 @@ def _hook(*ids: str) -> Callable[[Hook], Hook]:
 
 
 def refine(candidate: Candidate, doc: Doc) -> Finding | None:
-    from gpunode.explain.engine import render
     finding_id = candidate.detector.id
     if finding_id in HOOKS:
         return HOOKS[finding_id](candidate, doc)
@@ -40,7 +37,6 @@ def refine(candidate: Candidate, doc: Doc) -> Finding | None:
 
 
 def _render(candidate: Candidate, doc: Doc, **override: Any) -> Finding:
-    from gpunode.explain.engine import render
     return render(candidate, doc, **override)
 
 
@@ -340,3 +336,158 @@ def _dkms(c: Candidate, doc: Doc) -> Finding | None:
         return _render(c, doc, values=values)
     values.update(log_file=log["log"], module=log["module"], module_version=log["version"])
     return _render(c, doc, values=values, fix=f"sudo tail -n 50 {log['log']}")
+
+
+# --- context: a decisive line elsewhere in the paste wins over the headline's stock cause -----------------------
+
+def _with_line(c: Candidate, doc: Doc, line: re.Match[str]) -> str:
+    """The excerpt of a finding that used two lines: its headline and the decisive line, in the text's order."""
+    first, second = sorted((c.match, line), key=lambda m: m.start())
+    a, b = doc.excerpt(first.start(), first.end()), doc.excerpt(second.start(), second.end())
+    return a if a == b else f"{a}\n{b}"
+
+
+_NO_KERNEL_DRIVER = compile_pattern(r"kernel driver does not appear to be running on this host|/proc/driver/nvidia/"
+                                    r"version does not exist")
+_VISIBLE = compile_pattern(r"CUDA_VISIBLE_DEVICES\s*=\s*[\"']?(?P<visible>[\w,-]*)")
+
+
+@_hook("cuda.no-device")
+def _no_device(c: Candidate, doc: Doc) -> Finding:
+    no_driver = doc.has(_NO_KERNEL_DRIVER)
+    if no_driver:
+        return _render(c, doc, values={"kernel_driver": False}, excerpt=_with_line(c, doc, no_driver),
+                       cause="CUDA found no GPU because the NVIDIA kernel driver is not running where the program runs "
+                             "(the text says /proc/driver/nvidia/version does not exist): in a container, it was "
+                             "started without GPU access (no --gpus, no nvidia runtime); on a host, nvidia.ko is not "
+                             "loaded or not installed.",
+                       fix="gpunode doctor",
+                       also=("docker run --rm --gpus all ubuntu nvidia-smi  # a container needs --gpus (or the nvidia "
+                             "runtime)", "cat /proc/driver/nvidia/version  # on the host"))
+    visible = doc.has(_VISIBLE)
+    if visible:
+        value = visible["visible"]
+        return _render(c, doc, values={"cuda_visible_devices": value}, excerpt=_with_line(c, doc, visible),
+                       cause=f"CUDA_VISIBLE_DEVICES is set to {value!r} here: CUDA sees only the GPUs it names "
+                             "(0-based indexes or UUIDs of GPUs that exist); a wrong index or an empty value hides "
+                             "every GPU.")
+    return _render(c, doc)
+
+
+_EXCLUSIVE = compile_pattern(r"(?P<mode>E\. Process|E\. Thread|Exclusive_Process|Exclusive_Thread|Prohibited)\b")
+
+
+@_hook("cuda.devices-busy")
+def _devices_busy(c: Candidate, doc: Doc) -> Finding:
+    mode = doc.has(_EXCLUSIVE)
+    if not mode:
+        return _render(c, doc)
+    name = {"e. process": "Exclusive_Process", "e. thread": "Exclusive_Thread"}.get(mode["mode"].lower(),
+                                                                                      mode["mode"])
+    return _render(c, doc, values={"compute_mode": name}, excerpt=_with_line(c, doc, mode),
+                   cause=f"The GPU's compute mode is {name} (the text shows it): only one process may hold a CUDA "
+                         "context on it, and another process already does. Wait for it, pick another GPU, or set the "
+                         "compute mode back to Default if sharing is allowed.",
+                   fix="nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv",
+                   also=("sudo nvidia-smi -c DEFAULT  # only if several processes may share the GPU",))
+
+
+_SELINUX = compile_pattern(r"\bSELinux\b|\bsetenforce\b|\bgetenforce\b|\bcontainer_t\b|\bavc:|\bsetsebool\b|"
+                           r"\.el[789](?:_\d+)?\b|\bRHEL\b|\bRed Hat Enterprise\b|\bFedora\b|\.fc\d\d\b|\bRocky\b|"
+                           r"\bAlmaLinux\b|\bCentOS\b|-centos\d")
+_ROOTLESS = compile_pattern(r"\brootless\b|\bpodman\b")
+
+
+@_hook("nvml.no-permission")
+def _nvml_permission(c: Candidate, doc: Doc) -> Finding:
+    selinux = doc.has(_SELINUX)
+    if selinux:
+        return _render(c, doc, values={"security_module": "selinux"}, excerpt=_with_line(c, doc, selinux),
+                       cause="NVML could not open the GPU device files, and this is a system with SELinux (the text "
+                             "shows it): SELinux denies a container's processes (container_t) host devices unless the "
+                             "container_use_devices boolean is on, and driver files need their labels. `--privileged` "
+                             "works only because it lifts that confinement.",
+                       fix="sudo setsebool -P container_use_devices on",
+                       also=("getenforce  # Enforcing confirms it", "sudo ausearch -m avc -ts recent | grep -i nvidia",
+                             "sudo nvidia-container-cli -k list | sudo restorecon -v -f -  # relabel the driver files"))
+    rootless = doc.has(_ROOTLESS)
+    if rootless:
+        return _render(c, doc, values={"engine": "podman"}, excerpt=_with_line(c, doc, rootless),
+                       cause="NVML could not open the GPU device files inside a podman container: a rootless "
+                             "container passes /dev/nvidia* with the host's owner and mode, which must allow your "
+                             "user (crw-rw-rw- by default), and SELinux (when enforcing) must allow container_t to use "
+                             "devices.",
+                       fix="ls -l /dev/nvidia*",
+                       also=("sudo setsebool -P container_use_devices on  # when getenforce says Enforcing",
+                             "sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml  # device nodes of the CDI "
+                             "spec"))
+    return _render(c, doc)
+
+
+_SUSPEND = compile_pattern(r"\b(?:after|from) (?:waking|wake|resume|resuming|suspend|sleep|hibernat\w*)|\bsuspend(?:ed)?"
+                           r"\b|\bhibernat\w*")
+_NO_UVM = compile_pattern(r"/dev/nvidia-uvm\S*: No such file|nvidia_uvm\S* (?:is )?not (?:loaded|found)|"
+                          r"could not insert 'nvidia_uvm'")
+
+
+@_hook("cuda.unknown-error")
+def _cuda_unknown(c: Candidate, doc: Doc) -> Finding:
+    missing = doc.has(_NO_UVM)
+    if missing:
+        return _render(c, doc, values={"nvidia_uvm": "missing"}, excerpt=_with_line(c, doc, missing),
+                       cause="CUDA failed with 'unknown error' because nvidia_uvm is not loaded (the text shows "
+                             "/dev/nvidia-uvm or the module missing). CUDA needs it; containers cannot load it.")
+    suspended = doc.has(_SUSPEND)
+    if suspended:
+        return _render(c, doc, values={"after_suspend": True}, excerpt=_with_line(c, doc, suspended),
+                       cause="CUDA failed with 'unknown error' after a suspend/resume (the text says so): nvidia_uvm "
+                             "lost its state across the sleep. Reloading it (with no CUDA process running) brings CUDA "
+                             "back; keeping the NVIDIA suspend services enabled avoids it.",
+                       fix="sudo rmmod nvidia_uvm && sudo modprobe nvidia_uvm",
+                       also=("sudo systemctl enable nvidia-suspend.service nvidia-resume.service  # driver's own "
+                             "suspend hooks", "ls -l /dev/nvidia-uvm"))
+    return _render(c, doc)
+
+
+# --- GPU BARs, bare metal or a virtual machine (the hypervisor's own fix from data/passthrough.csv) -------------
+
+@_hook("kernel.bar-invalid", "kernel.bar-unassigned")
+def _bar(c: Candidate, doc: Doc) -> Finding:
+    hypervisor = passthrough.in_text(doc.text)
+    if hypervisor is None:
+        return _render(c, doc)
+    named = hypervisor.evidence.search(doc.text)
+    excerpt = _with_line(c, doc, named) if named else ""
+    return _render(c, doc, values={**c.values, "hypervisor": hypervisor.key}, excerpt=excerpt,
+                   cause=f"This is a virtual machine ({hypervisor.name}, the text shows it) with the GPU passed "
+                         "through, and the VM's firmware had no room for the GPU's large 64-bit BAR (its memory "
+                         "window), so the guest cannot use the GPU. The fix is in the VM's configuration on the "
+                         "hypervisor, not in the guest.",
+                   also=(f"{hypervisor.name}: {hypervisor.bar_fix}", f"source: {hypervisor.source}",
+                         "gpunode doctor  # in the guest: hw.passthrough-bars shows each GPU's BARs"))
+
+
+# --- which kernel driver owns the GPU (lspci -k in the same paste) ----------------------------------------------
+
+_OWNER = compile_pattern(r"Kernel driver in use: (?P<owner>nouveau|vfio-pci|pci-stub|nvidiafb)\b")
+
+
+@_hook("smi.no-driver", "smi.no-devices")
+def _gpu_owner(c: Candidate, doc: Doc) -> Finding:
+    owner = doc.has(_OWNER)
+    if not owner:
+        return _render(c, doc)
+    name = owner["owner"].lower()
+    values = {"kernel_driver_in_use": name}
+    if name in ("vfio-pci", "pci-stub"):
+        return _render(c, doc, values=values, excerpt=_with_line(c, doc, owner),
+                       cause=f"The GPU is bound to {name} (lspci -k in the text says so): it is reserved for "
+                             "passthrough to a virtual machine, so nvidia.ko cannot drive it on this host. Either use "
+                             "it in the VM, or remove the vfio-pci binding (modprobe.d ids=, or the kernel command "
+                             "line) and reboot.",
+                       fix="grep -rn -E 'vfio|pci-stub' /etc/modprobe.d /proc/cmdline",
+                       also=("lspci -nnk -d 10de:",))
+    return _render(c, doc, values=values, excerpt=_with_line(c, doc, owner),
+                   cause=f"The GPU is driven by {name}, not nvidia.ko (lspci -k in the text says so): {name} must be "
+                         "blacklisted, the initramfs rebuilt and the node rebooted before the NVIDIA driver can bind.",
+                   fix="gpunode install --only nouveau", also=("lspci -nnk -d 10de:",))

@@ -38,6 +38,7 @@ _STAMPS = tuple(re.compile(p) for p in (
     r"^\[(?:INFO|WARNING|WARN|ERROR|FATAL|DEBUG|CRITICAL)\](?:\s*\[tid \d+\])?",  # fabricmanager level
     r"^(?:kern|user|daemon|syslog)\s*:\s*(?:emerg|alert|crit|err|warn|notice|info|debug)\s*:",  # dmesg -x
     r"^(?:[\w.-]+\s+)?kernel:\s",  # "kernel: " left by grep, or "host kernel: " after a monotonic stamp
+    r"^\[\d{1,2}:\d\d(?::\d\d)?(?:\s?[AaPp][Mm])?\]",  # a chat message's time: [10:42 AM]
 ))
 _PROMPTS = tuple(re.compile(p) for p in (
     r"^(?:\([\w.-]+\)\s+)?[\w.-]+@[\w.-]+:[^\s$#]*\s?[$#]\s?",  # (env) user@host:~/dir$
@@ -50,7 +51,12 @@ _PROMPTS = tuple(re.compile(p) for p in (
 ))
 _QUOTE = re.compile(r"^(?:[ \t]{0,3}>[ \t]?)+")
 _FENCE = re.compile(r"^\s*(?:```|~~~)")
-_BULLET = re.compile(r"^[-*+]\s+")
+_FENCE_WITH_TEXT = re.compile(r"^(\s*)(```+|~~~+)(.*\S.*)$")  # "```docker: Error ..." (or "```bash", an info string)
+_BULLET = re.compile(r"^(?:[-*+\u2022]|\d{1,2}[.)])\s+")  # a Markdown or chat list item: "- ", "* ", "1. ", "2) "
+_HTML_BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
+_HTML_TAG = re.compile(r"</?(?:details|summary|code|pre|kbd|tt|b|strong|em|i|p|div|span)(?:\s[^<>]*)?>", re.IGNORECASE)
+_TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
+_TABLE_RULE = re.compile(r"^\s*\|?(?:\s*:?-{3,}:?\s*\|)+\s*:?-*:?\s*$")  # |---|:--:| (not nvidia-smi's +---+)
 _MARKUP = re.compile(r"`+|\*\*|(?<=\s)__|__(?=\s)")  # inline code and bold around a pasted message
 # A line that begins a message of its own, never the tail of a wrapped one.
 _RECORD_START = re.compile(r"^(?:[\w.\-/]+(?:\[\d+\])?:\s|[A-Z]{4,}\[|\[|Error\b|ERROR\b|WARNING\b|Failed\b|"
@@ -65,6 +71,18 @@ class _Line:
     indent: int  # leading whitespace after dedent, before prefixes
     width: int  # width as pasted (after quoting and dedent)
     stamp: str = ""  # the log prefix it carried
+
+
+def _fences(line: str) -> list[str]:
+    """A fence with the message on the same line ("```docker: Error ...```") as the fence alone, then the message;
+    a fence followed by one word ("```bash", "```console") is an info string and stays as it is."""
+    match = _FENCE_WITH_TEXT.match(line)
+    if not match:
+        return [line]
+    rest = match[3].strip()
+    if not re.search(r"\s|:", rest) and not rest.endswith(("`", "~")):
+        return [line]
+    return [match[1] + match[2], match[1] + rest]
 
 
 def _unescape(text: str) -> str:
@@ -82,7 +100,7 @@ def _strip_prefixes(line: str) -> tuple[str, str, bool]:
     text = line.strip()
     original = text
     bullet = _BULLET.match(text)
-    if bullet and any(p.match(text[bullet.end():]) for p in _STAMPS[:8]):
+    if bullet:  # a list item begins a record of its own, like a log line
         text = text[bullet.end():]
     changed = True
     while changed and text:
@@ -98,7 +116,7 @@ def _strip_prefixes(line: str) -> tuple[str, str, bool]:
             if match:
                 text, prompt = text[match.end():].lstrip(), True
                 break
-    return text, original[:len(original) - len(text)].strip() if stamped else "", prompt
+    return text, original[:len(original) - len(text)].strip() if stamped or bullet else "", prompt
 
 
 _BOX = re.compile(r"^\s*[|+]|[|+]\s*$")  # table borders (nvidia-smi): every line as wide as the widest
@@ -136,10 +154,28 @@ def _unwrap_hard(lines: list[str]) -> list[str]:
     return out
 
 
+def _table_cells(lines: list[str]) -> list[str]:
+    """The rows of a Markdown table (one with a |---| rule) as one cell a paragraph: a message pasted into a cell
+    is then a line of its own."""
+    if not any(_TABLE_RULE.match(line) for line in lines):
+        return lines
+    out: list[str] = []
+    for line in lines:
+        if _TABLE_RULE.match(line):
+            out.append("")
+        elif _TABLE_ROW.match(line):
+            for cell in line.strip().strip("|").split("|"):
+                out += [cell.strip(), ""]
+        else:
+            out.append(line)
+    return out
+
+
 def _lines(text: str, terminal: bool) -> list[_Line]:
     text = _ANSI.sub("", text).replace("\r\n", "\n").replace("\r", "\n")
+    text = _HTML_TAG.sub("", _HTML_BREAK.sub("\n", text))
     text = _CONTROL.sub("", text.translate(_CHARS)).expandtabs(8)
-    physical = [_QUOTE.sub("", line) for line in text.split("\n")]
+    physical = _table_cells([part for line in text.split("\n") for part in _fences(_QUOTE.sub("", line))])
     text = _unescape("\n".join(_unwrap_hard(physical) if terminal else physical))
     raw = []
     for line in text.split("\n"):

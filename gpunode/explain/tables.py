@@ -182,3 +182,44 @@ def ids(detectors: Iterable[Detector] | None = None) -> tuple[str, ...]:
     for d in detectors if detectors is not None else tables()[0]:
         seen.setdefault(d.id)
     return tuple(seen)
+
+
+# --- the catalogue: what each component can print (data/explain_catalogue.csv) -----------------------------------
+
+CATALOGUE_SCHEMA = {"emitter": text_field, "message": text_field, "id": _id, "source": source_field}
+# Values a catalogued message's {placeholders} are rendered with (tests and benchmarks/explain_holdout.py).
+SAMPLE_VALUES = {"pci": "0000:3b:00.0", "hash": "0f3c9a1e7d2b4c6a8e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d",
+                 "version": "535.161.08", "n": "1", "cuda": "12.4", "runtime": "nvidia",
+                 "kernel": "6.8.0-45-generic", "uuid": "e78e68c0-4e6a-737e-f9cc-4223fe50aead"}
+
+
+@dataclass(frozen=True)
+class Message:
+    emitter: str  # the component that prints it
+    template: str  # the message, {name} for what varies
+    id: str  # the finding explain must give for it first (its row holds the cause and the fix)
+    source: str  # file and line, or document
+    line: int
+
+    def render(self, values: dict[str, str] | None = None) -> str:
+        values = {**SAMPLE_VALUES, **(values or {})}
+        return re.sub(r"\{(\w+)\}", lambda m: values.get(m[1], m[0]), self.template)
+
+
+def catalogue(directory: Any = None) -> tuple[Message, ...]:
+    """Every catalogued message, checked: its finding id is one the tables (or the Xid code) can give."""
+    directory = directory if directory is not None else data_dir()
+    name = "explain_catalogue.csv"
+    try:
+        text = str((directory / name).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise DataError(f"data/{name} cannot be read: {exc}",
+                        fix="reinstall gpunode; the data tables ship inside the package") from None
+    known = set(ids())
+    messages = []
+    for row in read_table(text, name, CATALOGUE_SCHEMA, key=None):
+        if row["id"] not in known and not row["id"].startswith(("xid.", "sxid.")):
+            raise DataError(f"data/{name} line {row['_line']}: id {row['id']} is not a finding id of the explain "
+                            "tables", fix="add a detector row for it, or name an existing id")
+        messages.append(Message(row["emitter"], row["message"], row["id"], row["source"], row["_line"]))
+    return tuple(messages)

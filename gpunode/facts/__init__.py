@@ -27,6 +27,7 @@ from gpunode.facts import (
     nodesettings,
     packages,
     system,
+    virt,
 )
 from gpunode.facts.kernel import LoadedDriver, ModuleBlock, PciDevice, SecureBoot, module_block
 from gpunode.facts.osinfo import UNKNOWN_OS, OsInfo
@@ -35,12 +36,12 @@ from gpunode.facts.registry import CORE, FILES, NOT_RUN, Fact, Section, check
 
 __all__ = ["Facts", "gather", "facts_from_probe_output", "bake", "containers", "driver", "fabric", "health", "holders",
            "k8s", "kernel",
-           "nodesettings", "packages", "system"]
+           "nodesettings", "packages", "system", "virt"]
 
 T = TypeVar("T")
 
 SUBSYSTEMS = ("system", "kernel", "driver", "packages", "containers", "fabric", "nodesettings", "health", "k8s",
-              "bake", "holders")
+              "bake", "holders", "virt")
 
 # core fact -> the Facts field that holds its parsed value
 _FIELDS: dict[Fact[object], str] = {

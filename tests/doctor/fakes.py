@@ -111,6 +111,21 @@ def installed(node: FakeNode) -> dict[str, str]:
             if len(parts := line.split("\t")) == 3}
 
 
+def virt_output(buses: list[str], detect: str = "none", vendor: str = "Dell Inc.", product: str = "PowerEdge R750",
+                bar1: str = "0x000000c000000000 0x000000c3ffffffff 0x000000000014220c") -> str:
+    """The `virt` probe command's answer: systemd-detect-virt, DMI, and each GPU's sysfs resource lines (BAR0 16 MiB
+    of registers, BAR1 the memory window: 16 GiB 64-bit prefetchable by default)."""
+    out = f"detect={detect}\nsys_vendor={vendor}\nproduct_name={product}\n"
+    if detect != "none":
+        out += "cpu_hypervisor=1\n"
+    for i, bus in enumerate(buses):
+        zero = "0x0000000000000000 0x0000000000000000 0x0000000000000000\n"
+        out += (f"@gpu {bus}\n0x00000000{0xd9 - i:02x}000000 0x00000000{0xd9 - i:02x}ffffff 0x0000000000040200\n"
+                f"{bar1}\n{zero}0x000000c400000000 0x000000c401ffffff 0x000000000014220c\n{zero}"
+                "0x000000000000e000 0x000000000000e07f 0x0000000000040101\n")
+    return out
+
+
 def finished(device: int = T4, count: int = 1, version: str = V, flavour: str = "open",
              switches: int = 0) -> FakeNode:
     node = FakeNode(kernel=K, tools=set(TOOLS), modules={"nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm"},
@@ -167,6 +182,7 @@ def finished(device: int = T4, count: int = 1, version: str = V, flavour: str = 
     set_output(node, "doctor_engines", "docker Docker version 24.0.7, build afdd53b\n")
     set_output(node, "doctor_cdi", "")
     set_output(node, "doctor_date", DATE + "\n")
+    set_output(node, "virt", virt_output(buses))
     return node
 
 

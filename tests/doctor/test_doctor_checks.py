@@ -29,6 +29,7 @@ from tests.doctor.fakes import (
     smi_q,
     statuses,
     units,
+    virt_output,
 )
 from tests.fakes.connection import FakeConnection, FakeNode
 
@@ -310,6 +311,9 @@ VARIANTS: list[tuple[str, str, Callable[[], FakeNode], Mutation, set[str]]] = [
     ("hw.vgpu", "fail", finished, lambda n: (_unload(n), _kernel_log(
         "[    4.0] NVRM: GPU 0000:00:1e.0: this vGPU guest needs the GRID driver (constructed line)\n")(n)), set()),
     ("hw.mig-mode", "warn", finished, _mig_pending, set()),
+    ("hw.passthrough-bars", "fail", finished, lambda n: set_output(n, "virt", virt_output(
+        ["0000:18:00.0"], "vmware", "VMware, Inc.", "VMware7,1",
+        bar1="0x0000000000000000 0x0000000000000000 0x0000000000000000")), set()),
     ("boot.secure-boot", "fail", finished, _secure_boot_unsigned, set()),
     ("kernel.nouveau-loaded", "fail", finished, lambda n: n.modules.add("nouveau"), set()),
     ("kernel.nouveau-blacklisted", "warn", finished,

@@ -374,3 +374,83 @@ def test_healthy_outputs_give_no_finding(folder):
 ])
 def test_ordinary_text_gives_no_finding(text):
     assert explain(text) == []
+
+
+def test_explain_modules_import_each_other_in_one_direction():
+    """No circle among gpunode.explain's modules even counting imports inside functions or under TYPE_CHECKING
+    (engine reads hooks; hooks and engine share gpunode.explain.candidate)."""
+    from tests.test_import_graph import PACKAGE, cycles, imports, package_modules
+
+    modules = {name: path for name, path in package_modules().items() if name.startswith("gpunode.explain.")}
+    edges: dict[str, dict[str, int]] = {}
+    for name, path in modules.items():
+        edges[name] = {}
+        for imp in imports(path):
+            for target in [imp.target, *(f"{imp.target}.{n}" for n in imp.names)]:
+                if target in modules and target != name:
+                    edges[name].setdefault(target, imp.line)
+    assert (PACKAGE / "explain" / "engine.py").exists() and edges["gpunode.explain.engine"]
+    assert cycles(edges) == []
+
+
+# --- context: the decisive line of the same paste wins over the headline's stock cause (issue 26) ---------------
+
+CONTEXT = [
+    # (text, id, value that the decisive line sets, a word of the refined cause, the decisive line quoted)
+    ("E cuda_driver.cc:314] failed call to cuInit: CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected\n"
+     "I cuda_diagnostics.cc:156] kernel driver does not appear to be running on this host (ab12): "
+     "/proc/driver/nvidia/version does not exist", "cuda.no-device", ("kernel_driver", False), "--gpus",
+     "kernel driver does not appear"),
+    ("$ CUDA_VISIBLE_DEVICES=3 python train.py\nRuntimeError: CUDA error: no CUDA-capable device is detected",
+     "cuda.no-device", ("cuda_visible_devices", "3"), "names", "CUDA_VISIBLE_DEVICES=3"),
+    ("all CUDA-capable devices are busy or unavailable\n|   0  Tesla V100-SXM2...  On   | 00000000:06:00.0 Off |"
+     "                    0 |\n| N/A   66C    P0   253W / 300W |   9000MiB / 16152MiB |     98%   E. Process |",
+     "cuda.devices-busy", ("compute_mode", "Exclusive_Process"), "Exclusive_Process", "E. Process"),
+    ("Failed to initialize NVML: Insufficient Permissions\n$ getenforce\nEnforcing", "nvml.no-permission",
+     ("security_module", "selinux"), "container_use_devices", "getenforce"),
+    ("$ podman run --rm --device nvidia.com/gpu=all ubuntu nvidia-smi\n"
+     "Failed to initialize NVML: Insufficient Permissions", "nvml.no-permission", ("engine", "podman"), "rootless",
+     "podman run"),
+    ("after waking the laptop from suspend:\nUserWarning: CUDA initialization: CUDA unknown error - this may be due "
+     "to an incorrectly set up environment", "cuda.unknown-error", ("after_suspend", True), "suspend",
+     "after waking"),
+    ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n$ lspci -k -d 10de:\n"
+     "01:00.0 VGA compatible controller: NVIDIA Corporation AD102\n\tKernel driver in use: vfio-pci",
+     "smi.no-driver", ("kernel_driver_in_use", "vfio-pci"), "passthrough", "Kernel driver in use: vfio-pci"),
+    ("[    5.01] NVRM: This PCI I/O region assigned to your NVIDIA device is invalid:\n"
+     "               NVRM: BAR1 is 0M @ 0x0 (PCI:0000:0b:00.0)\n"
+     "[    0.00] DMI: VMware, Inc. VMware Virtual Platform/440BX Desktop Reference Platform", "kernel.bar-invalid",
+     ("hypervisor", "vmware"), "virtual machine", "VMware"),
+]
+
+
+@pytest.mark.parametrize(("text", "finding_id", "value", "word", "line"), CONTEXT,
+                         ids=[f"{c[1]}-{c[2][0]}" for c in CONTEXT])
+def test_a_decisive_line_refines_the_headline(text, finding_id, value, word, line):
+    first = explain(text)[0]
+    assert first.id == finding_id
+    assert first.values.get(value[0]) == value[1]
+    assert word in first.cause + first.fix
+    assert line in first.excerpt  # the finding quotes the line it used, beside the headline
+    lines = text.split("\n")
+    headline = "\n".join(lines[:2]) if finding_id == "kernel.bar-invalid" else \
+        next(one for one in lines if [f.id for f in explain(one)][:1] == [finding_id])
+    alone = explain(headline)[0]
+    assert alone.id == finding_id and value[0] not in alone.values  # without the decisive line: the stock cause
+    assert alone.cause != first.cause
+
+
+def test_the_passthrough_fix_is_the_hypervisors_own():
+    text = ("NVRM: This PCI I/O region assigned to your NVIDIA device is invalid:\nNVRM: BAR1 is 0M @ 0x0 "
+            "(PCI:0000:06:10.0)\nHypervisor detected: KVM")
+    finding = explain(text)[0]
+    assert finding.values["hypervisor"] == "kvm" and any("X-PciMmio64Mb" in a for a in finding.also)
+    esxi = explain(text.replace("Hypervisor detected: KVM", "Hardware name: VMware, Inc. VMware7,1"))[0]
+    assert any("pciPassthru.use64bitMMIO" in a and "64bitMMIOSizeGB" in a for a in esxi.also)
+
+
+def test_a_security_module_denial_outranks_the_permission_error_it_causes():
+    text = ("Failed to initialize NVML: Insufficient Permissions\n"
+            'type=AVC msg=audit(1.2:3): avc:  denied  { read write } for  pid=1 comm="nvidia-smi" name="nvidiactl" '
+            'scontext=system_u:system_r:container_t:s0 tcontext=system_u:object_r:xserver_misc_device_t:s0')
+    assert [f.id for f in explain(text)][:2] == ["selinux.device-denied", "nvml.no-permission"]

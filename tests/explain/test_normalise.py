@@ -99,3 +99,26 @@ def test_tables_are_not_joined_as_terminal_wraps():
              "| NVIDIA-SMI 550.54.15    Driver Version: 550.54.15    CUDA Version: 12.4     |\n"
              "+-----------------------------------------------------------------------------+")
     assert normalise(table, terminal=True) == normalise(table)
+
+
+def test_a_message_on_the_same_line_as_a_fence_is_kept():
+    assert normalise("```docker: Error response from daemon: could not select device driver```") == \
+        "docker: Error response from daemon: could not select device driver"
+    assert normalise("~~~Failed to initialize NVML: Unknown Error\n~~~") == "Failed to initialize NVML: Unknown Error"
+    assert normalise("```bash\n$ nvidia-smi\nNo devices were found\n```") == "nvidia-smi\nNo devices were found"
+    assert normalise("```CUDA_ERROR_NO_DEVICE```") == "CUDA_ERROR_NO_DEVICE"
+
+
+def test_markdown_and_chat_pastes():
+    # a list item starts a line of its own, whatever the marker
+    assert normalise("- No devices were found\n* Failed to initialize NVML: Unknown Error\n2) done") == \
+        "No devices were found\nFailed to initialize NVML: Unknown Error\ndone"
+    # a Markdown table: each cell its own paragraph (nvidia-smi's +---+ tables are not Markdown tables)
+    table = "| tool | output |\n|---|:---:|\n| nvidia-smi | No devices were found |"
+    assert "\nNo devices were found" in normalise(table) and "|" not in normalise(table)
+    smi = "+------+------+\n| GPU  Name    | Bus-Id |\n|======+======|\n"
+    assert "|" in normalise(smi)
+    # a chat client's time stamp, HTML line breaks and <details> blocks
+    assert normalise("[10:42 AM] No devices were found") == "No devices were found"
+    assert normalise("<details><summary>log</summary>\nNo devices were found<br>done</details>") == \
+        "log\nNo devices were found\ndone"

@@ -67,7 +67,7 @@ def test_a_misspelt_fact_fails_when_the_attribute_is_read():
 
 def test_every_fact_is_registered_once_under_its_subsystem():
     modules = {"system", "kernel", "driver", "packages", "containers", "fabric", "nodesettings", "health", "k8s",
-               "bake", "holders"}
+               "bake", "holders", "virt"}
     facts = registered()
     assert len({f.name for f in facts}) == len(facts) == len(REGISTRY)
     assert {f.module for f in facts} == modules

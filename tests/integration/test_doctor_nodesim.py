@@ -32,6 +32,7 @@ from gpunode.doctor import CHECKS
 from tests.conftest import FIXTURES
 from tests.nodesim import SimNode, build_fake_driver_run, get_profile
 from tests.nodesim.fixtures import host_guard, nodesim_available, sim_node  # noqa: F401 - pytest fixtures
+from tests.nodesim.node import gpu_resource
 
 pytestmark = pytest.mark.integration
 
@@ -322,6 +323,9 @@ def _toolkit_skew(node: SimNode, undo: Undo) -> None:
 T4_VARIANTS: list[tuple[str, str, Variant, set[str]]] = [
     ("hw.vgpu", "fail", _kmsg(BOOT_LOG + "[    5.4] NVRM: GPU 0000:00:1e.0: vGPU is not supported by this driver "
                               "(constructed line)\n"), set()),
+    ("hw.passthrough-bars", "fail", lambda node, undo: undo.write(
+        "/sys/bus/pci/devices/0000:00:1e.0/resource",
+        gpu_resource(0, "0x0000000000000000 0x0000000000000000 0x0000000000000000")), set()),
     ("boot.secure-boot", "fail", _secure_boot, set()),
     ("kernel.nouveau-loaded", "fail", _nouveau, set()),
     ("kernel.nouveau-blacklisted", "warn",

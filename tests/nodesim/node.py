@@ -534,6 +534,7 @@ class SimNode:
                 u = "GPU-" + str(uuid.uuid4())
                 self._gpu_uuids.append(u)
                 self._pci(bus, 0x10DE, m.device_id, m.pci_class, m.subsys_vendor, m.subsys_device)
+                self._w(f"sys/bus/pci/devices/{bus}/resource", gpu_resource(i))
                 gpu_lines.append("\t".join(str(x) for x in (
                     i, bus, f"0x{m.device_id:04x}", m.name, m.memory_mib, m.power_cap_w,
                     m.idle_power_w[i % len(m.idle_power_w)], m.temp_c[i % len(m.temp_c)], m.perf, m.fan, m.ecc,
@@ -1208,6 +1209,17 @@ class SimNode:
         (self.root / STATE / "urls" / fname).write_bytes(data)
         lines.append(f"{url}\t{fname}")
         index.write_text("\n".join(lines) + "\n")
+
+
+def gpu_resource(index: int, bar1: str = "") -> str:
+    """A GPU's sysfs `resource` file as the kernel writes it (start end flags per BAR, then the ROM): BAR0 16 MiB
+    of registers, BAR1 a 64-bit prefetchable 16 GiB memory window (`bar1` replaces its line), BAR3 32 MiB, I/O."""
+    zero = "0x0000000000000000 0x0000000000000000 0x0000000000000000\n"
+    base = 0xC000000000 + index * 0x800000000
+    bar1 = bar1 or f"0x{base:016x} 0x{base + (16 << 30) - 1:016x} 0x000000000014220c"
+    return (f"0x00000000{0xd9 - index:02x}000000 0x00000000{0xd9 - index:02x}ffffff 0x0000000000040200\n{bar1}\n{zero}"
+            f"0x{base + (16 << 30):016x} 0x{base + (16 << 30) + (32 << 20) - 1:016x} 0x000000000014220c\n{zero}"
+            f"0x000000000000{0xe0 + index:02x}00 0x000000000000{0xe0 + index:02x}7f 0x0000000000040101\n" + zero)
 
 
 def rootfs_other_pci():
