@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpunode.gpu.plugins.module_utils.specs import GPUNODE_OPTIONS, NODE_SPEC
 from ansible_collections.gpunode.gpu.plugins.plugin_utils.gpunode_bridge import (
     GPUNODE_IMPORT_ERROR,
     MISSING_GPUNODE,
@@ -17,7 +16,7 @@ from ansible_collections.gpunode.gpu.plugins.plugin_utils.gpunode_bridge import 
 )
 
 if GPUNODE_IMPORT_ERROR is None:
-    from gpunode import api
+    from gpunode import ansible_spec, api
     from gpunode.errors import ConnectError, GpunodeError
 
 # what a step entry of the result keeps of gpunode's step report (file contents go to `diff` only)
@@ -60,11 +59,12 @@ class ActionModule(ActionBase):
         del tmp
         if GPUNODE_IMPORT_ERROR is not None:
             return {**result, "failed": True, "msg": MISSING_GPUNODE.format(GPUNODE_IMPORT_ERROR)}
-        args = self.validate_argument_spec(argument_spec=NODE_SPEC)[1]
+        # the option table's spec (gpunode/options.py); module_utils/specs.py is its copy for ansible-doc
+        args = self.validate_argument_spec(argument_spec=ansible_spec.node_spec())[1]
         host = task_vars.get("inventory_hostname") or self._play_context.remote_addr
         check = bool(self._task.check_mode)
         absent = args.get("state") == "absent"
-        values = {k: args.get(k) for k in GPUNODE_OPTIONS}
+        values = {k: args.get(k) for k in ansible_spec.gpunode_options()}
         try:
             chosen = api.uninstall_request(values) if absent else api.request(values)
         except GpunodeError as exc:
