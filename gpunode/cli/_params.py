@@ -131,8 +131,8 @@ def cli_option(row: OptionSpec, panel: bool = True) -> Any:
         python = str if row.split else list[str]
     optional = row.default is None
     info = typer.Option(row.flag, metavar="" if row.type == "bool" else row.metavar, help=row.help,
-                        rich_help_panel=row.group if panel else None, **({"show_default": False} if optional else {}))
-    return Annotated[python | None if optional else python, info]  # type: ignore[valid-type]
+                        rich_help_panel=row.group if panel else None, show_default=not optional)
+    return Annotated[python | None if optional else python, info]
 
 
 def _row(name: str) -> OptionSpec:
