@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from gpunode import compat as cm
+from gpunode import fixes, versions
 from gpunode import options as table
 from gpunode import steps as pipeline
-from gpunode import versions
 from gpunode.artifacts.naming import is_url
 from gpunode.artifacts.request import check_sha256_option
 from gpunode.artifacts.request import request as driver_request
@@ -128,7 +128,7 @@ def bake_options(a: Mapping[str, Any], driver: str | None, spell: Spelling = cli
                          f"that kernel, e.g. {k} 5.15.0-92-generic (ls /lib/modules lists the installed ones)")
     if bake and a.get("reboot"):
         raise UsageError(f"{b} never reboots: the image is rebooted when it boots as a node",
-                         fix="drop --reboot (the first boot runs `gpunode install --local`, docs/engines.md)")
+                         fix="drop --reboot (the first boot runs `" + fixes.gpunode("install", local=True) + "`, docs/engines.md)")
     if bake and not driver and not a.get("driver_run"):
         raise UsageError(f"{b} needs the driver to build into the image", fix=f"add {spell('driver')} VERSION, e.g. "
                          f"{spell('driver')} 535.129.03")

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from gpunode import __version__, cancel, preflight
+from gpunode import __version__, cancel, fixes, preflight
 from gpunode.connection.base import Connection
 from gpunode.errors import CommandError, ConnectError, GpunodeError
 from gpunode.facts import Facts, gather
@@ -169,7 +169,7 @@ class RunInterrupted(cancel.Cancelled):
 
 def _ABORTED() -> cancel.Cancelled:  # noqa: N802 - reads as a constant error
     return cancel.Cancelled("aborted (Ctrl-C twice): the step may have stopped half-way",
-                            fix="check the node (gpunode status), then run the same command again")
+                            fix=fixes.CHECK_AND_RERUN)
 
 
 INTERNAL_FIX = ("this is a bug in gpunode: report it with the command that was run (a fleet run with --log-level debug "

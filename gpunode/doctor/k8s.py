@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+from gpunode import fixes
 from gpunode.doctor.base import NO_GPU, Node, Verdict, check, failed, passed, skipped, warned
 from gpunode.facts import containers as container_facts
 from gpunode.facts import k8s as k8s_facts
@@ -16,7 +17,7 @@ from gpunode.facts.packages import unit
 
 PLUGIN = "daemonset/nvidia-device-plugin-daemonset"
 CONFIG = "configmap/nvidia-device-plugin-config"
-FIX_K8S = "gpunode install --only k8s"
+FIX_K8S = fixes.gpunode("install", only="k8s")
 _REPLICAS = re.compile(r"timeSlicing:(?:.|\n)*?replicas:\s*(\d+)")
 
 
@@ -53,10 +54,10 @@ def kubelet_runtime(node: Node) -> Verdict:
             state = containerd_state(effective_containerd(node.facts[container_facts.CONTAINERD_FILES], major=2).config)
             where = container_facts.CONTAINERD_CONFIG
     except ConfigError as exc:
-        return failed(f"{exc.path}: {exc}", f"repair {exc.path}, then: {FIX_K8S}")
+        return failed(f"{exc.path}: {exc}", f"repair {exc.path}, then: " + FIX_K8S)
     if state.has_nvidia:
         return passed(f"{where}: nvidia runtime ({state.binary})" + (", the default" if state.nvidia_is_default else ""))
-    fix = FIX_K8S if d.containerd_dir else "gpunode install --k8s --only runtime"
+    fix = FIX_K8S if d.containerd_dir else fixes.gpunode("install", k8s=True, only="runtime")
     return failed(f"{where}: no nvidia runtime: pods with runtimeClassName nvidia cannot start", fix)
 
 
@@ -127,7 +128,7 @@ def sharing_units(node: Node) -> Verdict:
         elif not state.is_active:
             problems.append(f"{name} is {state.active}")
     if problems:
-        return failed("; ".join(problems), f"{FIX_K8S}  # with the same --mps / --mig-layout options")
+        return failed("; ".join(problems), FIX_K8S + "  # with the same --mps / --mig-layout options")
     return passed(", ".join(p.rsplit("/", 1)[-1] for p in sorted(files)) + " enabled, before the kubelet")
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from gpunode import compat
+from gpunode import compat, fixes
 from gpunode.actions.k8s import ConfigureTemplate, KubectlApply, WaitForGpus
 from gpunode.facts import Facts
 from gpunode.facts import k8s as k8s_facts
@@ -151,7 +151,7 @@ def _template_actions(d: Distribution, facts: Facts, options: Options, earlier: 
         ctk, ctk_note = runtime._ctk_version(facts, earlier)
         if ctk is None:
             why = "nvidia-ctk is not installed (it comes with the NVIDIA Container Toolkit)"
-            return [], why, (why, "run the toolkit step first: gpunode install --only toolkit")
+            return [], why, (why, "run the toolkit step first: " + fixes.gpunode("install", only="toolkit"))
         if ctk_note:
             notes.append(ctk_note)
         predicted = predict_containerd(source, config=template, dropin=dropin, set_as_default=want_default, ctk=ctk)
@@ -186,7 +186,8 @@ def _kubelet_runtime(facts: Facts, earlier: Earlier) -> tuple[str, tuple[str, st
     if engines:
         return f"{' and '.join(engines)}: nvidia runtime from the runtime step", None
     why = "the kubelet's container runtime (containerd or CRI-O) does not get the nvidia runtime"
-    return why, (why, "run gpunode install --k8s (containerd next to docker is left alone without --k8s)")
+    return why, (why, "run " + fixes.gpunode("install", k8s=True)
+                 + " (containerd next to docker is left alone without --k8s)")
 
 
 def _plan(facts: Facts, options: Options, earlier: Earlier) -> tuple[StepPlan, str | None, int]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import shlex
 
+from gpunode import fixes
 from gpunode.actions.driver import StopGpuServices, UnloadModules
 from gpunode.facts import Facts
 from gpunode.facts.holders import MODULES, Holders, gpu_holders
@@ -58,7 +59,7 @@ def _driver(records: list[Record], state: NodeState, facts: Facts, request: Undo
     previous, version = first.get("previous"), last.get("version")
     if previous not in (None, "-"):
         return ok(NAME, f"driver {previous} was installed before gpunode; left in place",
-                  f"gpunode installed {version} over it; to go back: gpunode install --driver {previous}"
+                  f"gpunode installed {version} over it; to go back: " + fixes.gpunode("install", driver=previous)
                   if previous != "unknown" else "the driver installed before gpunode could not be told")
     loaded = facts.loaded_driver.version if facts.loaded_driver else None
     if state.driver is None:
