@@ -70,7 +70,16 @@ class OnNode:
         return there + " | " + (render(self.into) if render else self.into.text())
 
 
-Part = str | Gpunode | OnNode
+@dataclass(frozen=True)
+class Output:
+    """The output of the commands that failed, where the front door shows it: above, in a terminal; in the task
+    result's `output`, in Ansible."""
+
+    def text(self) -> str:
+        return "see the output above"
+
+
+Part = str | Gpunode | OnNode | Output
 
 
 def flag_of(name: str, value: Any = True) -> str:
@@ -120,9 +129,10 @@ class Fix(str):
             return NotImplemented
         return Fix(other, self)
 
-    def render(self, gpunode: Callable[[Gpunode], str], node: Callable[[OnNode], str]) -> str:
-        return "".join(p if isinstance(p, str) else gpunode(p) if isinstance(p, Gpunode) else node(p)
-                       for p in self.parts)
+    def render(self, gpunode: Callable[[Gpunode], str], node: Callable[[OnNode], str],
+               output: Callable[[Output], str] = Output.text) -> str:
+        return "".join(p if isinstance(p, str) else gpunode(p) if isinstance(p, Gpunode) else
+                       node(p) if isinstance(p, OnNode) else output(p) for p in self.parts)
 
     def commands(self) -> list[Gpunode]:
         return [p for p in self.parts if isinstance(p, Gpunode)]
@@ -167,3 +177,5 @@ _AGAIN = ("driver", "driver_run", "sha256", "kernel_module", "module_signing_key
 
 # after an interrupted or aborted run (gpunode/cancel.py, the runner, the SSH connection)
 CHECK_AND_RERUN = Fix("check the node (", Gpunode("status"), "), then run the same command again")
+# a step that did not converge: what its commands printed says why
+SEE_OUTPUT_RERUN = Fix(Output(), "; fix the cause, then run the same command again")

@@ -388,7 +388,7 @@ def converge(conn: Connection, step: Step, plan: StepPlan, facts: Facts, options
         if not after.only_reboot_left:
             left = "; ".join(a.summary for a in after.actions) or after.reason
             raise CommandError(f"{what} did not converge: still {after.status} ({left})",
-                               fix="see the output above; fix the cause, then run the same command again")
+                               fix=fixes.SEE_OUTPUT_RERUN)
         if not options.reboot:
             if record is not None:  # the reboot is owed: `gpunode status` shows it until the node has rebooted
                 record.change(step.name, "reboot required", (("reboot", facts.boot_id),))

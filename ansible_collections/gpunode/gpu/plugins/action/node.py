@@ -12,6 +12,7 @@ from ansible_collections.gpunode.gpu.plugins.plugin_utils.gpunode_bridge import 
     GPUNODE_IMPORT_ERROR,
     MISSING_GPUNODE,
     AnsibleNodeConnection,
+    node_fixer,
     rewrite,
 )
 
@@ -65,10 +66,11 @@ class ActionModule(ActionBase):
         check = bool(self._task.check_mode)
         absent = args.get("state") == "absent"
         values = {k: args.get(k) for k in ansible_spec.gpunode_options()}
+        fixer = node_fixer(task_vars, host)
         try:
             chosen = api.uninstall_request(values) if absent else api.request(values)
         except GpunodeError as exc:
-            return {**result, "failed": True, "msg": exc.message, "fix": exc.fix}
+            return {**result, "failed": True, "msg": exc.message, "fix": exc.fix and fixer(exc.fix)}
         conn = AnsibleNodeConnection(self, host)
         try:
             if absent:
@@ -78,9 +80,10 @@ class ActionModule(ActionBase):
         except ConnectError as exc:
             if conn.failure is not None:
                 return {**result, "unreachable": True, "msg": exc.message}
-            return {**result, "failed": True, "msg": exc.message, "fix": exc.fix}
+            return {**result, "failed": True, "msg": exc.message, "fix": exc.fix and fixer(exc.fix)}
         except GpunodeError as exc:
-            return {**result, "failed": True, "msg": exc.message, "fix": exc.fix}
+            return {**result, "failed": True, "msg": exc.message, "fix": exc.fix and fixer(exc.fix),
+                    "output": conn.output()}
         data = rewrite(outcome.to_dict(), task_vars, host)
         summary = data["summary"]
         result.update(
@@ -104,7 +107,7 @@ class ActionModule(ActionBase):
             result["diff"] = _diff(outcome.file_diffs())
         if summary["state"] in ("failed", "blocked", "interrupted"):
             msg, fix = _failure(data)
-            result.update(failed=True, msg=msg, fix=fix)
+            result.update(failed=True, msg=msg, fix=fix, output=conn.output())
         elif outcome.reboot_required:
             result["msg"] = ("a reboot is required before the remaining steps can run: reboot the host "
                              "(ansible.builtin.reboot), then run this task again")
