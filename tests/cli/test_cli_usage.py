@@ -131,3 +131,17 @@ def test_ctrl_c_is_one_line_and_exit_130(monkeypatch):
     monkeypatch.setattr(connection, "open_connection", interrupted)
     result = runner.invoke(app, ["status", "--host", "n"])
     assert result.exit_code == 130 and "interrupted (Ctrl-C)" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(("argv", "error", "fix"), [
+    (["plan", "--bogus"], "No such option: --bogus", "gpunode plan --help"),
+    (["install", "--driver"], "Option '--driver' requires an argument", "gpunode install --help"),
+    (["plan", "--gpu-replicas", "x"], "Invalid value for '--gpu-replicas'", "gpunode plan --help"),
+    (["bogus"], "No such command 'bogus'", "gpunode --help"),
+    (["--bogus"], "No such option: --bogus", "gpunode --help"),
+])
+def test_clicks_own_usage_errors_get_a_runnable_fix_and_exit_2(argv, error, fix):
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 2, result.output
+    assert f"error: {error}" in result.output
+    assert f"fix: {fix}  # lists" in result.output

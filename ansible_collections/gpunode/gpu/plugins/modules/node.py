@@ -279,7 +279,7 @@ msg:
 fix:
   description:
     - gpunode's fix for the failure. gpunode's own commands appear as this module's arguments (for example
-      C(gpunode.gpu.node: {only: [toolkit]})), commands for the host as they are.
+      C(gpunode.gpu.node) with O(only=[toolkit])), commands for the host as they are.
   returned: failure
   type: str
 output:
