@@ -68,8 +68,8 @@ class OptionSpec:
     """One option. `name` is the library's and Ansible's name (snake_case) and the CLI's parameter name; `flag`
     the CLI's spelling (`--x/--no-x` for a tri-state bool). `type` is Ansible's vocabulary: str, int, float, bool,
     path, or list (of `elements`). `inapplicable` is the rule when the node cannot use the option (an option
-    meant for a Kubernetes node on a node without a kubelet): "note" (the plan says so, the run goes on),
-    "refuse" (a usage error, exit 2) or "" (the option always applies)."""
+    meant for a Kubernetes node on a node without a kubelet, `needs`): "note" (the plan says so, the run goes on),
+    "refuse" (a usage error, exit 2: --kernel without --bake) or "" (the option always applies)."""
 
     name: str
     flag: str
@@ -86,6 +86,7 @@ class OptionSpec:
     split: str | None = None  # the CLI takes the list as one word split on this (--mig-layout 1g.10gb,1g.10gb)
     no_log: bool | None = None  # Ansible: a name with "key" in it that is not a secret says so
     inapplicable: str = ""
+    needs: str = ""  # what the node must have for the option to apply ("kubelet"); checked by the step that reads it
 
     @property
     def cli_flag(self) -> str:
@@ -134,16 +135,16 @@ OPTION_TABLE: tuple[OptionSpec, ...] = (
                choices=("docker", "containerd", "crio"), aliases=("cri-o",), metavar="ENGINE"),
     OptionSpec("kubeconfig", "--kubeconfig", "str", "Kubernetes: a kubeconfig ON THE NODE for the node's kubectl. "
                "Default: the first of /etc/kubernetes/admin.conf, /etc/rancher/k3s/k3s.yaml, "
-               "/etc/rancher/rke2/rke2.yaml, /root/.kube/config found.", _K8S, metavar="PATH", inapplicable="note"),
+               "/etc/rancher/rke2/rke2.yaml, /root/.kube/config found.", _K8S, metavar="PATH", inapplicable="note", needs="kubelet"),
     OptionSpec("gpu_replicas", "--gpu-replicas", "int", "Kubernetes time-slicing: the device plugin advertises each "
-               "GPU N times (1: no sharing).", _K8S, default=1, metavar="N", inapplicable="note"),
+               "GPU N times (1: no sharing).", _K8S, default=1, metavar="N", inapplicable="note", needs="kubelet"),
     OptionSpec("mps", "--mps", "bool", "Kubernetes GPU sharing: run NVIDIA's MPS control daemon as a systemd unit "
-               "(nvidia-mps.service).", _K8S, default=False, inapplicable="note"),
+               "(nvidia-mps.service).", _K8S, default=False, inapplicable="note", needs="kubelet"),
     OptionSpec("mps_thread_percentage", "--mps-thread-percentage", "int", "With --mps: the share of each GPU's SMs an "
-               "MPS client may use (1-100).", _K8S, metavar="PCT", inapplicable="note"),
+               "MPS client may use (1-100).", _K8S, metavar="PCT", inapplicable="note", needs="kubelet"),
     OptionSpec("mig_layout", "--mig-layout", "list", "Kubernetes: MIG instances for every GPU, e.g. "
                "1g.10gb,1g.10gb,2g.20gb; applied at every boot before the kubelet.", _K8S, elements="str",
-               metavar="PROFILES", split=",", inapplicable="note"),
+               metavar="PROFILES", split=",", inapplicable="note", needs="kubelet"),
     OptionSpec("bake", "--bake", "bool", "Image build: install the driver built for --kernel without a GPU, load "
                "nothing, never reboot, and leave /var/lib/gpunode/baked.json for the boot-time install.",
                "Image builds", default=False),
@@ -185,3 +186,14 @@ def step_names() -> tuple[str, ...]:
 
 def choices_of(spec: OptionSpec) -> tuple[str, ...] | None:
     return step_names() if spec.choices == STEPS else spec.choices  # type: ignore[return-value]
+
+
+def unused_options(opts: Options, missing: str) -> list[str]:
+    """The options given (not at their default) that need what the node lacks (`missing`, a row's `needs`) and
+    whose rule is a note: as the command line spells them, for the plan to say they do not apply."""
+    found = []
+    for row in option_table():
+        value = getattr(opts, row.name, row.default)
+        if row.needs == missing and row.inapplicable == "note" and value not in (row.default, (), None):
+            found.append(row.cli_flag)
+    return found

@@ -57,6 +57,12 @@ def target(reach: str, a: dict[str, Any], again: list[str] | None = None) -> Tar
             raise UsageError(f"--log-dir {chosen.log_dir} is a file, not a directory",
                              fix="pass a directory (it is created if missing)")
         chosen.fleet = _fleet(chosen)
+        if chosen.fleet is None:  # fleet options on one node: they do not apply, and the run says so
+            given = [o for o, on in (("--log-dir", a["log_dir"] is not None), ("--log-level", a["log_level"] != "info"),
+                                     ("--parallel", a["parallel"] != 8)) if on]
+            if given:
+                chosen.notes.append(f"{', '.join(given)} apply to fleet runs (several --host, or --inventory): not "
+                                    "used for one node")
     if reach == "rolling":
         chosen.batch = a["batch"]
         batches(chosen.fleet or [InventoryHost("node")], chosen.batch)  # raises on a bad --batch

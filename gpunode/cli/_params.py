@@ -20,7 +20,7 @@ import typer
 from gpunode import options as table
 from gpunode.errors import GpunodeError
 from gpunode.options import CLI, OptionSpec, options_for
-from gpunode.ui import broken_pipe, print_error
+from gpunode.ui import broken_pipe, print_error, print_note
 
 # -- connection (every command that reaches a node) ---------------------------------------------------------
 HostOpt = Annotated[str | None, typer.Option(
@@ -248,6 +248,8 @@ def command(reach: str = "none", pipeline: bool = False,
                     if reach != "none":
                         again = ["gpunode", func.__name__, *same_args(every, values)]  # for the --local root fix
                         extra["target"] = _inputs.target(reach, {p.name: values.pop(p.name) for p in shared}, again)
+                        for note in extra["target"].notes:
+                            print_note(note)
                     if wanted:
                         extra["request"] = _inputs.request({p.name: values.pop(p.name) for p in wanted},
                                                            extra.get("target"))

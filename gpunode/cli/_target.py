@@ -7,7 +7,7 @@ import getpass
 import re
 import shlex
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpunode import connection
@@ -142,6 +142,7 @@ class Target:
     max_fail: float | None = None
     fleet: list[InventoryHost] | None = None  # resolved by _inputs.target(); None: a single node
     local: bool = False  # --local: this machine, no SSH (docs/engines.md); fixes and `next` repeat it
+    notes: list[str] = field(default_factory=list)  # options given that do not apply (printed once, on stderr)
     _secrets: tuple[Secret | None, Secret | None] | None = None
 
     @property

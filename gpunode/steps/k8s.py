@@ -37,7 +37,7 @@ from gpunode.facts.containers import (
 )
 from gpunode.facts.k8s import Cluster, Distribution
 from gpunode.facts.packages import unit
-from gpunode.options import Options
+from gpunode.options import Options, unused_options
 from gpunode.plan import Action, Earlier, Outputs, RestartService, StepPlan, blocked, change, ok
 from gpunode.steps import runtime
 from gpunode.steps.base import Step
@@ -193,7 +193,9 @@ def _kubelet_runtime(facts: Facts, earlier: Earlier) -> tuple[str, tuple[str, st
 def _plan(facts: Facts, options: Options, earlier: Earlier) -> tuple[StepPlan, str | None, int]:
     d = k8s_facts.distribution(facts[k8s_facts.TOOLS], facts[k8s_facts.UNITS])
     if d is None:
-        return ok(NAME, "no kubelet on this node"), None, 0
+        unused = unused_options(options, "kubelet")  # the option table's rule for these options: a note
+        return ok(NAME, "no kubelet on this node", *([f"{', '.join(unused)} apply to a Kubernetes node: not used "
+                                                        "here (no kubelet, k3s or RKE2)"] if unused else [])), None, 0
     if not facts.gpus:
         return ok(NAME, f"{d.name} node without an NVIDIA GPU: nothing to advertise"), d.name, 0
     notes: list[str] = []

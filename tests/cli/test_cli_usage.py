@@ -145,3 +145,18 @@ def test_clicks_own_usage_errors_get_a_runnable_fix_and_exit_2(argv, error, fix)
     assert result.exit_code == 2, result.output
     assert f"error: {error}" in result.output
     assert f"fix: {fix}  # lists" in result.output
+
+
+def test_fleet_options_for_one_node_are_named_in_a_note(monkeypatch, tmp_path):
+    from gpunode.cli import _inputs
+
+    chosen = _inputs.target("rolling", {"host": ["gpu-01"], "identity": None, "known_hosts": None,
+                                        "accept_new_host_key": False, "ssh_config": None, "ask_pass": False,
+                                        "ask_become_pass": False, "connect_timeout": 15.0, "json_output": False,
+                                        "inventory": None, "limit": None, "parallel": 8,
+                                        "log_dir": str(tmp_path / "logs"), "log_level": "debug", "batch": None,
+                                        "max_fail": None})
+    assert chosen.fleet is None
+    assert chosen.notes == ["--log-dir, --log-level apply to fleet runs (several --host, or --inventory): not used "
+                            "for one node"]
+    assert not (tmp_path / "logs").exists()
