@@ -98,18 +98,18 @@ class PipelineResult:
         return [a for a in self._file_actions() if isinstance(a, WriteFile)]
 
     def file_diffs(self) -> list[FileDiff]:
-        """Every file written, restored from its backup or removed (or that would be), in order: for diffs. An
-        uninstall's RestoreFile / RemoveFile (gpunode/undo/actions.py) included."""
+        """Every file written, edited by a tool (nvidia-ctk), restored from its backup or removed (or that would be),
+        in order: for diffs. An uninstall's RestoreFile / RemoveFile (gpunode/undo/actions.py) included."""
         from gpunode.undo.actions import RemoveFile, RestoreFile
 
         found: list[FileDiff] = []
         for a in self._file_actions():
-            if isinstance(a, WriteFile):
-                found.append(FileDiff(a.path, a.before, a.after))
-            elif isinstance(a, RestoreFile):
+            if isinstance(a, RestoreFile):
                 found.append(FileDiff(a.path, a.before, a.after or ""))
             elif isinstance(a, RemoveFile):
                 found.append(FileDiff(a.path, a.before or "", None))
+            else:  # a written file, or one a tool edits (nvidia-ctk's daemon.json, config.toml): Action.changed_files
+                found += [FileDiff(path, before, after) for path, before, after in a.changed_files()]
         return found
 
     def _file_actions(self) -> list[Action]:

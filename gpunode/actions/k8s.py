@@ -121,6 +121,9 @@ class ConfigureTemplate(Action):
     def commands(self) -> list[str]:
         return [command_line(self.seed()), command_line(self.argv)]
 
+    def changed_files(self) -> tuple[tuple[str, str | None, str | None], ...]:
+        return self.files  # nvidia-ctk's edits, predicted
+
     def diff(self) -> str:
         return "".join(WriteFile(p, path=p, before=b, after=a).diff() for p, b, a in self.files)
 
