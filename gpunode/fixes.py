@@ -149,6 +149,54 @@ def on_node(command: str, into: Gpunode | Fix | None = None) -> Fix:
     return Fix(OnNode(command, target))
 
 
+def from_text(text: str) -> str:
+    """A data table's fix (data/*.csv) as data where it is a gpunode command (up to a `  # comment`): the same text
+    as a Fix, or the text as it is when it is anything else. Only an exact round trip is accepted."""
+    command, sep, comment = text.partition("  #")
+    there, pipe, here = command.partition(" | gpunode ")
+    if pipe:  # `sudo dmesg | gpunode explain`: the node's output into gpunode here
+        into = from_text("gpunode " + here)
+        return Fix(OnNode(there, into.commands()[0])) + sep + comment if isinstance(into, Fix) else text
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return text
+    if len(words) < 2 or words[0] != "gpunode" or words[1].startswith("-"):
+        return text
+    from gpunode import options as table
+
+    flags = {}
+    for row in table.option_table():
+        on, _, off = row.flag.partition("/")
+        flags[on] = (row.name, True if row.type == "bool" else None)
+        if off:
+            flags[off] = (row.name, False)
+    given: list[tuple[str, Any]] = []
+    rest = words[2:]
+    while rest:
+        word = rest.pop(0)
+        if not word.startswith("--"):
+            return text
+        name, fixed = flags.get(word, (word[2:].replace("-", "_"), None))
+        if fixed is None and rest and not rest[0].startswith("--"):
+            given.append((name, rest.pop(0)))
+        else:
+            given.append((name, True if fixed is None else fixed))
+    parsed = Fix(Gpunode(words[1], tuple(given)))
+    # the same words (a %(placeholder)s value is quoted until it is filled in), nothing after the last one
+    same = parsed == command or ("%(" in command and shlex.split(parsed) == words and command == command.rstrip())
+    return parsed + sep + comment if same else text
+
+
+def fill(text: str, values: Callable[[str], str]) -> str:
+    """`text` with `values` applied to its words (a data table's %(name)s placeholders), parts kept."""
+    if not isinstance(text, Fix):
+        return values(text)
+    return Fix(*(values(p) if isinstance(p, str) else
+                 Gpunode(p.command, tuple((n, values(v) if isinstance(v, str) else v) for n, v in p.options))
+                 if isinstance(p, Gpunode) else p for p in text.parts))
+
+
 def join(*parts: Part | Fix) -> Fix:
     return Fix(*parts)
 

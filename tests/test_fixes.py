@@ -95,3 +95,22 @@ def test_the_same_run_again_keeps_every_option_the_user_gave():
     assert again == ("gpunode install --driver 570.172.08 --engine docker --hold-kernel --stop-gpu-services")
     assert fixes.same_run(Options(driver="570.172.08"), stop_gpu_services=True) == \
         "gpunode install --driver 570.172.08 --stop-gpu-services"
+
+
+def test_a_data_tables_gpunode_command_is_read_as_data_and_other_text_is_left_alone():
+    parsed = fixes.from_text("gpunode install --only toolkit --only runtime --k8s  # then verify")
+    assert isinstance(parsed, fixes.Fix) and parsed == "gpunode install --only toolkit --only runtime --k8s  # then verify"
+    assert parsed.commands()[0].options == (("only", "toolkit"), ("only", "runtime"), ("k8s", True))
+    piped = fixes.from_text("sudo dmesg | gpunode explain")
+    assert isinstance(piped, fixes.Fix) and isinstance(piped.parts[0], fixes.OnNode)
+    for text in ("gpunode install --driver <a newer branch>", "sudo apt-get install -y x", "gpunode  install"):
+        assert not isinstance(fixes.from_text(text), fixes.Fix)
+
+
+def test_explains_table_fixes_reach_the_renderers_as_data():
+    from gpunode.explain import explain
+
+    finding = explain('docker: Error response from daemon: could not select device driver "" with capabilities: '
+                      "[[gpu]].")[0]
+    assert isinstance(finding.fix, fixes.Fix) and finding.fix == "gpunode install --only toolkit --only runtime"
+    assert runnable(finding.fix, ["--host", "gpu-01"]) == "gpunode install --host gpu-01 --only toolkit --only runtime"

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from gpunode import fixes
 from gpunode.explain import hooks, xid
 from gpunode.explain.finding import Doc, Finding
 from gpunode.explain.normalise import normalise
@@ -67,7 +68,8 @@ def candidates(detector: Detector, doc: Doc) -> Iterator[Candidate]:
 
 
 def fill(text: str, values: dict[str, Any]) -> str:
-    return PLACEHOLDER.sub(lambda m: str(values.get(m[1], m[0])), text)
+    """The %(name)s placeholders of a table text filled in; a fix's parts (gpunode/fixes.py) are kept."""
+    return fixes.fill(text, lambda words: PLACEHOLDER.sub(lambda m: str(values.get(m[1], m[0])), words))
 
 
 def render(candidate: Candidate, doc: Doc, **override: Any) -> Finding:

@@ -115,9 +115,10 @@ def module_call(command):
     for name, value in command.options:
         if name == "reboot":
             reboot = bool(value)
+        elif name in rows and value is not None and rows[name].type == "list":  # repeated: one list
+            args[name] = [*args.get(name, []), *(value if isinstance(value, (list, tuple)) else [value])]
         elif name in rows and value is not None:
-            args[name] = list(value) if rows[name].type == "list" and isinstance(value, (list, tuple)) else \
-                [value] if rows[name].type == "list" else value
+            args[name] = value
     text = "gpunode.gpu.node" + (": {" + ", ".join(f"{k}: {_yaml(v)}" for k, v in args.items()) + "}" if args else "")
     if command.command == "plan":
         text += " in check mode"
