@@ -162,7 +162,8 @@ def install(conn: Connection, chosen: Request) -> PipelineResult:
 
 
 # --- uninstall (gpunode/undo/): what `gpunode uninstall` takes; the rest of PIPELINE_OPTIONS is install's ---------
-UNINSTALL_OPTIONS = ("only", "lock_timeout", "stop_gpu_services")
+# `only` (which steps to undo) and the option table's rows an uninstall reads
+UNINSTALL_OPTIONS = ("only", *(o.name for o in options_for(API, "uninstall")))
 
 
 @dataclass(frozen=True)
