@@ -130,8 +130,8 @@ class Fix(str):
         return Fix(other, self)
 
     def render(self, gpunode: Callable[[Gpunode], str], node: Callable[[OnNode], str],
-               output: Callable[[Output], str] = Output.text) -> str:
-        return "".join(p if isinstance(p, str) else gpunode(p) if isinstance(p, Gpunode) else
+               output: Callable[[Output], str] = Output.text, prose: Callable[[str], str] = str) -> str:
+        return "".join(prose(p) if isinstance(p, str) else gpunode(p) if isinstance(p, Gpunode) else
                        node(p) if isinstance(p, OnNode) else output(p) for p in self.parts)
 
     def commands(self) -> list[Gpunode]:

@@ -114,3 +114,9 @@ def test_explains_table_fixes_reach_the_renderers_as_data():
                       "[[gpu]].")[0]
     assert isinstance(finding.fix, fixes.Fix) and finding.fix == "gpunode install --only toolkit --only runtime"
     assert runnable(finding.fix, ["--host", "gpu-01"]) == "gpunode install --host gpu-01 --only toolkit --only runtime"
+
+
+def test_a_node_command_in_the_words_of_a_fix_still_runs_on_the_node():
+    fix = "run `nvidia-smi -L` first; then " + fixes.gpunode("install")
+    assert runnable(fix, ["--host", "gpu-01"], ["ssh", "gpu-01"]) == \
+        'run `ssh -t gpu-01 "nvidia-smi -L"` first; then gpunode install --host gpu-01'

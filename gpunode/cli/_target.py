@@ -85,7 +85,10 @@ def _structured(fix: Fix, node_args: Sequence[str], ssh: Sequence[str]) -> str:
         there = shlex.join([ssh[0], *tty, *ssh[1:]]) + " " + _remote_word(part.command)
         return there + (" | " + part.into.text() if part.into else "")
 
-    return fix.render(lambda command: command.text(node_args), node)
+    def prose(part: str) -> str:  # words between the commands: a `backticked` node command in them still runs there
+        return _node_commands(part, ssh) if ssh else part
+
+    return fix.render(lambda command: command.text(node_args), node, prose=prose)
 
 
 def runnable(fix: str, node_args: Sequence[str], ssh: Sequence[str] = ()) -> str:

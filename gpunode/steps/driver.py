@@ -367,10 +367,14 @@ def same_install(options: Options, **changes: object) -> fixes.Fix:
     return fixes.same_run(options, "install", **changes)
 
 
+def _joined(items: list[str], separator: str) -> list[str]:
+    return [part for i, item in enumerate(items) for part in ([separator] if i else []) + [item]]
+
+
 def _blocked_by_holders(loaded: str, version: str, found: Holders, options: Options, notes: list[str]) -> StepPlan:
     listing = "; ".join(found.lines())
     if found.blocking:
-        todo: list[str] = []
+        todo: list[str] = []  # each a Fix or words
         procs = [p for p in found.processes if not p.in_pod and not p.container]
         if procs:
             todo.append("end or move " + ", ".join(f"PID {p.pid} ({p.name})" for p in procs[:6])
@@ -378,13 +382,14 @@ def _blocked_by_holders(loaded: str, version: str, found: Holders, options: Opti
         if found.containers or any(p.container for p in found.processes):
             names = [c.name or c.id[:12] for c in found.containers] + \
                 [p.container[:12] for p in found.processes if p.container and not p.in_pod]
-            todo.append("`docker stop " + " ".join(shlex.quote(n) for n in dict.fromkeys(names)) + "`")
+            todo.append("`" + fixes.on_node("docker stop " + " ".join(shlex.quote(n) for n in dict.fromkeys(names)))
+                        + "`")
         if any(p.in_pod for p in found.processes):
-            todo.append(f"drain the node (`{found.drain()}`) and remove the GPU DaemonSet pods (device plugin, "
-                         "DCGM exporter) from it")
+            todo.append("drain the node (`" + fixes.on_node(found.drain()) + "`) and remove the GPU DaemonSet pods "
+                        "(device plugin, DCGM exporter) from it")
         then = same_install(options, stop_gpu_services=bool(found.services) or options.stop_gpu_services)
         return blocked(NAME, f"driver {loaded} is loaded and in use: {listing}. Replacing it with {version} needs "
-                             "every one of these gone", fixes.join("; ".join(todo), "; then ", then), *notes)
+                             "every one of these gone", fixes.join(*_joined(todo, "; "), "; then ", then), *notes)
     return blocked(NAME, f"driver {loaded} is loaded and held by {listing}. Replacing it with {version} stops "
                          "them first, unloads it, installs, and starts them again",
                    same_install(options, stop_gpu_services=True) + "  # stops "
