@@ -88,3 +88,21 @@ def test_the_library_takes_every_row_it_is_given_and_the_cli_every_cli_row():
     assert set(api.PIPELINE_OPTIONS) == {o.name for o in OPTION_TABLE if options.API in o.fronts}
     assert {k: v for k, v in api.PIPELINE_OPTIONS.items()} == {o.name: o.default for o in OPTION_TABLE
                                                                 if options.API in o.fronts}
+
+
+def test_plan_help_is_readable_at_80_columns_every_option_whole_and_grouped():
+    import re
+
+    from gpunode.cli import _params
+
+    result = CliRunner().invoke(__import__("gpunode.cli", fromlist=["app"]).app, ["plan", "--help"],
+                                env={"COLUMNS": "80", "TERMINAL_WIDTH": "80"})
+    assert result.exit_code == 0
+    assert max(len(line) for line in result.output.splitlines()) <= 80 and "…" not in result.output
+    words = set(re.findall(r"--[a-z0-9-]+", result.output))
+    shared = [_params.option_name(a) for _, a, _ in (*_params.REACH["rolling"], *_params.pipeline_params())]
+    missing = [flag.partition("/")[0] for flag in shared if flag.partition("/")[0] not in words]
+    assert not missing, missing  # none cut short by a too narrow column
+    panels = re.findall(r"╭─ (.+?) ─", result.output)
+    assert {o.group for o in OPTION_TABLE if "plan" in o.commands} <= set(panels)
+    assert {"Connection", "Fleet", "Output"} <= set(panels)
