@@ -49,6 +49,11 @@ def command_literals(root: Path = ROOT) -> list[str]:
             if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip
                     and not node.value.startswith("# HELP ") and _COMMAND.search(node.value)):
                 found.append(f"{rel}:{node.lineno} {node.value!r}")
+            if isinstance(node, (ast.List, ast.Tuple)):  # ["gpunode", "uninstall", ...] for shlex.join
+                words = [e.value if isinstance(e, ast.Constant) else None for e in node.elts]
+                if any(a == "gpunode" and isinstance(b, str) and _COMMAND.fullmatch(f"gpunode {b}")
+                       for a, b in zip(words, words[1:], strict=False)):
+                    found.append(f"{rel}:{node.lineno} {words!r}")
     return found
 
 
@@ -59,8 +64,10 @@ def test_no_gpunode_command_is_spelled_outside_the_renderers():
 def test_the_scan_finds_a_spelled_command(tmp_path):
     (tmp_path / "gpunode" / "doctor").mkdir(parents=True)
     (tmp_path / "gpunode" / "doctor" / "x.py").write_text('"""gpunode install in a docstring is prose."""\n'
-                                                           'FIX = "gpunode install --only toolkit"\n')
-    assert command_literals(tmp_path) == ["gpunode/doctor/x.py:2 'gpunode install --only toolkit'"]
+                                                           'FIX = "gpunode install --only toolkit"\n'
+                                                           'AGAIN = shlex.join(["gpunode", "uninstall", "--only", x])\n')
+    assert command_literals(tmp_path) == ["gpunode/doctor/x.py:2 'gpunode install --only toolkit'",
+                                          "gpunode/doctor/x.py:3 ['gpunode', 'uninstall', '--only', None]"]
 
 
 def test_a_fix_is_its_plain_text_and_keeps_its_parts_through_plus():
