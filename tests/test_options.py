@@ -106,3 +106,13 @@ def test_plan_help_is_readable_at_80_columns_every_option_whole_and_grouped():
     panels = re.findall(r"╭─ (.+?) ─", result.output)
     assert {o.group for o in OPTION_TABLE if "plan" in o.commands} <= set(panels)
     assert {"Connection", "Fleet", "Output"} <= set(panels)
+
+
+def test_a_new_row_reaches_the_fixes_and_their_renderers(extended):
+    from ansible_collections.gpunode.gpu.plugins.plugin_utils.gpunode_bridge import ansible_fix
+    from gpunode import fixes
+    from gpunode.cli._target import runnable
+
+    fix = fixes.gpunode("install", widget_colour="red")
+    assert runnable(fix, ["--host", "gpu-01"]) == "gpunode install --host gpu-01 --widget-colour red"
+    assert ansible_fix(fix, ["--host", "gpu-01"]) == 'gpunode.gpu.node: {widget_colour: "red"}'
