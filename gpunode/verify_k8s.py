@@ -68,7 +68,7 @@ def _plugin(conn: Connection, kube: Callable[..., tuple[str, ...]], facts: Facts
     if not result.ok:
         text = (result.stderr or result.stdout).strip()
         return Outcome(test, "fail", f"kubectl could not read node {node}: {text.splitlines()[-1] if text else 'no output'}",
-                       "check that the API server is up and the node has joined (`kubectl get nodes`)",
+                       "check that the API server is up and the node has joined (`" + fixes.on_node("kubectl get nodes") + "`)",
                        result.exit_code)
     advertised = allocatable(result.stdout) or 0
     ds = conn.run(kube("-n", k8s_facts.NAMESPACE, "get", "daemonset", PLUGIN_DS, "-o", "json"), sudo=True, timeout=60)
