@@ -10,6 +10,9 @@ text keeps working; the renderers (gpunode/cli/_target.py, the Ansible bridge) r
 with `+` (which keeps the parts), never with f-strings (which would keep only the text).
 
 Nothing outside the renderers and this module spells `gpunode <command>` (tests/test_fixes.py scans the source).
+A fix that is a plain `str` (a data table's prose, text read back from a journal) is still rendered by the CLI's
+older text rules (gpunode/cli/_target.py runnable()); explain's tables are read into Fix values where their text
+is a gpunode command (from_text).
 """
 
 from __future__ import annotations
@@ -22,14 +25,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from gpunode.options import Options
 
-NODE_COMMANDS = ("plan", "install", "doctor", "verify", "status", "facts", "uninstall")  # the commands that take --host
+NODE_COMMANDS = ("plan", "install", "doctor", "verify", "status", "facts", "uninstall")  # they take --host
 
 
 @dataclass(frozen=True)
 class Gpunode:
     """`gpunode <command>` with its options: (name, value) pairs, a name being the option table's (gpunode/options.py)
     or, for a command's own option, its long name with `_` for `-` (compat's `gpu` is --gpu). True is a flag;
-    a list or tuple repeats the option; False and None leave it out. `stdin` names what the command reads."""
+    a list or tuple repeats the option; None leaves it out, and so does False unless the option has a --no- form
+    (--no-hold-kernel)."""
 
     command: str
     options: tuple[tuple[str, Any], ...] = ()
