@@ -2,48 +2,38 @@
 ansible_collections/gpunode/gpu/ drives nodes through Ansible's connection plugins).
 
 The caller supplies a Connection (gpunode/connection/base.py: one `_exec`), the options as a mapping of
-snake_case names (the CLI's long options: `driver_run` for --driver-run), and gets typed results back. Options are
-checked by the CLI's own code (gpunode/cli/_inputs.py), so the errors are the same, with the option spelled the
-caller's way. Nothing here reboots a node: a run that needs a reboot ends `reboot-pending` and says so.
+snake_case names (the option table's, gpunode/options.py: `driver_run` for --driver-run), and gets typed results
+back. Options are checked by the checks the CLI uses (gpunode/option_checks.py), so the errors are the same, with
+the option spelled the caller's way. Nothing here reboots a node: a run that needs a reboot ends `reboot-pending`
+and says so.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from gpunode.actions.base import Action, Reboot, WriteFile
 from gpunode.connection.base import Connection
 from gpunode.errors import UsageError
 from gpunode.facts import Facts, gather
-from gpunode.options import Options
+from gpunode.options import API, Options, options_for
 from gpunode.plan import StepPlan
 from gpunode.runner import SCHEMA_VERSION, NullReporter, RunReport, apply_pipeline, plan_pipeline
 from gpunode.steps.base import Step
 from gpunode.undo.state import UndoRequest
 
-# The pipeline options a caller may give, with the CLI's defaults (gpunode/cli/_params.py PIPELINE). Lists are
-# lists; `engines` / `toolkit_packages` are the repeatable --engine / --toolkit-package.
-PIPELINE_OPTIONS: dict[str, Any] = {
-    "only": None, "skip": None, "driver": None, "cuda": None, "image": None, "driver_run": None, "sha256": None,
-    "kernel_module": None, "module_signing_key": None, "module_signing_cert": None, "cache_dir": None,
-    "lock_timeout": 600.0, "toolkit_version": None, "toolkit_packages": None, "set_as_default": False,
-    "k8s": False, "engines": None, "kubeconfig": None, "gpu_replicas": 1, "mps": False,
-    "mps_thread_percentage": None, "mig_layout": None,
-    # day 2 (docs/day2.md): None leaves the holds as they are, True holds, False releases
-    "stop_gpu_services": False, "hold_kernel": None, "hold_driver": None,
-    # image builds (docs/engines.md): the CLI's --bake and --kernel; the steps are chosen as the CLI chooses them
-    "bake": False, "bake_kernel": None,
-}
-# caller's name -> the CLI parameter name, where they differ (the CLI's options are singular and repeatable)
-_CLI_NAME = {"engines": "engine", "toolkit_packages": "toolkit_package"}
-# the CLI's option word -> the caller's name, where the word is not the parameter's name (--kernel is bake_kernel)
-_CLI_WORD = {"kernel": "bake_kernel"}
-_CLI_OPTION = re.compile(r"--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)")
+
+def pipeline_options() -> dict[str, Any]:
+    """The pipeline options a caller may give, with their defaults: the option table's library rows
+    (gpunode/options.py). Lists are lists; `engines` / `toolkit_packages` are the CLI's repeatable --engine /
+    --toolkit-package, `mig_layout` a list of profiles."""
+    return {o.name: o.default for o in options_for(API)}
+
+
+PIPELINE_OPTIONS: dict[str, Any] = pipeline_options()
 
 
 @dataclass(frozen=True)
@@ -54,44 +44,21 @@ class Request:
     options: Options
 
 
-def _spelled(text: str | None, known: set[str]) -> str | None:
-    """`--driver-run` -> `driver_run` (and `--engine` -> `engines`) for the options a library caller has."""
-    if text is None:
-        return None
-    back = {**{cli: ours for ours, cli in _CLI_NAME.items()}, **_CLI_WORD}
-
-    def name(m: re.Match[str]) -> str:
-        snake = m.group(1).replace("-", "_")
-        snake = back.get(snake, snake)
-        return snake if snake in known else m.group(0)
-
-    return _CLI_OPTION.sub(name, text)
+def _own_name(name: str) -> str:
+    return name
 
 
 def request(values: Mapping[str, Any]) -> Request:
-    """Options (snake_case, see PIPELINE_OPTIONS; None means the default) -> a Request, checked exactly as the CLI
-    checks them. Raises UsageError naming the option as the caller spells it."""
-    from gpunode.cli import _inputs  # the CLI's checks; imported here so `doctor` callers do not load them
+    """Options (snake_case, see pipeline_options(); None means the default) -> a Request, checked by the checks
+    the CLI uses (gpunode/option_checks.py), the option named as the caller spells it."""
+    from gpunode import option_checks  # the checks load the compat tables' code: not for `doctor` callers
 
-    unknown = sorted(set(values) - set(PIPELINE_OPTIONS))
+    known = pipeline_options()
+    unknown = sorted(set(values) - set(known))
     if unknown:
-        raise UsageError(f"unknown option {unknown[0]}", fix="use one of: " + ", ".join(PIPELINE_OPTIONS))
-    given = {k: (PIPELINE_OPTIONS[k] if v is None else v) for k, v in {**PIPELINE_OPTIONS, **values}.items()}
-    try:
-        packages = [Path(p).expanduser() for p in given["toolkit_packages"] or []]
-        for path in packages:
-            if not path.is_file():
-                raise UsageError(f"--toolkit-package {path}: no such file on this machine",
-                                 fix="pass .deb/.rpm files that exist on the machine running gpunode")
-        cli = {_CLI_NAME.get(k, k): v for k, v in given.items()}
-        cli["toolkit_package"] = packages
-        mig = cli["mig_layout"]
-        cli["mig_layout"] = ",".join(mig) if isinstance(mig, (list, tuple)) else mig
-        cli["reboot"] = False
-        chosen = _inputs.request(cli, None)  # the CLI's own selection: --bake keeps the bake steps and the marker
-    except UsageError as exc:
-        known = set(PIPELINE_OPTIONS)
-        raise UsageError(_spelled(exc.message, known) or exc.message, fix=_spelled(exc.fix, known)) from None
+        raise UsageError(f"unknown option {unknown[0]}", fix="use one of: " + ", ".join(known))
+    given = {k: (known[k] if v is None else v) for k, v in {**known, **values}.items()}
+    chosen = option_checks.request({**given, "reboot": False}, _own_name)
     return Request(chosen.steps, dataclasses.replace(chosen.options, progress=None))
 
 
@@ -131,18 +98,18 @@ class PipelineResult:
         return [a for a in self._file_actions() if isinstance(a, WriteFile)]
 
     def file_diffs(self) -> list[FileDiff]:
-        """Every file written, restored from its backup or removed (or that would be), in order: for diffs. An
-        uninstall's RestoreFile / RemoveFile (gpunode/undo/actions.py) included."""
+        """Every file written, edited by a tool (nvidia-ctk), restored from its backup or removed (or that would be),
+        in order: for diffs. An uninstall's RestoreFile / RemoveFile (gpunode/undo/actions.py) included."""
         from gpunode.undo.actions import RemoveFile, RestoreFile
 
         found: list[FileDiff] = []
         for a in self._file_actions():
-            if isinstance(a, WriteFile):
-                found.append(FileDiff(a.path, a.before, a.after))
-            elif isinstance(a, RestoreFile):
+            if isinstance(a, RestoreFile):
                 found.append(FileDiff(a.path, a.before, a.after or ""))
             elif isinstance(a, RemoveFile):
                 found.append(FileDiff(a.path, a.before or "", None))
+            else:  # a written file, or one a tool edits (nvidia-ctk's daemon.json, config.toml): Action.changed_files
+                found += [FileDiff(path, before, after) for path, before, after in a.changed_files()]
         return found
 
     def _file_actions(self) -> list[Action]:
@@ -195,7 +162,8 @@ def install(conn: Connection, chosen: Request) -> PipelineResult:
 
 
 # --- uninstall (gpunode/undo/): what `gpunode uninstall` takes; the rest of PIPELINE_OPTIONS is install's ---------
-UNINSTALL_OPTIONS = ("only", "lock_timeout", "stop_gpu_services")
+# `only` (which steps to undo) and the option table's rows an uninstall reads
+UNINSTALL_OPTIONS = ("only", *(o.name for o in options_for(API, "uninstall")))
 
 
 @dataclass(frozen=True)
@@ -210,7 +178,7 @@ def uninstall_request(values: Mapping[str, Any]) -> UndoChoice:
     """Options for an uninstall, snake_case as for request(): `only` (the prerequisites are undone only when named),
     `lock_timeout`, `stop_gpu_services`. An install option given a value other than its default is refused, so
     nothing the caller asked for is silently ignored."""
-    from gpunode.cli._inputs import seconds
+    from gpunode import option_checks
     from gpunode.undo import select
 
     unknown = sorted(set(values) - set(PIPELINE_OPTIONS))
@@ -221,7 +189,7 @@ def uninstall_request(values: Mapping[str, Any]) -> UndoChoice:
     if extra:
         raise UsageError(f"{extra[0]} is an install option; an uninstall undoes what the node's journal records",
                          fix=f"drop {extra[0]} (an uninstall takes only {', '.join(UNINSTALL_OPTIONS)})")
-    lock = seconds(float(given["lock_timeout"]), "lock_timeout", zero_ok=True, example="600")
+    lock = option_checks.seconds(float(given["lock_timeout"]), "lock_timeout", zero_ok=True, example="600")
     try:
         chosen = select(list(given["only"] or []))
     except UsageError as exc:

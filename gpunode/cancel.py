@@ -17,6 +17,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from gpunode import fixes
 from gpunode.errors import GpunodeError
 
 
@@ -60,7 +61,7 @@ class CancelToken:
         if self.aborted:
             what = f" while {doing}" if doing else ""
             raise Cancelled(f"aborted{what}: {self.reason}; the node may be in the middle of a step",
-                            fix="check the node (gpunode status), then run the same command again")
+                            fix=fixes.CHECK_AND_RERUN)
 
     def sleep(self, seconds: float) -> bool:
         """Sleep, waking early on cancel. Returns True when cancelled."""

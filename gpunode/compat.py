@@ -30,6 +30,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from gpunode import fixes
 from gpunode.errors import GpunodeError, UsageError
 from gpunode.versions import BRANCH_EXACT, Ver, branch_of, parse_driver
 
@@ -826,7 +827,7 @@ def tag_name_note(ref: ImageRef) -> str:
 
 UNREADABLE_IMAGE = ("gpunode cannot read another image's NVIDIA_REQUIRE_CUDA offline; on a machine with the "
                     "image run: docker inspect --format '{{range .Config.Env}}{{println .}}{{end}}' IMAGE "
-                    "| grep NVIDIA_REQUIRE_CUDA, then `gpunode compat --cuda X.Y` for the version it names")
+                    "| grep NVIDIA_REQUIRE_CUDA, then `" + fixes.gpunode("compat", cuda="X.Y") + "` for the version it names")
 
 
 def image_needs(ref: str | ImageRef, t: Tables | None = None) -> ImageNeed:

@@ -51,3 +51,149 @@ class Options:
     hold_driver: bool | None = None  # --hold-driver / --no-hold-driver: the driver's packages (a .run has none)
     # driver upgrades (gpunode/steps/driver.py, gpunode/facts/holders.py)
     stop_gpu_services: bool = False  # --stop-gpu-services: stop the GPU services holding the old driver, start them after
+
+
+# --- the option table ---------------------------------------------------------------------------------------------
+# Every option a user gives the pipeline, declared once. The CLI's parameters (gpunode/cli/_params.py), the library's
+# accepted names and defaults (gpunode/api.py), its checks (gpunode/option_checks.py) and the Ansible module's
+# argument_spec (gpunode/ansible_spec.py, written into the collection's module_utils/specs.py) are made from it.
+# A test adds a row at test time and finds it in all three front doors (tests/test_options.py).
+
+CLI, API, ANSIBLE = "cli", "api", "ansible"
+STEPS = "<steps>"  # `choices`: the pipeline's step names (gpunode/steps/__init__.py), resolved where they are needed
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One option. `name` is the library's and Ansible's name (snake_case) and the CLI's parameter name; `flag`
+    the CLI's spelling (`--x/--no-x` for a tri-state bool). `type` is Ansible's vocabulary: str, int, float, bool,
+    path, or list (of `elements`). `inapplicable` is the rule when the node cannot use the option (an option
+    meant for a Kubernetes node on a node without a kubelet, `needs`): "note" (the plan says so, the run goes on),
+    "refuse" (a usage error, exit 2: --kernel without --bake) or "" (the option always applies)."""
+
+    name: str
+    flag: str
+    type: str
+    help: str
+    group: str  # the --help panel
+    default: object = None
+    elements: str | None = None
+    choices: tuple[str, ...] | str | None = None  # or STEPS
+    aliases: tuple[str, ...] = ()  # other spellings the checks accept (not offered as choices)
+    metavar: str = ""
+    commands: tuple[str, ...] = ("plan", "install")
+    fronts: tuple[str, ...] = (CLI, API, ANSIBLE)  # where the option exists
+    split: str | None = None  # the CLI takes the list as one word split on this (--mig-layout 1g.10gb,1g.10gb)
+    no_log: bool | None = None  # Ansible: a name with "key" in it that is not a secret says so
+    inapplicable: str = ""
+    needs: str = ""  # what the node must have for the option to apply ("kubelet"); checked by the step that reads it
+
+    @property
+    def cli_flag(self) -> str:
+        """The option's word on the command line (for a --x/--no-x option, the --x)."""
+        return self.flag.partition("/")[0]
+
+
+_K8S = "Kubernetes"
+OPTION_TABLE: tuple[OptionSpec, ...] = (
+    OptionSpec("only", "--only", "list", "Run only this step (repeatable).", "Steps", elements="str", choices=STEPS,
+               metavar="STEP"),
+    OptionSpec("skip", "--skip", "list", "Skip this step (repeatable).", "Steps", elements="str", choices=STEPS,
+               metavar="STEP"),
+    OptionSpec("driver", "--driver", "str", "NVIDIA driver version, e.g. 535.129.03.", "Driver", metavar="VERSION"),
+    OptionSpec("cuda", "--cuda", "str", "CUDA version, e.g. 12.4 or 12.4.1.", "What the node must run",
+               metavar="VERSION"),
+    OptionSpec("image", "--image", "str", "Container image, e.g. nvidia/cuda:12.4.1-base-ubuntu22.04.",
+               "What the node must run", metavar="IMAGE"),
+    OptionSpec("driver_run", "--driver-run", "str", "The NVIDIA .run installer to use instead of NVIDIA's download: "
+               "a local file or a URL.", "Driver", metavar="FILE|URL"),
+    OptionSpec("sha256", "--sha256", "str", "Expected sha256 of the .run; refused if different.", "Driver",
+               metavar="HEX"),
+    OptionSpec("kernel_module", "--kernel-module", "str", "open or proprietary. Default: chosen from the GPUs and the "
+               "driver branch.", "Driver", choices=("open", "proprietary"), metavar="open|proprietary"),
+    OptionSpec("module_signing_key", "--module-signing-key", "str", "Secure Boot: private key (path on the node) the "
+               "installer signs the module with.", "Driver", metavar="PATH", no_log=False),
+    OptionSpec("module_signing_cert", "--module-signing-cert", "str", "Secure Boot: its certificate (path on the "
+               "node), enrolled with mokutil.", "Driver", metavar="PATH"),
+    OptionSpec("cache_dir", "--cache-dir", "path", "Download cache. Default: $GPUNODE_CACHE_DIR or "
+               "~/.cache/gpunode/drivers.", "Driver", metavar="DIR"),
+    OptionSpec("lock_timeout", "--lock-timeout", "float", "Seconds to wait for apt/dpkg or dnf locks held by another "
+               "process (unattended-upgrades); 0: do not wait.", "Upgrades and holds", default=600.0,
+               metavar="SECONDS", commands=("plan", "install", "uninstall")),
+    OptionSpec("toolkit_version", "--toolkit-version", "str", "Pin the NVIDIA Container Toolkit (all four packages), "
+               "e.g. 1.17.8 or 1.17.8-1. Default: keep an installed toolkit, else install the newest.",
+               "Container toolkit and runtimes", metavar="VERSION"),
+    OptionSpec("toolkit_packages", "--toolkit-package", "list", "Offline: a toolkit .deb/.rpm file on this machine "
+               "to upload and install instead of using NVIDIA's repository (repeatable).",
+               "Container toolkit and runtimes", elements="path", metavar="FILE"),
+    OptionSpec("set_as_default", "--set-as-default", "bool", "Make nvidia the default runtime of every configured "
+               "container engine.", "Container toolkit and runtimes", default=False),
+    OptionSpec("k8s", "--k8s", "bool", "Kubernetes node: nvidia becomes the default runtime of containerd / CRI-O, "
+               "and docker's own containerd is configured too.", _K8S, default=False),
+    OptionSpec("engines", "--engine", "list", "Configure only this container engine: docker, containerd or crio "
+               "(repeatable). Default: every engine found.", "Container toolkit and runtimes", elements="str",
+               choices=("docker", "containerd", "crio"), aliases=("cri-o",), metavar="ENGINE"),
+    OptionSpec("kubeconfig", "--kubeconfig", "str", "Kubernetes: a kubeconfig ON THE NODE for the node's kubectl. "
+               "Default: the first of /etc/kubernetes/admin.conf, /etc/rancher/k3s/k3s.yaml, "
+               "/etc/rancher/rke2/rke2.yaml, /root/.kube/config found.", _K8S, metavar="PATH", inapplicable="note", needs="kubelet"),
+    OptionSpec("gpu_replicas", "--gpu-replicas", "int", "Kubernetes time-slicing: the device plugin advertises each "
+               "GPU N times (1: no sharing).", _K8S, default=1, metavar="N", inapplicable="note", needs="kubelet"),
+    OptionSpec("mps", "--mps", "bool", "Kubernetes GPU sharing: run NVIDIA's MPS control daemon as a systemd unit "
+               "(nvidia-mps.service).", _K8S, default=False, inapplicable="note", needs="kubelet"),
+    OptionSpec("mps_thread_percentage", "--mps-thread-percentage", "int", "With --mps: the share of each GPU's SMs an "
+               "MPS client may use (1-100).", _K8S, metavar="PCT", inapplicable="note", needs="kubelet"),
+    OptionSpec("mig_layout", "--mig-layout", "list", "Kubernetes: MIG instances for every GPU, e.g. "
+               "1g.10gb,1g.10gb,2g.20gb; applied at every boot before the kubelet.", _K8S, elements="str",
+               metavar="PROFILES", split=",", inapplicable="note", needs="kubelet"),
+    OptionSpec("bake", "--bake", "bool", "Image build: install the driver built for --kernel without a GPU, load "
+               "nothing, never reboot, and leave /var/lib/gpunode/baked.json for the boot-time install.",
+               "Image builds", default=False),
+    OptionSpec("bake_kernel", "--kernel", "str", "With --bake: the kernel the image boots, e.g. 5.15.0-92-generic. "
+               "Default: the newest installed kernel.", "Image builds", metavar="KERNEL", inapplicable="refuse"),
+    OptionSpec("hold_kernel", "--hold-kernel/--no-hold-kernel", "bool", "Hold the kernel metapackages (apt-mark hold "
+               "/ dnf versionlock) so upgrades cannot bring a kernel the driver is not built for; --no-hold-kernel "
+               "releases them. Default: leave holds as they are.", "Upgrades and holds"),
+    OptionSpec("hold_driver", "--hold-driver/--no-hold-driver", "bool", "Hold the driver's packages (a .run driver "
+               "has none); --no-hold-driver releases them. Default: leave holds as they are.", "Upgrades and holds"),
+    OptionSpec("stop_gpu_services", "--stop-gpu-services", "bool", "Driver upgrade: stop the GPU services that hold "
+               "the loaded driver (persistenced, fabric manager, DCGM, MPS), unload it, install, and start them "
+               "again. Never stops other processes.", "Upgrades and holds", default=False,
+               commands=("plan", "install", "uninstall")),
+    # the library and Ansible never reboot a node: they report reboot_required
+    OptionSpec("reboot", "--reboot", "bool", "Reboot the node when a step needs it, wait for it to come back (new "
+               "boot id) and carry on.", "Reboots", default=False, commands=("install", "uninstall"), fronts=(CLI,)),
+    OptionSpec("reboot_timeout", "--reboot-timeout", "float", "Seconds to wait for a rebooted node (more than 0).",
+               "Reboots", default=900.0, metavar="SECONDS", commands=("install", "uninstall"),
+               fronts=(CLI,)),
+)
+
+
+def option_table() -> tuple[OptionSpec, ...]:
+    """The table as the front doors read it (a test extends it through this function)."""
+    return OPTION_TABLE
+
+
+def options_for(front: str, command: str | None = None) -> tuple[OptionSpec, ...]:
+    """The rows a front door (CLI, API, ANSIBLE) has, for one command or for all."""
+    return tuple(o for o in option_table() if front in o.fronts and (command is None or command in o.commands))
+
+
+def step_names() -> tuple[str, ...]:
+    from gpunode.steps import PIPELINE  # the pipeline imports this module: its names only when asked
+
+    return tuple(s.name for s in PIPELINE)
+
+
+def choices_of(spec: OptionSpec) -> tuple[str, ...] | None:
+    return step_names() if spec.choices == STEPS else spec.choices  # type: ignore[return-value]
+
+
+def unused_options(opts: Options, missing: str) -> list[str]:
+    """The options given (not at their default) that need what the node lacks (`missing`, a row's `needs`) and
+    whose rule is a note: as the command line spells them, for the plan to say they do not apply."""
+    found = []
+    for row in option_table():
+        value = getattr(opts, row.name, row.default)
+        if row.needs == missing and row.inapplicable == "note" and value not in (row.default, (), None):
+            found.append(row.cli_flag)
+    return found

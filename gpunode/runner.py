@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from gpunode import __version__, cancel, preflight
+from gpunode import __version__, cancel, fixes, preflight
 from gpunode.connection.base import Connection
 from gpunode.errors import CommandError, ConnectError, GpunodeError
 from gpunode.facts import Facts, gather
@@ -169,7 +169,7 @@ class RunInterrupted(cancel.Cancelled):
 
 def _ABORTED() -> cancel.Cancelled:  # noqa: N802 - reads as a constant error
     return cancel.Cancelled("aborted (Ctrl-C twice): the step may have stopped half-way",
-                            fix="check the node (gpunode status), then run the same command again")
+                            fix=fixes.CHECK_AND_RERUN)
 
 
 INTERNAL_FIX = ("this is a bug in gpunode: report it with the command that was run (a fleet run with --log-level debug "
@@ -388,7 +388,7 @@ def converge(conn: Connection, step: Step, plan: StepPlan, facts: Facts, options
         if not after.only_reboot_left:
             left = "; ".join(a.summary for a in after.actions) or after.reason
             raise CommandError(f"{what} did not converge: still {after.status} ({left})",
-                               fix="see the output above; fix the cause, then run the same command again")
+                               fix=fixes.SEE_OUTPUT_RERUN)
         if not options.reboot:
             if record is not None:  # the reboot is owed: `gpunode status` shows it until the node has rebooted
                 record.change(step.name, "reboot required", (("reboot", facts.boot_id),))

@@ -5,7 +5,7 @@ commands that make and enroll it are spelled out, and the gpunode command carrie
 
 from __future__ import annotations
 
-import shlex
+from gpunode import fixes
 
 KEY = "/root/gpunode-mok.priv"  # on the node; --module-signing-key
 CERT = "/root/gpunode-mok.der"  # on the node; --module-signing-cert (DER, what mokutil enrolls)
@@ -15,19 +15,19 @@ MAKE_AND_ENROLL = (f"sudo openssl req -new -x509 -newkey rsa:2048 -nodes -days 3
 FLAGS = f"--module-signing-key {KEY} --module-signing-cert {CERT}"
 
 
-def install_command(version: str | None) -> str:
+def install_command(version: str | None) -> fixes.Fix:
     if version:
-        return f"`gpunode install --driver {shlex.quote(version)} {FLAGS}`"
-    return f"the same gpunode install command with `{FLAGS}` added"
+        return "`" + fixes.gpunode("install", driver=version, module_signing_key=KEY, module_signing_cert=CERT) + "`"
+    return "the same " + fixes.gpunode("install") + f" command with `{FLAGS}` added"
 
 
-def fix(version: str | None, os_id: str = "") -> str:
+def fix(version: str | None, os_id: str = "") -> fixes.Fix:
     """Every way out when Secure Boot would refuse an unsigned module; Ubuntu's signed packages only on Ubuntu."""
-    text = (f"choose one: (1) make a key pair on the node and enroll it: `{MAKE_AND_ENROLL}` (mokutil asks for a "
-            "one-time password; confirm the key in MOK Manager at the next boot), then run "
-            f"{install_command(version)}; (2) disable Secure Boot in the firmware")
+    text = ("choose one: (1) make a key pair on the node and enroll it: `" + fixes.on_node(MAKE_AND_ENROLL)
+            + "` (mokutil asks for a one-time password; confirm the key in MOK Manager at the next boot), then run "
+            + install_command(version) + "; (2) disable Secure Boot in the firmware")
     if os_id == "ubuntu" and version:
         branch = version.split(".", 1)[0]
-        text += (f"; (3) use Ubuntu's signed driver packages instead of --driver: "
-                 f"`sudo ubuntu-drivers install --gpgpu nvidia:{branch}-server`")
+        text += ("; (3) use Ubuntu's signed driver packages instead of --driver: `"
+                 + fixes.on_node(f"sudo ubuntu-drivers install --gpgpu nvidia:{branch}-server") + "`")
     return text

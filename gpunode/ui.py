@@ -163,6 +163,11 @@ def print_error(message: str, fix: str | None = None, console: Console | None = 
         console.print(labelled("fix:", node_text(fix, "bold green"), indent=2))
 
 
+def print_note(message: str, console: Console | None = None) -> None:
+    """`note: ...` on stderr: something the user should know that does not stop the run."""
+    (console or _console("err")).print(labelled("note:", node_text(message, "dim")))
+
+
 def describe_node(host: str, facts: Facts) -> str:
     gpus = facts.gpus
     gpu_text = f"{len(gpus)} NVIDIA GPU{'s' if len(gpus) != 1 else ''}" if gpus else "no NVIDIA GPU"

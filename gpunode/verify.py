@@ -20,7 +20,7 @@ import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from gpunode import __version__, compat, gpus
+from gpunode import __version__, compat, fixes, gpus
 from gpunode.connection.base import Connection
 from gpunode.errors import GpunodeError, UsageError
 from gpunode.explain import Finding, explain
@@ -155,8 +155,8 @@ def find_engines(facts: Facts, wanted: Sequence[str] = ()) -> Engines:
     left: list[tuple[str, str]] = []
     docker = "docker" in survey.present and facts.has("docker")
     if survey.snap_docker and not docker:
-        left.append(("docker", "docker is the snap package, which cannot use the NVIDIA runtime (see gpunode doctor: "
-                               "container.snap-docker)"))
+        left.append(("docker", "docker is the snap package, which cannot use the NVIDIA runtime (see "
+                               + fixes.gpunode("doctor") + ": container.snap-docker)"))
     docker_runtime = False
     if docker:
         try:
@@ -265,23 +265,23 @@ def judge(test: Test, code: int, stdout: str, stderr: str, host: Sequence[SmiGpu
             return Outcome(test, "fail", findings[0].cause, findings[0].fix, code, (), findings, _tail(text))
         last = text.splitlines()[-1] if text else f"exit status {code}"
         return Outcome(test, "fail", f"the container failed (exit {code}): {last}",
-                       "gpunode doctor  # and: gpunode explain with the output above", code, (), [], _tail(text))
+                       fixes.gpunode("doctor") + "  # and: " + fixes.gpunode("explain") + " with the output above", code, (), [], _tail(text))
     if test.kind == "cuda":
         if "PASSED" in stdout:
             return Outcome(test, "pass", "the CUDA workload ran and passed", None, code, (), [], _tail(text, 4))
-        return Outcome(test, "fail", "the CUDA workload exited 0 but did not report PASSED", "gpunode doctor", code,
+        return Outcome(test, "fail", "the CUDA workload exited 0 but did not report PASSED", fixes.gpunode("doctor"), code,
                        (), explain(text), _tail(text))
     seen = tuple(m["uuid"] for m in _GPU_LINE.finditer(stdout))
     if not seen:
         return Outcome(test, "fail", "the container ran, but nvidia-smi -L listed no GPU inside it",
-                       "gpunode doctor", code, (), explain(text), _tail(text))
+                       fixes.gpunode("doctor"), code, (), explain(text), _tail(text))
     missing = [u for u in test.expect if u not in seen]
     extra = [u for u in seen if u not in test.expect]
     if missing or extra:
         parts = ([f"missing {_gpus(missing, host)}"] if missing else []) + \
             ([f"not requested {_gpus(extra, host)}"] if extra else [])
         return Outcome(test, "fail", f"the container saw {len(seen)} GPU(s), expected {len(test.expect)}: "
-                       + "; ".join(parts), "gpunode doctor", code, seen, [], _tail(text))
+                       + "; ".join(parts), fixes.gpunode("doctor"), code, seen, [], _tail(text))
     return Outcome(test, "pass", f"saw {_gpus(seen, host)}", None, code, seen, [], _tail(text, 4))
 
 
@@ -338,19 +338,19 @@ def prepare(host_name: str, facts: Facts, image: str | None = None, engines: Seq
     if image is not None:
         compat.parse_image(image)  # UsageError for a malformed reference
     if not facts.gpus:
-        report.error = ("no NVIDIA GPU was found on the node", "gpunode doctor")
+        report.error = ("no NVIDIA GPU was found on the node", fixes.gpunode("doctor"))
         return report, []
     state = driver_state(facts)
     if not facts.loaded_driver:
         report.error = ("the NVIDIA driver is not loaded on the node: no container can get a GPU",
-                        "gpunode doctor  # then gpunode install --driver VERSION")
+                        fixes.gpunode("doctor") + "  # then " + fixes.gpunode("install", driver="VERSION"))
         return report, []
     report.driver = facts.loaded_driver.version
     report.host_gpus = facts[driver_facts.GPUS]
     if not report.host_gpus:
         findings = explain(state.smi_text) if state.smi_text else []
         why = findings[0].cause if findings else (state.smi_text.splitlines()[0] if state.smi_text else "no output")
-        report.error = (f"nvidia-smi does not work on the host: {why}", findings[0].fix if findings else "gpunode doctor")
+        report.error = (f"nvidia-smi does not work on the host: {why}", findings[0].fix if findings else fixes.gpunode("doctor"))
         return report, []
     try:
         report.image = image or compat.verify_image_for(report.driver)
@@ -371,14 +371,14 @@ def prepare(host_name: str, facts: Facts, image: str | None = None, engines: Seq
         for name in engines:
             if not present[name] and not any(e == name for e, _ in found.left_out):
                 report.outcomes.append(Outcome(Test(name, name, ()), "fail", f"--engine {name}: not on this node",
-                                               "gpunode doctor"))
+                                               fixes.gpunode("doctor")))
     if found.docker and not found.docker_nvidia_runtime:
         report.notes.append("docker's daemon.json has no nvidia runtime: --gpus works through the toolkit's hook, "
-                            "--runtime=nvidia and CDI do not (gpunode install --only runtime)")
+                            "--runtime=nvidia and CDI do not (" + fixes.gpunode("install", only="runtime") + ")")
     tests = plan_tests(found, report.image, report.host_gpus, report.cuda_image)
     if not tests and not report.outcomes:
         report.error = ("no container engine on the node to verify with (docker, containerd with nerdctl or ctr, "
-                        "podman)", "gpunode doctor")
+                        "podman)", fixes.gpunode("doctor"))
     return report, tests
 
 
@@ -394,8 +394,8 @@ def verify(conn: Connection, facts: Facts, image: str | None = None, engines: Se
         if outcome.findings and outcome.findings[0].id == "cuda.requirement" and report.image_source == "--image" \
                 and report.driver:
             try:
-                outcome.fix = f"{outcome.fix}  # or an image this driver runs: gpunode verify --image " \
-                              f"{compat.verify_image_for(report.driver)}"
+                outcome.fix = (outcome.fix or "") + "  # or an image this driver runs: " \
+                    + fixes.gpunode("verify", image=compat.verify_image_for(report.driver))
             except GpunodeError:
                 pass
         report.outcomes.append(outcome)

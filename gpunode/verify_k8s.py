@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpunode import cancel, compat
+from gpunode import cancel, compat, fixes
 from gpunode.actions.k8s import allocatable, kubectl_argv
 from gpunode.connection.base import Connection
 from gpunode.errors import GpunodeError
@@ -26,7 +26,7 @@ from gpunode.verify import _GPU_LINE, Outcome, Report, Test, _gpus, judge
 POLL_SECONDS = 2.0
 ENGINE = "kubernetes"
 PLUGIN_DS = "nvidia-device-plugin-daemonset"
-FIX_DEPLOY = "gpunode install --only k8s"
+FIX_DEPLOY = fixes.gpunode("install", only="k8s")
 
 
 def pod_manifest(name: str, node: str, image: str) -> dict[str, Any]:
@@ -45,7 +45,7 @@ def _missing(report: Report, facts: Facts, kubeconfig: str | None) -> tuple[str,
     cluster = facts[k8s_facts.CLUSTER]
     if dist is None:
         return ("no kubelet on this node (no kubelet, k3s or RKE2 installed): it is not a Kubernetes node",
-                "join the node to a cluster (kubeadm join, or install k3s / RKE2), then run gpunode install")
+                "join the node to a cluster (kubeadm join, or install k3s / RKE2), then run " + fixes.gpunode("install"))
     if not cluster.kubectl:
         return (f"{dist.name} is installed but there is no kubectl on the node to ask the cluster",
                 "install kubectl on the node (k3s and RKE2 ship one), then run again")
@@ -53,12 +53,12 @@ def _missing(report: Report, facts: Facts, kubeconfig: str | None) -> tuple[str,
         return ("no kubeconfig on the node (looked for " + ", ".join(k8s_facts.KUBECONFIGS) + ")",
                 "pass --kubeconfig PATH (a kubeconfig on the node)")
     if not facts.gpus:
-        return ("no NVIDIA GPU was found on the node", "gpunode doctor")
+        return ("no NVIDIA GPU was found on the node", fixes.gpunode("doctor"))
     if not facts.loaded_driver:
         return ("the NVIDIA driver is not loaded on the node: the device plugin has no GPU to advertise",
-                "gpunode doctor  # says which driver suits the GPUs")
+                fixes.gpunode("doctor") + "  # says which driver suits the GPUs")
     if not report.host_gpus:
-        return ("nvidia-smi lists no GPU on the host", "gpunode doctor")
+        return ("nvidia-smi lists no GPU on the host", fixes.gpunode("doctor"))
     return None
 
 
@@ -68,7 +68,7 @@ def _plugin(conn: Connection, kube: Callable[..., tuple[str, ...]], facts: Facts
     if not result.ok:
         text = (result.stderr or result.stdout).strip()
         return Outcome(test, "fail", f"kubectl could not read node {node}: {text.splitlines()[-1] if text else 'no output'}",
-                       "check that the API server is up and the node has joined (`kubectl get nodes`)",
+                       "check that the API server is up and the node has joined (`" + fixes.on_node("kubectl get nodes") + "`)",
                        result.exit_code)
     advertised = allocatable(result.stdout) or 0
     ds = conn.run(kube("-n", k8s_facts.NAMESPACE, "get", "daemonset", PLUGIN_DS, "-o", "json"), sudo=True, timeout=60)
@@ -82,7 +82,8 @@ def _plugin(conn: Connection, kube: Callable[..., tuple[str, ...]], facts: Facts
     ready = status.get("numberReady", 0)
     if not ready:
         return Outcome(test, "fail", f"the device plugin is not running ({ready} of {status.get('desiredNumberScheduled', '?')} "
-                       "pods ready)", f"kubectl -n {k8s_facts.NAMESPACE} logs daemonset/{PLUGIN_DS}  # then gpunode doctor")
+                       "pods ready)", fixes.on_node(f"kubectl -n {k8s_facts.NAMESPACE} logs daemonset/{PLUGIN_DS}")
+                       + "  # then " + fixes.gpunode("doctor"))
     if not facts[k8s_facts.CLUSTER].socket:
         return Outcome(test, "fail", f"the device plugin's socket {k8s_facts.DEVICE_PLUGIN_SOCKET} is missing: the "
                        "kubelet has no GPU plugin registered", f"kubectl -n {k8s_facts.NAMESPACE} rollout restart "
@@ -123,7 +124,7 @@ def _pod(conn: Connection, kube: Callable[..., tuple[str, ...]], report: Report,
                         if c.get("type") == "PodScheduled" and c.get("status") == "False"), None)
             return Outcome(test, "fail", f"the test pod is still {phase or 'not created'} after {timeout:.0f}s"
                            + (f": {why}" if why else " (image pull?)"),
-                           "gpunode verify --k8s  # after: " + (FIX_DEPLOY if why else "a larger --timeout"))
+                           fixes.gpunode("verify", k8s=True) + "  # after: " + (FIX_DEPLOY if why else "a larger --timeout"))
         logs = conn.run(kube("logs", name), sudo=True, timeout=60)
         if phase != "Succeeded":
             return judge(test, logs.exit_code or 1, logs.stdout, logs.stderr, report.host_gpus)
@@ -132,7 +133,7 @@ def _pod(conn: Connection, kube: Callable[..., tuple[str, ...]], report: Report,
         if len(seen) != 1 or seen[0] not in host:
             return Outcome(test, "fail", f"the pod asked for 1 GPU and nvidia-smi -L listed {len(seen)}"
                            + (f" ({', '.join(u for u in seen if u not in host)} not on the host)"
-                              if any(u not in host for u in seen) else ""), "gpunode doctor", 0, seen, [],
+                              if any(u not in host for u in seen) else ""), fixes.gpunode("doctor"), 0, seen, [],
                            logs.stdout.strip())
         return Outcome(test, "pass", f"pod {name} ran nvidia-smi -L: saw {_gpus(seen, report.host_gpus)}", None, 0,
                        seen, [], logs.stdout.strip())

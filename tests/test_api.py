@@ -177,3 +177,20 @@ def test_uninstall_options_reach_the_undo():
     chosen = api.uninstall_request({"only": ["prerequisites"], "lock_timeout": 0, "stop_gpu_services": True})
     assert chosen.request.steps == ("prerequisites",) and chosen.request.prerequisites
     assert chosen.request.lock_timeout == 0 and chosen.options.stop_gpu_services and not chosen.options.reboot
+
+
+def test_file_diffs_include_the_files_nvidia_ctk_edits():
+    """Ansible's --diff (and the library's file_diffs) show daemon.json, which nvidia-ctk writes, as plan's diff does."""
+    from tests.fakes.connection import FakeConnection, FakeNode, FakeSystem
+
+    node = FakeNode(tools={"update-initramfs", "modprobe", "systemctl", "docker", "dockerd", "apt-get", "dpkg"})
+    node.add_gpu(0x1EB8)
+    FakeSystem(node).unit("docker").attach()
+    result = api.plan(FakeConnection(node, name="gpu-01"), api.request({"only": ["toolkit", "runtime"]}))
+    diffs = {d.path: d for d in result.file_diffs()}
+    assert "/etc/docker/daemon.json" in diffs
+    daemon = diffs["/etc/docker/daemon.json"]
+    assert daemon.before is None and '"nvidia"' in (daemon.after or "")
+    runtime = next(o for o in result.report.outcomes if o.step == "runtime")
+    shown = "".join(a.diff() for a in runtime.plan.actions if hasattr(a, "diff"))
+    assert "/etc/docker/daemon.json" in shown  # the same file in plan's own diff

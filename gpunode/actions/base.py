@@ -79,6 +79,11 @@ class Action(ABC):
     kind: ClassVar[str] = "action"
     where: ClassVar[str] = "node"  # "node" | "control" (the machine running gpunode)
 
+    def changed_files(self) -> tuple[tuple[str, str | None, str | None], ...]:
+        """(path, text before or None: absent, text after or None: removed) of every file this action writes or
+        would write, for diffs (`--diff` in Ansible, the library's file_diffs). Predicted where a tool writes it."""
+        return ()
+
     def commands(self) -> list[str]:
         """The exact command lines this action runs on the node, for the plan."""
         return []
@@ -169,6 +174,9 @@ class WriteFile(Action):
                                      tofile=self.path)
         return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
                        for line in lines)
+
+    def changed_files(self) -> tuple[tuple[str, str | None, str | None], ...]:
+        return ((self.path, self.before, self.after),)
 
     def to_dict(self) -> dict[str, object]:
         return {**super().to_dict(), "path": self.path, "mode": f"{self.mode:04o}", "diff": self.diff()}

@@ -7,7 +7,7 @@ import json
 import time
 from dataclasses import dataclass
 
-from gpunode import cancel
+from gpunode import cancel, fixes
 from gpunode.actions.base import Action, WriteFile, command_line
 from gpunode.connection.base import Connection
 from gpunode.errors import CommandError
@@ -94,8 +94,9 @@ class WaitForGpus(Action):
         if seen != self.expected:
             shown = "could not be read" if seen is None else f"advertises nvidia.com/gpu: {seen}"
             raise CommandError(f"node {self.node} {shown} after {self.wait:.0f}s (expected {self.expected})",
-                               fix="check the device plugin's pod: `kubectl -n kube-system logs "
-                                   "daemonset/nvidia-device-plugin-daemonset`, then run `gpunode verify --k8s`")
+                               fix="check the device plugin's pod: `" + fixes.on_node(
+                                   "kubectl -n kube-system logs daemonset/nvidia-device-plugin-daemonset")
+                               + "`, then run `" + fixes.gpunode("verify", k8s=True) + "`")
         return None
 
 
@@ -119,6 +120,9 @@ class ConfigureTemplate(Action):
 
     def commands(self) -> list[str]:
         return [command_line(self.seed()), command_line(self.argv)]
+
+    def changed_files(self) -> tuple[tuple[str, str | None, str | None], ...]:
+        return self.files  # nvidia-ctk's edits, predicted
 
     def diff(self) -> str:
         return "".join(WriteFile(p, path=p, before=b, after=a).diff() for p, b, a in self.files)

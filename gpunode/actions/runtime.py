@@ -36,6 +36,9 @@ class ConfigureRuntime(Action):
     def commands(self) -> list[str]:
         return [command_line(self.backup_script())] * bool(self.backups) + [command_line(self.argv)]
 
+    def changed_files(self) -> tuple[tuple[str, str | None, str | None], ...]:
+        return self.files  # nvidia-ctk's edits, predicted
+
     def diff(self) -> str:
         return "".join(WriteFile(path, path=path, before=before, after=after).diff() for path, before, after in self.files)
 

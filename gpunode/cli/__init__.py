@@ -7,14 +7,16 @@ to the first paragraph of the command's own docstring, which `gpunode COMMAND --
 from __future__ import annotations
 
 import importlib
-from typing import Annotated, Any
+import shlex
+from typing import Annotated, Any, NoReturn
 
 import typer
+from typer._click.exceptions import UsageError as ClickUsageError
 from typer.core import TyperCommand, TyperGroup
 
 from gpunode import __version__
 from gpunode.cli._params import HelpOpt
-from gpunode.ui import broken_pipe
+from gpunode.ui import broken_pipe, print_error
 
 # name -> (module, function, the one-line help shown by `gpunode --help`)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -50,10 +52,35 @@ def load_command(name: str) -> Any:
     return typer.main.get_command(single)
 
 
+def usage_error(exc: ClickUsageError, command: str | None = None) -> NoReturn:
+    """click's own usage errors (an unknown option or command, a missing value) as gpunode prints every usage
+    error: `error:` and a runnable `fix:` (the command's --help), exit 2."""
+    path = exc.ctx.command_path.split() if exc.ctx is not None else ["gpunode"]
+    if len(path) == 1 and command in COMMANDS:  # an error click raised without the command's context
+        path.append(command)
+    listing = "lists the commands" if len(path) == 1 else "lists its options"
+    print_error(exc.format_message(), shlex.join([*path, "--help"]) + f"  # {listing}")
+    raise typer.Exit(2)
+
+
 class LazyGroup(TyperGroup):
-    """Lists every command from COMMANDS; imports a command's module only when that command is resolved."""
+    """Lists every command from COMMANDS; imports a command's module only when that command is resolved. Usage
+    errors click finds itself (gpunode --bogus, gpunode plan --driver with no value) get a fix line, exit 2."""
 
     _listing = False
+
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except ClickUsageError as exc:
+            usage_error(exc)
+
+    def invoke(self, ctx: Any) -> Any:
+        given = [*(getattr(ctx, "_protected_args", None) or getattr(ctx, "protected_args", None) or []), *ctx.args]
+        try:
+            return super().invoke(ctx)
+        except ClickUsageError as exc:
+            usage_error(exc, given[0] if given else None)
 
     def list_commands(self, ctx: Any) -> list[str]:
         return list(COMMANDS)

@@ -1,27 +1,18 @@
-"""Every check of what the user typed, in one place. Each problem is a UsageError that names the option and
-the fix (exit 2), raised before anything connects, prompts, downloads or creates a directory.
-
-Version grammar lives in gpunode/versions.py, CUDA and image lookups in gpunode/compat.py, GPU names in
-gpunode/gpus.py; this module only calls them.
+"""The checks of what the user typed that only the command line has (how to reach nodes, the fleet); the
+pipeline options are checked below the CLI, in gpunode/option_checks.py, which the library shares. Each problem
+is a UsageError that names the option and the fix (exit 2), raised before anything connects, prompts, downloads
+or creates a directory.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
-import re
 import shlex
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpunode import compat as cm
-from gpunode import steps as pipeline
-from gpunode import versions
-from gpunode.artifacts.naming import is_url
-from gpunode.artifacts.request import check_sha256_option
-from gpunode.artifacts.request import request as driver_request
+from gpunode import option_checks
 from gpunode.cli._target import Target
 from gpunode.cli.progress import rich_bars
 from gpunode.errors import UsageError
@@ -29,21 +20,11 @@ from gpunode.fleet import batches, parse_percent
 from gpunode.fleetlog import LOG_LEVELS
 from gpunode.inventory import InventoryHost, load_inventory
 from gpunode.inventory import limit as limit_hosts
+from gpunode.option_checks import Request, kubernetes, seconds
 from gpunode.options import Options
-from gpunode.steps.base import Step
 
-KERNEL_MODULES = ("open", "proprietary")
-ENGINE_NAMES = ("docker", "containerd", "crio", "cri-o")
-_TOOLKIT_VERSION = re.compile(r"^\d+\.\d+\.\d+(-[0-9A-Za-z.+~]+)?$")
-
-
-def seconds(value: float, option: str, *, zero_ok: bool = False, example: str = "60") -> float:
-    """A duration in seconds: finite, and more than 0 (or at least 0 where 0 means 'do not wait')."""
-    if math.isnan(value) or math.isinf(value) or value < 0 or (value == 0 and not zero_ok):
-        bound = "0 or more" if zero_ok else "more than 0"
-        raise UsageError(f"{option} {value:g} is not a valid number of seconds (it must be {bound})",
-                         fix=f"use e.g. {option} {example}")
-    return value
+__all__ = ["Request", "kubernetes", "local_only", "pipeline_options", "request", "seconds", "target",
+           "verify_options"]
 
 
 def target(reach: str, a: dict[str, Any], again: list[str] | None = None) -> Target:
@@ -76,6 +57,12 @@ def target(reach: str, a: dict[str, Any], again: list[str] | None = None) -> Tar
             raise UsageError(f"--log-dir {chosen.log_dir} is a file, not a directory",
                              fix="pass a directory (it is created if missing)")
         chosen.fleet = _fleet(chosen)
+        if chosen.fleet is None:  # fleet options on one node: they do not apply, and the run says so
+            given = [o for o, on in (("--log-dir", a["log_dir"] is not None), ("--log-level", a["log_level"] != "info"),
+                                     ("--parallel", a["parallel"] != 8)) if on]
+            if given:
+                chosen.notes.append(f"{', '.join(given)} apply to fleet runs (several --host, or --inventory): not "
+                                    "used for one node")
     if reach == "rolling":
         chosen.batch = a["batch"]
         batches(chosen.fleet or [InventoryHost("node")], chosen.batch)  # raises on a bad --batch
@@ -121,149 +108,18 @@ def _fleet(t: Target) -> list[InventoryHost] | None:
     return chosen
 
 
-def steps(only: list[str] | None, skip: list[str] | None) -> tuple[Step, ...]:
-    selected = pipeline.select(only or [], skip or [])
-    if not selected:
-        given = " ".join([*(f"--only {s}" for s in only or []), *(f"--skip {s}" for s in skip or [])])
-        raise UsageError(f"{given} selects no step", fix="drop the --skip that names an --only step, or choose "
-                         "other steps: " + ", ".join(s.name for s in pipeline.PIPELINE))
-    return selected
-
-
-def cuda(value: str | None) -> str | None:
-    """--cuda for plan/install: a CUDA release gpunode knows."""
-    return None if value is None else cm.driver_needed_for_cuda(value).cuda
-
-
-def image(value: str | None) -> str | None:
-    """--image for plan/install: reference syntax; nvidia/cuda tags must carry a known CUDA."""
-    if value is None:
-        return None
-    cm.image_needs(value)
-    return value.strip()
-
-
-@dataclass(frozen=True)
-class Request:
-    """What plan / install were asked to do: the steps, in pipeline order, and the options they read."""
-
-    steps: tuple[Step, ...]
-    options: Options
-
-
 def request(a: dict[str, Any], reach: Target | None) -> Request:
-    """The pipeline options (and --reboot) -> a Request. Progress bars only for one node and human output."""
-    chosen = steps(a["only"], a["skip"])
+    """The pipeline options (and --reboot) -> a Request, checked below the CLI (gpunode/option_checks.py).
+    Progress bars only for one node and human output."""
+    chosen = option_checks.request(a)
     quiet = reach is not None and (reach.json_output or reach.fleet is not None)
-    options = pipeline_options(a, progress=not quiet)
-    if options.bake:  # the steps that need no GPU, then the marker (gpunode/bake.py)
-        from gpunode import bake
-        from gpunode.steps import bake as bake_step
-
-        chosen = (*(s for s in chosen if s.name in bake.BAKE_STEPS), bake_step.STEP)
-    return Request(chosen, options)
-
-
-_KERNEL_RELEASE = re.compile(r"^[0-9][A-Za-z0-9._+~-]*$")
-
-
-def bake_options(a: dict[str, Any], driver: str | None) -> tuple[bool, str | None]:
-    """--bake and --kernel: an image build needs a driver version, never reboots, and names a kernel release."""
-    bake, kernel = bool(a.get("bake")), a.get("bake_kernel")
-    if kernel is not None and not bake:
-        raise UsageError("--kernel goes with --bake (an image build)", fix="add --bake, or drop --kernel")
-    if kernel is not None and not _KERNEL_RELEASE.match(kernel):
-        raise UsageError(f"--kernel {kernel!r} is not a kernel release", fix="use the name `uname -r` prints for "
-                         "that kernel, e.g. --kernel 5.15.0-92-generic (ls /lib/modules lists the installed ones)")
-    if bake and a.get("reboot"):
-        raise UsageError("--bake never reboots: the image is rebooted when it boots as a node",
-                         fix="drop --reboot (the first boot runs `gpunode install --local`, docs/engines.md)")
-    if bake and not driver and not a.get("driver_run"):
-        raise UsageError("--bake needs the driver to build into the image", fix="add --driver VERSION, e.g. "
-                         "--driver 535.129.03")
-    return bake, kernel
+    return Request(chosen.steps, dataclasses.replace(chosen.options, progress=None if quiet else rich_bars))
 
 
 def pipeline_options(a: dict[str, Any], *, progress: bool) -> Options:
-    """The plan/install options -> Options. Local files are read here (the --driver-run header, the cache
-    listing) so that plans never do I/O."""
-    driver = versions.check_driver(a["driver"])
-    module = a["kernel_module"]
-    if module is not None and module.strip().lower() not in KERNEL_MODULES:
-        raise UsageError(f"--kernel-module {module!r} is not a kernel module flavour (allowed: open, proprietary)",
-                         fix="use --kernel-module open or --kernel-module proprietary, or leave it out to let "
-                         "gpunode choose from the GPUs")
-    check_sha256_option(a["sha256"])
-    if bool(a["module_signing_key"]) != bool(a["module_signing_cert"]):
-        raise UsageError("--module-signing-key and --module-signing-cert go together",
-                         fix="pass both: the private key and its certificate, as paths on the node")
-    run = a["driver_run"]
-    if run and not is_url(run) and not Path(run).expanduser().is_file():
-        raise UsageError(f"--driver-run {run}: no such file", fix="pass a .run file or its URL")
-    toolkit = a["toolkit_version"]
-    if toolkit is not None and not _TOOLKIT_VERSION.match(toolkit.strip()):
-        raise UsageError(f"--toolkit-version {toolkit!r} is not a toolkit version",
-                         fix="use a release number such as 1.17.8 or 1.17.8-1")
-    for name in a["engine"] or []:
-        if name.lower() not in ENGINE_NAMES:
-            raise UsageError(f"--engine {name!r} is not an engine nvidia-ctk configures",
-                             fix="choose docker, containerd or crio")
-    kubeconfig, replicas = kubernetes(a.get("kubeconfig"), a.get("gpu_replicas", 1))
-    lock = seconds(a["lock_timeout"], "--lock-timeout", zero_ok=True, example="600")
-    reboot_timeout = seconds(a.get("reboot_timeout", 900.0), "--reboot-timeout", example="900")
-    fields = driver_request(driver, run, a["sha256"], module.strip() if module else None, a["module_signing_key"],
-                               a["module_signing_cert"], a["cache_dir"])
-    bake, bake_kernel = bake_options(a, driver)
-    options = Options(reboot=a.get("reboot", False), reboot_timeout=reboot_timeout, cuda=cuda(a["cuda"]),
-                      image=image(a["image"]), lock_timeout=lock, progress=rich_bars if progress else None,
-                      **fields)  # type: ignore[arg-type]
-    return dataclasses.replace(options, toolkit_version=toolkit.strip() if toolkit else None,
-                               toolkit_packages=tuple(str(p.resolve()) for p in a["toolkit_package"] or []),
-                               set_as_default=a["set_as_default"], k8s=a["k8s"],
-                               engines=tuple(e.lower() for e in a["engine"] or []), kubeconfig=kubeconfig,
-                               gpu_replicas=replicas, mps=a.get("mps", False),
-                               mps_thread_percentage=mps_limit(a.get("mps"), a.get("mps_thread_percentage")),
-                               mig_layout=mig_layout(a.get("mig_layout")), bake=bake, bake_kernel=bake_kernel,
-                               hold_kernel=a.get("hold_kernel"), hold_driver=a.get("hold_driver"),
-                               stop_gpu_services=a.get("stop_gpu_services", False))
-
-
-_MIG_PROFILE = re.compile(r"^[1-9]g\.[0-9]+gb(\+me)?$|^[0-9]{1,2}$")
-
-
-def mig_layout(text: str | None) -> tuple[str, ...]:
-    """--mig-layout 1g.10gb,1g.10gb -> ("1g.10gb", "1g.10gb"): profile names (or numeric profile ids)."""
-    if text is None:
-        return ()
-    profiles = tuple(p.strip() for p in text.split(",") if p.strip())
-    bad = [p for p in profiles if not _MIG_PROFILE.match(p)]
-    if not profiles or bad:
-        raise UsageError(f"--mig-layout {text!r}: {bad[0] if bad else 'no profile'} is not a MIG profile",
-                         fix="list GPU instance profiles as `nvidia-smi mig -lgip` names them, e.g. "
-                             "--mig-layout 1g.10gb,1g.10gb,2g.20gb")
-    return profiles
-
-
-def mps_limit(mps: bool | None, percentage: int | None) -> int | None:
-    if percentage is None:
-        return None
-    if not mps:
-        raise UsageError("--mps-thread-percentage needs --mps", fix="add --mps, or leave the percentage out")
-    if not 1 <= percentage <= 100:
-        raise UsageError(f"--mps-thread-percentage {percentage} is out of range",
-                         fix="pass a percentage from 1 to 100, e.g. --mps-thread-percentage 50")
-    return percentage
-
-
-def kubernetes(kubeconfig: str | None, replicas: int) -> tuple[str | None, int]:
-    """--kubeconfig (an absolute path on the node) and --gpu-replicas (1..64)."""
-    if kubeconfig is not None and (not kubeconfig.startswith("/") or "\n" in kubeconfig or "\0" in kubeconfig):
-        raise UsageError(f"--kubeconfig {kubeconfig!r} is not an absolute path on the node",
-                         fix="pass the kubeconfig's absolute path on the node, e.g. --kubeconfig /etc/kubernetes/admin.conf")
-    if not 1 <= replicas <= 64:
-        raise UsageError(f"--gpu-replicas {replicas} is out of range",
-                         fix="pass a number of pods per GPU from 1 (no sharing) to 64, e.g. --gpu-replicas 4")
-    return kubeconfig, replicas
+    """The plan/install options -> Options, with the CLI's progress bars when `progress`."""
+    options = option_checks.pipeline_options(a)
+    return dataclasses.replace(options, progress=rich_bars) if progress else options
 
 
 def verify_options(timeout: float, engines: list[str] | None, known: tuple[str, ...]) -> list[str]:

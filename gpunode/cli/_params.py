@@ -13,13 +13,14 @@ import inspect
 import shlex
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Annotated, Any, get_args
 
 import typer
 
+from gpunode import options as table
 from gpunode.errors import GpunodeError
-from gpunode.ui import broken_pipe, print_error
+from gpunode.options import CLI, OptionSpec, options_for
+from gpunode.ui import broken_pipe, print_error, print_note
 
 # -- connection (every command that reaches a node) ---------------------------------------------------------
 HostOpt = Annotated[str | None, typer.Option(
@@ -54,12 +55,6 @@ LocalOpt = Annotated[bool, typer.Option(
 ProgressFormatOpt = Annotated[str, typer.Option(
     "--progress", metavar="human|jsonl", help="jsonl: one JSON event per line on stdout (schema 1, docs/engines.md); "
     "human text goes to stderr.")]
-BakeOpt = Annotated[bool, typer.Option(
-    "--bake", metavar="", help="Image build: install the driver built for --kernel without a GPU, load nothing, "
-    "never reboot, and leave /var/lib/gpunode/baked.json for the boot-time install.")]
-BakeKernelOpt = Annotated[str | None, typer.Option(
-    "--kernel", metavar="KERNEL", show_default=False,
-    help="With --bake: the kernel the image boots, e.g. 5.15.0-92-generic. Default: the newest installed kernel.")]
 
 # -- fleet (plan, install, doctor) --------------------------------------------------------------------------
 InventoryOpt = Annotated[str | None, typer.Option(
@@ -85,93 +80,10 @@ MaxFailOpt = Annotated[str | None, typer.Option(
     help="Start no new batch once more than P% of the nodes failed.")]
 
 # -- the pipeline (plan, install) ---------------------------------------------------------------------------
-OnlyOpt = Annotated[list[str] | None, typer.Option(
-    "--only", metavar="STEP", show_default=False, help="Run only this step (repeatable).")]
-SkipOpt = Annotated[list[str] | None, typer.Option(
-    "--skip", metavar="STEP", show_default=False, help="Skip this step (repeatable).")]
-DriverOpt = Annotated[str | None, typer.Option(
-    "--driver", metavar="VERSION", show_default=False, help="NVIDIA driver version, e.g. 535.129.03.")]
-CudaOpt = Annotated[str | None, typer.Option(
-    "--cuda", metavar="VERSION", show_default=False, help="CUDA version, e.g. 12.4 or 12.4.1.")]
-ImageOpt = Annotated[str | None, typer.Option(
-    "--image", metavar="IMAGE", show_default=False, help="Container image, e.g. nvidia/cuda:12.4.1-base-ubuntu22.04.")]
 GpuOpt = Annotated[str | None, typer.Option(
     "--gpu", metavar="NAME|PCI-ID", show_default=False,
     help="GPU name as nvidia-smi or lspci prints it (H100, NVIDIA H100 80GB HBM3, RTX 4090) or PCI id (10de:2330).")]
-DriverRunOpt = Annotated[str | None, typer.Option(
-    "--driver-run", metavar="FILE|URL", show_default=False,
-    help="The NVIDIA .run installer to use instead of NVIDIA's download: a local file or a URL.")]
-Sha256Opt = Annotated[str | None, typer.Option(
-    "--sha256", metavar="HEX", show_default=False, help="Expected sha256 of the .run; refused if different.")]
-KernelModuleOpt = Annotated[str | None, typer.Option(
-    "--kernel-module", metavar="open|proprietary", show_default=False,
-    help="open or proprietary. Default: chosen from the GPUs and the driver branch.")]
-SigningKeyOpt = Annotated[str | None, typer.Option(
-    "--module-signing-key", metavar="PATH", show_default=False,
-    help="Secure Boot: private key (path on the node) the installer signs the module with.")]
-SigningCertOpt = Annotated[str | None, typer.Option(
-    "--module-signing-cert", metavar="PATH", show_default=False,
-    help="Secure Boot: its certificate (path on the node), enrolled with mokutil.")]
-CacheDirOpt = Annotated[str | None, typer.Option(
-    "--cache-dir", metavar="DIR", show_default=False,
-    help="Download cache. Default: $GPUNODE_CACHE_DIR or ~/.cache/gpunode/drivers.")]
-LockTimeoutOpt = Annotated[float, typer.Option(
-    "--lock-timeout", metavar="SECONDS",
-    help="Seconds to wait for apt/dpkg or dnf locks held by another process (unattended-upgrades); 0: do not wait.")]
-ToolkitVersionOpt = Annotated[str | None, typer.Option(
-    "--toolkit-version", metavar="VERSION", show_default=False,
-    help="Pin the NVIDIA Container Toolkit (all four packages), e.g. 1.17.8 or 1.17.8-1. "
-    "Default: keep an installed toolkit, else install the newest.")]
-ToolkitPackageOpt = Annotated[list[Path] | None, typer.Option(
-    "--toolkit-package", metavar="FILE", exists=True, dir_okay=False, readable=True, show_default=False,
-    help="Offline: a toolkit .deb/.rpm file on this machine to upload and install instead of using NVIDIA's "
-    "repository (repeatable).")]
-SetAsDefaultOpt = Annotated[bool, typer.Option(
-    "--set-as-default", metavar="", help="Make nvidia the default runtime of every configured container engine.")]
-K8sOpt = Annotated[bool, typer.Option(
-    "--k8s", metavar="", help="Kubernetes node: nvidia becomes the default runtime of containerd / CRI-O, and "
-    "docker's own containerd is configured too.")]
-KubeconfigOpt = Annotated[str | None, typer.Option(
-    "--kubeconfig", metavar="PATH", show_default=False,
-    help="Kubernetes: a kubeconfig ON THE NODE for the node's kubectl. Default: the first of "
-    "/etc/kubernetes/admin.conf, /etc/rancher/k3s/k3s.yaml, /etc/rancher/rke2/rke2.yaml, /root/.kube/config found.")]
-GpuReplicasOpt = Annotated[int, typer.Option(
-    "--gpu-replicas", metavar="N", help="Kubernetes time-slicing: the device plugin advertises each GPU N times "
-    "(1: no sharing).")]
-MpsOpt = Annotated[bool, typer.Option(
-    "--mps", metavar="", help="Kubernetes GPU sharing: run NVIDIA's MPS control daemon as a systemd unit "
-    "(nvidia-mps.service).")]
-MpsThreadsOpt = Annotated[int | None, typer.Option(
-    "--mps-thread-percentage", metavar="PCT", show_default=False,
-    help="With --mps: the share of each GPU's SMs an MPS client may use (1-100).")]
-MigLayoutOpt = Annotated[str | None, typer.Option(
-    "--mig-layout", metavar="PROFILES", show_default=False,
-    help="Kubernetes: MIG instances for every GPU, e.g. 1g.10gb,1g.10gb,2g.20gb; applied at every boot before the "
-    "kubelet.")]
-EngineOpt = Annotated[list[str] | None, typer.Option(
-    "--engine", metavar="ENGINE", show_default=False,
-    help="Configure only this container engine: docker, containerd or crio (repeatable). Default: every engine "
-    "found.")]
-# -- kernel upgrades and holds (tri-state: absent leaves holds as they are) --------------------------------------
-HoldKernelOpt = Annotated[bool | None, typer.Option(
-    "--hold-kernel/--no-hold-kernel", metavar="", show_default=False,
-    help="Hold the kernel metapackages (apt-mark hold / dnf versionlock) so upgrades cannot bring a kernel the "
-    "driver is not built for; --no-hold-kernel releases them. Default: leave holds as they are.")]
-HoldDriverOpt = Annotated[bool | None, typer.Option(
-    "--hold-driver/--no-hold-driver", metavar="", show_default=False,
-    help="Hold the driver's packages (a .run driver has none); --no-hold-driver releases them. Default: leave "
-    "holds as they are.")]
-# driver upgrades (gpunode/facts/holders.py)
-StopGpuServicesOpt = Annotated[bool, typer.Option(
-    "--stop-gpu-services", metavar="", help="Driver upgrade: stop the GPU services that hold the loaded driver "
-    "(persistenced, fabric manager, DCGM, MPS), unload it, install, and start them again. Never stops other "
-    "processes.")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", metavar="", help="Same as `gpunode plan`: show, change nothing.")]
-RebootOpt = Annotated[bool, typer.Option(
-    "--reboot", metavar="", help="Reboot the node when a step needs it, wait for it to come back (new boot id) and "
-    "carry on.")]
-RebootTimeoutOpt = Annotated[float, typer.Option(
-    "--reboot-timeout", metavar="SECONDS", help="Seconds to wait for a rebooted node (more than 0).")]
 
 # -- uninstall (gpunode/cli/uninstall.py) -------------------------------------------------------------------
 UndoOnlyOpt = Annotated[list[str] | None, typer.Option(
@@ -195,6 +107,17 @@ def _help(ctx: typer.Context, value: bool) -> None:
 HelpOpt = Annotated[bool, typer.Option("--help", "-h", metavar="", is_eager=True, expose_value=False,
                                        callback=_help, help="Show this message and exit.")]
 
+def _panel(name: str, *annotations: Any) -> None:
+    """--help lists these options under `name` (typer's rich help panels), not in one long table."""
+    for annotation in annotations:
+        get_args(annotation)[1].rich_help_panel = name
+
+
+_panel("Connection", HostOpt, HostsOpt, LocalOpt, IdentityOpt, KnownHostsOpt, AcceptNewOpt, SshConfigOpt, AskPassOpt,
+       AskBecomePassOpt, ConnectTimeoutOpt)
+_panel("Output", JsonOpt, ProgressFormatOpt)
+_panel("Fleet", InventoryOpt, LimitOpt, ParallelOpt, LogDirOpt, LogLevelOpt, BatchOpt, MaxFailOpt)
+
 # name, annotation, default: the shared parameters, in the order --help lists them
 CONNECTION: tuple[tuple[str, Any, Any], ...] = (
     ("local", LocalOpt, False), ("identity", IdentityOpt, None), ("known_hosts", KnownHostsOpt, None),
@@ -206,20 +129,50 @@ FLEET: tuple[tuple[str, Any, Any], ...] = (
     ("log_dir", LogDirOpt, None), ("log_level", LogLevelOpt, "info"))
 ROLLING: tuple[tuple[str, Any, Any], ...] = (("batch", BatchOpt, None), ("max_fail", MaxFailOpt, None))
 
-# plan and install: what to make true on the node (checked into a Request by _inputs.request)
-PIPELINE: tuple[tuple[str, Any, Any], ...] = (
-    ("only", OnlyOpt, None), ("skip", SkipOpt, None), ("driver", DriverOpt, None), ("cuda", CudaOpt, None),
-    ("image", ImageOpt, None), ("driver_run", DriverRunOpt, None), ("sha256", Sha256Opt, None),
-    ("kernel_module", KernelModuleOpt, None), ("module_signing_key", SigningKeyOpt, None),
-    ("module_signing_cert", SigningCertOpt, None), ("cache_dir", CacheDirOpt, None),
-    ("lock_timeout", LockTimeoutOpt, 600.0), ("toolkit_version", ToolkitVersionOpt, None),
-    ("toolkit_package", ToolkitPackageOpt, None), ("set_as_default", SetAsDefaultOpt, False), ("k8s", K8sOpt, False),
-    ("engine", EngineOpt, None), ("kubeconfig", KubeconfigOpt, None), ("gpu_replicas", GpuReplicasOpt, 1),
-    ("mps", MpsOpt, False), ("mps_thread_percentage", MpsThreadsOpt, None), ("mig_layout", MigLayoutOpt, None),
-    ("bake", BakeOpt, False), ("bake_kernel", BakeKernelOpt, None),
-    ("hold_kernel", HoldKernelOpt, None), ("hold_driver", HoldDriverOpt, None),
-    ("stop_gpu_services", StopGpuServicesOpt, False))
-REBOOT: tuple[tuple[str, Any, Any], ...] = (("reboot", RebootOpt, False), ("reboot_timeout", RebootTimeoutOpt, 900.0))
+
+
+def cli_option(row: OptionSpec, panel: bool = True) -> Any:
+    """The typer parameter type of one row of the option table (gpunode/options.py)."""
+    python: Any = {"str": str, "path": str, "int": int, "float": float, "bool": bool}.get(row.type, str)
+    if row.type == "list":
+        python = str if row.split else list[str]
+    optional = row.default is None
+    info = typer.Option(row.flag, metavar="" if row.type == "bool" else row.metavar, help=row.help,
+                        rich_help_panel=row.group if panel else None, show_default=not optional)
+    return Annotated[python | None if optional else python, info]
+
+
+def _row(name: str) -> OptionSpec:
+    return next(o for o in table.option_table() if o.name == name)
+
+
+def _group(command: str, *, reboot: bool = False) -> tuple[tuple[str, Any, Any], ...]:
+    """(name, annotation, default) of the table's CLI options of `command`: the pipeline's or the reboot's."""
+    return tuple((o.name, cli_option(o), o.default) for o in options_for(CLI, command)
+                 if (o.group == "Reboots") == reboot)
+
+
+# used by commands outside the pipeline (compat's --driver/--cuda/--image, uninstall's own)
+DriverOpt = cli_option(_row("driver"), panel=False)
+CudaOpt = cli_option(_row("cuda"), panel=False)
+ImageOpt = cli_option(_row("image"), panel=False)
+LockTimeoutOpt = cli_option(_row("lock_timeout"))
+StopGpuServicesOpt = cli_option(_row("stop_gpu_services"))
+RebootOpt = cli_option(_row("reboot"))
+RebootTimeoutOpt = cli_option(_row("reboot_timeout"))
+
+
+def pipeline_params() -> tuple[tuple[str, Any, Any], ...]:
+    """plan and install: what to make true on the node (checked into a Request by _inputs.request)."""
+    return _group("plan")
+
+
+def reboot_params() -> tuple[tuple[str, Any, Any], ...]:
+    return _group("install", reboot=True)
+
+
+PIPELINE = pipeline_params()
+REBOOT = reboot_params()
 
 # reach: which shared options a command takes
 REACH = {
@@ -280,7 +233,7 @@ def command(reach: str = "none", pipeline: bool = False,
                 for name, annotation, default in group]
 
     shared = params(REACH[reach])
-    wanted = params((*(PIPELINE if pipeline else ()), *(REBOOT if reboot else ())))
+    wanted = params((*(pipeline_params() if pipeline else ()), *(reboot_params() if reboot else ())))
 
     def decorate(func: Callable[..., None]) -> Callable[..., None]:
         own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
@@ -302,6 +255,8 @@ def command(reach: str = "none", pipeline: bool = False,
                     if reach != "none":
                         again = ["gpunode", func.__name__, *same_args(every, values)]  # for the --local root fix
                         extra["target"] = _inputs.target(reach, {p.name: values.pop(p.name) for p in shared}, again)
+                        for note in extra["target"].notes:
+                            print_note(note)
                     if wanted:
                         extra["request"] = _inputs.request({p.name: values.pop(p.name) for p in wanted},
                                                            extra.get("target"))

@@ -7,17 +7,17 @@ import getpass
 import re
 import shlex
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpunode import connection
 from gpunode.connection import Connection, ConnectionSpec
 from gpunode.errors import GpunodeError
+from gpunode.fixes import NODE_COMMANDS, Fix, OnNode
 from gpunode.inventory import InventoryHost
 from gpunode.shell import Secret
 
 DEFAULT_CONNECT_TIMEOUT = 15.0
-NODE_COMMANDS = ("plan", "install", "doctor", "verify", "status", "facts", "uninstall")  # the commands that take --host
 _GPUNODE = re.compile(rf"(?<![\w./-])gpunode ({'|'.join(NODE_COMMANDS)})(?![\w-])")
 
 
@@ -75,11 +75,29 @@ def _node_commands(fix: str, ssh: Sequence[str]) -> str:
     return fix
 
 
+def _structured(fix: Fix, node_args: Sequence[str], ssh: Sequence[str]) -> str:
+    """A structured fix for this node: each gpunode command with the node's options, each node command through
+    ssh (a node command piped into a local gpunode command: only its node side)."""
+    def node(part: OnNode) -> str:
+        if not ssh:
+            return part.text()
+        tty = [] if part.into else ["-t"]  # sudo may ask for a password; a pipe needs clean output instead
+        there = shlex.join([ssh[0], *tty, *ssh[1:]]) + " " + _remote_word(part.command)
+        return there + (" | " + part.into.text() if part.into else "")
+
+    def prose(part: str) -> str:  # words between the commands: a `backticked` node command in them still runs there
+        return _node_commands(part, ssh) if ssh else part
+
+    return fix.render(lambda command: command.text(node_args), node, prose=prose)
+
+
 def runnable(fix: str, node_args: Sequence[str], ssh: Sequence[str] = ()) -> str:
     """Every `gpunode <command>` in a fix, with the node's options (already quoted) right after the command.
     `gpunode install --driver X` about gpu-01 becomes `gpunode install --host gpu-01 --driver X`. With `ssh`
     (the argv that reaches a remote node, e.g. ["ssh", "-p", "2222", "ubuntu@gpu-01"]) node commands such as
     `sudo modprobe nvidia` become `ssh -t -p 2222 ubuntu@gpu-01 "sudo modprobe nvidia"`."""
+    if isinstance(fix, Fix):
+        return _structured(fix, node_args, ssh)
     if ssh:
         fix = _node_commands(fix, ssh)
     if not node_args:
@@ -127,6 +145,7 @@ class Target:
     max_fail: float | None = None
     fleet: list[InventoryHost] | None = None  # resolved by _inputs.target(); None: a single node
     local: bool = False  # --local: this machine, no SSH (docs/engines.md); fixes and `next` repeat it
+    notes: list[str] = field(default_factory=list)  # options given that do not apply (printed once, on stderr)
     _secrets: tuple[Secret | None, Secret | None] | None = None
 
     @property

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import paramiko
 
-from gpunode import cancel
+from gpunode import cancel, fixes
 from gpunode.connection.base import (
     UPLOAD_DISCARD,
     UPLOAD_INSTALL,
@@ -411,7 +411,7 @@ class SSHConnection(Connection):
         except KeyboardInterrupt:
             raise cancel.Cancelled(f"{self.name}: interrupted (Ctrl-C) while a command was running on the node; "
                                    "it may still be running there",
-                                   fix="check the node (gpunode status), then run the same command again") from None
+                                   fix=fixes.CHECK_AND_RERUN) from None
         except (paramiko.SSHException, EOFError, OSError) as exc:
             # A reset or a closed transport mid-command (a reboot, a network drop) is a connection problem.
             raise ConnectError(f"{self.name}: the SSH connection dropped while running a command ({exc})",

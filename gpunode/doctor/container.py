@@ -9,9 +9,9 @@ and install never disagree about whether an engine is configured.
 from __future__ import annotations
 
 import posixpath
-import shlex
 from typing import Any
 
+from gpunode import fixes
 from gpunode.doctor.base import NO_GPU, Node, Verdict, check, failed, passed, skipped, warned
 from gpunode.facts import containers as container_facts
 from gpunode.facts import kernel as kernel_facts
@@ -43,7 +43,9 @@ from gpunode.facts.containers import (
 from gpunode.facts.packages import unit
 from gpunode.steps import toolkit
 
-RUNTIME_FIX = "gpunode install --only runtime --engine {engine}"
+
+def runtime_fix(engine: str) -> fixes.Fix:
+    return fixes.gpunode("install", only="runtime", engines=[engine])
 CTK_CONFIG = "/etc/nvidia-container-runtime/config.toml"
 
 
@@ -102,10 +104,11 @@ def engine_present(node: Node) -> Verdict:
     found = _engines(node)
     if found:
         return passed(", ".join(found))
-    install = "sudo apt-get install -y docker.io" if node.facts.os.family == "debian" else \
-        "sudo dnf install -y podman" if node.facts.os.family == "rhel" else "install docker, containerd or podman"
+    install = fixes.on_node("sudo apt-get install -y docker.io") if node.facts.os.family == "debian" else \
+        fixes.on_node("sudo dnf install -y podman") if node.facts.os.family == "rhel" else \
+        fixes.join("install docker, containerd or podman")
     return warned("no docker, containerd, CRI-O or podman: nothing on this node runs GPU containers",
-                  f"{install}  # then: gpunode install")
+                  install + "  # then: " + fixes.gpunode("install"))
 
 
 @check("container.toolkit-installed", "container", "NVIDIA Container Toolkit installed")
@@ -122,12 +125,12 @@ def toolkit_installed(node: Node) -> Verdict:
         if not _engines(node):
             return skipped("no container engine, and no toolkit")
         return failed("nvidia-container-toolkit is not installed: containers cannot get the GPU",
-                      "gpunode install --only toolkit")
+                      fixes.gpunode("install", only="toolkit"))
     wrong = [f"{name} {pkg.version if pkg else 'missing'}" for name, pkg in have.items()
              if pkg is None or pkg.upstream != main.upstream]
     if wrong:
         return failed(f"nvidia-container-toolkit {main.version}, but {', '.join(wrong)} (the four toolkit packages "
-                      "must carry the same version)", f"gpunode install --only toolkit --toolkit-version {shlex.quote(main.upstream)}")
+                      "must carry the same version)", fixes.gpunode("install", only="toolkit", toolkit_version=main.upstream))
     return passed(f"nvidia-container-toolkit {main.version}{ctk_text}")
 
 
@@ -143,8 +146,8 @@ def docker_version(node: Node) -> Verdict:
     shown = ".".join(map(str, version))
     if version[:2] < (19, 3):
         return failed(f"docker {shown}: --gpus needs docker 19.03 or newer",
-                      "sudo apt-get install -y docker.io  # or docker-ce from Docker's repository; then: "
-                      "gpunode install --only runtime")
+                      fixes.on_node("sudo apt-get install -y docker.io") + "  # or docker-ce from Docker's "
+                      "repository; then: " + fixes.gpunode("install", only="runtime"))
     return passed(f"docker {shown}")
 
 
@@ -160,12 +163,12 @@ def docker_runtime(node: Node) -> Verdict:
         state = docker_state(_docker(node))
     except ConfigError as exc:
         return failed(f"{exc}: dockerd refuses to start with it",
-                      f"sudo python3 -m json.tool {DOCKER_CONFIG}  # shows where it breaks; repair it, then: "
-                      "gpunode install --only runtime --engine docker")
+                      fixes.on_node(f"sudo python3 -m json.tool {DOCKER_CONFIG}") + "  # shows where it breaks; "
+                      "repair it, then: " + runtime_fix("docker"))
     if not state.has_nvidia:
         where = DOCKER_CONFIG if DOCKER_CONFIG in node.facts.files else f"{DOCKER_CONFIG} does not exist:"
         return failed(f"{where} no nvidia runtime (docker --runtime=nvidia and CDI need it)",
-                      RUNTIME_FIX.format(engine="docker"))
+                      runtime_fix("docker"))
     if not _runtime_installed(node, state):
         return _binary_missing(node, f"{DOCKER_CONFIG} names {state.binary}")
     return passed(f"{DOCKER_CONFIG}: runtimes.nvidia -> {state.binary}")
@@ -200,7 +203,7 @@ def containerd_runtime(node: Node) -> Verdict:
     except ConfigError as exc:
         return failed(f"{exc}: containerd refuses to start with it",
                       f"repair {exc.path} (containerd config dump shows what it would load), then: "
-                      f"{RUNTIME_FIX.format(engine='containerd')}")
+                      + runtime_fix("containerd"))
     state = containerd_state(effective.config)
     if state.has_nvidia:
         if not _runtime_installed(node, state):
@@ -213,16 +216,17 @@ def containerd_runtime(node: Node) -> Verdict:
         why = (f"config version {version} never imports drop-ins" if version == 1 else
                f"its imports are {imports}" if imports else "it has no `imports`")
         return failed(f"{', '.join(orphans)} defines the nvidia runtime, but {CONTAINERD_CONFIG} does not import it "
-                      f"({why}): containerd runs without it", RUNTIME_FIX.format(engine="containerd"))
+                      f"({why}): containerd runs without it", runtime_fix("containerd"))
     if main and cri_disabled(main):
         return passed(f"{CONTAINERD_CONFIG} disables the CRI plugin: this containerd serves only docker, which has its "
                       "own configuration")
     if docker_backend(node):
         return passed("containerd runs under docker here and there is no kubelet: docker's configuration is what "
-                      "counts (gpunode install --only runtime --k8s configures containerd for Kubernetes)")
+                      "counts (" + fixes.gpunode("install", only="runtime", k8s=True)
+                      + " configures containerd for Kubernetes)")
     unread = f" (imports {', '.join(effective.unread)} were not read)" if effective.unread else ""
     return failed(f"no nvidia runtime in containerd's configuration ({', '.join(effective.sources) or 'defaults'})"
-                  + unread, RUNTIME_FIX.format(engine="containerd"))
+                  + unread, runtime_fix("containerd"))
 
 
 @check("container.crio-nvidia-runtime", "container", "CRI-O configured for nvidia")
@@ -237,11 +241,11 @@ def crio_runtime(node: Node) -> Verdict:
         effective = effective_crio(node.facts.files)
     except ConfigError as exc:
         return failed(f"{exc}: CRI-O refuses to start with it", f"repair {exc.path}, then: "
-                      f"{RUNTIME_FIX.format(engine='crio')}")
+                      + runtime_fix("crio"))
     state = crio_state(effective.config)
     if not state.has_nvidia:
         return failed(f"no nvidia runtime in {', '.join(effective.sources) or CRIO_CONFIG}",
-                      RUNTIME_FIX.format(engine="crio"))
+                      runtime_fix("crio"))
     if not _runtime_installed(node, state):
         return _binary_missing(node, f"CRI-O's nvidia runtime points at {state.binary}")
     return passed(f"nvidia runtime ({state.binary}) from {', '.join(effective.sources)}")
@@ -313,12 +317,12 @@ def default_runtime(node: Node) -> Verdict:
     if not shown:
         return skipped("no docker, containerd (with CRI) or CRI-O")
     if problems:
-        return failed("; ".join(problems), "gpunode install --only runtime  # or set the default runtime back to runc "
-                      "in the engine's configuration and restart it")
+        return failed("; ".join(problems), fixes.gpunode("install", only="runtime") + "  # or set the default "
+                      "runtime back to runc in the engine's configuration and restart it")
     if node.facts.has("kubelet") and k8s:
         return warned(f"{'; '.join(shown)}: kubelet found, so pods get the GPU only with `runtimeClassName: nvidia` "
-                      "(a RuntimeClass named nvidia must exist)", "gpunode install --only runtime --k8s  # nvidia "
-                      "becomes the default runtime of containerd / CRI-O")
+                      "(a RuntimeClass named nvidia must exist)", fixes.gpunode("install", only="runtime", k8s=True)
+                      + "  # nvidia becomes the default runtime of containerd / CRI-O")
     note = "" if any(s.endswith(NVIDIA) for s in shown) else " (GPU containers ask with --gpus or --runtime=nvidia)"
     return passed("; ".join(shown) + note)
 
@@ -335,10 +339,11 @@ def snap_docker(node: Node) -> Verdict:
                                        (SNAP_DOCKER_CONFIG, SNAP_DOCKER_CONFIG in node.facts.files),
                                        (f"docker at {node.facts.tools.get('docker', '')}",
                                         node.facts.tools.get("docker", "").startswith("/snap/"))) if present]
-    install = "sudo apt-get install -y docker.io" if node.facts.os.family == "debian" else \
-        "install docker-ce from Docker's repository"
+    remove = fixes.on_node("sudo snap remove docker && sudo apt-get install -y docker.io") \
+        if node.facts.os.family == "debian" else \
+        fixes.on_node("sudo snap remove docker") + " && install docker-ce from Docker's repository"
     return failed(f"docker comes from the snap store ({', '.join(seen)}): it cannot use the NVIDIA runtime",
-                  f"sudo snap remove docker && {install}  # then: gpunode install")
+                  remove + "  # then: " + fixes.gpunode("install"))
 
 
 def _no_cgroups(node: Node) -> bool:
@@ -389,7 +394,7 @@ def dev_char(node: Node) -> Verdict:
     if missing:
         return warned(f"no /dev/char link for {', '.join(missing)}: after `systemctl daemon-reload` running "
                       "containers lose the GPU (Failed to initialize NVML: Unknown Error)",
-                      "gpunode install --only nodesettings  # the links now, and a udev rule that keeps them")
+                      fixes.gpunode("install", only="nodesettings") + "  # the links now, and a udev rule that keeps them")
     return passed(f"{len(found.container_devices)} NVIDIA device node(s), all linked from /dev/char")
 
 
@@ -458,7 +463,7 @@ def runtime_loaded(node: Node) -> Verdict:
             checked.append(engine)
     if drifted:
         engines = [d.split(":", 1)[0] for d in drifted]
-        return failed("; ".join(drifted), "gpunode install --only runtime" + "".join(f" --engine {e}" for e in engines)
+        return failed("; ".join(drifted), fixes.gpunode("install", only="runtime", engines=engines)
                       + "  # restarts the engine so it loads the nvidia runtime")
     if not checked:
         return skipped("no running docker or containerd with the nvidia runtime configured")

@@ -4,12 +4,11 @@ toolkit installed on the host runs on this driver."""
 
 from __future__ import annotations
 
-import shlex
 from datetime import date
 
 from packaging.version import Version
 
-from gpunode import compat, gpus
+from gpunode import compat, fixes, gpus
 from gpunode.doctor.base import NO_GPU, Node, Verdict, check, failed, passed, skipped, warned
 from gpunode.doctor.hardware import VGPU_LINE
 from gpunode.errors import GpunodeError
@@ -19,18 +18,22 @@ from gpunode.facts.driver import parse_cuda_toolkits
 from gpunode.options import Options
 from gpunode.steps.driver import recommended_version
 
+# the kernel's messages, explained here: dmesg runs on the node, explain on this machine
+_DMESG = fixes.on_node("sudo dmesg", fixes.gpunode("explain"))
 
-def install_fix(node: Node, at_least: Version | None = None) -> str:
+
+def install_fix(node: Node, at_least: Version | None = None) -> fixes.Fix:
     """`gpunode install --driver` with a release that suits the node's GPUs (and `at_least`), from the tables."""
     day = date.fromisoformat(node.today) if node.today else None
     version = recommended_version(node.facts, Options(), at_least, day)
     if version is None:
         known = [g for g in (gpus.lookup_id(d.device) for d in node.facts.gpus) if g is not None]
         if known:
-            return "gpunode compat --gpu " + shlex.quote(known[0].name) + "  # names the drivers that suit it"
-        return ("gpunode's tables know no driver for these GPUs: pick one at https://www.nvidia.com/en-us/drivers/ "
-                "for the PCI ids `lspci -nn -d 10de:` shows")
-    return f"gpunode install --driver {version}  # a recommended release that suits these GPUs"
+            return fixes.gpunode("compat", gpu=known[0].name) + "  # names the drivers that suit it"
+        return fixes.join("gpunode's tables know no driver for these GPUs: pick one at "
+                          "https://www.nvidia.com/en-us/drivers/ for the PCI ids `", fixes.on_node("lspci -nn -d 10de:"),
+                          "` shows")
+    return fixes.gpunode("install", driver=version) + "  # a recommended release that suits these GPUs"
 
 
 def _native_min(cuda: str) -> Version | None:
@@ -92,14 +95,14 @@ def loaded(node: Node) -> Verdict:
             return skipped(f"driver {state.module} is installed but not loaded: {cause}")
         return failed(f"driver {state.module} is installed for kernel {node.facts.kernel} but not loaded "
                       "(/proc/driver/nvidia/version does not exist)",
-                      "sudo modprobe nvidia  # if it fails: sudo dmesg | gpunode explain")
+                      fixes.on_node("sudo modprobe nvidia") + "  # if it fails: " + _DMESG)
     if state.installed:
         newest = node.kernels.newest
         if newest is not None and newest.name == node.facts.kernel and not node.kernels.built_for(newest.name):
             return skipped(f"driver {state.installed} is installed but has no module for kernel {node.facts.kernel} "
                            "(see kernel.dkms-newest-kernel)")
         return failed(f"driver {state.installed} user space is installed but no nvidia module exists for kernel "
-                      f"{node.facts.kernel}", f"gpunode install --driver {state.installed}  # rebuilds the module")
+                      f"{node.facts.kernel}", fixes.gpunode("install", driver=state.installed) + "  # rebuilds the module")
     return failed("no NVIDIA driver is installed (/proc/driver/nvidia/version does not exist)", install_fix(node))
 
 
@@ -118,8 +121,8 @@ def single_source(node: Node) -> Verdict:
         remove = ("sudo dnf remove 'nvidia-driver*' 'kmod-nvidia*' 'cuda-drivers*'" if node.facts.os.family == "rhel"
                   else "sudo apt-get purge 'nvidia-*' 'libnvidia-*' 'linux-modules-nvidia-*'")
         return failed(f"the .run installer installed {state.installer} and distribution packages are installed "
-                      f"too ({names})", f"{remove}  # keep one source; then reboot and: gpunode install --driver "
-                      f"{state.installer}")
+                      f"too ({names})", fixes.on_node(remove) + "  # keep one source; then reboot and: "
+                      + fixes.gpunode("install", driver=state.installer))
     if state.installer:
         return passed(f"driver {state.installer} from NVIDIA's .run installer")
     return passed(f"driver from distribution packages ({', '.join(n for n, _ in state.packages[:3])})")
@@ -153,14 +156,14 @@ def smi(node: Node) -> Verdict:
         return skipped("nvidia-smi fails because of the version mismatch (see driver.version-mismatch)")
     if state.smi_status is None:
         return failed("nvidia-smi is not installed although the module is loaded",
-                      f"gpunode install --driver {node.facts.loaded_driver.version}  # reinstalls user space")
+                      fixes.gpunode("install", driver=node.facts.loaded_driver.version) + "  # reinstalls user space")
     if state.smi_status == 0:
         return passed(f"nvidia-smi answers: driver {state.smi_text.splitlines()[0] if state.smi_text else '?'}")
     first = state.smi_text.splitlines()[0] if state.smi_text else f"exit status {state.smi_status}"
     findings = explain(state.smi_text)
     if findings:
         return failed(f"nvidia-smi fails: {first} ({findings[0].cause})", findings[0].fix)
-    return failed(f"nvidia-smi fails: {first}", "sudo dmesg | gpunode explain")
+    return failed(f"nvidia-smi fails: {first}", _DMESG)
 
 
 @check("driver.persistence", "driver", "persistence mode")
@@ -179,7 +182,7 @@ def persistence(node: Node) -> Verdict:
     # The nodesettings step covers every case: no unit yet, a disabled unit, a vendor unit started with
     # --no-persistence-mode. `nvidia-smi -pm 1` alone would not survive a reboot.
     return warned(f"persistence mode is off on GPU {', '.join(str(g.index) for g in off)}",
-                  "gpunode install --only nodesettings")
+                  fixes.gpunode("install", only="nodesettings"))
 
 
 def _placed(node: Node) -> list[tuple[int, str, gpus.Gpu | None]]:
@@ -209,7 +212,7 @@ def branch_supports_gpu(node: Node) -> Verdict:
         lows = [c.min_driver for c in checks if c.min_driver is not None]
         highs = [c.max_branch for c in checks if c.max_branch is not None]
         example = _suggest(max(lows) if lows else None, min(highs) if highs else None, node.today)
-        return failed("; ".join(c.reason for c in bad), f"gpunode install --driver {example}" if example else
+        return failed("; ".join(c.reason for c in bad), fixes.gpunode("install", driver=example) if example else
                       compat.fix_for(checks, driver))
     if unknown:
         return warned(f"{', '.join(unknown)}: not in gpunode's GPU table, so driver {driver} could not be checked",
@@ -239,10 +242,10 @@ def module_flavour(node: Node) -> Verdict:
     where = "loaded" if node.facts.loaded_driver else "installed"
     if need_open and flavour != "open":
         return failed(f"the proprietary module is {where}, but {', '.join(need_open)} need(s) the open module",
-                      f"gpunode install --driver {version} --kernel-module open")
+                      fixes.gpunode("install", driver=version, kernel_module="open"))
     if no_open and flavour == "open":
         return failed(f"the open module is {where}, but {', '.join(no_open)} cannot use it",
-                      f"gpunode install --driver {version} --kernel-module proprietary  # R580 or older")
+                      fixes.gpunode("install", driver=version, kernel_module="proprietary") + "  # R580 or older")
     return passed(f"{flavour} module {where}; {node.gpu_list()} can use it")
 
 
@@ -272,7 +275,7 @@ def branch_lifecycle(node: Node) -> Verdict:
                 highs.append(arch.last_driver_branch)
     example = _suggest(None, min(highs) if highs else None, node.today)
     return warned(f"driver {driver}: R{branch.branch} {branch.label} reached end of life in {branch.end_of_life}",
-                  f"gpunode install --driver {example}" if example else install_fix(node))
+                  fixes.gpunode("install", driver=example) if example else install_fix(node))
 
 
 @check("cuda.toolkit-vs-driver", "cuda", "installed CUDA toolkit runs on the driver")
@@ -308,7 +311,7 @@ def cuda_toolkit(node: Node) -> Verdict:
         if not result.ok:
             example = _suggest(result.min_driver, None, node.today)
             problems.append((f"{dirs[0]}: {result.reason}",
-                             f"gpunode install --driver {example}" if example else install_fix(node)))
+                             fixes.gpunode("install", driver=example) if example else install_fix(node)))
         elif result.via != "native":
             notes.append(f"{dirs[0]}: {result.reason}")
         else:

@@ -3,6 +3,7 @@ fabric programmed. Without it CUDA fails with "system not yet initialized" (802)
 
 from __future__ import annotations
 
+from gpunode import fixes
 from gpunode.doctor.base import NO_GPU, Node, Verdict, check, failed, passed, skipped, warned
 from gpunode.explain import explain
 from gpunode.facts import fabric as fabric_facts
@@ -10,7 +11,7 @@ from gpunode.facts.fabric import off_host_fabric
 from gpunode.facts.packages import Package
 from gpunode.steps import fabricmanager as fm
 
-INSTALL = "gpunode install --only fabricmanager"
+INSTALL = fixes.gpunode("install", only="fabricmanager")
 
 
 def _switches(node: Node) -> int:

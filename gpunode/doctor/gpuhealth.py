@@ -4,6 +4,7 @@ to the driver and the kernel."""
 
 from __future__ import annotations
 
+from gpunode import fixes
 from gpunode.doctor.base import NO_GPU, Node, Verdict, check, failed, passed, skipped, warned
 from gpunode.doctor.health import _blacklisted, _tied_to_driver
 from gpunode.facts import health as health_facts
@@ -127,12 +128,12 @@ def uvm(node: Node) -> Verdict:
     has_node = devices is not None and "/dev/nvidia-uvm" in devices.devices
     if not node.facts.module_loaded("nvidia_uvm"):
         return failed("the nvidia_uvm module is not loaded: CUDA programs fail although nvidia-smi works",
-                      "gpunode install --only nodesettings  # loads it now and at every boot")
+                      fixes.gpunode("install", only="nodesettings") + "  # loads it now and at every boot")
     if devices is None:
         return skipped("nvidia_uvm is loaded; /dev could not be listed")
     if not has_node:
         return failed("nvidia_uvm is loaded but /dev/nvidia-uvm does not exist: CUDA in containers fails",
-                      "gpunode install --only nodesettings  # creates /dev/nvidia-uvm and /dev/nvidia-uvm-tools")
+                      fixes.gpunode("install", only="nodesettings") + "  # creates /dev/nvidia-uvm and /dev/nvidia-uvm-tools")
     return passed("nvidia_uvm loaded, /dev/nvidia-uvm present")
 
 
@@ -231,8 +232,8 @@ def pending_upgrades(node: Node) -> Verdict:
         else:
             return warned(f"the next upgrade installs kernel {release} and the nvidia module is not built by DKMS "
                           "(a .run installed without --dkms?): the node boots without a driver",
-                          f"after the upgrade: gpunode install --driver {node.driver_version or 'VERSION'}  "
-                          "# rebuilds the module for the new kernel")
+                          "after the upgrade: " + fixes.gpunode("install", driver=node.driver_version or "VERSION")
+                          + "  # rebuilds the module for the new kernel")
     if not pending:
         return passed("no pending upgrades")
     return passed(f"{len(pending)} pending upgrade(s); none changes the driver" + (f"; {notes[0]}" if notes else ""))

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import re
 
+from gpunode import fixes
 from gpunode.doctor.base import NO_GPU, Node, Verdict, check, failed, passed, skipped, warned
 
 VGPU_LINE = re.compile(r"^.*NVRM.*\b(?:vGPU|GRID)\b.*$", re.M)
 GRID_FIX = ("install NVIDIA's vGPU (GRID) guest driver for this vGPU software release (NVIDIA-Linux-x86_64-<version>-"
-            "grid.run from the NVIDIA Licensing Portal or your cloud's GRID driver page), then: gpunode install "
-            "--skip driver")
+            "grid.run from the NVIDIA Licensing Portal or your cloud's GRID driver page), then: "
+            + fixes.gpunode("install", skip="driver"))
 
 
 @check("hw.gpu-present", "hardware", "NVIDIA GPU present (PCI)")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+from gpunode import fixes
 from gpunode.doctor.base import NO_GPU, Node, Verdict, check, failed, passed, skipped, warned
 from gpunode.facts import containers as container_facts
 from gpunode.facts import k8s as k8s_facts
@@ -16,7 +17,8 @@ from gpunode.facts.packages import unit
 
 PLUGIN = "daemonset/nvidia-device-plugin-daemonset"
 CONFIG = "configmap/nvidia-device-plugin-config"
-FIX_K8S = "gpunode install --only k8s"
+FIX_K8S = fixes.gpunode("install", only="k8s")
+_RESTART_PLUGIN = fixes.on_node("kubectl -n kube-system rollout restart daemonset/nvidia-device-plugin-daemonset")
 _REPLICAS = re.compile(r"timeSlicing:(?:.|\n)*?replicas:\s*(\d+)")
 
 
@@ -53,10 +55,10 @@ def kubelet_runtime(node: Node) -> Verdict:
             state = containerd_state(effective_containerd(node.facts[container_facts.CONTAINERD_FILES], major=2).config)
             where = container_facts.CONTAINERD_CONFIG
     except ConfigError as exc:
-        return failed(f"{exc.path}: {exc}", f"repair {exc.path}, then: {FIX_K8S}")
+        return failed(f"{exc.path}: {exc}", f"repair {exc.path}, then: " + FIX_K8S)
     if state.has_nvidia:
         return passed(f"{where}: nvidia runtime ({state.binary})" + (", the default" if state.nvidia_is_default else ""))
-    fix = FIX_K8S if d.containerd_dir else "gpunode install --k8s --only runtime"
+    fix = FIX_K8S if d.containerd_dir else fixes.gpunode("install", k8s=True, only="runtime")
     return failed(f"{where}: no nvidia runtime: pods with runtimeClassName nvidia cannot start", fix)
 
 
@@ -71,16 +73,16 @@ def device_plugin(node: Node) -> Verdict:
                        "no kubeconfig on the node (looked for " + ", ".join(k8s_facts.KUBECONFIGS) + ")")
     if not cluster.reachable:
         return failed(f"kubectl could not read node {cluster.node_name}: {cluster.error or 'no answer'}",
-                      "check the API server and that the node joined: kubectl get nodes")
+                      "check the API server and that the node joined: " + fixes.on_node("kubectl get nodes"))
     if PLUGIN not in cluster.objects:
         return failed("the NVIDIA device plugin is not deployed (kube-system/nvidia-device-plugin-daemonset)", FIX_K8S)
     ready = (cluster.objects[PLUGIN].get("status") or {}).get("numberReady", 0)
     if not ready:
-        return failed("the device plugin's pods are not ready", "kubectl -n kube-system logs "
-                      "daemonset/nvidia-device-plugin-daemonset")
+        return failed("the device plugin's pods are not ready",
+                      fixes.on_node("kubectl -n kube-system logs daemonset/nvidia-device-plugin-daemonset"))
     if not cluster.socket:
         return failed(f"{k8s_facts.DEVICE_PLUGIN_SOCKET} is missing: the plugin has not registered with the kubelet",
-                      "kubectl -n kube-system rollout restart daemonset/nvidia-device-plugin-daemonset")
+                      _RESTART_PLUGIN)
     return passed(f"device plugin ready ({ready}), socket {k8s_facts.DEVICE_PLUGIN_SOCKET} present")
 
 
@@ -103,7 +105,7 @@ def allocatable(node: Node) -> Verdict:
         return failed(f"node {cluster.node_name} advertises no nvidia.com/gpu", FIX_K8S)
     if "migStrategy: single" not in config and seen != expected:
         return warned(f"node advertises {seen} nvidia.com/gpu; {len(node.facts.gpus)} GPU(s) x {replicas} replicas "
-                      f"is {expected}", "kubectl -n kube-system rollout restart daemonset/nvidia-device-plugin-daemonset")
+                      f"is {expected}", _RESTART_PLUGIN)
     return passed(f"node advertises {seen} nvidia.com/gpu" + (f" ({replicas} time-slicing replicas per GPU)"
                                                               if replicas > 1 else ""))
 
@@ -127,7 +129,7 @@ def sharing_units(node: Node) -> Verdict:
         elif not state.is_active:
             problems.append(f"{name} is {state.active}")
     if problems:
-        return failed("; ".join(problems), f"{FIX_K8S}  # with the same --mps / --mig-layout options")
+        return failed("; ".join(problems), FIX_K8S + "  # with the same --mps / --mig-layout options")
     return passed(", ".join(p.rsplit("/", 1)[-1] for p in sorted(files)) + " enabled, before the kubelet")
 
 

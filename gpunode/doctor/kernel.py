@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from gpunode import pkgmgr, signing
+from gpunode import fixes, pkgmgr, signing
 from gpunode.doctor.base import NO_GPU, Node, Verdict, check, failed, passed, skipped, warned
 from gpunode.errors import GpunodeError
 from gpunode.facts import driver as driver_facts
@@ -56,7 +56,7 @@ def nouveau_loaded(node: Node) -> Verdict:
         return NO_GPU
     if node.facts.module_loaded("nouveau"):
         return failed("nouveau is in /proc/modules: it owns the GPU and blocks the NVIDIA driver",
-                      "gpunode install --only nouveau --reboot")
+                      fixes.gpunode("install", only="nouveau", reboot=True))
     return passed("nouveau is not loaded")
 
 
@@ -68,7 +68,7 @@ def nouveau_blacklisted(node: Node) -> Verdict:
     if block.effective:
         return passed("; ".join(block.sources))
     seen = "; ".join(block.sources) or "no modprobe.d file or kernel argument blocks nouveau"
-    fix = f"gpunode install --only nouveau  # writes {nouveau.PATH} and rebuilds the initramfs"
+    fix = fixes.gpunode("install", only="nouveau") + f"  # writes {nouveau.PATH} and rebuilds the initramfs"
     if node.facts.loaded_driver:
         return warned(f"{seen} (the NVIDIA driver holds the GPU now; at a boot where it does not load, nouveau "
                       "would)", fix)
@@ -98,7 +98,7 @@ def nouveau_initramfs(node: Node) -> Verdict:
     written = node.facts.mtimes.get(newest, 0)
     if written > image:
         return failed(f"the initramfs ({_date(image)}) is older than {newest} ({_date(written)}): early boot can "
-                      "still load nouveau", "gpunode install --only nouveau  # rebuilds the initramfs")
+                      "still load nouveau", fixes.gpunode("install", only="nouveau") + "  # rebuilds the initramfs")
     return passed(f"the initramfs ({_date(image)}) was built after {newest} ({_date(written)})")
 
 
@@ -128,8 +128,8 @@ def _rebuild_fix(node: Node, kernel: str, has_headers: bool) -> str:
     registered = node.kernels.dkms_versions()
     if not node.driver.packages and node.driver_version and node.driver_version in registered:
         # gpunode's own case (a .run with DKMS): the driver step installs the headers and builds for that kernel
-        return (f"gpunode install --driver {version}  # installs the headers of {kernel} if missing and builds the "
-                "nvidia module for it (DKMS)")
+        return fixes.gpunode("install", driver=version) + f"  # installs the headers of {kernel} if missing and " \
+            "builds the nvidia module for it (DKMS)"
     if any(e.module.startswith("nvidia") for e in node.kernels.dkms):
         build = f"sudo dkms autoinstall -k {kernel}"
         return build if has_headers else f"{_headers_install(node, kernel)} && {build}"

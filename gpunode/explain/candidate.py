@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from gpunode import fixes
 from gpunode.explain.finding import Doc, Finding
 from gpunode.explain.tables import PLACEHOLDER, Detector
 
@@ -54,7 +55,8 @@ def candidates(detector: Detector, doc: Doc) -> Iterator[Candidate]:
 
 
 def fill(text: str, values: dict[str, Any]) -> str:
-    return PLACEHOLDER.sub(lambda m: str(values.get(m[1], m[0])), text)
+    """The %(name)s placeholders of a table text filled in; a fix's parts (gpunode/fixes.py) are kept."""
+    return fixes.fill(text, lambda words: PLACEHOLDER.sub(lambda m: str(values.get(m[1], m[0])), words))
 
 
 def render(candidate: Candidate, doc: Doc, **override: Any) -> Finding:

@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from gpunode import passthrough, signing
+from gpunode import fixes, passthrough, signing
 from gpunode.explain.candidate import Candidate, render
 from gpunode.explain.finding import Doc, Finding
 from gpunode.explain.tables import compile_pattern
@@ -59,7 +59,7 @@ def _no_gpu_driver(c: Candidate, doc: Doc) -> Finding:
                          "driver. Use Docker from your distribution or docker.com instead.",
                    fix="sudo snap remove docker",
                    also=("curl -fsSL https://get.docker.com | sh  # or your distribution's docker package",
-                         "gpunode install --only toolkit --only runtime"))
+                         fixes.gpunode("install", only=["toolkit", "runtime"])))
 
 
 # --- CUDA requirement (versions from gpunode.compat) --------------------------------------------------------------
@@ -96,7 +96,7 @@ def _recommended_install(driver_min: str) -> str | None:
         return None
     if not branches or branches[0].latest_known is None:
         return None
-    return f"gpunode install --driver {branches[0].latest_known}"
+    return fixes.gpunode("install", driver=branches[0].latest_known)
 
 
 @_hook("cuda.requirement")
@@ -108,7 +108,7 @@ def _cuda_requirement(c: Candidate, doc: Doc) -> Finding:
         need = (f" A driver that supports CUDA {value} natively is {values['driver_min']} or newer "
                 f"(branch R{values['driver_branch_min']}+). Alternatively run an image built for the CUDA version "
                 "`nvidia-smi` reports.")
-        fix = _recommended_install(values["driver_min"]) or f"gpunode compat --cuda {value}"
+        fix = _recommended_install(values["driver_min"]) or fixes.gpunode("compat", cuda=value)
     else:
         need = f" gpunode's CUDA table does not know CUDA {value}; check NVIDIA's release notes for its driver."
         fix = c.detector.fix
@@ -239,7 +239,8 @@ _UNSUPPORTED_EVIDENCE = compile_pattern(r"is not supported by (?:the )?NVIDIA [\
                                         r"device")
 _LIKELY = (("secure-boot", _SB_EVIDENCE, "Secure Boot is on and the module is not signed with a key the firmware trusts",
             "mokutil --sb-state"),
-           ("nouveau", _NOUVEAU_EVIDENCE, "nouveau (or another driver) holds the GPU", "gpunode install --only nouveau"),
+           ("nouveau", _NOUVEAU_EVIDENCE, "nouveau (or another driver) holds the GPU",
+            fixes.gpunode("install", only="nouveau")),
            ("vgpu", _VGPU_EVIDENCE, "this is a vGPU guest, which needs the vGPU (GRID) guest driver matching the host's "
             "vGPU manager", "nvidia-smi vgpu  # on the host: the vGPU manager version the guest driver must match"),
            ("kernel-mismatch", _BUILD_EVIDENCE, "the module was built for a different kernel than the running one",
@@ -255,7 +256,7 @@ def _installer_ko(c: Candidate, doc: Doc) -> Finding:
     module = c.values["module"]
     values = {"module": module if module.endswith(".ko") else f"{module}.ko", "likely": [n for n, _, _ in likely]}
     log = _installer_values(doc).get("log_file", _DEFAULT_LOG)
-    also = [f"sudo grep -A20 -E 'Kernel module load error|Kernel messages' {log}", "gpunode doctor"]
+    also: list[str] = [f"sudo grep -A20 -E 'Kernel module load error|Kernel messages' {log}", fixes.gpunode("doctor")]
     if not likely:
         return _installer(c, doc, values=values, also=tuple(also))
     if likely[0][0] == "secure-boot":
@@ -283,7 +284,7 @@ def _not_probed(c: Candidate, doc: Doc) -> Finding:
         return _render(c, doc, values=values)
     shown = next((m for m in c.matches if m["devices"]), c.match)
     end = conflict.end() if conflict and conflict.start() > shown.start() else shown.end()
-    return _render(c, doc, values=values, fix="gpunode install --only nouveau", excerpt=doc.excerpt(shown.start(), end),
+    return _render(c, doc, values=values, fix=fixes.gpunode("install", only="nouveau"), excerpt=doc.excerpt(shown.start(), end),
                    cause="nvidia.ko loaded but did not bind to any GPU because another kernel driver already owns "
                          "them: nouveau almost always (vfio-pci on a passthrough host). Blacklist it, rebuild the "
                          "initramfs and reboot.")

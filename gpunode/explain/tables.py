@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from gpunode import fixes
 from gpunode.compat import (
     DataError,
     choice_field,
@@ -143,8 +144,8 @@ def _detectors(text: str, name: str) -> list[Detector]:
             raise DataError(f"{where}: {', '.join(sorted(unknown | (set(key) - group_names(regex))))} is not a named "
                             "group of the pattern", fix="name the group in the pattern, or drop the placeholder")
         detectors.append(Detector(row["id"], variant, row["strength"], key, regex, row["title"], row["cause"],
-                                  row["fix"], row["also"] or (), row["superseded_by"] or (), row["source"], name,
-                                  row["_line"]))
+                                  fixes.from_text(row["fix"]), tuple(fixes.from_text(a) for a in row["also"] or ()),
+                                  row["superseded_by"] or (), row["source"], name, row["_line"]))
     return detectors
 
 

@@ -20,7 +20,7 @@ from datetime import date
 
 from packaging.version import Version
 
-from gpunode import bake, compat, gpus, signing
+from gpunode import bake, compat, fixes, gpus, signing
 from gpunode.actions.driver import (
     LOG,
     WORK_PARENT,
@@ -208,23 +208,24 @@ def _no_driver(facts: Facts, state: DriverState, options: Options) -> StepPlan:
     if state.packages:
         names = ", ".join(n for n, _ in state.packages[:3])
         return blocked(NAME, f"a driver from distribution packages ({names}) is installed but not loaded",
-                       "sudo modprobe nvidia  # if it fails: sudo dmesg | gpunode explain; a reboot also loads it")
+                       fixes.on_node("sudo modprobe nvidia") + "  # if it fails: "
+                       + fixes.on_node("sudo dmesg", fixes.gpunode("explain")) + "; a reboot also loads it")
     installed = state.installed or state.module
     if installed:
         return blocked(NAME, f"driver {installed} is installed but not loaded, and no --driver was given",
-                       f"gpunode install --driver {shlex.quote(installed)}  # loads it, or rebuilds its module",
+                       fixes.gpunode("install", driver=installed) + "  # loads it, or rebuilds its module",
                        _ELSEWHERE)
     version = recommended_version(facts, options)
     names = ", ".join(dict.fromkeys(_gpu_name(g.device) for g in facts.gpus))
     if version is None:
         return blocked(NAME, f"a GPU ({names}) but no NVIDIA driver, and no --driver was given: pass --driver with "
-                             "a version that suits it", "gpunode compat --gpu " + shlex.quote(names.split(", ")[0]),
+                             "a version that suits it", fixes.gpunode("compat", gpu=names.split(", ")[0]),
                        _ELSEWHERE)
     first = names.split(", ")[0]
     return blocked(NAME, f"a GPU ({names}) but no NVIDIA driver, and no --driver was given: the node would get a "
                          "container toolkit and no driver",
-                   f"gpunode install --driver {shlex.quote(version)}  # the recommended release for these GPUs; "
-                   f"gpunode compat --gpu {shlex.quote(first)} lists the other branches", _ELSEWHERE)
+                   fixes.gpunode("install", driver=version) + "  # the recommended release for these GPUs; "
+                   + fixes.gpunode("compat", gpu=first) + " lists the other branches", _ELSEWHERE)
 
 
 def _gpu_name(device: int) -> str:
@@ -361,39 +362,37 @@ def _start_owed(facts: Facts, decided: StepPlan) -> StepPlan:
                   [StartGpuServices(f"start {', '.join(owed)} again", units=owed)], *decided.notes)
 
 
-def same_install(options: Options, *extra: str) -> str:
-    """`gpunode install` with the driver options of this run (and `extra`), quoted."""
-    words = ["gpunode", "install"]
-    for flag, value in (("--driver", options.driver), ("--driver-run", options.driver_run), ("--sha256", options.sha256),
-                        ("--kernel-module", options.kernel_module), ("--module-signing-key", options.module_signing_key),
-                        ("--module-signing-cert", options.module_signing_cert)):
-        if value:
-            words += [flag, value]
-    return shlex.join([*words, *extra])
+def same_install(options: Options, **changes: object) -> fixes.Fix:
+    """`gpunode install` with the options of this run (gpunode/fixes.py same_run) and `changes`."""
+    return fixes.same_run(options, "install", **changes)
+
+
+def _joined(items: list[str], separator: str) -> list[str]:
+    return [part for i, item in enumerate(items) for part in ([separator] if i else []) + [item]]
 
 
 def _blocked_by_holders(loaded: str, version: str, found: Holders, options: Options, notes: list[str]) -> StepPlan:
     listing = "; ".join(found.lines())
     if found.blocking:
-        fixes = []
+        todo: list[str] = []  # each a Fix or words
         procs = [p for p in found.processes if not p.in_pod and not p.container]
         if procs:
-            fixes.append("end or move " + ", ".join(f"PID {p.pid} ({p.name})" for p in procs[:6])
+            todo.append("end or move " + ", ".join(f"PID {p.pid} ({p.name})" for p in procs[:6])
                          + " yourself (gpunode never ends a process that is not a known GPU service)")
         if found.containers or any(p.container for p in found.processes):
             names = [c.name or c.id[:12] for c in found.containers] + \
                 [p.container[:12] for p in found.processes if p.container and not p.in_pod]
-            fixes.append("`docker stop " + " ".join(shlex.quote(n) for n in dict.fromkeys(names)) + "`")
+            todo.append("`" + fixes.on_node("docker stop " + " ".join(shlex.quote(n) for n in dict.fromkeys(names)))
+                        + "`")
         if any(p.in_pod for p in found.processes):
-            fixes.append(f"drain the node (`{found.drain()}`) and remove the GPU DaemonSet pods (device plugin, "
-                         "DCGM exporter) from it")
-        then = same_install(options, *(() if not found.services or options.stop_gpu_services else
-                                        ("--stop-gpu-services",)))
+            todo.append("drain the node (`" + fixes.on_node(found.drain()) + "`) and remove the GPU DaemonSet pods "
+                        "(device plugin, DCGM exporter) from it")
+        then = same_install(options, stop_gpu_services=bool(found.services) or options.stop_gpu_services)
         return blocked(NAME, f"driver {loaded} is loaded and in use: {listing}. Replacing it with {version} needs "
-                             "every one of these gone", "; ".join(fixes) + f"; then {then}", *notes)
+                             "every one of these gone", fixes.join(*_joined(todo, "; "), "; then ", then), *notes)
     return blocked(NAME, f"driver {loaded} is loaded and held by {listing}. Replacing it with {version} stops "
                          "them first, unloads it, installs, and starts them again",
-                   same_install(options, "--stop-gpu-services") + "  # stops "
+                   same_install(options, stop_gpu_services=True) + "  # stops "
                    + ", ".join(found.services) + " for the install and starts them again after it", *notes)
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpunode import pkgmgr
+from gpunode import fixes, pkgmgr
 from gpunode.actions.packages import install_packages, package_command
 from gpunode.facts import Facts
 from gpunode.facts import kernel as kernel_facts
@@ -198,7 +198,7 @@ def extend(facts: Facts, options: Options, state: DriverState, decided: StepPlan
         missing = [k.name for k in kernels.later_than(facts.kernel) if not kernels.built_for(k.name)]
         if missing:
             notes.append(f"kernel {', '.join(missing)} has no nvidia module and driver {version} is not registered "
-                         f"with DKMS: `gpunode install --driver {version}` after booting it builds one")
+                         "with DKMS: `" + fixes.gpunode("install", driver=version) + "` after booting it builds one")
     held, said, stop = holds(facts, options, state)
     if stop is not None:
         return stop

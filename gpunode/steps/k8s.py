@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from gpunode import compat
+from gpunode import compat, fixes
 from gpunode.actions.k8s import ConfigureTemplate, KubectlApply, WaitForGpus
 from gpunode.facts import Facts
 from gpunode.facts import k8s as k8s_facts
@@ -37,7 +37,7 @@ from gpunode.facts.containers import (
 )
 from gpunode.facts.k8s import Cluster, Distribution
 from gpunode.facts.packages import unit
-from gpunode.options import Options
+from gpunode.options import Options, unused_options
 from gpunode.plan import Action, Earlier, Outputs, RestartService, StepPlan, blocked, change, ok
 from gpunode.steps import runtime
 from gpunode.steps.base import Step
@@ -151,7 +151,7 @@ def _template_actions(d: Distribution, facts: Facts, options: Options, earlier: 
         ctk, ctk_note = runtime._ctk_version(facts, earlier)
         if ctk is None:
             why = "nvidia-ctk is not installed (it comes with the NVIDIA Container Toolkit)"
-            return [], why, (why, "run the toolkit step first: gpunode install --only toolkit")
+            return [], why, (why, "run the toolkit step first: " + fixes.gpunode("install", only="toolkit"))
         if ctk_note:
             notes.append(ctk_note)
         predicted = predict_containerd(source, config=template, dropin=dropin, set_as_default=want_default, ctk=ctk)
@@ -186,13 +186,16 @@ def _kubelet_runtime(facts: Facts, earlier: Earlier) -> tuple[str, tuple[str, st
     if engines:
         return f"{' and '.join(engines)}: nvidia runtime from the runtime step", None
     why = "the kubelet's container runtime (containerd or CRI-O) does not get the nvidia runtime"
-    return why, (why, "run gpunode install --k8s (containerd next to docker is left alone without --k8s)")
+    return why, (why, "run " + fixes.gpunode("install", k8s=True)
+                 + " (containerd next to docker is left alone without --k8s)")
 
 
 def _plan(facts: Facts, options: Options, earlier: Earlier) -> tuple[StepPlan, str | None, int]:
     d = k8s_facts.distribution(facts[k8s_facts.TOOLS], facts[k8s_facts.UNITS])
     if d is None:
-        return ok(NAME, "no kubelet on this node"), None, 0
+        unused = unused_options(options, "kubelet")  # the option table's rule for these options: a note
+        return ok(NAME, "no kubelet on this node", *([f"{', '.join(unused)} apply to a Kubernetes node: not used "
+                                                        "here (no kubelet, k3s or RKE2)"] if unused else [])), None, 0
     if not facts.gpus:
         return ok(NAME, f"{d.name} node without an NVIDIA GPU: nothing to advertise"), d.name, 0
     notes: list[str] = []

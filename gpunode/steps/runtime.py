@@ -13,6 +13,7 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass
 
+from gpunode import fixes
 from gpunode.actions.runtime import ConfigureRuntime
 from gpunode.facts import Facts
 from gpunode.facts import containers as container_facts
@@ -269,7 +270,7 @@ def _plan(facts: Facts, options: Options, earlier: Earlier) -> tuple[StepPlan, l
     ctk, ctk_note = _ctk_version(facts, earlier)
     if ctk is None:
         return blocked(NAME, "nvidia-ctk is not installed (it comes with the NVIDIA Container Toolkit)",
-                       "run the toolkit step first: gpunode install --only toolkit", *notes), []
+                       "run the toolkit step first: " + fixes.gpunode("install", only="toolkit"), *notes), []
     if ctk_note:
         notes.append(ctk_note)
     toolkit = earlier.outputs("toolkit", ToolkitOutputs)

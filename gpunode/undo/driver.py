@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import shlex
 
+from gpunode import fixes
 from gpunode.actions.driver import StopGpuServices, UnloadModules
 from gpunode.facts import Facts
 from gpunode.facts.holders import MODULES, Holders, gpu_holders
@@ -31,11 +32,11 @@ UNINSTALL = ("nvidia-installer", "--uninstall", "--silent")
 SKIP_UNLOAD = "--skip-module-unload"
 
 
-def _again(request: UndoRequest, *extra: str) -> str:
-    """The same `gpunode uninstall` (its --only steps), with `extra`."""
+def _again(request: UndoRequest, *, stop_gpu_services: bool = False) -> fixes.Fix:
+    """The same uninstall (its --only steps), with --stop-gpu-services when asked (gpunode/fixes.py)."""
     every = {s.name for s in PIPELINE}
-    only = [w for n in request.steps for w in ("--only", n)] if set(request.steps) != every else []
-    return shlex.join(["gpunode", "uninstall", *only, *extra])
+    only = list(request.steps) if set(request.steps) != every else None
+    return fixes.gpunode("uninstall", only=only, stop_gpu_services=stop_gpu_services)
 
 
 def plan(records: list[Record], state: NodeState, facts: Facts, request: UndoRequest) -> StepPlan:
@@ -58,7 +59,7 @@ def _driver(records: list[Record], state: NodeState, facts: Facts, request: Undo
     previous, version = first.get("previous"), last.get("version")
     if previous not in (None, "-"):
         return ok(NAME, f"driver {previous} was installed before gpunode; left in place",
-                  f"gpunode installed {version} over it; to go back: gpunode install --driver {previous}"
+                  f"gpunode installed {version} over it; to go back: " + fixes.gpunode("install", driver=previous)
                   if previous != "unknown" else "the driver installed before gpunode could not be told")
     loaded = facts.loaded_driver.version if facts.loaded_driver else None
     if state.driver is None:
@@ -93,7 +94,7 @@ def _remove(facts: Facts, request: UndoRequest, version: str, loaded: str | None
     if services and not request.stop_gpu_services:
         listing = ", ".join(services)
         return blocked(NAME, f"driver {version} is loaded and held by {listing}: the uninstaller cannot unload it",
-                       f"{_again(request, '--stop-gpu-services')}  # stops {listing}; they stay stopped (the "
+                       _again(request, stop_gpu_services=True) + f"  # stops {listing}; they stay stopped (the "
                        "driver they need is removed)", *notes)
     stays = tuple(m for m in found.stuck_modules if m in modules)
     actions: list[Action] = []
@@ -133,6 +134,6 @@ def _blocked(found: Holders, services: tuple[str, ...], version: str, request: U
         fixes.append("`docker stop " + " ".join(shlex.quote(n) for n in dict.fromkeys(names)) + "`")
     if any(p.in_pod for p in found.processes):
         fixes.append(f"drain the node (`{found.drain()}`) and remove the GPU DaemonSet pods from it")
-    again = _again(request, *(("--stop-gpu-services",) if services or request.stop_gpu_services else ()))
+    again = _again(request, stop_gpu_services=bool(services) or request.stop_gpu_services)
     return blocked(NAME, f"driver {version} is in use: {'; '.join(found.lines())}. Its uninstaller needs every one "
-                         "of these gone", "; ".join(fixes) + f"; then {again}", *notes)
+                         "of these gone", "; ".join(fixes) + "; then " + again, *notes)

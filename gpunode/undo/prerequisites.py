@@ -3,6 +3,7 @@ software uses); `gpunode uninstall --only prerequisites` removes the ones gpunod
 
 from __future__ import annotations
 
+from gpunode import fixes
 from gpunode.facts import Facts
 from gpunode.plan import StepPlan, change, ok
 from gpunode.undo.common import installed_by_gpunode, package_actions
@@ -17,7 +18,7 @@ def plan(records: list[Record], state: NodeState, facts: Facts, request: UndoReq
         if not names:
             return ok(NAME, "no build prerequisites of gpunode's installed")
         return ok(NAME, f"kept: {', '.join(names)} (build tools and headers other software uses)",
-                  "to remove them too: gpunode uninstall --only prerequisites")
+                  "to remove them too: " + fixes.gpunode("uninstall", only="prerequisites"))
     actions, notes = package_actions(records, state, request, "build prerequisites")
     if not actions:
         return ok(NAME, "no build prerequisites of gpunode's installed", *notes)

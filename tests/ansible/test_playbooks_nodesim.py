@@ -172,7 +172,9 @@ def test_a_failing_node_fails_alone_with_gpunode_reason_and_fix(sim_fleet, ansib
     assert failed["_status"] == "failed" and failed["state"] == "blocked"
     assert failed["changed"] is True and failed["changed_steps"] == ["nouveau"]  # what ran before the block
     assert failed["msg"].startswith("driver: ") and failed["fix"]
-    assert "gpunode" in failed["fix"] and "--host root@127.0.0.1:" in failed["fix"]  # runnable from the controller
+    # gpunode's own command as this module's arguments (not a CLI line an Ansible user would have to translate)
+    assert "gpunode.gpu.node: {driver: " in failed["fix"] and "gpunode install" not in failed["fix"], failed["fix"]
+    assert failed["output"] is not None  # what the terminal would have shown above the failure
     step = next(s for s in failed["steps"] if s["step"] == "driver")
     assert step["result"] == "blocked" and step["fix"] == failed["fix"]
     assert results["gpu-dead"]["_status"] == "unreachable"
@@ -370,7 +372,8 @@ def test_day2_stop_gpu_services_upgrade_and_kernel_holds_through_the_collection(
         # without stop_gpu_services the upgrade is blocked before any change, with gpunode's fix
         blocked = ansible.playbook(day2_play("hold_kernel: true"), "--limit", "gpu-00", env=env)
         result = blocked.results()["gpu-00"]
-        assert result["_status"] == "failed" and "--stop-gpu-services" in (result["fix"] or ""), result
+        assert result["_status"] == "failed" and "stop_gpu_services: true" in (result["fix"] or ""), result
+        assert "hold_kernel: true" in result["fix"]  # the options the task gave are kept
         assert hgx.driver()["version"] == UPGRADE_FROM and "linux-generic" not in hgx.held_packages()
 
         converge("stop_gpu_services: true, hold_kernel: true",

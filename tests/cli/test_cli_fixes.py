@@ -140,3 +140,23 @@ def test_fleet_plan_lists_each_blocked_step_with_a_fix_for_its_node(monkeypatch,
     for name in ("gpu-a", "gpu-b"):
         assert (f"fix: run the toolkit step first: gpunode install --inventory {inventory} --limit {name} "
                 "--only toolkit") in out
+
+
+def test_a_steps_fix_reaches_the_cli_as_data_in_text_and_json(docker_without_toolkit, monkeypatch):
+    """The fix is rendered from its parts (gpunode/fixes.py), not by rewriting its text: the spy sees a Fix."""
+    from gpunode.cli import _target
+    from gpunode.fixes import Fix
+
+    seen = []
+    structured = _target._structured
+
+    def spy(fix, node_args, ssh):
+        seen.append(fix)
+        return structured(fix, node_args, ssh)
+
+    monkeypatch.setattr(_target, "_structured", spy)
+    for extra in ([], ["--json"]):
+        seen.clear()
+        result = runner.invoke(app, ["plan", "--host", "root@gpu-01", "--only", "runtime", *extra])
+        assert "gpunode install --host root@gpu-01 --only toolkit" in flat(result.stdout)
+        assert any(isinstance(f, Fix) and f.commands()[0].command == "install" for f in seen), extra

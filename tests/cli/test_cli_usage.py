@@ -131,3 +131,32 @@ def test_ctrl_c_is_one_line_and_exit_130(monkeypatch):
     monkeypatch.setattr(connection, "open_connection", interrupted)
     result = runner.invoke(app, ["status", "--host", "n"])
     assert result.exit_code == 130 and "interrupted (Ctrl-C)" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(("argv", "error", "fix"), [
+    (["plan", "--bogus"], "No such option: --bogus", "gpunode plan --help"),
+    (["install", "--driver"], "Option '--driver' requires an argument", "gpunode install --help"),
+    (["plan", "--gpu-replicas", "x"], "Invalid value for '--gpu-replicas'", "gpunode plan --help"),
+    (["bogus"], "No such command 'bogus'", "gpunode --help"),
+    (["--bogus"], "No such option: --bogus", "gpunode --help"),
+])
+def test_clicks_own_usage_errors_get_a_runnable_fix_and_exit_2(argv, error, fix):
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 2, result.output
+    assert f"error: {error}" in result.output
+    assert f"fix: {fix}  # lists" in result.output
+
+
+def test_fleet_options_for_one_node_are_named_in_a_note(monkeypatch, tmp_path):
+    from gpunode.cli import _inputs
+
+    chosen = _inputs.target("rolling", {"host": ["gpu-01"], "identity": None, "known_hosts": None,
+                                        "accept_new_host_key": False, "ssh_config": None, "ask_pass": False,
+                                        "ask_become_pass": False, "connect_timeout": 15.0, "json_output": False,
+                                        "inventory": None, "limit": None, "parallel": 8,
+                                        "log_dir": str(tmp_path / "logs"), "log_level": "debug", "batch": None,
+                                        "max_fail": None})
+    assert chosen.fleet is None
+    assert chosen.notes == ["--log-dir, --log-level apply to fleet runs (several --host, or --inventory): not used "
+                            "for one node"]
+    assert not (tmp_path / "logs").exists()

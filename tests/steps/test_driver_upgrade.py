@@ -73,7 +73,11 @@ def test_a_users_process_blocks_even_with_the_flag_and_is_never_stopped():
     p = plan(node(processes=DAEMONS + USER_JOB), stop_gpu_services=True)
     assert p.status is Status.BLOCKED and "process PID 40112 python3: /dev/nvidia0, /dev/nvidiactl" in p.reason
     assert p.fix is not None and "PID 40112 (python3) yourself" in p.fix
-    assert p.fix.endswith(f"then gpunode install --driver {NEW}")
+    # the follow-up is the user's own command again: it keeps the --stop-gpu-services they gave (it was dropped)
+    assert p.fix.endswith(f"then gpunode install --driver {NEW} --stop-gpu-services")
+    held = plan(node(processes=DAEMONS + USER_JOB), stop_gpu_services=True, hold_kernel=True, k8s=True)
+    assert held.fix is not None and held.fix.endswith(f"then gpunode install --driver {NEW} --k8s --hold-kernel "
+                                                      "--stop-gpu-services")
     without = plan(node(processes=DAEMONS + USER_JOB))
     assert without.fix is not None and without.fix.endswith(f"--driver {NEW} --stop-gpu-services")
 

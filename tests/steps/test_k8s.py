@@ -205,3 +205,13 @@ def test_rke2_agent_uses_its_own_template_and_service():
     assert isinstance(template, ConfigureTemplate) and template.template == f"{rke2}/config.toml.tmpl"
     assert isinstance(restart, RestartService) and restart.unit == "rke2-agent.service"
     assert p.outputs == k8s.K8sOutputs("rke2", 1)
+
+
+def test_kubernetes_options_on_a_node_without_kubelet_are_named_in_a_note():
+    """The option table's rule for --gpu-replicas, --mps, --mig-layout ... (inapplicable="note", needs="kubelet")."""
+    f = facts(tools="")
+    p = plan(f, gpu_replicas=4, mps=True, mig_layout=("1g.10gb",))
+    assert p.status is Status.OK and not p.actions
+    assert p.notes == ("--gpu-replicas, --mps, --mig-layout apply to a Kubernetes node: not used here (no kubelet, "
+                       "k3s or RKE2)",)
+    assert plan(f).notes == ()  # nothing given, nothing said

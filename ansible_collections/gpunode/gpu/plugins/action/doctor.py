@@ -11,6 +11,7 @@ from ansible_collections.gpunode.gpu.plugins.plugin_utils.gpunode_bridge import 
     GPUNODE_IMPORT_ERROR,
     MISSING_GPUNODE,
     AnsibleNodeConnection,
+    node_fixer,
     rewrite,
 )
 
@@ -33,14 +34,16 @@ class ActionModule(ActionBase):
         args = self.validate_argument_spec(argument_spec=DOCTOR_SPEC)[1]
         host = task_vars.get("inventory_hostname") or self._play_context.remote_addr
         conn = AnsibleNodeConnection(self, host)
+        fixer = node_fixer(task_vars, host)
         try:
             document = rewrite(api.doctor(conn), task_vars, host)
         except ConnectError as exc:
             if conn.failure is not None:
                 return {**result, "unreachable": True, "msg": exc.message}
-            return {**result, "failed": True, "msg": exc.message, "fix": exc.fix}
+            return {**result, "failed": True, "msg": exc.message, "fix": exc.fix and fixer(exc.fix)}
         except GpunodeError as exc:
-            return {**result, "failed": True, "msg": exc.message, "fix": exc.fix}
+            return {**result, "failed": True, "msg": exc.message, "fix": exc.fix and fixer(exc.fix),
+                    "output": conn.output()}
         verdict = document["readiness"]
         result.update(
             changed=False,

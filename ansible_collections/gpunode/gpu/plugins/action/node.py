@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpunode.gpu.plugins.module_utils.specs import GPUNODE_OPTIONS, NODE_SPEC
 from ansible_collections.gpunode.gpu.plugins.plugin_utils.gpunode_bridge import (
     GPUNODE_IMPORT_ERROR,
     MISSING_GPUNODE,
     AnsibleNodeConnection,
+    node_fixer,
     rewrite,
 )
 
 if GPUNODE_IMPORT_ERROR is None:
-    from gpunode import api
+    from gpunode import ansible_spec, api
     from gpunode.errors import ConnectError, GpunodeError
 
 # what a step entry of the result keeps of gpunode's step report (file contents go to `diff` only)
@@ -60,15 +60,17 @@ class ActionModule(ActionBase):
         del tmp
         if GPUNODE_IMPORT_ERROR is not None:
             return {**result, "failed": True, "msg": MISSING_GPUNODE.format(GPUNODE_IMPORT_ERROR)}
-        args = self.validate_argument_spec(argument_spec=NODE_SPEC)[1]
+        # the option table's spec (gpunode/options.py); module_utils/specs.py is its copy for ansible-doc
+        args = self.validate_argument_spec(argument_spec=ansible_spec.node_spec())[1]
         host = task_vars.get("inventory_hostname") or self._play_context.remote_addr
         check = bool(self._task.check_mode)
         absent = args.get("state") == "absent"
-        values = {k: args.get(k) for k in GPUNODE_OPTIONS}
+        values = {k: args.get(k) for k in ansible_spec.gpunode_options()}
+        fixer = node_fixer(task_vars, host)
         try:
             chosen = api.uninstall_request(values) if absent else api.request(values)
         except GpunodeError as exc:
-            return {**result, "failed": True, "msg": exc.message, "fix": exc.fix}
+            return {**result, "failed": True, "msg": exc.message, "fix": exc.fix and fixer(exc.fix)}
         conn = AnsibleNodeConnection(self, host)
         try:
             if absent:
@@ -78,9 +80,10 @@ class ActionModule(ActionBase):
         except ConnectError as exc:
             if conn.failure is not None:
                 return {**result, "unreachable": True, "msg": exc.message}
-            return {**result, "failed": True, "msg": exc.message, "fix": exc.fix}
+            return {**result, "failed": True, "msg": exc.message, "fix": exc.fix and fixer(exc.fix)}
         except GpunodeError as exc:
-            return {**result, "failed": True, "msg": exc.message, "fix": exc.fix}
+            return {**result, "failed": True, "msg": exc.message, "fix": exc.fix and fixer(exc.fix),
+                    "output": conn.output()}
         data = rewrite(outcome.to_dict(), task_vars, host)
         summary = data["summary"]
         result.update(
@@ -104,7 +107,7 @@ class ActionModule(ActionBase):
             result["diff"] = _diff(outcome.file_diffs())
         if summary["state"] in ("failed", "blocked", "interrupted"):
             msg, fix = _failure(data)
-            result.update(failed=True, msg=msg, fix=fix)
+            result.update(failed=True, msg=msg, fix=fix, output=conn.output())
         elif outcome.reboot_required:
             result["msg"] = ("a reboot is required before the remaining steps can run: reboot the host "
                              "(ansible.builtin.reboot), then run this task again")

@@ -5,41 +5,47 @@ ansible-doc, ansible-test) and the action plugins that do the work on the contro
 
 from __future__ import annotations
 
-STEPS = ["nouveau", "prerequisites", "driver", "compat", "toolkit", "runtime", "fabricmanager", "nodesettings", "k8s"]
-
+# BEGIN NODE_SPEC: written by `python -m gpunode.ansible_spec` from gpunode/options.py; do not edit
 NODE_SPEC = dict(
-    state=dict(type="str", choices=["present", "absent"], default="present"),
-    only=dict(type="list", elements="str", choices=STEPS),
-    skip=dict(type="list", elements="str", choices=STEPS),
-    driver=dict(type="str"),
-    driver_run=dict(type="str"),
-    sha256=dict(type="str"),
-    kernel_module=dict(type="str", choices=["open", "proprietary"]),
-    module_signing_key=dict(type="str", no_log=False),
-    module_signing_cert=dict(type="str"),
-    cache_dir=dict(type="path"),
-    cuda=dict(type="str"),
-    image=dict(type="str"),
-    lock_timeout=dict(type="float", default=600.0),
-    toolkit_version=dict(type="str"),
-    toolkit_packages=dict(type="list", elements="path"),
-    set_as_default=dict(type="bool", default=False),
-    k8s=dict(type="bool", default=False),
-    engines=dict(type="list", elements="str", choices=["docker", "containerd", "crio"]),
-    kubeconfig=dict(type="str"),
-    gpu_replicas=dict(type="int", default=1),
-    mps=dict(type="bool", default=False),
-    mps_thread_percentage=dict(type="int"),
-    mig_layout=dict(type="list", elements="str"),
-    # day 2 (docs/day2.md); no default on the holds: unset (None) leaves them as they are
-    stop_gpu_services=dict(type="bool", default=False),
-    hold_kernel=dict(type="bool"),
-    hold_driver=dict(type="bool"),
-    # image builds (docs/engines.md), e.g. from Packer's ansible provisioner against the build VM
-    bake=dict(type="bool", default=False),
-    bake_kernel=dict(type="str"),
+    state=dict(type='str', choices=['present', 'absent'], default='present'),
+    only=dict(
+        type='list',
+        elements='str',
+        choices=['nouveau', 'prerequisites', 'driver', 'compat', 'toolkit', 'runtime', 'fabricmanager', 'nodesettings', 'k8s'],
+    ),
+    skip=dict(
+        type='list',
+        elements='str',
+        choices=['nouveau', 'prerequisites', 'driver', 'compat', 'toolkit', 'runtime', 'fabricmanager', 'nodesettings', 'k8s'],
+    ),
+    driver=dict(type='str'),
+    cuda=dict(type='str'),
+    image=dict(type='str'),
+    driver_run=dict(type='str'),
+    sha256=dict(type='str'),
+    kernel_module=dict(type='str', choices=['open', 'proprietary']),
+    module_signing_key=dict(type='str', no_log=False),
+    module_signing_cert=dict(type='str'),
+    cache_dir=dict(type='path'),
+    lock_timeout=dict(type='float', default=600.0),
+    toolkit_version=dict(type='str'),
+    toolkit_packages=dict(type='list', elements='path'),
+    set_as_default=dict(type='bool', default=False),
+    k8s=dict(type='bool', default=False),
+    engines=dict(type='list', elements='str', choices=['docker', 'containerd', 'crio']),
+    kubeconfig=dict(type='str'),
+    gpu_replicas=dict(type='int', default=1),
+    mps=dict(type='bool', default=False),
+    mps_thread_percentage=dict(type='int'),
+    mig_layout=dict(type='list', elements='str'),
+    bake=dict(type='bool', default=False),
+    bake_kernel=dict(type='str'),
+    hold_kernel=dict(type='bool'),
+    hold_driver=dict(type='bool'),
+    stop_gpu_services=dict(type='bool', default=False),
 )
-# the options of NODE_SPEC that are gpunode's (gpunode/api.py PIPELINE_OPTIONS); `state` is the module's own
+# END NODE_SPEC
+# the options of NODE_SPEC that are gpunode's (gpunode/options.py OPTION_TABLE); `state` is the module's own
 GPUNODE_OPTIONS = [name for name in NODE_SPEC if name != "state"]
 
 DOCTOR_SPEC = dict(

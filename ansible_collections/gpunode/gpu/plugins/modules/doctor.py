@@ -94,9 +94,14 @@ ansible_facts:
       description: The C(gpunode doctor --json) document with C(readiness).
       type: dict
 fix:
-  description: The first failing check's fix.
+  description: The first failing check's fix; gpunode's own commands appear as module arguments.
   returned: when not ready
   type: str
+output:
+  description: When gpunode itself failed, the commands that failed on the host and the end of what they printed.
+  returned: failure
+  type: list
+  elements: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402 - after DOCUMENTATION, as Ansible modules go

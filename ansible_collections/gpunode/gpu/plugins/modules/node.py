@@ -277,9 +277,18 @@ msg:
   returned: always
   type: str
 fix:
-  description: gpunode's fix for the failure, runnable as printed.
+  description:
+    - gpunode's fix for the failure. gpunode's own commands appear as this module's arguments (for example
+      C(gpunode.gpu.node) with O(only=[toolkit])), commands for the host as they are.
   returned: failure
   type: str
+output:
+  description:
+    - The commands that failed on the host (else the last ones run), each with its exit status and the end of what
+      it printed; what a fix that says to see the output refers to.
+  returned: failure
+  type: list
+  elements: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402 - after DOCUMENTATION, as Ansible modules go

@@ -12,6 +12,7 @@ task runs as: with `become: true` every command already runs as root and gpunode
 
 from __future__ import annotations
 
+import json
 import shlex
 
 from ansible.errors import AnsibleConnectionFailure, AnsibleError
@@ -20,6 +21,8 @@ try:
     from gpunode.cli._target import rewrite_fixes, runnable
     from gpunode.connection.base import Connection
     from gpunode.errors import ConnectError
+    from gpunode.fixes import Fix
+    from gpunode import options as gpunode_options
 except ImportError as exc:  # the controller lacks gpunode: the action plugins say so as a task failure
     GPUNODE_IMPORT_ERROR: ImportError | None = exc
     Connection = object  # type: ignore[misc,assignment]
@@ -38,6 +41,7 @@ class AnsibleNodeConnection(Connection):  # type: ignore[misc,valid-type]
         self.name = name
         self._action = action
         self.failure = None  # the connection plugin's own message, when it could not reach the node
+        self.transcript = []  # the commands run and the end of what they printed: a failed task's `output`
         conn = action._connection
         # gpunode reads exact bytes (framed probe sections, sha256 of uploads): no pty, which would turn "\n"
         # into "\r\n" and mix stderr into stdout. ssh only asks for one (-tt) for sudoable commands without stdin.
@@ -61,13 +65,80 @@ class AnsibleNodeConnection(Connection):  # type: ignore[misc,valid-type]
             raise ConnectError(f"{self.name}: {exc.message}",
                                fix="set the become password (--ask-become-pass / ansible_become_password), or "
                                    "allow passwordless sudo for the remote user") from None
+        self._record(line, result)
         out = result["stdout"].encode("utf-8", "surrogateescape")
         err = result["stderr"].encode("utf-8", "surrogateescape")
         return int(result["rc"]), out, err, False
 
+    def _record(self, line, result):
+        lines = line.strip().splitlines() or [""]
+        self.transcript.append({"command": lines[0][:300] + (" ..." if len(lines) > 1 or len(lines[0]) > 300 else ""),
+                                "rc": int(result["rc"]),
+                                "stdout": _tail(result["stdout"]), "stderr": _tail(result["stderr"])})
+        del self.transcript[:-TRANSCRIPT_COMMANDS]
+
+    def output(self):
+        """What a terminal would have shown above a failure: the commands that failed (else the last ones)."""
+        failed = [entry for entry in self.transcript if entry["rc"] != 0]
+        return failed[-OUTPUT_COMMANDS:] or self.transcript[-OUTPUT_COMMANDS:]
+
+
+TRANSCRIPT_COMMANDS = 40
+OUTPUT_COMMANDS = 5
+OUTPUT_LINES = 20
+
+
+def _tail(text):
+    return "\n".join(text.splitlines()[-OUTPUT_LINES:])
+
+
+def _yaml(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return f"{value:g}" if isinstance(value, float) else str(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_yaml(v) for v in value) + "]"
+    return json.dumps(str(value))
+
+
+def module_call(command):
+    """A gpunode command (gpunode/fixes.py Gpunode) as the collection's module call that does the same, or None for
+    the commands the collection has no module for (verify, compat, explain ...: run on the controller)."""
+    if command.command not in ("install", "plan", "uninstall", "doctor"):
+        return None
+    if command.command == "doctor":
+        return "gpunode.gpu.doctor"
+    rows = {row.name: row for row in gpunode_options.option_table() if gpunode_options.ANSIBLE in row.fronts}
+    args = {"state": "absent"} if command.command == "uninstall" else {}
+    reboot = False
+    for name, value in command.options:
+        if name == "reboot":
+            reboot = bool(value)
+        elif name in rows and value is not None and rows[name].type == "list":  # repeated: one list
+            args[name] = [*args.get(name, []), *(value if isinstance(value, (list, tuple)) else [value])]
+        elif name in rows and value is not None:
+            args[name] = value
+    text = "gpunode.gpu.node" + (": {" + ", ".join(f"{k}: {_yaml(v)}" for k, v in args.items()) + "}" if args else "")
+    if command.command == "plan":
+        text += " in check mode"
+    if reboot:
+        text += ", then ansible.builtin.reboot and the same task again"
+    return text
+
+
+def ansible_fix(fix, node_args):
+    """A fix as an Ansible user acts on it: gpunode's own commands as module arguments, commands for the host as
+    they are, other gpunode commands (verify, compat) runnable from the controller, the failed commands' output
+    where the task result has it."""
+    if not isinstance(fix, Fix):
+        return runnable(fix, node_args)
+    return fix.render(lambda command: module_call(command) or command.text(node_args), lambda part: part.text(),
+                      lambda part: "see `output` in this task's result")
+
 
 def node_fixer(task_vars, inventory_hostname):
-    """The function that makes a printed `gpunode ...` fix runnable from the controller for this host."""
+    """The function that renders gpunode's fixes for this host, for an Ansible user."""
     address = task_vars.get("ansible_host") or inventory_hostname
     user = task_vars.get("ansible_user") or task_vars.get("ansible_ssh_user")
     port = task_vars.get("ansible_port") or task_vars.get("ansible_ssh_port")
@@ -78,7 +149,7 @@ def node_fixer(task_vars, inventory_hostname):
         args += ["--identity", str(key)]
 
     def fix(text):
-        return runnable(text, args)
+        return ansible_fix(text, args)
 
     return fix
 

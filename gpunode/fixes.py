@@ -1,0 +1,233 @@
+"""Fixes as data: what to do about a problem, in parts a front door renders for its users.
+
+A fix is prose with commands in it. A command is either a gpunode command with its options (`Gpunode`: the CLI
+prints `gpunode install --host gpu-01 --only toolkit`, Ansible prints the module arguments that do the same) or a
+command line to run ON THE NODE (`OnNode`: the CLI wraps it in `ssh ... '...'` for a remote node). Everything else
+is words for a person (a manual action).
+
+`Fix` is also the plain text of the fix (a `str`), so every report, JSON document and test that reads a fix as
+text keeps working; the renderers (gpunode/cli/_target.py, the Ansible bridge) read its parts. Fixes are joined
+with `+` (which keeps the parts), never with f-strings (which would keep only the text).
+
+Nothing outside the renderers and this module spells `gpunode <command>` (tests/test_fixes.py scans the source).
+A fix that is a plain `str` (a data table's prose, text read back from a journal) is still rendered by the CLI's
+older text rules (gpunode/cli/_target.py runnable()); explain's tables are read into Fix values where their text
+is a gpunode command (from_text).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpunode.options import Options
+
+NODE_COMMANDS = ("plan", "install", "doctor", "verify", "status", "facts", "uninstall")  # they take --host
+
+
+@dataclass(frozen=True)
+class Gpunode:
+    """`gpunode <command>` with its options: (name, value) pairs, a name being the option table's (gpunode/options.py)
+    or, for a command's own option, its long name with `_` for `-` (compat's `gpu` is --gpu). True is a flag;
+    a list or tuple repeats the option; None leaves it out, and so does False unless the option has a --no- form
+    (--no-hold-kernel)."""
+
+    command: str
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def option_words(self) -> list[str]:
+        words: list[str] = []
+        for name, value in self.options:
+            flag = flag_of(name, value)
+            if value is None or (value is False and not flag.startswith("--no-")):
+                continue
+            if isinstance(value, bool):
+                words.append(flag)
+            elif isinstance(value, (list, tuple)):
+                for item in value:
+                    words += [flag, str(item)]
+            else:
+                words += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+        return words
+
+    def text(self, node_args: Iterable[str] = ()) -> str:
+        """The command line; `node_args` (how to reach the node, e.g. --host gpu-01) right after the command."""
+        reach = list(node_args) if self.command in NODE_COMMANDS else []
+        return shlex.join(["gpunode", self.command, *reach, *self.option_words()])
+
+
+@dataclass(frozen=True)
+class OnNode:
+    """A command line run on the node (as the user there). `into`: piped into a gpunode command run HERE
+    (`sudo dmesg | gpunode explain`)."""
+
+    command: str
+    into: Gpunode | None = None
+
+    def text(self, wrap: Callable[[str], str] = lambda c: c, render: Callable[[Gpunode], str] | None = None) -> str:
+        there = wrap(self.command)
+        if self.into is None:
+            return there
+        return there + " | " + (render(self.into) if render else self.into.text())
+
+
+@dataclass(frozen=True)
+class Output:
+    """The output of the commands that failed, where the front door shows it: above, in a terminal; in the task
+    result's `output`, in Ansible."""
+
+    def text(self) -> str:
+        return "see the output above"
+
+
+Part = str | Gpunode | OnNode | Output
+
+
+def flag_of(name: str, value: Any = True) -> str:
+    """The command line's spelling of an option: the table's flag (the --no- form for a tri-state False), else
+    the name with dashes."""
+    from gpunode import options as table  # this module is imported by the connection: keep it light
+
+    row = next((o for o in table.option_table() if o.name == name), None)
+    if row is None:
+        return "--" + name.replace("_", "-")
+    on, _, off = row.flag.partition("/")
+    return off if value is False and off else on
+
+
+def plain(part: Part) -> str:
+    if isinstance(part, str):
+        return part
+    return part.text()
+
+
+class Fix(str):
+    """A fix: its plain text, and its parts for the renderers."""
+
+    parts: tuple[Part, ...]
+
+    def __new__(cls, *parts: Part) -> Fix:
+        flat: list[Part] = []
+        for part in parts:
+            flat.extend(part.parts if isinstance(part, Fix) else [part])
+        merged: list[Part] = []
+        for part in flat:  # adjacent words become one string part
+            if isinstance(part, str) and merged and isinstance(merged[-1], str):
+                merged[-1] = merged[-1] + str(part)
+            elif part != "":
+                merged.append(str(part) if isinstance(part, str) else part)
+        self = super().__new__(cls, "".join(plain(p) for p in merged))
+        self.parts = tuple(merged)
+        return self
+
+    def __add__(self, other: object) -> Fix:
+        if not isinstance(other, str):
+            return NotImplemented
+        return Fix(self, other)
+
+    def __radd__(self, other: object) -> Fix:
+        if not isinstance(other, str):
+            return NotImplemented
+        return Fix(other, self)
+
+    def render(self, gpunode: Callable[[Gpunode], str], node: Callable[[OnNode], str],
+               output: Callable[[Output], str] = Output.text, prose: Callable[[str], str] = str) -> str:
+        return "".join(prose(p) if isinstance(p, str) else gpunode(p) if isinstance(p, Gpunode) else
+                       node(p) if isinstance(p, OnNode) else output(p) for p in self.parts)
+
+    def commands(self) -> list[Gpunode]:
+        return [p for p in self.parts if isinstance(p, Gpunode)]
+
+
+def gpunode(command: str, **options: Any) -> Fix:
+    """A fix that is one gpunode command: gpunode("install", only="toolkit")."""
+    return Fix(Gpunode(command, tuple(options.items())))
+
+
+def on_node(command: str, into: Gpunode | Fix | None = None) -> Fix:
+    """A fix that is one command run on the node."""
+    target = into.commands()[0] if isinstance(into, Fix) else into
+    return Fix(OnNode(command, target))
+
+
+def from_text(text: str) -> str:
+    """A data table's fix (data/*.csv) as data where it is a gpunode command (up to a `  # comment`): the same text
+    as a Fix, or the text as it is when it is anything else. Only an exact round trip is accepted."""
+    command, sep, comment = text.partition("  #")
+    there, pipe, here = command.partition(" | gpunode ")
+    if pipe:  # `sudo dmesg | gpunode explain`: the node's output into gpunode here
+        into = from_text("gpunode " + here)
+        return Fix(OnNode(there, into.commands()[0])) + sep + comment if isinstance(into, Fix) else text
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return text
+    if len(words) < 2 or words[0] != "gpunode" or words[1].startswith("-"):
+        return text
+    from gpunode import options as table
+
+    flags = {}
+    for row in table.option_table():
+        on, _, off = row.flag.partition("/")
+        flags[on] = (row.name, True if row.type == "bool" else None)
+        if off:
+            flags[off] = (row.name, False)
+    given: list[tuple[str, Any]] = []
+    rest = words[2:]
+    while rest:
+        word = rest.pop(0)
+        if not word.startswith("--"):
+            return text
+        name, fixed = flags.get(word, (word[2:].replace("-", "_"), None))
+        if fixed is None and rest and not rest[0].startswith("--"):
+            given.append((name, rest.pop(0)))
+        else:
+            given.append((name, True if fixed is None else fixed))
+    parsed = Fix(Gpunode(words[1], tuple(given)))
+    # the same words (a %(placeholder)s value is quoted until it is filled in), nothing after the last one
+    same = parsed == command or ("%(" in command and shlex.split(parsed) == words and command == command.rstrip())
+    return parsed + sep + comment if same else text
+
+
+def fill(text: str, values: Callable[[str], str]) -> str:
+    """`text` with `values` applied to its words (a data table's %(name)s placeholders), parts kept."""
+    if not isinstance(text, Fix):
+        return values(text)
+    return Fix(*(values(p) if isinstance(p, str) else
+                 Gpunode(p.command, tuple((n, values(v) if isinstance(v, str) else v) for n, v in p.options))
+                 if isinstance(p, Gpunode) else p for p in text.parts))
+
+
+def join(*parts: Part | Fix) -> Fix:
+    return Fix(*parts)
+
+
+def same_run(opts: Options, command: str = "install", **changes: Any) -> Fix:
+    """The gpunode command of this run again, with every pipeline option the user gave that the node's plan can
+    read back from Options (the driver's, day 2's, the runtime's), and `changes` on top (e.g. stop_gpu_services=True):
+    a follow-up that drops nothing the user asked for."""
+    from gpunode import options as table
+
+    given: list[tuple[str, Any]] = []
+    for name in _AGAIN:
+        row = next(o for o in table.option_table() if o.name == name)
+        value = changes.pop(name) if name in changes else getattr(opts, name, row.default)
+        if value != row.default and value not in ((), []):
+            given.append((name, value))
+    return Fix(Gpunode(command, (*given, *changes.items())))
+
+
+# what `same_run` repeats, in the order it spells them: the options a step's plan reads from Options as given
+# (cache_dir and toolkit_packages are resolved to paths, and only/skip are not Options: they are not repeated)
+_AGAIN = ("driver", "driver_run", "sha256", "kernel_module", "module_signing_key", "module_signing_cert",
+          "toolkit_version", "set_as_default", "k8s", "engines", "kubeconfig", "gpu_replicas", "mps",
+          "mps_thread_percentage", "mig_layout", "hold_kernel", "hold_driver", "stop_gpu_services")
+
+
+# after an interrupted or aborted run (gpunode/cancel.py, the runner, the SSH connection)
+CHECK_AND_RERUN = Fix("check the node (", Gpunode("status"), "), then run the same command again")
+# a step that did not converge: what its commands printed says why
+SEE_OUTPUT_RERUN = Fix(Output(), "; fix the cause, then run the same command again")

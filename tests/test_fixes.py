@@ -1,0 +1,129 @@
+"""Fixes as data (gpunode/fixes.py): their plain text, how the CLI renders them for a node, and the rule that only
+the renderers spell `gpunode <command>`."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from gpunode import fixes
+from gpunode.cli._target import runnable
+from gpunode.options import Options
+
+ROOT = Path(__file__).resolve().parent.parent
+_COMMAND = re.compile(r"(?<![\w./-])gpunode (plan|install|doctor|verify|status|facts|uninstall|explain|compat)(?![\w-])")
+# the renderers: the CLI, this module, the Ansible action plugins and their bridge
+RENDERERS = ("gpunode/cli/", "gpunode/fixes.py", "ansible_collections/gpunode/gpu/plugins/action/",
+             "ansible_collections/gpunode/gpu/plugins/plugin_utils/")
+# documentation strings a tool reads as documentation, not as a command to run
+DOCUMENTATION = ("DOCUMENTATION", "RETURN", "EXAMPLES")
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def command_literals(root: Path = ROOT) -> list[str]:
+    """`path:line text` of every string literal (not a docstring, not a module's Ansible documentation, not a
+    Prometheus `# HELP` line) that spells a gpunode command, outside the renderers."""
+    found = []
+    paths = [*root.glob("gpunode/**/*.py"), *root.glob("ansible_collections/**/*.py")]
+    for path in sorted(paths):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith(RENDERERS):
+            continue
+        tree = ast.parse(path.read_text())
+        skip = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id in DOCUMENTATION
+                                                    for t in node.targets):
+                skip.add(id(node.value))
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip
+                    and not node.value.startswith("# HELP ") and _COMMAND.search(node.value)):
+                found.append(f"{rel}:{node.lineno} {node.value!r}")
+            if isinstance(node, (ast.List, ast.Tuple)):  # ["gpunode", "uninstall", ...] for shlex.join
+                words = [e.value if isinstance(e, ast.Constant) else None for e in node.elts]
+                if any(a == "gpunode" and isinstance(b, str) and _COMMAND.fullmatch(f"gpunode {b}")
+                       for a, b in zip(words, words[1:], strict=False)):
+                    found.append(f"{rel}:{node.lineno} {words!r}")
+    return found
+
+
+def test_no_gpunode_command_is_spelled_outside_the_renderers():
+    assert command_literals() == []
+
+
+def test_the_scan_finds_a_spelled_command(tmp_path):
+    (tmp_path / "gpunode" / "doctor").mkdir(parents=True)
+    (tmp_path / "gpunode" / "doctor" / "x.py").write_text('"""gpunode install in a docstring is prose."""\n'
+                                                           'FIX = "gpunode install --only toolkit"\n'
+                                                           'AGAIN = shlex.join(["gpunode", "uninstall", "--only", x])\n')
+    assert command_literals(tmp_path) == ["gpunode/doctor/x.py:2 'gpunode install --only toolkit'",
+                                          "gpunode/doctor/x.py:3 ['gpunode', 'uninstall', '--only', None]"]
+
+
+def test_a_fix_is_its_plain_text_and_keeps_its_parts_through_plus():
+    fix = fixes.on_node("sudo modprobe nvidia") + "  # if it fails: " + fixes.on_node("sudo dmesg",
+                                                                                      fixes.gpunode("explain"))
+    assert fix == "sudo modprobe nvidia  # if it fails: sudo dmesg | gpunode explain"
+    assert isinstance(fix, fixes.Fix) and len(fix.parts) == 3
+    again = "run " + fixes.gpunode("install", only=["toolkit", "runtime"], hold_kernel=False, k8s=True)
+    assert again == "run gpunode install --only toolkit --only runtime --no-hold-kernel --k8s"
+    assert isinstance(again, fixes.Fix) and again.commands()[0].command == "install"
+
+
+def test_the_cli_renders_each_part_for_the_node():
+    fix = fixes.on_node("sudo modprobe nvidia") + "  # if it fails: " + fixes.on_node("sudo dmesg",
+                                                                                      fixes.gpunode("explain"))
+    ssh = ["ssh", "-p", "2222", "ubuntu@gpu-01"]
+    assert runnable(fix, ["--host", "ubuntu@gpu-01:2222"], ssh) == (
+        'ssh -t -p 2222 ubuntu@gpu-01 "sudo modprobe nvidia"  # if it fails: '
+        'ssh -p 2222 ubuntu@gpu-01 "sudo dmesg" | gpunode explain')  # explain runs here: no --host
+    install = "then: " + fixes.gpunode("install", driver="570.172.08")
+    assert runnable(install, ["--host", "gpu 01"]) == "then: gpunode install --host 'gpu 01' --driver 570.172.08"
+    assert runnable(install, []) == "then: gpunode install --driver 570.172.08"
+
+
+def test_values_are_quoted():
+    assert fixes.gpunode("compat", gpu="NVIDIA H100 80GB HBM3") == "gpunode compat --gpu 'NVIDIA H100 80GB HBM3'"
+
+
+def test_the_same_run_again_keeps_every_option_the_user_gave():
+    given = Options(driver="570.172.08", stop_gpu_services=True, hold_kernel=True, engines=("docker",))
+    again = fixes.same_run(given)
+    assert again == ("gpunode install --driver 570.172.08 --engine docker --hold-kernel --stop-gpu-services")
+    assert fixes.same_run(Options(driver="570.172.08"), stop_gpu_services=True) == \
+        "gpunode install --driver 570.172.08 --stop-gpu-services"
+
+
+def test_a_data_tables_gpunode_command_is_read_as_data_and_other_text_is_left_alone():
+    parsed = fixes.from_text("gpunode install --only toolkit --only runtime --k8s  # then verify")
+    assert isinstance(parsed, fixes.Fix) and parsed == "gpunode install --only toolkit --only runtime --k8s  # then verify"
+    assert parsed.commands()[0].options == (("only", "toolkit"), ("only", "runtime"), ("k8s", True))
+    piped = fixes.from_text("sudo dmesg | gpunode explain")
+    assert isinstance(piped, fixes.Fix) and isinstance(piped.parts[0], fixes.OnNode)
+    for text in ("gpunode install --driver <a newer branch>", "sudo apt-get install -y x", "gpunode  install"):
+        assert not isinstance(fixes.from_text(text), fixes.Fix)
+
+
+def test_explains_table_fixes_reach_the_renderers_as_data():
+    from gpunode.explain import explain
+
+    finding = explain('docker: Error response from daemon: could not select device driver "" with capabilities: '
+                      "[[gpu]].")[0]
+    assert isinstance(finding.fix, fixes.Fix) and finding.fix == "gpunode install --only toolkit --only runtime"
+    assert runnable(finding.fix, ["--host", "gpu-01"]) == "gpunode install --host gpu-01 --only toolkit --only runtime"
+
+
+def test_a_node_command_in_the_words_of_a_fix_still_runs_on_the_node():
+    fix = "run `nvidia-smi -L` first; then " + fixes.gpunode("install")
+    assert runnable(fix, ["--host", "gpu-01"], ["ssh", "gpu-01"]) == \
+        'run `ssh -t gpu-01 "nvidia-smi -L"` first; then gpunode install --host gpu-01'
