@@ -455,15 +455,15 @@ def driver_query(text: str, t: Tables | None = None) -> DriverQuery:
         branch = t.branches.get(int(value))
         if branch is None or branch.latest_known is None:
             raise UsageError(f"--driver {value}: gpunode knows no release of branch R{value}",
-                             fix=f"gpunode compat --driver {newest}  # or a full version, or another branch with a "
-                                 f"known release: {_with_release(t)}")
+                             fix=fixes.gpunode("compat", driver=newest) + "  # or a full version, or another branch "
+                                 f"with a known release: {_with_release(t)}")
         return DriverQuery(Ver(str(branch.latest_known)), branch.branch, False)
     version = parse_driver(value)
     if branch_of(version) not in known_branches(t):
         later = f"; a branch after R{newest} needs a newer gpunode" if branch_of(version) > newest else ""
         raise UsageError(f"--driver {value}: R{branch_of(version)} is not an NVIDIA driver branch gpunode knows"
                          f"{later}",
-                         fix=f"gpunode compat --driver {newest}  # or another branch with a known release: "
+                         fix=fixes.gpunode("compat", driver=newest) + "  # or another branch with a known release: "
                              f"{_with_release(t)}")
     row = t.branches.get(branch_of(version))
     beyond = row is not None and row.latest_known is not None and version > row.latest_known

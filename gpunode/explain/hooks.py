@@ -362,7 +362,7 @@ def _no_device(c: Candidate, doc: Doc) -> Finding:
                              "(the text says /proc/driver/nvidia/version does not exist): in a container, it was "
                              "started without GPU access (no --gpus, no nvidia runtime); on a host, nvidia.ko is not "
                              "loaded or not installed.",
-                       fix="gpunode doctor",
+                       fix=fixes.gpunode("doctor"),
                        also=("docker run --rm --gpus all ubuntu nvidia-smi  # a container needs --gpus (or the nvidia "
                              "runtime)", "cat /proc/driver/nvidia/version  # on the host"))
     visible = doc.has(_VISIBLE)
@@ -465,7 +465,7 @@ def _bar(c: Candidate, doc: Doc) -> Finding:
                          "window), so the guest cannot use the GPU. The fix is in the VM's configuration on the "
                          "hypervisor, not in the guest.",
                    also=(f"{hypervisor.name}: {hypervisor.bar_fix}", f"source: {hypervisor.source}",
-                         "gpunode doctor  # in the guest: hw.passthrough-bars shows each GPU's BARs"))
+                         fixes.gpunode("doctor") + "  # in the guest: hw.passthrough-bars shows each GPU's BARs"))
 
 
 # --- which kernel driver owns the GPU (lspci -k in the same paste) ----------------------------------------------
@@ -491,4 +491,4 @@ def _gpu_owner(c: Candidate, doc: Doc) -> Finding:
     return _render(c, doc, values=values, excerpt=_with_line(c, doc, owner),
                    cause=f"The GPU is driven by {name}, not nvidia.ko (lspci -k in the text says so): {name} must be "
                          "blacklisted, the initramfs rebuilt and the node rebooted before the NVIDIA driver can bind.",
-                   fix="gpunode install --only nouveau", also=("lspci -nnk -d 10de:",))
+                   fix=fixes.gpunode("install", only="nouveau"), also=("lspci -nnk -d 10de:",))
