@@ -11,14 +11,18 @@ cleared once carried out (the restart succeeded; the node runs another boot), so
 for the next run (the runtime step restarts the engine; doctor reports it). Resuming needs no replay: every step
 re-plans from fresh facts, so the next run simply continues where the node actually is.
 
-`undo` (top level, never trimmed with old runs) holds typed records of what each change did, written right
-after it (gpunode/actions/ `apply_recorded`): {"id", "run", "step", "time", "kind": "file" | "packages" |
-"unit" | "driver", ...}; `gpunode uninstall` (gpunode/undo/) plans from them and marks each one it has undone
-with "undone": <run id>.
+`undo` (top level, never trimmed with old runs) holds typed records of what each change did
+(gpunode/records.py, made by gpunode/actions/ `apply_recorded`), written with the step's result once its actions
+have run: {"id", "run", "step", "time", "kind": "file" | "packages" | "hold" | "unit" | "driver", ...};
+`gpunode uninstall` (gpunode/undo/) plans from them and marks each one it has undone with "undone": <run id>.
+
+Reading checks the shape of everything it will use (`read_journal`): a damaged file is an error that names the
+place and the fix, never a traceback in `status`, `install` or `uninstall`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
@@ -27,6 +31,7 @@ from typing import Any
 from gpunode import __version__
 from gpunode.connection.base import Connection
 from gpunode.errors import GpunodeError
+from gpunode.records import RecordError, UndoRecord, parse_records
 
 JOURNAL_PATH = "/var/lib/gpunode/journal.json"
 KEEP_RUNS = 20
@@ -41,7 +46,7 @@ def owed_targets(text: str, effect: str) -> set[str]:
     text is empty or not a journal (a fact reads the file raw: a broken journal is doctor's and install's concern)."""
     try:
         data = json.loads(text) if text.strip() else {}
-    except ValueError:
+    except (ValueError, RecursionError):
         return set()
     pending = data.get("pending") if isinstance(data, dict) else None
     if not isinstance(pending, list):
@@ -50,21 +55,76 @@ def owed_targets(text: str, effect: str) -> set[str]:
             and isinstance(p.get("target"), str)}
 
 
+def _shape(data: object) -> str | None:
+    """What is wrong with a journal's shape (the parts gpunode reads), or None."""
+    if not isinstance(data, dict):
+        return f"it is a JSON {type(data).__name__}, not an object"
+    runs = data.get("runs")
+    if not isinstance(runs, list):
+        return "'runs' is not a list"
+    for i, run in enumerate(runs):
+        if not isinstance(run, dict):
+            return f"runs[{i}] is not an object"
+        for key in ("id", "started", "status", "command"):
+            if not isinstance(run.get(key, ""), str):
+                return f"runs[{i}].{key} is not a string"
+        steps = run.get("steps", [])
+        if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps):
+            return f"runs[{i}].steps is not a list of objects"
+        for j, step in enumerate(steps):
+            for key in ("step", "result", "reason"):
+                if not isinstance(step.get(key, ""), str):
+                    return f"runs[{i}].steps[{j}].{key} is not a string"
+            if not isinstance(step.get("error") or "", str):
+                return f"runs[{i}].steps[{j}].error is not a string"
+            backups = step.get("backups") or []
+            if not isinstance(backups, list) or not all(isinstance(b, str) for b in backups):
+                return f"runs[{i}].steps[{j}].backups is not a list of paths"
+        changes = run.get("changes") or []
+        if not isinstance(changes, list) or not all(
+                isinstance(c, dict) and isinstance(c.get("action", ""), str) for c in changes):
+            return f"runs[{i}].changes is not a list of changes"
+    pending = data.get("pending", [])
+    if not isinstance(pending, list):
+        return "'pending' is not a list"
+    for i, p in enumerate(pending):
+        if not isinstance(p, dict) or not all(isinstance(p.get(k, ""), str) for k in ("effect", "target", "step")):
+            return f"pending[{i}] is not an owed effect (effect, target, step)"
+    return None
+
+
 def read_journal(conn: Connection) -> dict[str, Any]:
-    """The node's journal, or an empty one. A corrupt journal is reported, not overwritten silently."""
+    """The node's journal, or an empty one; its `undo` list typed (gpunode/records.py; absent: a journal from
+    before undo records). A corrupt or damaged journal is reported with the fix, not overwritten silently."""
     text = conn.read_file(JOURNAL_PATH, sudo=False)
     if text is None:
         return {"schema_version": 1, "runs": []}
+    return parse_journal(text, conn.name)
+
+
+def parse_journal(text: str, host: str) -> dict[str, Any]:
+    fix = f"move it aside (it is only a record): sudo mv {JOURNAL_PATH} {JOURNAL_PATH}.broken"
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise GpunodeError(f"{conn.name}: {JOURNAL_PATH} is not valid JSON ({exc})",
-                           fix=f"move it aside (it is only a record): sudo mv {JOURNAL_PATH} {JOURNAL_PATH}.broken"
-                           ) from None
-    if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
-        raise GpunodeError(f"{conn.name}: {JOURNAL_PATH} has an unexpected shape",
-                           fix=f"move it aside: sudo mv {JOURNAL_PATH} {JOURNAL_PATH}.broken")
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the parser goes
+        why = str(exc) if isinstance(exc, ValueError) else "nested too deeply"
+        raise GpunodeError(f"{host}: {JOURNAL_PATH} is not valid JSON ({why})", fix=fix) from None
+    problem = _shape(data)
+    if problem is None and "undo" in data:
+        try:
+            data["undo"] = parse_records(data["undo"])
+        except RecordError as exc:
+            problem = str(exc)
+    if problem is not None:
+        raise GpunodeError(f"{host}: {JOURNAL_PATH} has an unexpected shape: {problem}", fix=fix)
     return data
+
+
+def to_json(data: dict[str, Any]) -> str:
+    """The journal as written: typed records as their JSON objects."""
+    undo = data.get("undo")
+    shown = {**data, "undo": [r.to_dict() for r in undo]} if isinstance(undo, list) else data
+    return json.dumps(shown, indent=2) + "\n"
 
 
 class Journal:
@@ -112,16 +172,17 @@ class Journal:
         self._save()
 
     @property
-    def undo_records(self) -> list[dict[str, Any]]:
+    def undo_records(self) -> list[UndoRecord]:
         found = self.data.get("undo")
-        return [r for r in found if isinstance(r, dict)] if isinstance(found, list) else []
+        return found if isinstance(found, list) else []
 
-    def undo(self, step: str, records: list[dict[str, Any]]) -> None:
-        """Keep what it takes to undo a change that was just made (typed, never re-parsed from text)."""
+    def undo(self, step: str, records: list[UndoRecord], *, save: bool = True) -> None:
+        """Keep what it takes to undo a change that was made (typed, never re-parsed from text)."""
         self.begin_quietly()
-        self.data["undo"] = [*self.undo_records, *({**r, "id": uuid.uuid4().hex[:12], "run": self.run["id"],
-                                                     "step": step, "time": _now()} for r in records)]
-        self._save()
+        self.data["undo"] = [*self.undo_records, *(dataclasses.replace(
+            r, id=uuid.uuid4().hex[:12], run=self.run["id"], step=step, time=_now()) for r in records)]
+        if save:
+            self._save()
 
     def start_undo_records(self) -> None:
         """An old journal (no `undo` yet) once its marker-only uninstall has run: from now on, records decide."""
@@ -130,16 +191,15 @@ class Journal:
             self.data["undo"] = []
             self._save()
 
-    def undone(self, ids: set[str]) -> None:
+    def undone(self, ids: set[str], *, save: bool = True) -> None:
         """Mark records as undone by this run: a later uninstall no longer plans from them."""
-        marked = False
-        for record in self.undo_records:
-            if record.get("id") in ids and not record.get("undone"):
-                record["undone"] = self.run["id"]
-                marked = True
-        if marked:
+        marked = [dataclasses.replace(r, undone=self.run["id"]) if r.id in ids and not r.undone else r
+                  for r in self.undo_records]
+        if marked != self.undo_records:
             self.begin_quietly()
-            self._save()
+            self.data["undo"] = marked
+            if save:
+                self._save()
 
     def settle(self, done: tuple[tuple[str, str], ...]) -> None:
         """Clear owed effects once carried out."""
@@ -164,7 +224,7 @@ class Journal:
     def _save(self) -> None:
         """Best effort: the journal is a record, so failing to write it never fails the run itself."""
         try:
-            self.conn.write_file(JOURNAL_PATH, json.dumps(self.data, indent=2) + "\n", mode=0o644, backup=False)
+            self.conn.write_file(JOURNAL_PATH, to_json(self.data), mode=0o644, backup=False)
             self.error = None
         except GpunodeError as exc:
             self.error = f"could not update {JOURNAL_PATH}: {exc.message}"

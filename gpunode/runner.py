@@ -379,6 +379,8 @@ def converge(conn: Connection, step: Step, plan: StepPlan, facts: Facts, options
             outcome.backups.append(detail)
         if record is not None and undo:
             record.undo(step.name, undo)
+        for gap in dict.fromkeys(r.gap for r in undo if r.gap):
+            reporter.message(conn.name, f"warning: {step.name}: {action.summary}: {gap}")
         if record is not None and action.settles():
             record.settle(action.settles())
         reporter.action(conn.name, step, action, "done", detail or "")

@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from gpunode.connection.base import Connection
+from gpunode.records import FileRecord, UndoRecord, UnitRecord
 from gpunode.shell import Cmd, Script, to_argv
-
-UndoRecord = dict[str, object]  # what the journal keeps to undo one change (gpunode/undo/, docs/day2.md)
 
 # Read-only look at what an undo record needs: files' sha256, the installed packages, units' enablement, the
 # .run driver's version. One line per item; a failure prints nothing (the record says "unknown").
@@ -143,13 +142,12 @@ class RunCommand(Action):
         before_units = undo_look(conn, "units", *units) if units else None
         before_files = undo_look(conn, "files", *created) if created else None
         note = self.apply(conn)
-        records: list[UndoRecord] = [{"kind": "unit", "unit": u, "was": (before_units or {}).get(u, "unknown")}
-                                     for u in units]
+        records: list[UndoRecord] = [UnitRecord(unit=u, was=(before_units or {}).get(u, "unknown")) for u in units]
         after = undo_look(conn, "files", *created) if created else None
         for path in created:
             was, now = (before_files or {}).get(path), (after or {}).get(path)
             if was == "-" and now and now != "-":  # only what this command created
-                records.append({"kind": "file", "path": path, "existed": False, "backup": None, "sha256": now})
+                records.append(FileRecord(path=path, existed=False, sha256=now))
         return note, records
 
 
@@ -178,9 +176,8 @@ class WriteFile(Action):
 
     def apply_recorded(self, conn: Connection) -> tuple[str | None, list[UndoRecord]]:
         written = conn.write_file(self.path, self.after, mode=self.mode)
-        record: UndoRecord = {"kind": "file", "path": self.path, "existed": written.backup is not None,
-                              "backup": written.backup, "sha256": hashlib.sha256(self.after.encode()).hexdigest(),
-                              "mode": f"{self.mode:04o}"}
+        record = FileRecord(path=self.path, existed=written.backup is not None, backup=written.backup,
+                            sha256=hashlib.sha256(self.after.encode()).hexdigest(), mode=f"{self.mode:04o}")
         return (f"backup of {self.path}: {written.backup}" if written.backup else None), [record]
 
 

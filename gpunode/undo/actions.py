@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from gpunode.actions.base import Action, WriteFile, command_line
 from gpunode.connection.base import Connection
+from gpunode.records import UndoRecord
 from gpunode.shell import Script
 
 _RESTORE = Script(name="restore-backup", body='b=$1; f=$2; shift 2; mv -f -- "$b" "$f" && rm -f -- "$@"')
@@ -75,3 +76,23 @@ class RestoreFile(Action):
     def apply(self, conn: Connection) -> str | None:
         conn.run(self.script(), sudo=True, timeout=60).check(self.summary)
         return f"restored {self.path} from {self.backup}"
+
+
+@dataclass(frozen=True)
+class StripEntries(WriteFile):
+    """Write a config the user changed since gpunode without gpunode's entries (key by key), then remove the
+    copies gpunode made of it: the user's file as it is now is the one to keep, so no backup is made either."""
+
+    removes: tuple[str, ...] = ()  # gpunode's backups of this file (the install-time copy included)
+
+    def commands(self) -> list[str]:
+        return [command_line(("rm", "-f", "--", *self.removes))] if self.removes else []
+
+    def to_dict(self) -> dict[str, object]:
+        return {**super().to_dict(), "removes": list(self.removes)}
+
+    def apply_recorded(self, conn: Connection) -> tuple[str | None, list[UndoRecord]]:
+        conn.write_file(self.path, self.after, mode=self.mode, backup=False)
+        if self.removes:
+            conn.run(("rm", "-f", "--", *self.removes), sudo=True, timeout=60).check(f"removing {', '.join(self.removes)}")
+        return None, []

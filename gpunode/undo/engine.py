@@ -14,10 +14,11 @@ from gpunode.facts import Facts, gather
 from gpunode.journal import Journal, read_journal
 from gpunode.options import Options
 from gpunode.plan import Status, StepPlan
+from gpunode.records import DriverRecord, FileRecord, HoldRecord, PackagesRecord, UndoRecord
 from gpunode.runner import NullReporter, Reporter, RunReport, StepOutcome, converge
 from gpunode.steps import nodesettings, nouveau, toolkit
 from gpunode.steps.base import Step
-from gpunode.undo import ORDER, plan_step, state
+from gpunode.undo import ORDER, plan_step, scope, state
 from gpunode.undo.common import stopped_units
 from gpunode.undo.state import NodeState, Record, UndoRequest
 
@@ -31,8 +32,9 @@ LEGACY_FILES = {"nouveau": (nouveau.PATH,), "toolkit": (toolkit.APT_LIST, toolki
 
 
 def active_records(journal: dict[str, object]) -> list[Record]:
+    """The journal's records not undone yet (read_journal has typed and checked them)."""
     found = journal.get("undo")
-    return [r for r in found if isinstance(r, dict) and not r.get("undone")] if isinstance(found, list) else []
+    return [r for r in found if isinstance(r, UndoRecord) and not r.undone] if isinstance(found, list) else []
 
 
 def legacy_records(journal: dict[str, object]) -> list[Record]:
@@ -42,8 +44,8 @@ def legacy_records(journal: dict[str, object]) -> list[Record]:
             isinstance(s, dict) and s.get("result") in ("changed", "reboot-pending", "failed", "interrupted")
             for run in runs if isinstance(run, dict) for s in run.get("steps") or []):
         return []
-    return [{"kind": "file", "path": path, "existed": False, "backup": None, "sha256": None, "marker": True,
-             "step": step} for step, paths in LEGACY_FILES.items() for path in paths]
+    return [FileRecord(path=path, existed=False, marker=True, step=step)
+            for step, paths in LEGACY_FILES.items() for path in paths]
 
 
 def read_state(conn: Connection, records: list[Record]) -> NodeState:
@@ -57,11 +59,11 @@ def read_state(conn: Connection, records: list[Record]) -> NodeState:
                 texts[path] = conn.read_file(path, sudo=True)
             except GpunodeError:
                 texts[path] = None
-    packages = undo_look(conn, "packages") if any(r.get("kind") == "packages" for r in records) else {}
+    packages = undo_look(conn, "packages") if any(isinstance(r, PackagesRecord) for r in records) else {}
     units = state.units(records)
-    driver = (undo_look(conn, "driver") or {}).get("driver") if any(r.get("kind") == "driver" for r in records) \
+    driver = (undo_look(conn, "driver") or {}).get("driver") if any(isinstance(r, DriverRecord) for r in records) \
         else None
-    holds = undo_look(conn, "holds") if any(r.get("kind") == "hold" for r in records) else {}
+    holds = undo_look(conn, "holds") if any(isinstance(r, HoldRecord) for r in records) else {}
     return NodeState(files=files or {}, texts=texts, packages=packages,
                      units=(undo_look(conn, "units", *units) or {}) if units else {}, driver=driver,
                      holds=None if holds is None else frozenset(holds))
@@ -83,10 +85,14 @@ def _first_blocked(records: list[Record], current: NodeState, facts: Facts, requ
 def kept_packages(records: list[Record], current: NodeState, request: UndoRequest) -> frozenset[str]:
     """Packages gpunode installed that stay installed after this uninstall: those of steps it does not undo (not
     selected with --only; the prerequisites unless named)."""
-    keep = [r for r in records if r.get("kind") == "packages" and (
-        r.get("step") not in request.steps or (r.get("step") == "prerequisites" and not request.prerequisites))]
-    return frozenset(str(p[0]) for r in keep for p in r.get("installed") or []
-                     if isinstance(p, list) and p and current.packages and p[0] in current.packages)
+    keep = [r for r in records if isinstance(r, PackagesRecord) and not _undoes(request, r)]
+    return frozenset(n for r in keep for n in r.names if current.packages and n in current.packages)
+
+
+def _undoes(request: UndoRequest, record: Record) -> bool:
+    """Whether this uninstall undoes what the record names (its step selected; the prerequisites only when
+    named): the records it keeps leave nothing for it to do."""
+    return record.step in request.steps and (record.step != "prerequisites" or request.prerequisites)
 
 
 def _step(name: str, title: str) -> Step:
@@ -98,15 +104,17 @@ def uninstall(conn: Connection, request: UndoRequest, options: Options, reporter
     reporter = reporter or NullReporter()
     report = RunReport(conn.name, "plan" if dry_run else "uninstall")
     journal = read_journal(conn)
-    records = active_records(journal)
+    records, ignored = scope.within(active_records(journal))
     legacy = legacy_records(journal)
     if legacy:
         records, request = legacy, replace(request, legacy=True)
     facts = gather(conn)
     report.node, report.facts = facts.summary(), facts
     reporter.node(conn.name, facts)
-    if not records:
-        return report  # nothing to undo: no outcomes, nothing written
+    for _, warning in ignored:
+        reporter.message(conn.name, f"warning: {warning}")
+    if not any(_undoes(request, r) for r in records):
+        return report  # nothing to undo (kept prerequisites are not): no outcomes, nothing written
     record = None if dry_run else Journal(conn, command)
     current = read_state(conn, records)
     request = replace(request, kept_packages=kept_packages(records, current, request),
@@ -121,6 +129,9 @@ def uninstall(conn: Connection, request: UndoRequest, options: Options, reporter
             continue
         step = _step(name, title)
         plan = plan_step(name, records, current, facts, request)
+        mine = [w for s, w in ignored if s == name]
+        if mine:
+            plan = replace(plan, notes=(*plan.notes, *mine))
         reporter.planned(conn.name, step, plan)
         if plan.status is Status.CHANGE:  # what this step stops, the later steps (the driver's) need not stop
             request = replace(request, stopping=tuple(dict.fromkeys((*request.stopping, *stopped_units(plan.actions)))))
@@ -135,7 +146,7 @@ def uninstall(conn: Connection, request: UndoRequest, options: Options, reporter
             continue
         outcome = StepOutcome(name, step.title, plan, "ok")
         report.outcomes.append(outcome)
-        ids = {str(r["id"]) for r in records if r.get("step") == name and r.get("id")}
+        ids = {r.id for r in records if r.step == name and r.id}
         if stopped:
             outcome.result, outcome.error = "not-run", stopped
             continue

@@ -10,6 +10,7 @@ from gpunode.facts import Facts
 from gpunode.facts import packages as package_facts
 from gpunode.facts.packages import unit
 from gpunode.plan import Action, RestartService, StepPlan, change, ok
+from gpunode.records import FileRecord
 from gpunode.undo.common import file_actions
 from gpunode.undo.engines import BY_HAND, STRIP, strip_docker
 from gpunode.undo.state import LEGACY_NOTE, NodeState, Record, UndoRequest
@@ -19,9 +20,9 @@ __all__ = ["NAME", "plan", "strip_docker"]
 
 
 def plan(records: list[Record], state: NodeState, facts: Facts, request: UndoRequest) -> StepPlan:
-    files_of = [r for r in records if r.get("kind") == "file" and r.get("path")]
-    restart = {str(r["path"]): str(r.get("restart") or "") for r in files_of}
-    engine = {str(r["path"]): str(r.get("engine") or "") for r in files_of}
+    files_of = [r for r in records if isinstance(r, FileRecord)]
+    restart = {r.path: r.restart for r in files_of}
+    engine = {r.path: r.engine for r in files_of}
     if not any(engine.values()):  # records written before the engine was kept: docker's file by its name
         engine = {p: "docker" for p in engine if p.endswith("daemon.json")}
     strip = {p: STRIP[e] for p, e in engine.items() if e in STRIP}

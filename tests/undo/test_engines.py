@@ -8,6 +8,7 @@ import json
 from gpunode.facts import Facts
 from gpunode.facts.containers import dump_toml, predict_containerd, predict_crio, tomllib
 from gpunode.plan import WriteFile
+from gpunode.records import FileRecord
 from gpunode.undo import runtime
 from gpunode.undo.engines import strip_containerd, strip_crio, strip_docker
 from gpunode.undo.state import NodeState, UndoRequest
@@ -57,8 +58,7 @@ def test_crio_and_docker_share_the_rule():
 
 def test_an_unparseable_changed_config_is_left_with_a_fix_naming_gpunodes_entries():
     path = "/etc/containerd/config.toml"
-    records = [{"kind": "file", "path": path, "existed": False, "backup": None, "sha256": "a" * 64,
-                "engine": "containerd", "restart": ""}]
+    records = [FileRecord(path=path, existed=False, sha256="a" * 64, engine="containerd")]
     broken = "version = 2\n[plugins\n"
     state = NodeState(files={path: hashlib.sha256(broken.encode()).hexdigest()}, texts={path: broken})
     p = runtime.plan(records, state, Facts(), UndoRequest(("runtime",)))
