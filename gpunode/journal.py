@@ -22,10 +22,12 @@ place and the fix, never a traceback in `status`, `install` or `uninstall`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 from gpunode import __version__
@@ -128,9 +130,14 @@ def to_json(data: dict[str, Any]) -> str:
 
 
 class Journal:
-    def __init__(self, conn: Connection, command: str) -> None:
+    """This run's record in the node's journal. Writes are few: `batch()` gathers every record made inside it into
+    one write, and a step's result waits for the next write (the run's `finish` at the latest, also after an error
+    or Ctrl-C)."""
+
+    def __init__(self, conn: Connection, command: str, text: str | None = None) -> None:
+        """`text`: the journal as the probe read it (saves a read); None: read it now."""
         self.conn = conn
-        self.data = read_journal(conn)
+        self.data = parse_journal(text, conn.name) if text is not None else read_journal(conn)
         previous = self.data["runs"][-1] if self.data["runs"] else None
         self.interrupted = previous if previous and previous.get("status") == "running" else None
         if self.interrupted:
@@ -140,6 +147,19 @@ class Journal:
                                     "steps": []}
         self.begun = False
         self.error: str | None = None  # the last failure to write the journal, if any
+        self._batching = 0
+        self._unsaved = False
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Every record made inside is saved in ONE write when the block ends (also when it ends by an error)."""
+        self._batching += 1
+        try:
+            yield
+        finally:
+            self._batching -= 1
+            if not self._batching and self._unsaved:
+                self._save()
 
     def begin(self) -> None:
         """Record the run as started: called right before the first change."""
@@ -151,7 +171,7 @@ class Journal:
         self.begin()
         self.run["steps"].append({"step": name, "result": result, "reason": reason, "backups": backups,
                                   "error": error, "time": _now()})
-        self._save()
+        self._unsaved = True  # written with the next write: the next change, or the run's finish
 
     @property
     def pending(self) -> list[dict[str, Any]]:
@@ -216,13 +236,17 @@ class Journal:
             self.data["runs"] = [*self.data["runs"], self.run][-KEEP_RUNS:]
 
     def finish(self, status: str) -> None:
-        if self.begun:
+        if self.begun or self._unsaved:
             self.run["status"] = status
             self.run["finished"] = _now()
             self._save()
 
     def _save(self) -> None:
         """Best effort: the journal is a record, so failing to write it never fails the run itself."""
+        if self._batching:
+            self._unsaved = True
+            return
+        self._unsaved = False
         try:
             self.conn.write_file(JOURNAL_PATH, to_json(self.data), mode=0o644, backup=False)
             self.error = None

@@ -7,6 +7,7 @@ worker threads later while one reporter draws from the main thread.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import traceback
@@ -18,6 +19,7 @@ from gpunode import __version__, cancel, preflight
 from gpunode.connection.base import Connection
 from gpunode.errors import CommandError, ConnectError, GpunodeError
 from gpunode.facts import Facts, gather
+from gpunode.facts.containers import PENDING_RESTARTS
 from gpunode.journal import Journal
 from gpunode.options import Options
 from gpunode.plan import Action, Reboot, Status, StepPlan
@@ -101,14 +103,14 @@ class RunReport:
 
     @property
     def exit_code(self) -> int:
-        """0 done (or plan computed), 1 failed or blocked, 3 a reboot is needed before going on,
-        130 interrupted (Ctrl-C)."""
+        """0 done (or plan computed), 1 failed or blocked, 3 a reboot is needed before going on (install and
+        uninstall), 130 interrupted (Ctrl-C). Every front end (CLI, fleet, library, Ansible) takes it from here."""
         state = self.state
         if state == "interrupted":
             return 130
         if state in ("failed", "blocked"):
             return 1
-        return 3 if state == "reboot-pending" and self.mode == "install" else 0
+        return 3 if state == "reboot-pending" and self.mode in ("install", "uninstall") else 0
 
     @property
     def state(self) -> str:
@@ -239,7 +241,7 @@ def apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
     facts = gather(conn)
     report.node, report.facts = facts.summary(), facts
     reporter.node(conn.name, facts)
-    record = Journal(conn, "install " + " ".join(s.name for s in steps)) if journal else None
+    record = Journal(conn, "install " + " ".join(s.name for s in steps), journal_text(facts)) if journal else None
     if record is not None:
         record.settle(_reboots_done(record, facts))  # a reboot owed since another boot has happened
     if record is not None and record.interrupted:
@@ -260,10 +262,17 @@ def apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
             # one bounded write, even after a hard abort (which stops every other remote command): the record
             # of how the run ended is what the next run and `gpunode status` go by
             with cancel.bind(cancel.CancelToken()):
-                record.finish(_journal_status(report))
+                record.finish(journal_status(report))
             if record.error:
                 reporter.message(conn.name, f"warning: {record.error}")
     return report
+
+
+def journal_text(facts: Facts) -> str | None:
+    """The node's journal as the probe read it (the fact that reads owed restarts cats it whole), or None when the
+    probe could not read it (then the journal reads it itself; absent or not, it is the same answer)."""
+    section = facts.section(PENDING_RESTARTS)
+    return section.text if section.ok and section.text.strip() else None
 
 
 def _internal(report: RunReport, exc: Exception) -> None:
@@ -278,7 +287,7 @@ def _reboots_done(record: Journal, facts: Facts) -> tuple[tuple[str, str], ...]:
                  if isinstance(p, dict) and p.get("effect") == "reboot" and facts.boot_id and p.get("target") != facts.boot_id)
 
 
-def _journal_status(report: RunReport) -> str:
+def journal_status(report: RunReport) -> str:
     if report.interrupted:
         return "interrupted"
     return {0: "done", 3: "reboot-pending"}.get(report.exit_code, "failed")
@@ -318,8 +327,6 @@ def _apply_steps(conn: Connection, steps: Sequence[Step], options: Options, repo
                 outcome.result, outcome.error = "failed", f"could not decide what to do: {plan.reason}"
                 stopped = f"not run: step {step.name} failed"
                 continue
-            if record is not None:
-                record.begin()
             try:
                 facts = _converge(conn, step, plan, facts, options, earlier, reporter, report, outcome, record)
             except (cancel.Cancelled, KeyboardInterrupt) as exc:
@@ -360,30 +367,15 @@ def converge(conn: Connection, step: Step, plan: StepPlan, facts: Facts, options
     is left and --reboot allows it. Shared by install and `gpunode uninstall` (gpunode/undo/engine.py), which
     passes undoable=False: undoing a change records nothing to undo."""
     what = what or f"step {step.name}"
-    for action in plan.actions:
-        if isinstance(action, Reboot):
-            continue
-        cancel.checkpoint(f"{step.name}: {action.summary}")
-        reporter.action(conn.name, step, action, "start")
-        owed = action.deferred()
-        if record is not None and owed:
-            record.change(step.name, action.summary, owed)
-        try:
-            # apply(), with what `gpunode uninstall` needs to undo it
-            detail, undo = action.apply_recorded(conn) if undoable else (action.apply(conn), [])
-        except Exception as exc:
-            reporter.action(conn.name, step, action, "failed",
-                            exc.message if isinstance(exc, GpunodeError) else internal_error(exc))
-            raise
-        if detail:
-            outcome.backups.append(detail)
-        if record is not None and undo:
-            record.undo(step.name, undo)
-        for gap in dict.fromkeys(r.gap for r in undo if r.gap):
-            reporter.message(conn.name, f"warning: {step.name}: {action.summary}: {gap}")
-        if record is not None and action.settles():
-            record.settle(action.settles())
-        reporter.action(conn.name, step, action, "done", detail or "")
+    actions = [a for a in plan.actions if not isinstance(a, Reboot)]
+    if record is not None:  # ONE write before the first action: the run, and every effect the actions leave owed
+        with record.batch():
+            record.begin()
+            for action in actions:
+                if action.deferred():
+                    record.change(step.name, action.summary, action.deferred())
+    with record.batch() if record is not None else contextlib.nullcontext():  # ONE write after: undo, settled
+        _apply_actions(conn, step, actions, reporter, outcome, record, undoable)
     facts = gather(conn)
     after = replan(facts)
     while after.status is not Status.OK:
@@ -419,9 +411,29 @@ def converge(conn: Connection, step: Step, plan: StepPlan, facts: Facts, options
     return facts
 
 
-def execute(conn: Connection, action: Action) -> str | None:
-    """Carry out one action (the Action contract, gpunode/actions/). Returns a note worth keeping, if any."""
-    return action.apply(conn)
+def _apply_actions(conn: Connection, step: Step, actions: list[Action], reporter: Reporter, outcome: StepOutcome,
+                   record: Journal | None, undoable: bool) -> None:
+    """Each action in order, with a Ctrl-C checkpoint before it; what it returns to undo it goes to the journal
+    (in the caller's batch), and a record the node could not help make is a warning."""
+    for action in actions:
+        cancel.checkpoint(f"{step.name}: {action.summary}")
+        reporter.action(conn.name, step, action, "start")
+        try:
+            # apply(), with what `gpunode uninstall` needs to undo it
+            detail, undo = action.apply_recorded(conn) if undoable else (action.apply(conn), [])
+        except Exception as exc:
+            reporter.action(conn.name, step, action, "failed",
+                            exc.message if isinstance(exc, GpunodeError) else internal_error(exc))
+            raise
+        if detail:
+            outcome.backups.append(detail)
+        if record is not None and undo:
+            record.undo(step.name, undo)
+        for gap in dict.fromkeys(r.gap for r in undo if r.gap):
+            reporter.message(conn.name, f"warning: {step.name}: {action.summary}: {gap}")
+        if record is not None and action.settles():
+            record.settle(action.settles())
+        reporter.action(conn.name, step, action, "done", detail or "")
 
 
 # systemd queues the reboot and returns at once, so the command finishes before the connection drops;

@@ -67,7 +67,7 @@ def uninstall(target: Target, argv: list[str], only: UndoOnlyOpt = None, dry_run
                 with two_stage_interrupt() as token, cancel.bind(token):
                     report = run_uninstall(conn, request, options, reporter,
                                             command="uninstall " + " ".join(request.steps))
-    code = 3 if report.state == "reboot-pending" else report.exit_code
+    code = report.exit_code
     nothing = not report.outcomes
     if target.json_output:
         data = report.to_dict()

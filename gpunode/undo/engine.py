@@ -11,11 +11,19 @@ from gpunode.actions.base import undo_look
 from gpunode.connection.base import Connection
 from gpunode.errors import GpunodeError
 from gpunode.facts import Facts, gather
-from gpunode.journal import Journal, read_journal
+from gpunode.journal import Journal, parse_journal, read_journal
 from gpunode.options import Options
 from gpunode.plan import Status, StepPlan
 from gpunode.records import DriverRecord, FileRecord, HoldRecord, PackagesRecord, UndoRecord
-from gpunode.runner import NullReporter, Reporter, RunReport, StepOutcome, converge
+from gpunode.runner import (
+    NullReporter,
+    Reporter,
+    RunReport,
+    StepOutcome,
+    converge,
+    journal_status,
+    journal_text,
+)
 from gpunode.steps import nodesettings, nouveau, toolkit
 from gpunode.steps.base import Step
 from gpunode.undo import ORDER, plan_step, scope, state
@@ -103,19 +111,20 @@ def uninstall(conn: Connection, request: UndoRequest, options: Options, reporter
               dry_run: bool = False, command: str = "uninstall") -> RunReport:
     reporter = reporter or NullReporter()
     report = RunReport(conn.name, "plan" if dry_run else "uninstall")
-    journal = read_journal(conn)
+    facts = gather(conn)
+    text = journal_text(facts)  # the probe read it: no second read
+    journal = parse_journal(text, conn.name) if text is not None else read_journal(conn)
     records, ignored = scope.within(active_records(journal))
     legacy = legacy_records(journal)
     if legacy:
         records, request = legacy, replace(request, legacy=True)
-    facts = gather(conn)
     report.node, report.facts = facts.summary(), facts
     reporter.node(conn.name, facts)
     for _, warning in ignored:
         reporter.message(conn.name, f"warning: {warning}")
     if not any(_undoes(request, r) for r in records):
         return report  # nothing to undo (kept prerequisites are not): no outcomes, nothing written
-    record = None if dry_run else Journal(conn, command)
+    record = None if dry_run else Journal(conn, command, text)
     current = read_state(conn, records)
     request = replace(request, kept_packages=kept_packages(records, current, request),
                       stop_gpu_services=request.stop_gpu_services or options.stop_gpu_services)
@@ -156,7 +165,6 @@ def uninstall(conn: Connection, request: UndoRequest, options: Options, reporter
                 continue
             if plan.status is Status.CHANGE:
                 assert record is not None
-                record.begin()
                 facts, current = _apply(conn, step, plan, records, facts, request, options, reporter, report,
                                         outcome, record)
             kept = name == "prerequisites" and not request.prerequisites  # kept: still owed to a later --only
@@ -175,8 +183,7 @@ def uninstall(conn: Connection, request: UndoRequest, options: Options, reporter
         record.start_undo_records()
     if record is not None:
         with cancel.bind(cancel.CancelToken()):
-            record.finish({0: "done", 3: "reboot-pending"}.get(report.exit_code, "failed")
-                          if not report.interrupted else "interrupted")
+            record.finish(journal_status(report))
     report.facts = facts
     return report
 
