@@ -15,19 +15,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from gpunode import __version__, cancel, preflight
+from gpunode import SCHEMA_VERSION, __version__, cancel, preflight
 from gpunode.connection.base import Connection
 from gpunode.errors import CommandError, ConnectError, GpunodeError
 from gpunode.facts import Facts, gather
 from gpunode.facts.containers import PENDING_RESTARTS
-from gpunode.journal import Journal
 from gpunode.options import Options
 from gpunode.plan import Action, Reboot, Status, StepPlan
+from gpunode.runrecord import Journal
 from gpunode.shell import Script
 from gpunode.steps import NOT_BUILT
 from gpunode.steps.base import Step
 
-SCHEMA_VERSION = 1
 # every StepOutcome.result, in the order summaries list them
 RESULTS = ("ok", "changed", "planned", "reboot-pending", "blocked", "unknown", "failed", "interrupted", "not-run")
 log = logging.getLogger("gpunode.runner")

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from gpunode.errors import GpunodeError
-from gpunode.journal import JOURNAL_PATH, Journal, parse_journal, read_journal, to_json
+from gpunode.journal import JOURNAL_PATH, parse_journal, read_journal, to_json
 from gpunode.records import DriverRecord, FileRecord, PackagesRecord, UnitRecord
 from tests.fakes.connection import FakeConnection, FakeNode
 
@@ -67,17 +67,3 @@ def test_deeply_nested_json_is_reported_not_a_recursion_error():
     with pytest.raises(GpunodeError) as caught:
         read_journal(FakeConnection(node))
     assert "not valid JSON" in caught.value.message and "nested too deeply" in caught.value.message
-
-
-def test_records_added_and_marked_undone_round_trip_through_the_node():
-    node = FakeNode()
-    conn = FakeConnection(node)
-    journal = Journal(conn, "install")
-    journal.undo("nouveau", [FileRecord(path="/etc/modprobe.d/blacklist-nouveau.conf", existed=False, sha256="b" * 64)])
-    saved = json.loads(node.files[JOURNAL_PATH])["undo"]
-    assert saved[0]["kind"] == "file" and saved[0]["step"] == "nouveau" and saved[0]["run"] == journal.run["id"]
-    again = Journal(conn, "uninstall")
-    [record] = again.undo_records
-    assert isinstance(record, FileRecord) and record.existed is False
-    again.undone({record.id})
-    assert read_journal(conn)["undo"][0].undone == again.run["id"]

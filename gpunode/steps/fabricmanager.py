@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpunode import fabric_packages, pkgmgr
+from gpunode import fabric_packages, pkgmgr, rules
 from gpunode.actions.fabric import StartFabricManager
 from gpunode.actions.packages import install_packages, package_command
 from gpunode.facts import Facts
@@ -35,10 +35,10 @@ from gpunode.steps.outputs import DriverOutputs
 
 NAME = "fabricmanager"
 TITLE = "Fabric manager (NVSwitch systems)"
-SERVICE = "nvidia-fabricmanager"
-UNIT = f"{SERVICE}.service"
+SERVICE = rules.FABRIC_MANAGER
+UNIT = rules.FABRIC_MANAGER_UNIT
 READS = ("driver",)  # fabric manager must match the driver version that will be in place
-LOG = "/var/log/fabricmanager.log"
+LOG = rules.FABRIC_MANAGER_LOG
 
 
 def pick_version(offered: list[str], driver: str) -> str | None:

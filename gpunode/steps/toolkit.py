@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from urllib.parse import unquote
 
-from gpunode import pkgmgr
+from gpunode import pkgmgr, rules
 from gpunode.actions.packages import InstallLocalPackages, install_packages, package_command
 from gpunode.facts import Facts
 from gpunode.facts import k8s as k8s_facts
@@ -34,8 +34,7 @@ from gpunode.steps.outputs import ToolkitOutputs
 
 NAME = "toolkit"
 TITLE = "NVIDIA Container Toolkit"
-PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
-            "libnvidia-container1")
+PACKAGES = rules.TOOLKIT_PACKAGES
 ARCHES = ("x86_64", "aarch64")
 
 REPO = "https://nvidia.github.io/libnvidia-container"

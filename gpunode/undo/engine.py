@@ -11,7 +11,7 @@ from gpunode.actions.base import undo_look
 from gpunode.connection.base import Connection
 from gpunode.errors import GpunodeError
 from gpunode.facts import Facts, gather
-from gpunode.journal import Journal, parse_journal, read_journal
+from gpunode.journal import parse_journal, read_journal
 from gpunode.options import Options
 from gpunode.plan import Status, StepPlan
 from gpunode.records import DriverRecord, FileRecord, HoldRecord, PackagesRecord, UndoRecord
@@ -24,6 +24,7 @@ from gpunode.runner import (
     journal_status,
     journal_text,
 )
+from gpunode.runrecord import Journal
 from gpunode.steps import nodesettings, nouveau, toolkit
 from gpunode.steps.base import Step
 from gpunode.undo import ORDER, plan_step, scope, state

@@ -125,10 +125,10 @@ def test_a_driver_record_without_its_version_never_says_none():
 
 def test_a_record_that_could_not_be_made_is_a_warning_at_install_time():
     from gpunode.actions.base import RunCommand
-    from gpunode.journal import Journal
     from gpunode.plan import Status, StepPlan
     from gpunode.records import PackagesRecord
     from gpunode.runner import RunReport, StepOutcome, converge
+    from gpunode.runrecord import Journal
     from gpunode.steps.base import Step
 
     class Unlisted(RunCommand):  # a transaction whose packages the node did not list, before or after

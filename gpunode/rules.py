@@ -1,0 +1,70 @@
+"""Domain rules that the install steps, doctor and undo all read, written once here so that none of them has to
+import another's machinery (a read-only command such as `doctor` loads nothing of the installer):
+
+- which package manager a node's facts call for;
+- the newest driver release of the first recommended branch that suits every GPU (the compatibility tables of
+  gpunode/compat.py);
+- the names gpunode's steps write or manage that the checks look at: the nouveau blacklist, the toolkit's
+  packages, fabric manager's service and log.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import TYPE_CHECKING
+
+from packaging.version import Version
+
+from gpunode import compat, gpus
+from gpunode.errors import GpunodeError
+
+if TYPE_CHECKING:
+    from gpunode.facts import Facts
+
+NOUVEAU_BLACKLIST = "/etc/modprobe.d/blacklist-nouveau.conf"
+TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
+                    "libnvidia-container1")
+FABRIC_MANAGER = "nvidia-fabricmanager"
+FABRIC_MANAGER_UNIT = f"{FABRIC_MANAGER}.service"
+FABRIC_MANAGER_LOG = "/var/log/fabricmanager.log"
+
+NO_GPU = "no NVIDIA GPU on this node: the driver would have nothing to drive"
+NO_GPU_FIX = "check `lspci -nn -d 10de:` (a VM needs the GPU passed through), or drop --driver"
+
+
+def package_manager(facts: Facts) -> str | None:
+    """apt on Debian's family (or wherever apt-get is), dnf (yum without it) on RHEL's; None elsewhere."""
+    if facts.os.family == "debian" or facts.has("apt-get"):
+        return "apt"
+    if facts.os.family == "rhel":
+        return "dnf" if facts.has("dnf") or not facts.has("yum") else "yum"
+    return None
+
+
+def recommended_version(facts: Facts, cuda: str | None = None, at_least: Version | None = None,
+                        today: date | None = None) -> str | None:
+    """The newest release of the first recommended branch (gpunode/compat.py tables) that supports every GPU of
+    the node (and `cuda` when given, and `at_least`). None when the tables know none."""
+    lows: list[Version] = [at_least] if at_least is not None else []
+    highs: list[int] = []
+    for device in sorted({g.device for g in facts.gpus}):
+        gpu = gpus.lookup_id(device)
+        if gpu is None:
+            continue
+        arch = gpus.architecture_of(gpu)
+        low = compat.architecture_min_driver(arch)
+        if low is not None:
+            lows.append(low)
+        if gpu.open_module == "required":
+            lows.append(Version(f"{gpus.BOTH_FLAVOURS_FROM}"))
+        if arch.last_driver_branch is not None:
+            highs.append(arch.last_driver_branch)
+    if cuda:
+        try:
+            need = compat.driver_needed_for_cuda(cuda)
+        except GpunodeError:
+            need = None
+        if need is not None and need.native_min is not None:
+            lows.append(need.native_min)
+    found = compat.recommended_drivers(max(lows) if lows else None, min(highs) if highs else None, today)
+    return str(found[0].latest_known) if found and found[0].latest_known else None
