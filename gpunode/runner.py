@@ -8,6 +8,7 @@ worker threads later while one reporter draws from the main thread.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 import traceback
@@ -191,14 +192,8 @@ def plan_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
     facts = gather(conn)
     report.node, report.facts = facts.summary(), facts
     reporter.node(conn.name, facts)
-    earlier: dict[str, StepPlan] = {}
     try:
-        for step in steps:
-            plan = step.plan_with(facts, options, earlier)
-            earlier[step.name] = plan
-            reporter.planned(conn.name, step, plan)
-            result = {"ok": "ok", "change": "planned", "blocked": "blocked", "unknown": "unknown"}[plan.status.value]
-            report.outcomes.append(StepOutcome(step.name, step.title, plan, result))
+        earlier = plan_steps(conn.name, steps, facts, options, reporter, report)
     except GpunodeError:
         raise
     except Exception as exc:  # noqa: BLE001 - a bug: a failed plan with its cause, not a traceback
@@ -211,6 +206,36 @@ def plan_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
             outcome = next(o for o in report.outcomes if o.step == stop.step)
             outcome.result, outcome.error, outcome.error_fix = "failed", stop.error, stop.fix
     return report
+
+
+PLANNED = {"ok": "ok", "change": "planned", "blocked": "blocked", "unknown": "unknown"}  # plan status -> result
+
+
+def plan_steps(host: str, steps: Sequence[Step], facts: Facts, options: Options, reporter: Reporter,
+               report: RunReport) -> dict[str, StepPlan]:
+    """Plan every step in order, each seeing the earlier plans: the outcomes of a dry run (plan, `uninstall
+    --dry-run`). Returns the plans by step."""
+    earlier: dict[str, StepPlan] = {}
+    for step in steps:
+        plan = step.plan_with(facts, options, earlier)
+        earlier[step.name] = plan
+        reporter.planned(host, step, plan)
+        report.outcomes.append(StepOutcome(step.name, step.title, plan, PLANNED[plan.status.value]))
+    return earlier
+
+
+@dataclass(frozen=True)
+class Loop:
+    """What differs between the runs that change a node, in the one loop they share (`run_steps`): install and
+    `gpunode uninstall` (gpunode/undo/engine.py)."""
+
+    undoable: bool = True  # actions return what undoes them, kept in the journal (an undo records nothing)
+    stop_at_reboot: bool = True  # a step left waiting for a reboot stops the later ones (install: they build on it)
+    what: str = "step"  # how errors name a step: "step driver", "undoing driver"
+    done: Callable[[Step, StepOutcome], None] | None = None  # told each step's final outcome (not the ones not run)
+
+
+INSTALL = Loop()
 
 
 def _preflight(conn: Connection, steps: Sequence[Step], options: Options, reporter: Reporter, report: RunReport,
@@ -248,7 +273,7 @@ def apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
                                     "resuming from the node's current state")
     try:
         if _preflight(conn, steps, options, reporter, report, facts):
-            _apply_steps(conn, steps, options, reporter, report, facts, record)
+            run_steps(conn, steps, options, reporter, report, facts, record)
     except cancel.Cancelled as exc:
         report.interrupted, report.error, report.error_fix = True, exc.message, exc.fix
         raise RunInterrupted(exc, report) from None
@@ -292,11 +317,12 @@ def journal_status(report: RunReport) -> str:
     return {0: "done", 3: "reboot-pending"}.get(report.exit_code, "failed")
 
 
-def _apply_steps(conn: Connection, steps: Sequence[Step], options: Options, reporter: Reporter,
-                 report: RunReport, facts: Facts, record: Journal | None) -> None:
-    """Every step, in order. Whatever stops a step (an error, a bug, Ctrl-C) is recorded on its outcome and in
-    the journal before anything else happens; a Cancelled is then raised again, after the steps not reached
-    are recorded as not run."""
+def run_steps(conn: Connection, steps: Sequence[Step], options: Options, reporter: Reporter,
+              report: RunReport, facts: Facts, record: Journal | None, loop: Loop = INSTALL) -> None:
+    """THE run loop, for install and uninstall: every step in order, planned from the facts and the earlier plans,
+    applied and converged (`converge`). Whatever stops a step (an error, a bug, Ctrl-C) is recorded on its outcome
+    and in the journal before anything else happens; a Cancelled is then raised again, after the steps not
+    reached are recorded as not run."""
     earlier: dict[str, StepPlan] = {}
     stopped: str | None = None
     interrupted: cancel.Cancelled | None = None
@@ -327,7 +353,9 @@ def _apply_steps(conn: Connection, steps: Sequence[Step], options: Options, repo
                 stopped = f"not run: step {step.name} failed"
                 continue
             try:
-                facts = _converge(conn, step, plan, facts, options, earlier, reporter, report, outcome, record)
+                facts = converge(conn, step, plan, facts, options, functools.partial(_replan, step, options, earlier),
+                                 reporter, report, outcome, record, undoable=loop.undoable,
+                                 what=f"{loop.what} {step.name}")
             except (cancel.Cancelled, KeyboardInterrupt) as exc:
                 stop = exc if isinstance(exc, cancel.Cancelled) else _ABORTED()
                 outcome.result, outcome.error, outcome.error_fix = "interrupted", stop.message, stop.fix
@@ -344,19 +372,18 @@ def _apply_steps(conn: Connection, steps: Sequence[Step], options: Options, repo
         finally:
             if record is not None and outcome.result != "ok":
                 record.step(step.name, outcome.result, plan.reason, outcome.backups, outcome.error)
+            if loop.done is not None:
+                loop.done(step, outcome)
             _step_done(reporter, conn.name, outcome)
-        if outcome.result == "reboot-pending":
+        if outcome.result == "reboot-pending" and loop.stop_at_reboot:
             stopped = "not run: waiting for the reboot"
     report.facts = facts
     if interrupted is not None:
         raise interrupted
 
 
-def _converge(conn: Connection, step: Step, plan: StepPlan, facts: Facts, options: Options,
-              earlier: dict[str, StepPlan], reporter: Reporter, report: RunReport, outcome: StepOutcome,
-              record: Journal | None = None) -> Facts:
-    return converge(conn, step, plan, facts, options, lambda fresh: step.plan_with(fresh, options, earlier), reporter,
-                    report, outcome, record)
+def _replan(step: Step, options: Options, earlier: dict[str, StepPlan], fresh: Facts) -> StepPlan:
+    return step.plan_with(fresh, options, earlier)
 
 
 def converge(conn: Connection, step: Step, plan: StepPlan, facts: Facts, options: Options,
