@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from gpunode.compat import (
+from gpunode.datatables import (
     DataError,
     choice_field,
     data_dir,
