@@ -86,6 +86,13 @@ def _shape(data: object) -> str | None:
     return None
 
 
+def journal_from(conn: Connection, text: str | None) -> dict[str, Any]:
+    """The journal from its text as the probe read it ("": there is none), or read now (None: not read yet)."""
+    if text is None:
+        return read_journal(conn)
+    return parse_journal(text, conn.name) if text else {"schema_version": 1, "runs": []}
+
+
 def read_journal(conn: Connection) -> dict[str, Any]:
     """The node's journal, or an empty one; its `undo` list typed (gpunode/records.py; absent: a journal from
     before undo records). A corrupt or damaged journal is reported with the fix, not overwritten silently."""

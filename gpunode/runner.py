@@ -293,9 +293,11 @@ def apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
 
 
 def journal_text(facts: Facts) -> str | None:
-    """The node's journal as the probe read it (the fact that reads owed restarts cats it whole), or None when the
-    probe could not read it (then the journal reads it itself; absent or not, it is the same answer)."""
+    """The node's journal as the probe read it (the fact that reads owed restarts cats it whole), "" when there is
+    none, or None when the probe could not tell (then the journal is read on its own)."""
     section = facts.section(PENDING_RESTARTS)
+    if section.status == 3:
+        return ""
     return section.text if section.ok and section.text.strip() else None
 
 

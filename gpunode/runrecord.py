@@ -13,7 +13,7 @@ from typing import Any
 from gpunode import __version__
 from gpunode.connection.base import Connection
 from gpunode.errors import GpunodeError
-from gpunode.journal import JOURNAL_PATH, KEEP_RUNS, parse_journal, read_journal, to_json
+from gpunode.journal import JOURNAL_PATH, KEEP_RUNS, journal_from, to_json
 from gpunode.records import UndoRecord
 
 
@@ -27,9 +27,9 @@ class Journal:
     or Ctrl-C)."""
 
     def __init__(self, conn: Connection, command: str, text: str | None = None) -> None:
-        """`text`: the journal as the probe read it (saves a read); None: read it now."""
+        """`text`: the journal as the probe read it, "" when there is none (saves a read); None: read it now."""
         self.conn = conn
-        self.data = parse_journal(text, conn.name) if text is not None else read_journal(conn)
+        self.data = journal_from(conn, text)
         previous = self.data["runs"][-1] if self.data["runs"] else None
         self.interrupted = previous if previous and previous.get("status") == "running" else None
         if self.interrupted:

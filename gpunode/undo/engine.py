@@ -7,11 +7,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpunode import cancel
-from gpunode.actions.base import undo_look
+from gpunode.actions.base import undo_looks
 from gpunode.connection.base import Connection
-from gpunode.errors import GpunodeError
 from gpunode.facts import Facts, gather
-from gpunode.journal import parse_journal, read_journal
+from gpunode.journal import journal_from
 from gpunode.options import Options
 from gpunode.plan import Earlier, Status, StepPlan
 from gpunode.records import DriverRecord, FileRecord, HoldRecord, PackagesRecord, UndoRecord
@@ -60,23 +59,30 @@ def legacy_records(journal: dict[str, object]) -> list[Record]:
 
 
 def read_state(conn: Connection, records: list[Record]) -> NodeState:
-    """Read-only: the hashes (and texts) of every file the records name, the installed packages, the units."""
+    """Read-only, in ONE command: the hashes and texts of every file the records name, the installed packages,
+    the units, the .run driver, the holds (each only when a record needs it)."""
     paths = state.paths(records)
-    files = undo_look(conn, "files", *paths) if paths else {}
-    texts: dict[str, str | None] = {}
-    for path in paths:
-        if (files or {}).get(path, "-") != "-" and not path.endswith(_BINARY):
-            try:
-                texts[path] = conn.read_file(path, sudo=True)
-            except GpunodeError:
-                texts[path] = None
-    packages = undo_look(conn, "packages") if any(isinstance(r, PackagesRecord) for r in records) else {}
     units = state.units(records)
-    driver = (undo_look(conn, "driver") or {}).get("driver") if any(isinstance(r, DriverRecord) for r in records) \
-        else None
-    holds = undo_look(conn, "holds") if any(isinstance(r, HoldRecord) for r in records) else {}
-    return NodeState(files=files or {}, texts=texts, packages=packages,
-                     units=(undo_look(conn, "units", *units) or {}) if units else {}, driver=driver,
+    wanted: dict[str, tuple[str, ...]] = {}
+    if paths:
+        wanted["files"] = ("files", *paths)
+        wanted["texts"] = ("texts", *(p for p in paths if not p.endswith(_BINARY)))
+    if any(isinstance(r, PackagesRecord) for r in records):
+        wanted["packages"] = ("packages",)
+    if units:
+        wanted["units"] = ("units", *units)
+    if any(isinstance(r, DriverRecord) for r in records):
+        wanted["driver"] = ("driver",)
+    if any(isinstance(r, HoldRecord) for r in records):
+        wanted["holds"] = ("holds",)
+    answers = dict(zip(wanted, undo_looks(conn, *wanted.values()), strict=True)) if wanted else {}
+    files = answers.get("files") or {}
+    read = answers.get("texts")
+    texts: dict[str, str | None] = {p: (read or {}).get(p) for p in paths
+                                    if files.get(p, "-") != "-" and not p.endswith(_BINARY)}
+    holds = answers.get("holds", {})
+    return NodeState(files=files, texts=texts, packages=answers.get("packages", {}),
+                     units=answers.get("units") or {}, driver=(answers.get("driver") or {}).get("driver"),
                      holds=None if holds is None else frozenset(holds))
 
 
@@ -133,7 +139,7 @@ def uninstall(conn: Connection, request: UndoRequest, options: Options, reporter
     report = RunReport(conn.name, "plan" if dry_run else "uninstall")
     facts = gather(conn)
     text = journal_text(facts)  # the probe read it: no second read
-    journal = parse_journal(text, conn.name) if text is not None else read_journal(conn)
+    journal = journal_from(conn, text)
     records, ignored = scope.within(active_records(journal))
     legacy = legacy_records(journal)
     if legacy:
