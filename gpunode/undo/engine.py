@@ -177,7 +177,7 @@ def uninstall(conn: Connection, request: UndoRequest, options: Options, reporter
         kept = step.name == "prerequisites" and not request.prerequisites
         ids = {r.id for r in records if r.step == step.name and r.id}
         if outcome.result in ("ok", "changed") and ids and not kept:
-            record.undone(ids)
+            record.undone(ids, save=False)  # written with the next write, the run's finish at the latest
 
     try:
         run_steps(conn, steps, options, reporter, report, facts, record,
