@@ -61,7 +61,9 @@ def result_from_report(host: str, report: RunReport) -> HostResult:
     changed = sum(1 for r in results if r in ("changed", "planned"))
     first_error = next((o.error or o.plan.reason for o in report.outcomes
                         if o.result in ("failed", "blocked")), report.error)
-    if "failed" in results or report.error:
+    if report.interrupted:  # stopped by Ctrl-C at a safe point (the report's own state, as its exit code says)
+        status = "interrupted"
+    elif "failed" in results or report.error:
         status = "failed"
     elif "blocked" in results:
         status = "blocked"

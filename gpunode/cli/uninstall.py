@@ -123,8 +123,6 @@ def _uninstall_fleet(target: Target, hosts: list[InventoryHost], request: UndoRe
         if getattr(log, "debug", False):  # the report holds file diffs (node file contents): debug level only
             log.write(json.dumps(rewrite_fixes(report.to_dict(), target.fixer(host)), indent=2) + "\n")
         result = result_from_report(host.name, report)
-        if report.interrupted:  # Ctrl-C: the engine stopped at a safe point and recorded it in the journal
-            result.status = "interrupted"
         if not report.outcomes:
             log.write("nothing to undo (the journal records no change gpunode has not undone)\n")
         return result
