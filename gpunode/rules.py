@@ -2,6 +2,7 @@
 import another's machinery (a read-only command such as `doctor` loads nothing of the installer):
 
 - which package manager a node's facts call for;
+- which driver will be in place once the run is done (what later steps match: compat, fabric manager);
 - the newest driver release of the first recommended branch that suits every GPU (the compatibility tables of
   gpunode/compat.py);
 - the names gpunode's steps write or manage that the checks look at: the nouveau blacklist, the toolkit's
@@ -10,6 +11,7 @@ import another's machinery (a read-only command such as `doctor` loads nothing o
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import date
 from typing import TYPE_CHECKING
 
@@ -20,6 +22,7 @@ from gpunode.errors import GpunodeError
 
 if TYPE_CHECKING:
     from gpunode.facts import Facts
+    from gpunode.steps.outputs import DriverOutputs
 
 NOUVEAU_BLACKLIST = "/etc/modprobe.d/blacklist-nouveau.conf"
 TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
@@ -68,3 +71,24 @@ def recommended_version(facts: Facts, cuda: str | None = None, at_least: Version
             lows.append(need.native_min)
     found = compat.recommended_drivers(max(lows) if lows else None, min(highs) if highs else None, today)
     return str(found[0].latest_known) if found and found[0].latest_known else None
+
+
+@dataclass(frozen=True)
+class InPlace:
+    """The driver that will be in place once this run is done, and whence that is known."""
+
+    version: str
+    source: str  # "--driver" (asked for) | "driver step" (its plan installs, loads or keeps it) | "loaded"
+    changes: bool = False  # the driver step installs or loads it: not what runs now
+
+
+def driver_in_place(loaded: str | None, requested: str | None, step: DriverOutputs | None) -> InPlace | None:
+    """The driver step's outputs when it is part of this run (None when it does not know the version), else the
+    version asked for with --driver, else the loaded driver; None when there is none."""
+    if step is not None:
+        if step.version is None:
+            return None
+        return InPlace(step.version, "--driver" if step.origin == "--driver" else "driver step", step.changes)
+    if requested:
+        return InPlace(requested, "--driver")
+    return InPlace(loaded, "loaded") if loaded else None

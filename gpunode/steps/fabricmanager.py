@@ -111,16 +111,12 @@ def cuda_repo_actions(facts: Facts, manager: str, lock_timeout: float) -> list[A
 def driver_target(facts: Facts, options: Options, earlier: Earlier) -> tuple[str, str] | None:
     """(version, where it came from): the driver step's outputs when it is part of this run, else --driver,
     else the loaded driver."""
-    out = earlier.outputs("driver", DriverOutputs)
-    if out is not None:
-        if out.version is None:
-            return None
-        return out.version, "--driver" if out.origin == "--driver" else "the driver step"
-    if options.driver:
-        return options.driver, "--driver"
-    if facts.loaded_driver:
-        return facts.loaded_driver.version, "the loaded driver"
-    return None
+    found = rules.driver_in_place(facts.loaded_driver.version if facts.loaded_driver else None, options.driver,
+                                  earlier.outputs("driver", DriverOutputs))
+    if found is None:
+        return None
+    return found.version, {"--driver": "--driver", "driver step": "the driver step",
+                           "loaded": "the loaded driver"}[found.source]
 
 
 def _loaded_by_driver_step(earlier: Earlier) -> bool:
