@@ -81,9 +81,11 @@ class RestoreFile(Action):
 @dataclass(frozen=True)
 class StripEntries(WriteFile):
     """Write a config the user changed since gpunode without gpunode's entries (key by key), then remove the
-    copies gpunode made of it: the user's file as it is now is the one to keep, so no backup is made either."""
+    copies gpunode made of it earlier (they hold what the user has changed since). A copy of the file as it is
+    now is kept only when the rewrite cannot reproduce everything else in it (comments)."""
 
     removes: tuple[str, ...] = ()  # gpunode's backups of this file (the install-time copy included)
+    keep_copy: bool = False  # the rewrite loses something of the user's (comments): keep a copy of it as it is
 
     def commands(self) -> list[str]:
         return [command_line(("rm", "-f", "--", *self.removes))] if self.removes else []
@@ -92,7 +94,7 @@ class StripEntries(WriteFile):
         return {**super().to_dict(), "removes": list(self.removes)}
 
     def apply_recorded(self, conn: Connection) -> tuple[str | None, list[UndoRecord]]:
-        conn.write_file(self.path, self.after, mode=self.mode, backup=False)
+        written = conn.write_file(self.path, self.after, mode=self.mode, backup=self.keep_copy)
         if self.removes:
             conn.run(("rm", "-f", "--", *self.removes), sudo=True, timeout=60).check(f"removing {', '.join(self.removes)}")
-        return None, []
+        return (f"copy of {self.path} as it was: {written.backup}" if written.backup else None), []

@@ -23,9 +23,11 @@ Strip = Callable[[str, str | None], str | None]  # (text now, the user's text be
 
 
 def file_actions(records: list[Record], state: NodeState, strip: dict[str, Strip] | None = None,
-                 restart: dict[str, str] | None = None, hints: dict[str, str] | None = None
-                 ) -> tuple[list[Action], list[str]]:
-    """Per path gpunode wrote (most recent first): what undoing it takes, and notes for what it leaves."""
+                 restart: dict[str, str] | None = None, hints: dict[str, str] | None = None,
+                 exact: Callable[[str, str], bool] | None = None) -> tuple[list[Action], list[str]]:
+    """Per path gpunode wrote (most recent first): what undoing it takes, and notes for what it leaves.
+    `exact(path, text)`: whether a key-by-key rewrite of that text keeps everything but gpunode's entries (and
+    the layout)."""
     strip, restart = strip or {}, restart or {}
     by_path: dict[str, list[FileRecord]] = {}
     for r in records:
@@ -75,9 +77,13 @@ def file_actions(records: list[Record], state: NodeState, strip: dict[str, Strip
                                   path, "remove gpunode's entries by hand"))
             elif stripped != text or leftovers or (original and state.files.get(original, "-") != "-"):
                 copies = tuple(b for b in dict.fromkeys(backups) if state.files.get(b, "-") != "-")
+                keep = exact is None or not exact(path, text)
                 actions.append(StripEntries(f"remove only gpunode's entries from {path} (changed since)"
                                             + (f" and gpunode's copies of it ({', '.join(copies)})" if copies else ""),
-                                            path=path, before=text, after=stripped, removes=copies))
+                                            path=path, before=text, after=stripped, removes=copies, keep_copy=keep))
+                if keep:
+                    notes.append(f"{path}: rewritten without gpunode's entries, which does not keep everything in it "
+                                 "(comments): a copy of it as it is now is kept beside it (.gpunode-bak.TIME)")
         elif first.existed and (not original or state.files.get(original, "-") == "-"):
             continue  # put back already (the backup moved over it), or never backed up: nothing to do
         else:
