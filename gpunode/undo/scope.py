@@ -28,6 +28,7 @@ FILES = frozenset({
     *(f"{k8s_sharing.UNIT_DIR}/{u}" for u in (k8s_sharing.MPS_UNIT, k8s_sharing.MIG_UNIT))})
 # directories whose files (directly in them) gpunode may create: repositories, keyrings, engine drop-ins
 DIRECTORIES = frozenset({*(m.repo_dir for m in pkgmgr.MANAGERS.values()), "/usr/share/keyrings", "/etc/apt/keyrings",
+                         "/etc/apt/trusted.gpg.d",
                          *CONTAINERD_DROPIN_DIRS, CRIO_DROPIN_DIR})
 UNITS = frozenset({nodesettings.UNIT, fabricmanager.UNIT, k8s_sharing.MPS_UNIT, k8s_sharing.MIG_UNIT})
 _BACKUP = re.compile(r"\.gpunode-bak\.[A-Za-z0-9_-][A-Za-z0-9._-]*")  # gpunode's own backup names: PATH.gpunode-bak.SUFFIX
