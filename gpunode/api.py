@@ -17,11 +17,12 @@ from typing import Any
 
 from gpunode.actions.base import Action, Reboot, WriteFile
 from gpunode.connection.base import Connection
+from gpunode.doctor.document import doctor_document
 from gpunode.errors import UsageError
-from gpunode.facts import Facts, gather
+from gpunode.facts import gather
 from gpunode.options import API, Options, options_for
 from gpunode.plan import StepPlan
-from gpunode.runner import SCHEMA_VERSION, NullReporter, RunReport, apply_pipeline, plan_pipeline
+from gpunode.runner import NullReporter, RunReport, apply_pipeline, plan_pipeline
 from gpunode.steps.base import Step
 from gpunode.undo.state import UndoRequest
 
@@ -211,19 +212,6 @@ def uninstall(conn: Connection, chosen: UndoChoice, *, dry_run: bool = False) ->
     report = run_uninstall(conn, chosen.request, chosen.options, applied,
                            command="uninstall " + " ".join(chosen.request.steps))
     return PipelineResult(report, list(dict.fromkeys(step for step, _ in applied.done)), applied.done, undo=True)
-
-
-def doctor_document(host: str, facts: Facts) -> dict[str, object]:
-    """The `gpunode doctor --json` document of one node, with its readiness verdict."""
-    from gpunode.doctor import report, run_checks
-    from gpunode.doctor import verdict as readiness
-
-    results = run_checks(facts)
-    verdict = readiness.readiness(host, facts, results)
-    document = report(host, facts, results, SCHEMA_VERSION)
-    document["readiness"] = {"ready": verdict.ready, "reboot_required": verdict.reboot_required,
-                             "reason": verdict.reason, "reboot_because": list(verdict.reboot_because)}
-    return document
 
 
 def doctor(conn: Connection) -> dict[str, object]:

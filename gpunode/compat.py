@@ -17,32 +17,36 @@ Versions are compared with `packaging`. Nothing here touches a node: all functio
 
 from __future__ import annotations
 
-import csv
-import io
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date
 from functools import lru_cache
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
 from gpunode import fixes
+from gpunode.datatables import (
+    DataError,
+    Parser,
+    choice_field,
+    data_dir,
+    optional_field,
+    read_table,
+    source_field,
+    text_field,
+)
 from gpunode.errors import GpunodeError, UsageError
 from gpunode.versions import BRANCH_EXACT, Ver, branch_of, parse_driver
 
-__all__ = ["Ver", "branch_of", "parse_driver"]  # re-exported: callers ask compat for the grammar too
+# re-exported: callers ask compat for the grammar, and for the loader of its tables (gpunode/datatables.py), too
+__all__ = ["DataError", "Ver", "branch_of", "choice_field", "data_dir", "optional_field", "parse_driver",
+           "read_table", "source_field", "text_field"]
 
 # ---------------------------------------------------------------------------------------------------------
 # Errors and small parsers
 # ---------------------------------------------------------------------------------------------------------
-
-
-class DataError(GpunodeError):
-    """A shipped data table is malformed. Names the file and the line."""
 
 
 class CompatError(GpunodeError):
@@ -191,9 +195,6 @@ class Tables:
 # Loading with a schema check
 # ---------------------------------------------------------------------------------------------------------
 
-Parser = Callable[[str], Any]
-
-
 def _version(text: str) -> Version:
     try:
         return Ver(text)
@@ -213,13 +214,6 @@ def _driver_version(text: str) -> Version:
     return Ver(text)
 
 
-def optional_field(parser: Parser) -> Parser:
-    def parse(text: str) -> Any:
-        return parser(text) if text else None
-    parse.optional = True  # type: ignore[attr-defined]
-    return parse
-
-
 def _int(text: str) -> int:
     if not text.isdigit():
         raise ValueError(f"{text!r} is not a whole number")
@@ -230,14 +224,6 @@ def _branch(text: str) -> int:
     if not BRANCH_EXACT.match(text):
         raise ValueError(f"{text!r} is not a driver branch (three digits, e.g. 535)")
     return int(text)
-
-
-def choice_field(*choices: str) -> Parser:
-    def parse(text: str) -> str:
-        if text not in choices:
-            raise ValueError(f"{text!r} is not one of {', '.join(choices)}")
-        return text
-    return parse
 
 
 def _month(text: str) -> str:
@@ -269,16 +255,6 @@ def _word_list(text: str) -> tuple[str, ...]:
     return words
 
 
-def text_field(text: str) -> str:
-    return text
-
-
-def source_field(text: str) -> str:
-    if len(text) < 8:
-        raise ValueError("every row needs its source")
-    return text
-
-
 SCHEMAS: dict[str, dict[str, Parser]] = {
     "compat_matrix.csv": {"cuda_version": _cuda_version, "release": text_field, "min_driver_linux": optional_field(_driver_version),
                           "source": source_field, "note": optional_field(text_field)},
@@ -302,67 +278,6 @@ KEYS = {"compat_matrix.csv": "cuda_version", "cuda_minor_compat.csv": "cuda_majo
         "cuda_image_requirements.csv": "cuda_version", "verify_images.csv": "image", "gpus.csv": "pci_id"}
 
 
-def data_dir() -> Any:
-    """gpunode/data inside an installed wheel; the repo's top-level data/ in an editable checkout."""
-    packaged = resources.files("gpunode") / "data"
-    if packaged.is_dir():
-        return packaged
-    return Path(__file__).resolve().parent.parent / "data"
-
-
-def read_table(text: str, name: str, schema: Mapping[str, Parser] | None = None,
-               key: str | None = None) -> list[dict[str, Any]]:
-    """Parse one CSV table and check every row against its schema. Errors name `data/NAME line N`."""
-    schema = schema if schema is not None else SCHEMAS[name]
-    key = key if key is not None else KEYS.get(name)
-    where = f"data/{name}"
-    reader = csv.reader(io.StringIO(text))
-    try:
-        header = next(reader)
-    except StopIteration:
-        raise DataError(f"{where} is empty", fix="restore the file from the gpunode source tree") from None
-    except csv.Error as exc:
-        raise DataError(f"{where} line 1: {exc}") from None
-    expected = list(schema)
-    if [h.strip() for h in header] != expected:
-        raise DataError(f"{where} line 1: expected the columns {','.join(expected)}, found {','.join(header)}",
-                        fix="restore the file from the gpunode source tree")
-    rows: list[dict[str, Any]] = []
-    seen: dict[Any, int] = {}
-    while True:
-        try:
-            fields = next(reader)
-        except StopIteration:
-            break
-        except csv.Error as exc:
-            raise DataError(f"{where} line {reader.line_num}: {exc}") from None
-        line = reader.line_num
-        if not fields or all(not f.strip() for f in fields):
-            continue
-        if len(fields) != len(expected):
-            raise DataError(f"{where} line {line}: {len(fields)} fields, expected {len(expected)} "
-                            f"({','.join(expected)})", fix="quote fields that contain commas")
-        row: dict[str, Any] = {"_line": line}
-        for column, raw in zip(expected, fields, strict=True):
-            parser = schema[column]
-            value = raw.strip()
-            if not value and not getattr(parser, "optional", False):
-                raise DataError(f"{where} line {line}: column {column} is empty")
-            try:
-                row[column] = parser(value)
-            except ValueError as exc:
-                raise DataError(f"{where} line {line}: column {column}: {exc}") from None
-        if key is not None:
-            if row[key] in seen:
-                raise DataError(f"{where} line {line}: duplicate {key} {fields[expected.index(key)]!r} "
-                                f"(first on line {seen[row[key]]})")
-            seen[row[key]] = line
-        rows.append(row)
-    if not rows:
-        raise DataError(f"{where} has a header but no rows")
-    return rows
-
-
 def load_tables(directory: Any = None) -> Tables:
     """Read and check every table (uncached; `tables()` is the cached form for the shipped data)."""
     directory = directory if directory is not None else data_dir()
@@ -373,7 +288,7 @@ def load_tables(directory: Any = None) -> Tables:
         except (FileNotFoundError, OSError) as exc:
             raise DataError(f"data/{name} cannot be read: {exc}",
                             fix="reinstall gpunode; the data tables ship inside the package") from None
-        return read_table(text, name)
+        return read_table(text, name, SCHEMAS[name], KEYS.get(name))
 
     releases = tuple(sorted(
         (CudaRelease(r["cuda_version"], r["release"], r["min_driver_linux"], r["source"], r["note"] or "")

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from gpunode.cancel import Cancelled, CancelToken, bind
 from gpunode.connection.base import Connection
@@ -27,9 +27,11 @@ from gpunode.errors import ConnectError, GpunodeError, UsageError
 from gpunode.facts import Facts
 from gpunode.fleetlog import LOG_LEVELS, FleetLog, log_file_names, make_log_dir
 from gpunode.inventory import InventoryHost
-from gpunode.plan import Action, StepPlan
-from gpunode.runner import RunReport
-from gpunode.steps.base import Step
+
+if TYPE_CHECKING:  # for annotations only: a fleet of doctors loads nothing of the installer
+    from gpunode.plan import Action, StepPlan
+    from gpunode.runner import RunReport
+    from gpunode.steps.base import Step
 
 Event = tuple[str, str, Any]  # (kind, host, payload)
 
@@ -59,7 +61,9 @@ def result_from_report(host: str, report: RunReport) -> HostResult:
     changed = sum(1 for r in results if r in ("changed", "planned"))
     first_error = next((o.error or o.plan.reason for o in report.outcomes
                         if o.result in ("failed", "blocked")), report.error)
-    if "failed" in results or report.error:
+    if report.interrupted:  # stopped by Ctrl-C at a safe point (the report's own state, as its exit code says)
+        status = "interrupted"
+    elif "failed" in results or report.error:
         status = "failed"
     elif "blocked" in results:
         status = "blocked"

@@ -1,4 +1,5 @@
-"""A record on each node of what gpunode did there: runs, steps applied, results, backups made.
+"""A record on each node of what gpunode did there: runs, steps applied, results, backups made. This module is
+the record's format and its reading (doctor's facts, `status`, uninstall); gpunode/runrecord.py writes it.
 
 Written as the run goes (so an interrupted run is visible: its status stays "running"), and only once a
 step actually has something to do: re-running on a finished node writes nothing at all. Read by
@@ -11,29 +12,26 @@ cleared once carried out (the restart succeeded; the node runs another boot), so
 for the next run (the runtime step restarts the engine; doctor reports it). Resuming needs no replay: every step
 re-plans from fresh facts, so the next run simply continues where the node actually is.
 
-`undo` (top level, never trimmed with old runs) holds typed records of what each change did, written right
-after it (gpunode/actions/ `apply_recorded`): {"id", "run", "step", "time", "kind": "file" | "packages" |
-"unit" | "driver", ...}; `gpunode uninstall` (gpunode/undo/) plans from them and marks each one it has undone
-with "undone": <run id>.
+`undo` (top level, never trimmed with old runs) holds typed records of what each change did
+(gpunode/records.py, made by gpunode/actions/ `apply_recorded`), written with the step's result once its actions
+have run: {"id", "run", "step", "time", "kind": "file" | "packages" | "hold" | "unit" | "driver", ...};
+`gpunode uninstall` (gpunode/undo/) plans from them and marks each one it has undone with "undone": <run id>.
+
+Reading checks the shape of everything it will use (`read_journal`): a damaged file is an error that names the
+place and the fix, never a traceback in `status`, `install` or `uninstall`.
 """
 
 from __future__ import annotations
 
 import json
-import time
-import uuid
 from typing import Any
 
-from gpunode import __version__
 from gpunode.connection.base import Connection
 from gpunode.errors import GpunodeError
+from gpunode.records import RecordError, parse_records
 
 JOURNAL_PATH = "/var/lib/gpunode/journal.json"
 KEEP_RUNS = 20
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def owed_targets(text: str, effect: str) -> set[str]:
@@ -41,7 +39,7 @@ def owed_targets(text: str, effect: str) -> set[str]:
     text is empty or not a journal (a fact reads the file raw: a broken journal is doctor's and install's concern)."""
     try:
         data = json.loads(text) if text.strip() else {}
-    except ValueError:
+    except (ValueError, RecursionError):
         return set()
     pending = data.get("pending") if isinstance(data, dict) else None
     if not isinstance(pending, list):
@@ -50,121 +48,80 @@ def owed_targets(text: str, effect: str) -> set[str]:
             and isinstance(p.get("target"), str)}
 
 
+def _shape(data: object) -> str | None:
+    """What is wrong with a journal's shape (the parts gpunode reads), or None."""
+    if not isinstance(data, dict):
+        return f"it is a JSON {type(data).__name__}, not an object"
+    runs = data.get("runs")
+    if not isinstance(runs, list):
+        return "'runs' is not a list"
+    for i, run in enumerate(runs):
+        if not isinstance(run, dict):
+            return f"runs[{i}] is not an object"
+        for key in ("id", "started", "status", "command"):
+            if not isinstance(run.get(key, ""), str):
+                return f"runs[{i}].{key} is not a string"
+        steps = run.get("steps", [])
+        if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps):
+            return f"runs[{i}].steps is not a list of objects"
+        for j, step in enumerate(steps):
+            for key in ("step", "result", "reason"):
+                if not isinstance(step.get(key, ""), str):
+                    return f"runs[{i}].steps[{j}].{key} is not a string"
+            if not isinstance(step.get("error") or "", str):
+                return f"runs[{i}].steps[{j}].error is not a string"
+            backups = step.get("backups") or []
+            if not isinstance(backups, list) or not all(isinstance(b, str) for b in backups):
+                return f"runs[{i}].steps[{j}].backups is not a list of paths"
+        changes = run.get("changes") or []
+        if not isinstance(changes, list) or not all(
+                isinstance(c, dict) and isinstance(c.get("action", ""), str) for c in changes):
+            return f"runs[{i}].changes is not a list of changes"
+    pending = data.get("pending", [])
+    if not isinstance(pending, list):
+        return "'pending' is not a list"
+    for i, p in enumerate(pending):
+        if not isinstance(p, dict) or not all(isinstance(p.get(k, ""), str) for k in ("effect", "target", "step")):
+            return f"pending[{i}] is not an owed effect (effect, target, step)"
+    return None
+
+
+def journal_from(conn: Connection, text: str | None) -> dict[str, Any]:
+    """The journal from its text as the probe read it ("": there is none), or read now (None: not read yet)."""
+    if text is None:
+        return read_journal(conn)
+    return parse_journal(text, conn.name) if text else {"schema_version": 1, "runs": []}
+
+
 def read_journal(conn: Connection) -> dict[str, Any]:
-    """The node's journal, or an empty one. A corrupt journal is reported, not overwritten silently."""
+    """The node's journal, or an empty one; its `undo` list typed (gpunode/records.py; absent: a journal from
+    before undo records). A corrupt or damaged journal is reported with the fix, not overwritten silently."""
     text = conn.read_file(JOURNAL_PATH, sudo=False)
     if text is None:
         return {"schema_version": 1, "runs": []}
+    return parse_journal(text, conn.name)
+
+
+def parse_journal(text: str, host: str) -> dict[str, Any]:
+    fix = f"move it aside (it is only a record): sudo mv {JOURNAL_PATH} {JOURNAL_PATH}.broken"
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise GpunodeError(f"{conn.name}: {JOURNAL_PATH} is not valid JSON ({exc})",
-                           fix=f"move it aside (it is only a record): sudo mv {JOURNAL_PATH} {JOURNAL_PATH}.broken"
-                           ) from None
-    if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
-        raise GpunodeError(f"{conn.name}: {JOURNAL_PATH} has an unexpected shape",
-                           fix=f"move it aside: sudo mv {JOURNAL_PATH} {JOURNAL_PATH}.broken")
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the parser goes
+        why = str(exc) if isinstance(exc, ValueError) else "nested too deeply"
+        raise GpunodeError(f"{host}: {JOURNAL_PATH} is not valid JSON ({why})", fix=fix) from None
+    problem = _shape(data)
+    if problem is None and "undo" in data:
+        try:
+            data["undo"] = parse_records(data["undo"])
+        except RecordError as exc:
+            problem = str(exc)
+    if problem is not None:
+        raise GpunodeError(f"{host}: {JOURNAL_PATH} has an unexpected shape: {problem}", fix=fix)
     return data
 
 
-class Journal:
-    def __init__(self, conn: Connection, command: str) -> None:
-        self.conn = conn
-        self.data = read_journal(conn)
-        previous = self.data["runs"][-1] if self.data["runs"] else None
-        self.interrupted = previous if previous and previous.get("status") == "running" else None
-        if self.interrupted:
-            self.interrupted["status"] = "interrupted"
-        self.run: dict[str, Any] = {"id": uuid.uuid4().hex[:12], "started": _now(), "finished": None,
-                                    "gpunode_version": __version__, "command": command, "status": "running",
-                                    "steps": []}
-        self.begun = False
-        self.error: str | None = None  # the last failure to write the journal, if any
-
-    def begin(self) -> None:
-        """Record the run as started: called right before the first change."""
-        if not self.begun:
-            self.begin_quietly()
-            self._save()
-
-    def step(self, name: str, result: str, reason: str, backups: list[str], error: str | None = None) -> None:
-        self.begin()
-        self.run["steps"].append({"step": name, "result": result, "reason": reason, "backups": backups,
-                                  "error": error, "time": _now()})
-        self._save()
-
-    @property
-    def pending(self) -> list[dict[str, Any]]:
-        """Effects owed on this node across runs (a restart that must load a changed config, ...)."""
-        found = self.data.get("pending")
-        return found if isinstance(found, list) else []
-
-    def change(self, step: str, summary: str, owed: tuple[tuple[str, str], ...]) -> None:
-        """Record, in ONE write made right before an action runs, the change it makes and the effects it leaves
-        owed: if the run is cut after the change, the next run still knows (the runtime step reads them)."""
-        self.begin_quietly()
-        entries = [{"effect": effect, "target": target, "step": step, "since": _now(), "run": self.run["id"]}
-                   for effect, target in owed]
-        known = {(p.get("effect"), p.get("target")) for p in self.pending if isinstance(p, dict)}
-        self.data["pending"] = [*self.pending, *(e for e in entries if (e["effect"], e["target"]) not in known)]
-        self.run.setdefault("changes", []).append({"step": step, "action": summary, "owes": [list(o) for o in owed],
-                                                   "time": _now()})
-        self._save()
-
-    @property
-    def undo_records(self) -> list[dict[str, Any]]:
-        found = self.data.get("undo")
-        return [r for r in found if isinstance(r, dict)] if isinstance(found, list) else []
-
-    def undo(self, step: str, records: list[dict[str, Any]]) -> None:
-        """Keep what it takes to undo a change that was just made (typed, never re-parsed from text)."""
-        self.begin_quietly()
-        self.data["undo"] = [*self.undo_records, *({**r, "id": uuid.uuid4().hex[:12], "run": self.run["id"],
-                                                     "step": step, "time": _now()} for r in records)]
-        self._save()
-
-    def start_undo_records(self) -> None:
-        """An old journal (no `undo` yet) once its marker-only uninstall has run: from now on, records decide."""
-        if "undo" not in self.data:
-            self.begin_quietly()
-            self.data["undo"] = []
-            self._save()
-
-    def undone(self, ids: set[str]) -> None:
-        """Mark records as undone by this run: a later uninstall no longer plans from them."""
-        marked = False
-        for record in self.undo_records:
-            if record.get("id") in ids and not record.get("undone"):
-                record["undone"] = self.run["id"]
-                marked = True
-        if marked:
-            self.begin_quietly()
-            self._save()
-
-    def settle(self, done: tuple[tuple[str, str], ...]) -> None:
-        """Clear owed effects once carried out."""
-        keep = [p for p in self.pending if not (isinstance(p, dict) and (p.get("effect"), p.get("target")) in done)]
-        if len(keep) != len(self.pending):
-            self.begin_quietly()
-            self.data["pending"] = keep
-            self._save()
-
-    def begin_quietly(self) -> None:
-        """Add this run to the record without saving (the caller saves)."""
-        if not self.begun:
-            self.begun = True
-            self.data["runs"] = [*self.data["runs"], self.run][-KEEP_RUNS:]
-
-    def finish(self, status: str) -> None:
-        if self.begun:
-            self.run["status"] = status
-            self.run["finished"] = _now()
-            self._save()
-
-    def _save(self) -> None:
-        """Best effort: the journal is a record, so failing to write it never fails the run itself."""
-        try:
-            self.conn.write_file(JOURNAL_PATH, json.dumps(self.data, indent=2) + "\n", mode=0o644, backup=False)
-            self.error = None
-        except GpunodeError as exc:
-            self.error = f"could not update {JOURNAL_PATH}: {exc.message}"
+def to_json(data: dict[str, Any]) -> str:
+    """The journal as written: typed records as their JSON objects."""
+    undo = data.get("undo")
+    shown = {**data, "undo": [r.to_dict() for r in undo]} if isinstance(undo, list) else data
+    return json.dumps(shown, indent=2) + "\n"

@@ -7,6 +7,8 @@ worker threads later while one reporter draws from the main thread.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import time
 import traceback
@@ -14,18 +16,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from gpunode import __version__, cancel, fixes, preflight
+from gpunode import SCHEMA_VERSION, __version__, cancel, fixes, preflight
 from gpunode.connection.base import Connection
 from gpunode.errors import CommandError, ConnectError, GpunodeError
 from gpunode.facts import Facts, gather
-from gpunode.journal import Journal
+from gpunode.facts.containers import PENDING_RESTARTS
 from gpunode.options import Options
 from gpunode.plan import Action, Reboot, Status, StepPlan
+from gpunode.runrecord import Journal
 from gpunode.shell import Script
 from gpunode.steps import NOT_BUILT
 from gpunode.steps.base import Step
 
-SCHEMA_VERSION = 1
 # every StepOutcome.result, in the order summaries list them
 RESULTS = ("ok", "changed", "planned", "reboot-pending", "blocked", "unknown", "failed", "interrupted", "not-run")
 log = logging.getLogger("gpunode.runner")
@@ -101,14 +103,14 @@ class RunReport:
 
     @property
     def exit_code(self) -> int:
-        """0 done (or plan computed), 1 failed or blocked, 3 a reboot is needed before going on,
-        130 interrupted (Ctrl-C)."""
+        """0 done (or plan computed), 1 failed or blocked, 3 a reboot is needed before going on (install and
+        uninstall), 130 interrupted (Ctrl-C). Every front end (CLI, fleet, library, Ansible) takes it from here."""
         state = self.state
         if state == "interrupted":
             return 130
         if state in ("failed", "blocked"):
             return 1
-        return 3 if state == "reboot-pending" and self.mode == "install" else 0
+        return 3 if state == "reboot-pending" and self.mode in ("install", "uninstall") else 0
 
     @property
     def state(self) -> str:
@@ -190,14 +192,8 @@ def plan_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
     facts = gather(conn)
     report.node, report.facts = facts.summary(), facts
     reporter.node(conn.name, facts)
-    earlier: dict[str, StepPlan] = {}
     try:
-        for step in steps:
-            plan = step.plan_with(facts, options, earlier)
-            earlier[step.name] = plan
-            reporter.planned(conn.name, step, plan)
-            result = {"ok": "ok", "change": "planned", "blocked": "blocked", "unknown": "unknown"}[plan.status.value]
-            report.outcomes.append(StepOutcome(step.name, step.title, plan, result))
+        earlier = plan_steps(conn.name, steps, facts, options, reporter, report)
     except GpunodeError:
         raise
     except Exception as exc:  # noqa: BLE001 - a bug: a failed plan with its cause, not a traceback
@@ -210,6 +206,36 @@ def plan_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
             outcome = next(o for o in report.outcomes if o.step == stop.step)
             outcome.result, outcome.error, outcome.error_fix = "failed", stop.error, stop.fix
     return report
+
+
+PLANNED = {"ok": "ok", "change": "planned", "blocked": "blocked", "unknown": "unknown"}  # plan status -> result
+
+
+def plan_steps(host: str, steps: Sequence[Step], facts: Facts, options: Options, reporter: Reporter,
+               report: RunReport) -> dict[str, StepPlan]:
+    """Plan every step in order, each seeing the earlier plans: the outcomes of a dry run (plan, `uninstall
+    --dry-run`). Returns the plans by step."""
+    earlier: dict[str, StepPlan] = {}
+    for step in steps:
+        plan = step.plan_with(facts, options, earlier)
+        earlier[step.name] = plan
+        reporter.planned(host, step, plan)
+        report.outcomes.append(StepOutcome(step.name, step.title, plan, PLANNED[plan.status.value]))
+    return earlier
+
+
+@dataclass(frozen=True)
+class Loop:
+    """What differs between the runs that change a node, in the one loop they share (`run_steps`): install and
+    `gpunode uninstall` (gpunode/undo/engine.py)."""
+
+    undoable: bool = True  # actions return what undoes them, kept in the journal (an undo records nothing)
+    stop_at_reboot: bool = True  # a step left waiting for a reboot stops the later ones (install: they build on it)
+    what: str = "step"  # how errors name a step: "step driver", "undoing driver"
+    done: Callable[[Step, StepOutcome], None] | None = None  # told each step's final outcome (not the ones not run)
+
+
+INSTALL = Loop()
 
 
 def _preflight(conn: Connection, steps: Sequence[Step], options: Options, reporter: Reporter, report: RunReport,
@@ -239,7 +265,7 @@ def apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
     facts = gather(conn)
     report.node, report.facts = facts.summary(), facts
     reporter.node(conn.name, facts)
-    record = Journal(conn, "install " + " ".join(s.name for s in steps)) if journal else None
+    record = Journal(conn, "install " + " ".join(s.name for s in steps), journal_text(facts)) if journal else None
     if record is not None:
         record.settle(_reboots_done(record, facts))  # a reboot owed since another boot has happened
     if record is not None and record.interrupted:
@@ -247,7 +273,7 @@ def apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
                                     "resuming from the node's current state")
     try:
         if _preflight(conn, steps, options, reporter, report, facts):
-            _apply_steps(conn, steps, options, reporter, report, facts, record)
+            run_steps(conn, steps, options, reporter, report, facts, record)
     except cancel.Cancelled as exc:
         report.interrupted, report.error, report.error_fix = True, exc.message, exc.fix
         raise RunInterrupted(exc, report) from None
@@ -260,10 +286,19 @@ def apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
             # one bounded write, even after a hard abort (which stops every other remote command): the record
             # of how the run ended is what the next run and `gpunode status` go by
             with cancel.bind(cancel.CancelToken()):
-                record.finish(_journal_status(report))
+                record.finish(journal_status(report))
             if record.error:
                 reporter.message(conn.name, f"warning: {record.error}")
     return report
+
+
+def journal_text(facts: Facts) -> str | None:
+    """The node's journal as the probe read it (the fact that reads owed restarts cats it whole), "" when there is
+    none, or None when the probe could not tell (then the journal is read on its own)."""
+    section = facts.section(PENDING_RESTARTS)
+    if section.status == 3:
+        return ""
+    return section.text if section.ok and section.text.strip() else None
 
 
 def _internal(report: RunReport, exc: Exception) -> None:
@@ -278,17 +313,18 @@ def _reboots_done(record: Journal, facts: Facts) -> tuple[tuple[str, str], ...]:
                  if isinstance(p, dict) and p.get("effect") == "reboot" and facts.boot_id and p.get("target") != facts.boot_id)
 
 
-def _journal_status(report: RunReport) -> str:
+def journal_status(report: RunReport) -> str:
     if report.interrupted:
         return "interrupted"
     return {0: "done", 3: "reboot-pending"}.get(report.exit_code, "failed")
 
 
-def _apply_steps(conn: Connection, steps: Sequence[Step], options: Options, reporter: Reporter,
-                 report: RunReport, facts: Facts, record: Journal | None) -> None:
-    """Every step, in order. Whatever stops a step (an error, a bug, Ctrl-C) is recorded on its outcome and in
-    the journal before anything else happens; a Cancelled is then raised again, after the steps not reached
-    are recorded as not run."""
+def run_steps(conn: Connection, steps: Sequence[Step], options: Options, reporter: Reporter,
+              report: RunReport, facts: Facts, record: Journal | None, loop: Loop = INSTALL) -> None:
+    """THE run loop, for install and uninstall: every step in order, planned from the facts and the earlier plans,
+    applied and converged (`converge`). Whatever stops a step (an error, a bug, Ctrl-C) is recorded on its outcome
+    and in the journal before anything else happens; a Cancelled is then raised again, after the steps not
+    reached are recorded as not run."""
     earlier: dict[str, StepPlan] = {}
     stopped: str | None = None
     interrupted: cancel.Cancelled | None = None
@@ -318,10 +354,10 @@ def _apply_steps(conn: Connection, steps: Sequence[Step], options: Options, repo
                 outcome.result, outcome.error = "failed", f"could not decide what to do: {plan.reason}"
                 stopped = f"not run: step {step.name} failed"
                 continue
-            if record is not None:
-                record.begin()
             try:
-                facts = _converge(conn, step, plan, facts, options, earlier, reporter, report, outcome, record)
+                facts = converge(conn, step, plan, facts, options, functools.partial(_replan, step, options, earlier),
+                                 reporter, report, outcome, record, undoable=loop.undoable,
+                                 what=f"{loop.what} {step.name}")
             except (cancel.Cancelled, KeyboardInterrupt) as exc:
                 stop = exc if isinstance(exc, cancel.Cancelled) else _ABORTED()
                 outcome.result, outcome.error, outcome.error_fix = "interrupted", stop.message, stop.fix
@@ -338,19 +374,18 @@ def _apply_steps(conn: Connection, steps: Sequence[Step], options: Options, repo
         finally:
             if record is not None and outcome.result != "ok":
                 record.step(step.name, outcome.result, plan.reason, outcome.backups, outcome.error)
+            if loop.done is not None:
+                loop.done(step, outcome)
             _step_done(reporter, conn.name, outcome)
-        if outcome.result == "reboot-pending":
+        if outcome.result == "reboot-pending" and loop.stop_at_reboot:
             stopped = "not run: waiting for the reboot"
     report.facts = facts
     if interrupted is not None:
         raise interrupted
 
 
-def _converge(conn: Connection, step: Step, plan: StepPlan, facts: Facts, options: Options,
-              earlier: dict[str, StepPlan], reporter: Reporter, report: RunReport, outcome: StepOutcome,
-              record: Journal | None = None) -> Facts:
-    return converge(conn, step, plan, facts, options, lambda fresh: step.plan_with(fresh, options, earlier), reporter,
-                    report, outcome, record)
+def _replan(step: Step, options: Options, earlier: dict[str, StepPlan], fresh: Facts) -> StepPlan:
+    return step.plan_with(fresh, options, earlier)
 
 
 def converge(conn: Connection, step: Step, plan: StepPlan, facts: Facts, options: Options,
@@ -360,28 +395,15 @@ def converge(conn: Connection, step: Step, plan: StepPlan, facts: Facts, options
     is left and --reboot allows it. Shared by install and `gpunode uninstall` (gpunode/undo/engine.py), which
     passes undoable=False: undoing a change records nothing to undo."""
     what = what or f"step {step.name}"
-    for action in plan.actions:
-        if isinstance(action, Reboot):
-            continue
-        cancel.checkpoint(f"{step.name}: {action.summary}")
-        reporter.action(conn.name, step, action, "start")
-        owed = action.deferred()
-        if record is not None and owed:
-            record.change(step.name, action.summary, owed)
-        try:
-            # apply(), with what `gpunode uninstall` needs to undo it
-            detail, undo = action.apply_recorded(conn) if undoable else (action.apply(conn), [])
-        except Exception as exc:
-            reporter.action(conn.name, step, action, "failed",
-                            exc.message if isinstance(exc, GpunodeError) else internal_error(exc))
-            raise
-        if detail:
-            outcome.backups.append(detail)
-        if record is not None and undo:
-            record.undo(step.name, undo)
-        if record is not None and action.settles():
-            record.settle(action.settles())
-        reporter.action(conn.name, step, action, "done", detail or "")
+    actions = [a for a in plan.actions if not isinstance(a, Reboot)]
+    if record is not None:  # ONE write before the first action: the run, and every effect the actions leave owed
+        with record.batch():
+            record.begin()
+            for action in actions:
+                if action.deferred():
+                    record.change(step.name, action.summary, action.deferred())
+    with record.batch() if record is not None else contextlib.nullcontext():  # ONE write after: undo, settled
+        _apply_actions(conn, step, actions, reporter, outcome, record, undoable)
     facts = gather(conn)
     after = replan(facts)
     while after.status is not Status.OK:
@@ -417,9 +439,29 @@ def converge(conn: Connection, step: Step, plan: StepPlan, facts: Facts, options
     return facts
 
 
-def execute(conn: Connection, action: Action) -> str | None:
-    """Carry out one action (the Action contract, gpunode/actions/). Returns a note worth keeping, if any."""
-    return action.apply(conn)
+def _apply_actions(conn: Connection, step: Step, actions: list[Action], reporter: Reporter, outcome: StepOutcome,
+                   record: Journal | None, undoable: bool) -> None:
+    """Each action in order, with a Ctrl-C checkpoint before it; what it returns to undo it goes to the journal
+    (in the caller's batch), and a record the node could not help make is a warning."""
+    for action in actions:
+        cancel.checkpoint(f"{step.name}: {action.summary}")
+        reporter.action(conn.name, step, action, "start")
+        try:
+            # apply(), with what `gpunode uninstall` needs to undo it
+            detail, undo = action.apply_recorded(conn) if undoable else (action.apply(conn), [])
+        except Exception as exc:
+            reporter.action(conn.name, step, action, "failed",
+                            exc.message if isinstance(exc, GpunodeError) else internal_error(exc))
+            raise
+        if detail:
+            outcome.backups.append(detail)
+        if record is not None and undo:
+            record.undo(step.name, undo)
+        for gap in dict.fromkeys(r.gap for r in undo if r.gap):
+            reporter.message(conn.name, f"warning: {step.name}: {action.summary}: {gap}")
+        if record is not None and action.settles():
+            record.settle(action.settles())
+        reporter.action(conn.name, step, action, "done", detail or "")
 
 
 # systemd queues the reboot and returns at once, so the command finishes before the connection drops;

@@ -280,3 +280,30 @@ def test_imports_marks_what_runs_at_import_time(tmp_path: Path, source: str, liv
     path.parent.mkdir()
     path.write_text(source)
     assert [(i.target, i.at_import_time) for i in imports(path, tmp_path)] == [("rich", live)]
+
+
+# the install side: what only a run that changes a node needs
+INSTALL_SIDE = ("gpunode.steps", "gpunode.actions", "gpunode.undo", "gpunode.runner", "gpunode.preflight",
+                "gpunode.artifacts", "gpunode.runrecord", "gpunode.plan", "gpunode.options")
+
+
+def closure(start: str, edges: dict[str, dict[str, int]]) -> set[str]:
+    seen, todo = {start}, [start]
+    while todo:
+        for nxt in edges.get(todo.pop(), {}):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+@pytest.mark.parametrize("command", ["gpunode.cli.doctor", "gpunode.cli.status", "gpunode.cli.explain"])
+def test_read_only_commands_load_nothing_of_the_install_side(command):
+    loaded = closure(command, graph(package_modules()))
+    installer = sorted(m for m in loaded if any(m == p or m.startswith(p + ".") for p in INSTALL_SIDE))
+    assert installer == [], f"{command} loads {len(installer)} install-side modules: {installer}"
+
+
+def test_the_closure_sees_the_install_side_where_it_is():
+    loaded = closure("gpunode.cli.uninstall", graph(package_modules()))
+    assert {"gpunode.runner", "gpunode.undo.engine", "gpunode.steps.driver"} <= loaded

@@ -10,49 +10,54 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import re
+import secrets
 import shlex
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
 from gpunode.connection.base import Connection
+from gpunode.records import FileRecord, UndoRecord, UnitRecord
 from gpunode.shell import Cmd, Script, to_argv
 
-UndoRecord = dict[str, object]  # what the journal keeps to undo one change (gpunode/undo/, docs/day2.md)
-
 # Read-only look at what an undo record needs: files' sha256, the installed packages, units' enablement, the
-# .run driver's version. One line per item; a failure prints nothing (the record says "unknown").
+# .run driver's version, the held packages, the files in directories, files' texts. One line per item; a failure
+# prints nothing (the record says "unknown"). Several looks go in one command: `NONCE WHAT ITEM... -- WHAT ...`;
+# each answer follows a `NONCE look N` line (N: its place) and texts are framed by NONCE too, a random word the
+# caller picks, so no file's content can forge a boundary.
 UNDO_LOOK = Script(
     name="undo-look",
-    body=r"""what=$1; shift
+    body=r"""look() {
+what=$1; shift
 case $what in
-files) for f; do if [ -f "$f" ]; then s=$(sha256sum -- "$f" 2>/dev/null); echo "file ${s%% *} $f"; else echo "file - $f"; fi; done ;;
+files) for f; do [ "$f" = -- ] && break; if [ -f "$f" ]; then s=$(sha256sum -- "$f" 2>/dev/null); echo "file ${s%% *} $f"; else echo "file - $f"; fi; done ;;
 packages) if command -v dpkg-query >/dev/null 2>&1; then dpkg-query -W -f '${db:Status-Status} ${Package} ${Version}\n' '*' 2>/dev/null | sed -n 's/^installed /pkg /p'
   elif command -v rpm >/dev/null 2>&1; then rpm -qa --qf '%{NAME} %{VERSION}-%{RELEASE}\n' 2>/dev/null | sed 's/^/pkg /'; fi ;;
-units) for u; do echo "unit $u $(systemctl is-enabled "$u" 2>/dev/null || true)"; done ;;
+units) for u; do [ "$u" = -- ] && break; echo "unit $u $(systemctl is-enabled "$u" 2>/dev/null || true)"; done ;;
 driver) v=$(nvidia-installer --version 2>/dev/null | sed -n 's/.*version *\([0-9][0-9.]*\).*/\1/p' | head -n 1); echo "driver ${v:--}" ;;
 holds) if command -v apt-mark >/dev/null 2>&1; then apt-mark showhold 2>/dev/null | sed 's/^/hold /'
   elif command -v dnf >/dev/null 2>&1; then dnf -q -C versionlock list 2>/dev/null | sed -n 's/^\([A-Za-z0-9_.+-]*\)-[0-9]*:.*/hold \1/p'
   elif command -v yum >/dev/null 2>&1; then yum -q -C versionlock list 2>/dev/null | sed -n 's/^\([A-Za-z0-9_.+-]*\)-[0-9]*:.*/hold \1/p'
   elif [ -r /etc/zypp/locks ]; then sed -n 's/^solvable_name: *\(.*\)/hold \1/p' /etc/zypp/locks; fi ;;
-dir) for d; do for f in "$d"/*; do [ -f "$f" ] || continue; s=$(sha256sum -- "$f" 2>/dev/null); echo "file ${s%% *} $f"; done; done ;;
+dir) for d; do [ "$d" = -- ] && break; for f in "$d"/*; do [ -f "$f" ] || continue; s=$(sha256sum -- "$f" 2>/dev/null); echo "file ${s%% *} $f"; done; done ;;
+texts) for f; do [ "$f" = -- ] && break; [ -f "$f" ] && [ -r "$f" ] || continue; echo "$n $f"; cat -- "$f"; echo; echo "$n"; done ;;
 esac
+}
+n=$1; shift
+i=0
+while [ $# -gt 0 ]; do
+  echo "$n look $i"; look "$@"; i=$((i + 1))
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do shift; done
+  [ $# -gt 0 ] && shift
+done
 true""",
 )
 
 
-def undo_look(conn: Connection, what: str, *items: str) -> dict[str, str] | None:
-    """{item: value} from UNDO_LOOK (files: sha256 or "-"; packages: name -> version; units: name -> state;
-    driver: "driver" -> version or "-"; holds: held package -> "held"; dir: the files in the directories ->
-    sha256), or None when the node could not tell."""
-    try:
-        result = conn.run(Script(UNDO_LOOK.body, (what, *items), UNDO_LOOK.name), sudo=True, timeout=120)
-    except Exception:  # noqa: BLE001 - a record is best effort: the change itself must not fail for it
-        return None
-    if not result.ok:
-        return None
+def _parse_look(lines: list[str]) -> dict[str, str]:
     found: dict[str, str] = {}
-    for line in result.stdout.splitlines():
+    for line in lines:
         kind, _, rest = line.partition(" ")
         if kind == "file":
             digest, _, path = rest.partition(" ")
@@ -65,6 +70,48 @@ def undo_look(conn: Connection, what: str, *items: str) -> dict[str, str] | None
         elif kind == "driver":
             found["driver"] = rest.strip()
     return found
+
+
+def _parse_texts(text: str, nonce: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for block in text.split(f"{nonce} ")[1:]:
+        path, _, rest = block.partition("\n")
+        body, ends, _ = rest.rpartition(f"\n{nonce}\n")
+        if ends:  # the newline the script adds before the closing nonce is part of the separator
+            found[path] = body
+    return found
+
+
+def undo_looks(conn: Connection, *looks: tuple[str, ...]) -> list[dict[str, str] | None]:
+    """Several looks (each `(what, item...)`, as for undo_look; "texts": the files' contents) in ONE command on
+    the node. Each answer is None when the node could not tell."""
+    nonce = secrets.token_hex(8)
+    argv = [nonce, *(w for look in looks for w in (*look, "--"))]
+    try:
+        result = conn.run(Script(UNDO_LOOK.body, tuple(argv), UNDO_LOOK.name), sudo=True, timeout=120)
+    except Exception:  # noqa: BLE001 - a record is best effort: the change itself must not fail for it
+        return [None] * len(looks)
+    if not result.ok:
+        return [None] * len(looks)
+    parts = re.split(rf"(?m)^{nonce} look (\d+)\n", result.stdout)
+    answers: dict[int, str] = {int(parts[i]): parts[i + 1] for i in range(1, len(parts) - 1, 2)}
+    found: list[dict[str, str] | None] = []
+    for i, look in enumerate(looks):
+        text = answers.get(i)
+        if text is None:
+            found.append(None)
+        elif look[0] == "texts":
+            found.append(_parse_texts(text, nonce))
+        else:
+            found.append(_parse_look(text.splitlines()))
+    return found
+
+
+def undo_look(conn: Connection, what: str, *items: str) -> dict[str, str] | None:
+    """{item: value} from UNDO_LOOK (files: sha256 or "-"; packages: name -> version; units: name -> state;
+    driver: "driver" -> version or "-"; holds: held package -> "held"; dir: the files in the directories ->
+    sha256), or None when the node could not tell."""
+    return undo_looks(conn, (what, *items))[0]
 
 
 def command_line(cmd: Cmd, sudo: bool = True) -> str:
@@ -148,13 +195,12 @@ class RunCommand(Action):
         before_units = undo_look(conn, "units", *units) if units else None
         before_files = undo_look(conn, "files", *created) if created else None
         note = self.apply(conn)
-        records: list[UndoRecord] = [{"kind": "unit", "unit": u, "was": (before_units or {}).get(u, "unknown")}
-                                     for u in units]
+        records: list[UndoRecord] = [UnitRecord(unit=u, was=(before_units or {}).get(u, "unknown")) for u in units]
         after = undo_look(conn, "files", *created) if created else None
         for path in created:
             was, now = (before_files or {}).get(path), (after or {}).get(path)
             if was == "-" and now and now != "-":  # only what this command created
-                records.append({"kind": "file", "path": path, "existed": False, "backup": None, "sha256": now})
+                records.append(FileRecord(path=path, existed=False, sha256=now))
         return note, records
 
 
@@ -186,9 +232,8 @@ class WriteFile(Action):
 
     def apply_recorded(self, conn: Connection) -> tuple[str | None, list[UndoRecord]]:
         written = conn.write_file(self.path, self.after, mode=self.mode)
-        record: UndoRecord = {"kind": "file", "path": self.path, "existed": written.backup is not None,
-                              "backup": written.backup, "sha256": hashlib.sha256(self.after.encode()).hexdigest(),
-                              "mode": f"{self.mode:04o}"}
+        record = FileRecord(path=self.path, existed=written.backup is not None, backup=written.backup,
+                            sha256=hashlib.sha256(self.after.encode()).hexdigest(), mode=f"{self.mode:04o}")
         return (f"backup of {self.path}: {written.backup}" if written.backup else None), [record]
 
 

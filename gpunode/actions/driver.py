@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpunode.actions.base import Action, UndoRecord, command_line, undo_look
+from gpunode.actions.base import Action, command_line, undo_look
 from gpunode.artifacts import ProgressBars, silent
 from gpunode.artifacts.source import Source, obtain
 from gpunode.connection.base import Connection
 from gpunode.errors import CommandError
 from gpunode.explain import installer_failure
+from gpunode.records import DriverRecord, UndoRecord
 from gpunode.shell import Script
 
 LOG = "/var/log/nvidia-installer.log"
@@ -154,8 +155,8 @@ class RunInstaller(Action):
         before = (undo_look(conn, "driver") or {}).get("driver")
         note = self.apply(conn)
         after = (undo_look(conn, "driver") or {}).get("driver")
-        return note, [{"kind": "driver", "version": after if after and after != "-" else None,
-                       "previous": None if before == "-" else before or "unknown"}]
+        return note, [DriverRecord(version=after if after and after != "-" else None,
+                                   previous=None if before == "-" else before or "unknown")]
 
 # ---------------------------------------------------------------------------------------------------------
 # replacing a loaded driver: stop the GPU services, unload the modules, (install), load, start them again

@@ -6,9 +6,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gpunode.actions.base import Action, UndoRecord, command_line, undo_look
+from gpunode.actions.base import Action, command_line, undo_look
 from gpunode.connection.base import Connection
 from gpunode.errors import CommandError
+from gpunode.records import UndoRecord, UnitRecord
 from gpunode.shell import Script
 
 POLL_SECONDS = 2.0
@@ -80,4 +81,4 @@ class StartFabricManager(Action):
         unit = f"{self.service}.service"
         before = undo_look(conn, "units", unit)
         note = self.apply(conn)
-        return note, [{"kind": "unit", "unit": unit, "was": (before or {}).get(unit, "unknown")}]
+        return note, [UnitRecord(unit=unit, was=(before or {}).get(unit, "unknown"))]

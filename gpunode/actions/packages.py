@@ -13,9 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpunode import pkgmgr
-from gpunode.actions.base import Action, UndoRecord, command_line, undo_look
+from gpunode.actions.base import Action, command_line, undo_look
 from gpunode.connection.base import Connection, Result
 from gpunode.errors import CommandError
+from gpunode.records import FileRecord, HoldRecord, PackagesRecord, UndoRecord
 from gpunode.shell import Cmd, Script, to_argv
 
 LOCK_POLL_SECONDS = 5.0
@@ -98,8 +99,7 @@ class PackageCommand(Action):
         after = undo_look(conn, "dir", m.repo_dir) if before is not None else None
         for path, digest in sorted((after or {}).items()):
             if before is not None and path not in before and digest != "-":
-                records.append({"kind": "file", "path": path, "existed": False, "backup": None, "sha256": digest,
-                                "repository": True})
+                records.append(FileRecord(path=path, existed=False, sha256=digest, repository=True))
         return note, records
 
 
@@ -111,9 +111,9 @@ def recorded_hold(conn: Connection, manager: str, apply: Callable[[], str | None
     note = apply()
     after = undo_look(conn, "holds") if before is not None else None
     if before is None or after is None:
-        return note, [{"kind": "hold", "manager": manager, "held": [], "unknown": True}]
-    new = sorted(name for name in after if name not in before)
-    return note, ([{"kind": "hold", "manager": manager, "held": new}] if new else [])
+        return note, [HoldRecord(manager=manager, unknown=True)]
+    new = tuple(sorted(name for name in after if name not in before))
+    return note, ([HoldRecord(manager=manager, held=new)] if new else [])
 
 
 def recorded_install(conn: Connection, manager: str, apply: Callable[[], str | None]
@@ -124,9 +124,9 @@ def recorded_install(conn: Connection, manager: str, apply: Callable[[], str | N
     note = apply()
     after = undo_look(conn, "packages") if before is not None else None
     if before is None or after is None:
-        return note, [{"kind": "packages", "manager": manager, "installed": [], "unknown": True}]
-    new = sorted((name, version) for name, version in after.items() if name not in before)
-    return note, ([{"kind": "packages", "manager": manager, "installed": [list(p) for p in new]}] if new else [])
+        return note, [PackagesRecord(manager=manager, unknown=True)]
+    new = tuple(sorted((name, version) for name, version in after.items() if name not in before))
+    return note, ([PackagesRecord(manager=manager, installed=new)] if new else [])
 
 
 def package_command(summary: str, manager: str, *cmds: Cmd, packages: tuple[str, ...] | list[str] = (),

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpunode.actions.base import Action, UndoRecord, WriteFile, command_line, undo_look
+from gpunode.actions.base import Action, WriteFile, command_line, undo_look
 from gpunode.connection.base import Connection
+from gpunode.records import FileRecord, UndoRecord
 from gpunode.shell import Script
 
 # Copies each existing file next to itself before nvidia-ctk rewrites it (it drops comments). The suffix never
@@ -65,7 +66,7 @@ class ConfigureRuntime(Action):
         for path in paths:
             backup = next((b for b in kept if b.startswith(path + ".gpunode-bak.")), None)
             was, now = (before or {}).get(path), (after or {}).get(path)
-            records.append({"kind": "file", "path": path, "existed": None if was is None else was != "-",
-                            "backup": backup, "sha256": now if now and now != "-" else None, "engine": self.engine,
-                            "restart": self.restart})
+            records.append(FileRecord(path=path, existed=None if was is None else was != "-", backup=backup,
+                                      sha256=now if now and now != "-" else None, engine=self.engine,
+                                      restart=self.restart))
         return note, records

@@ -13,10 +13,10 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from gpunode import SCHEMA_VERSION
 from gpunode.cli._target import Target, rewrite_fixes
 from gpunode.fleet import Event, FleetResults, HostResult, interrupt_text, run_fleet
 from gpunode.inventory import InventoryHost
-from gpunode.runner import SCHEMA_VERSION
 from gpunode.ui import STATUS_STYLE, clean, counted, err, labelled, node_text, out, print_json
 
 RESULT_STYLE = {**STATUS_STYLE, "unreachable": "bold red", "skipped": "dim", "planned": "yellow",

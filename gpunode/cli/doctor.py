@@ -12,18 +12,17 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpunode import __version__
-from gpunode.api import doctor_document
+from gpunode import SCHEMA_VERSION, __version__
 from gpunode.cli._fleet import fits, print_summary, run_with_view
 from gpunode.cli._params import command, expected_errors
 from gpunode.cli._target import Target, rewrite_fixes
 from gpunode.doctor import CheckResult, run_checks, summary
 from gpunode.doctor import verdict as readiness
+from gpunode.doctor.document import doctor_document
 from gpunode.errors import GpunodeError
 from gpunode.facts import Facts, gather
 from gpunode.fleet import HostResult, LoggedConnection, QueueReporter
 from gpunode.inventory import InventoryHost
-from gpunode.runner import SCHEMA_VERSION
 from gpunode.ui import Fixer, clean, counted, describe_node, labelled, node_text, out, print_error, print_json
 
 STATUS_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
@@ -158,7 +157,7 @@ def doctor(target: Target, format: FormatOpt = None, ready_file: ReadyFileOpt = 
     verdict = readiness.readiness(name, facts, results)
     local = target.host is None
     if chosen == "json":
-        print_json(rewrite_fixes(doctor_document(name, facts), target.fixer()))
+        print_json(rewrite_fixes(doctor_document(name, facts, results), target.fixer()))
     elif chosen == "nhc":
         line = readiness.nhc_line(verdict)
         if line:

@@ -46,7 +46,7 @@ def status(target: Target) -> None:
     runs = journal["runs"]
     if target.json_output:
         print_json({"schema_version": 1, "host": conn.name, "journal": JOURNAL_PATH, "runs": runs,
-                    "pending": journal.get("pending") or [], "undo": journal.get("undo") or []})
+                    "pending": journal.get("pending") or [], "undo": [r.to_dict() for r in journal.get("undo") or []]})
     elif not runs:
         out.print(node_text(f"{conn.name}: gpunode has not changed anything here yet ({JOURNAL_PATH} is absent)"))
     else:
@@ -57,7 +57,7 @@ def status(target: Target) -> None:
             if isinstance(owed, dict):
                 out.print(node_text(f"owed: {owed.get('effect')} {owed.get('target')} (step {owed.get('step')}, since "
                                     f"{owed.get('since')})", "yellow"))
-        left = [r for r in journal.get("undo") or [] if isinstance(r, dict) and not r.get("undone")]
+        left = [r for r in journal.get("undo") or [] if not r.undone]
         if left:
             out.print(node_text(f"{counted(len(left), 'change')} `gpunode uninstall` can undo", "dim"))
     last = runs[-1].get("status") if runs else "done"

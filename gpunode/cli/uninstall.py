@@ -73,7 +73,7 @@ def uninstall(target: Target, argv: list[str], only: UndoOnlyOpt = None, dry_run
                 with two_stage_interrupt() as token, cancel.bind(token):
                     report = run_uninstall(conn, request, options, reporter,
                                             command="uninstall " + " ".join(request.steps))
-    code = 3 if report.state == "reboot-pending" else report.exit_code
+    code = report.exit_code
     nothing = not report.outcomes
     if target.json_output:
         data = report.to_dict()
@@ -130,8 +130,6 @@ def _uninstall_fleet(target: Target, hosts: list[InventoryHost], request: UndoRe
         if getattr(log, "debug", False):  # the report holds file diffs (node file contents): debug level only
             log.write(json.dumps(rewrite_fixes(report.to_dict(), target.fixer(host)), indent=2) + "\n")
         result = result_from_report(host.name, report)
-        if report.interrupted:  # Ctrl-C: the engine stopped at a safe point and recorded it in the journal
-            result.status = "interrupted"
         if not report.outcomes:
             log.write("nothing to undo (the journal records no change gpunode has not undone)\n")
         return result

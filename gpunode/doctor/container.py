@@ -11,7 +11,7 @@ from __future__ import annotations
 import posixpath
 from typing import Any
 
-from gpunode import fixes
+from gpunode import fixes, rules
 from gpunode.doctor.base import NO_GPU, Node, Verdict, check, failed, passed, skipped, warned
 from gpunode.facts import containers as container_facts
 from gpunode.facts import kernel as kernel_facts
@@ -41,7 +41,6 @@ from gpunode.facts.containers import (
     runtime_binary_missing,
 )
 from gpunode.facts.packages import unit
-from gpunode.steps import toolkit
 
 
 def runtime_fix(engine: str) -> fixes.Fix:
@@ -83,7 +82,7 @@ def _runtime_installed(node: Node, state: RuntimeState) -> bool:
 
 def _no_toolkit(node: Node) -> Verdict | None:
     """The runtime is configured with the toolkit's nvidia-ctk: without the toolkit that check is the failure."""
-    if node.packages.get(toolkit.PACKAGES[0]) is None and not node.facts.has("nvidia-ctk"):
+    if node.packages.get(rules.TOOLKIT_PACKAGES[0]) is None and not node.facts.has("nvidia-ctk"):
         return skipped("the NVIDIA Container Toolkit is not installed yet (see container.toolkit-installed)")
     return None
 
@@ -91,10 +90,10 @@ def _no_toolkit(node: Node) -> Verdict | None:
 def _binary_missing(node: Node, what: str) -> Verdict:
     """The engine names the nvidia runtime but its binary is gone: without the toolkit package that is the
     toolkit check's failure; with it, a broken toolkit install."""
-    if node.packages.get(toolkit.PACKAGES[0]) is None:
+    if node.packages.get(rules.TOOLKIT_PACKAGES[0]) is None:
         return skipped(f"{what}, which is not installed (see container.toolkit-installed)")
     return failed(f"{what}, which is missing although nvidia-container-toolkit is installed",
-                  toolkit.runtime_binary_fix(node.facts.os.package_manager))
+                  rules.runtime_binary_fix(node.facts.os.package_manager))
 
 
 @check("container.engine-present", "container", "a container engine is installed")
@@ -115,8 +114,8 @@ def engine_present(node: Node) -> Verdict:
 def toolkit_installed(node: Node) -> Verdict:
     if not node.has_gpu:
         return NO_GPU
-    have = {name: node.packages.get(name) for name in toolkit.PACKAGES}
-    main = have[toolkit.PACKAGES[0]]
+    have = {name: node.packages.get(name) for name in rules.TOOLKIT_PACKAGES}
+    main = have[rules.TOOLKIT_PACKAGES[0]]
     ctk = node.facts[container_facts.CTK_VERSION]
     ctk_text = f" (nvidia-ctk {'.'.join(map(str, ctk))})" if ctk else ""
     if main is None:

@@ -8,15 +8,13 @@ from datetime import date
 
 from packaging.version import Version
 
-from gpunode import compat, fixes, gpus
+from gpunode import compat, fixes, gpus, rules
 from gpunode.doctor.base import NO_GPU, Node, Verdict, check, failed, passed, skipped, warned
 from gpunode.doctor.hardware import VGPU_LINE
 from gpunode.errors import GpunodeError
 from gpunode.explain import explain
 from gpunode.facts import driver as driver_facts
 from gpunode.facts.driver import parse_cuda_toolkits
-from gpunode.options import Options
-from gpunode.steps.driver import recommended_version
 
 # the kernel's messages, explained here: dmesg runs on the node, explain on this machine
 _DMESG = fixes.on_node("sudo dmesg", fixes.gpunode("explain"))
@@ -25,7 +23,7 @@ _DMESG = fixes.on_node("sudo dmesg", fixes.gpunode("explain"))
 def install_fix(node: Node, at_least: Version | None = None) -> fixes.Fix:
     """`gpunode install --driver` with a release that suits the node's GPUs (and `at_least`), from the tables."""
     day = date.fromisoformat(node.today) if node.today else None
-    version = recommended_version(node.facts, Options(), at_least, day)
+    version = rules.recommended_version(node.facts, None, at_least, day)
     if version is None:
         known = [g for g in (gpus.lookup_id(d.device) for d in node.facts.gpus) if g is not None]
         if known:

@@ -3,13 +3,12 @@ fabric programmed. Without it CUDA fails with "system not yet initialized" (802)
 
 from __future__ import annotations
 
-from gpunode import fixes
+from gpunode import fixes, rules
 from gpunode.doctor.base import NO_GPU, Node, Verdict, check, failed, passed, skipped, warned
 from gpunode.explain import explain
 from gpunode.facts import fabric as fabric_facts
 from gpunode.facts.fabric import off_host_fabric
 from gpunode.facts.packages import Package
-from gpunode.steps import fabricmanager as fm
 
 INSTALL = fixes.gpunode("install", only="fabricmanager")
 
@@ -84,27 +83,27 @@ def manager_active(node: Node) -> Verdict:
         return skipped("fabric manager is not installed or the driver is not loaded")
     if installed[1].upstream != node.facts.loaded_driver.version:
         return skipped("fabric manager cannot start at another version than the driver (see fabric.manager-version)")
-    unit = node.units.get(fm.UNIT)
+    unit = node.units.get(rules.FABRIC_MANAGER_UNIT)
     if unit is None or not unit.is_active:
         state = unit.active if unit else "unknown"
         log = node.facts[fabric_facts.FABRICMANAGER_LOG]
         last = log.splitlines()[-1] if log else ""
         findings = explain(log) if log else []
-        why = f"; {fm.LOG}: {last}" if last else ""
-        fix = f"sudo systemctl enable --now {fm.SERVICE}  # then: journalctl -u {fm.SERVICE} -b"
-        return failed(f"{fm.UNIT} is {state}{why}" + (f" ({findings[0].title})" if findings else ""), fix)
+        why = f"; {rules.FABRIC_MANAGER_LOG}: {last}" if last else ""
+        fix = f"sudo systemctl enable --now {rules.FABRIC_MANAGER}  # then: journalctl -u {rules.FABRIC_MANAGER} -b"
+        return failed(f"{rules.FABRIC_MANAGER_UNIT} is {state}{why}" + (f" ({findings[0].title})" if findings else ""), fix)
     fabric = [g for g in node.facts[fabric_facts.FABRIC_STATE] if g.reported]
     broken = [g for g in fabric if not g.settled and g.state != "In Progress"]
     if broken:
         return failed("fabric not ready: " + "; ".join(f"GPU {g.gpu} {g.state}/{g.status}" for g in broken[:4]),
-                      f"sudo systemctl restart {fm.SERVICE}  # and read {fm.LOG}")
+                      f"sudo systemctl restart {rules.FABRIC_MANAGER}  # and read {rules.FABRIC_MANAGER_LOG}")
     if not unit.is_enabled:
-        return warned(f"{fm.UNIT} runs but is not enabled: after a reboot the fabric stays unprogrammed",
-                      f"sudo systemctl enable {fm.SERVICE}")
+        return warned(f"{rules.FABRIC_MANAGER_UNIT} runs but is not enabled: after a reboot the fabric stays unprogrammed",
+                      f"sudo systemctl enable {rules.FABRIC_MANAGER}")
     busy = [g for g in fabric if g.state == "In Progress"]
     if busy:
-        return warned(f"{fm.UNIT} is active; the fabric is still being programmed on {len(busy)} GPU(s)",
+        return warned(f"{rules.FABRIC_MANAGER_UNIT} is active; the fabric is still being programmed on {len(busy)} GPU(s)",
                       f"nvidia-smi -q | grep -A3 Fabric  # should reach Completed; if not: sudo systemctl restart "
-                      f"{fm.SERVICE}")
+                      f"{rules.FABRIC_MANAGER}")
     done = f", fabric Completed on {len(fabric)} GPU(s)" if fabric else ""
-    return passed(f"{fm.UNIT} active and enabled{done}")
+    return passed(f"{rules.FABRIC_MANAGER_UNIT} active and enabled{done}")

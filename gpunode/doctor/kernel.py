@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import time
 
-from gpunode import fixes, pkgmgr, signing
+from gpunode import fixes, pkgmgr, rules, signing
 from gpunode.doctor.base import NO_GPU, Node, Verdict, check, failed, passed, skipped, warned
 from gpunode.errors import GpunodeError
 from gpunode.facts import driver as driver_facts
 from gpunode.facts import kernel as kernel_facts
-from gpunode.steps import nouveau, prerequisites
 from gpunode.versions import normalize_arch
 
 
@@ -68,7 +67,7 @@ def nouveau_blacklisted(node: Node) -> Verdict:
     if block.effective:
         return passed("; ".join(block.sources))
     seen = "; ".join(block.sources) or "no modprobe.d file or kernel argument blocks nouveau"
-    fix = fixes.gpunode("install", only="nouveau") + f"  # writes {nouveau.PATH} and rebuilds the initramfs"
+    fix = fixes.gpunode("install", only="nouveau") + f"  # writes {rules.NOUVEAU_BLACKLIST} and rebuilds the initramfs"
     if node.facts.loaded_driver:
         return warned(f"{seen} (the NVIDIA driver holds the GPU now; at a boot where it does not load, nouveau "
                       "would)", fix)
@@ -103,7 +102,7 @@ def nouveau_initramfs(node: Node) -> Verdict:
 
 
 def _headers_install(node: Node, kernel: str) -> str:
-    manager = prerequisites.package_manager(node.facts)
+    manager = rules.package_manager(node.facts)
     package = pkgmgr.headers_package(manager or "", kernel)
     if package is not None:
         return f"sudo {'apt-get' if manager == 'apt' else manager} install -y {package}"

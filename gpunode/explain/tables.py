@@ -25,7 +25,7 @@ from functools import lru_cache
 from typing import Any
 
 from gpunode import fixes
-from gpunode.compat import (
+from gpunode.datatables import (
     DataError,
     choice_field,
     data_dir,

@@ -622,5 +622,6 @@ DOCKER_LOADED = command("docker_loaded_runtimes", "docker info --format '{{json 
 CONTAINERD_LOADED = command("containerd_loaded_runtimes", "command -v crictl >/dev/null 2>&1 && crictl --timeout 5s "
                             "--runtime-endpoint unix:///run/containerd/containerd.sock info 2>/dev/null",
                             parse_cri_loaded, module=_M)
-PENDING_RESTARTS = command("gpunode_pending_restarts", f"cat {JOURNAL_PATH} 2>/dev/null",
+# exit 3: no journal (runs that change the node read the journal from this section: gpunode/runner.journal_text)
+PENDING_RESTARTS = command("gpunode_pending_restarts", f"[ -e {JOURNAL_PATH} ] || exit 3; cat {JOURNAL_PATH} 2>/dev/null",
                            parse_pending, module=_M)

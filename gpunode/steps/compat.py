@@ -10,7 +10,7 @@ people: "verify image: ...").
 
 from __future__ import annotations
 
-from gpunode import compat, gpus
+from gpunode import compat, gpus, rules
 from gpunode.errors import UsageError
 from gpunode.facts import Facts
 from gpunode.options import Options
@@ -28,24 +28,17 @@ def _driver(facts: Facts, options: Options, earlier: Earlier) -> tuple[str | Non
     """(version, where it comes from, a plan to return instead): the driver step's outputs when it is part of
     this run, else --driver, else the loaded driver."""
     driver_plan = earlier.plan("driver")
-    out = earlier.outputs("driver", DriverOutputs)
-    if driver_plan is None or out is None:
-        if options.driver:
-            return options.driver, "requested", None
-        if facts.loaded_driver is not None:
-            return facts.loaded_driver.version, "loaded", None
-        return None, "", None
-    if out.version is None:
-        if driver_plan.status in (Status.UNKNOWN, Status.BLOCKED):
+    out = earlier.outputs("driver", DriverOutputs) if driver_plan is not None else None
+    found = rules.driver_in_place(facts.loaded_driver.version if facts.loaded_driver else None, options.driver, out)
+    if found is None:
+        if driver_plan is not None and out is not None and driver_plan.status in (Status.UNKNOWN, Status.BLOCKED):
             return None, "", unknown(NAME, f"waits for the driver step ({driver_plan.status.value})")
-        if driver_plan.status is Status.CHANGE:
+        if driver_plan is not None and out is not None and driver_plan.status is Status.CHANGE:
             return None, "", unknown(NAME, "waits for the driver step: the version it installs is not known yet")
         return None, "", None
-    if out.origin == "--driver":
-        return out.version, "requested", None
-    if out.changes:
-        return out.version, "to be installed by the driver step", None
-    return out.version, "loaded", None
+    if found.source == "--driver":
+        return found.version, "requested", None
+    return found.version, "to be installed by the driver step" if found.changes else "loaded", None
 
 
 def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> StepPlan:

@@ -16,11 +16,10 @@ from __future__ import annotations
 import dataclasses
 import shlex
 from dataclasses import dataclass
-from datetime import date
 
 from packaging.version import Version
 
-from gpunode import bake, compat, fixes, gpus, signing
+from gpunode import bake, fixes, gpus, signing
 from gpunode.actions.driver import (
     LOG,
     WORK_PARENT,
@@ -38,6 +37,7 @@ from gpunode.facts.driver import DriverState, driver_state
 from gpunode.facts.holders import FABRIC_MANAGER, MODULES, Holders, gpu_holders
 from gpunode.options import Options
 from gpunode.plan import Action, Earlier, Reboot, RunCommand, Status, StepPlan, blocked, change, ok
+from gpunode.rules import NO_GPU, NO_GPU_FIX, recommended_version
 from gpunode.steps import driver_kernels
 from gpunode.steps.base import Step
 from gpunode.steps.outputs import DriverOutputs
@@ -165,39 +165,8 @@ def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> Step
     return decided.with_outputs(DriverOutputs(version, origin if version else None, changes, reloads))
 
 
-NO_GPU = "no NVIDIA GPU on this node: the driver would have nothing to drive"
-NO_GPU_FIX = "check `lspci -nn -d 10de:` (a VM needs the GPU passed through), or drop --driver"
 _ELSEWHERE = ("if a driver container or another tool provides the driver, leave the driver step out "
               "(--skip driver)")
-
-
-def recommended_version(facts: Facts, options: Options, at_least: Version | None = None,
-                        today: date | None = None) -> str | None:
-    """The newest release of the first recommended branch (gpunode/compat.py tables) that supports every GPU of
-    the node (and --cuda when given, and `at_least`). None when the tables know none."""
-    lows: list[Version] = [at_least] if at_least is not None else []
-    highs: list[int] = []
-    for device in sorted({g.device for g in facts.gpus}):
-        gpu = gpus.lookup_id(device)
-        if gpu is None:
-            continue
-        arch = gpus.architecture_of(gpu)
-        low = compat.architecture_min_driver(arch)
-        if low is not None:
-            lows.append(low)
-        if gpu.open_module == "required":
-            lows.append(Version(f"{gpus.BOTH_FLAVOURS_FROM}"))
-        if arch.last_driver_branch is not None:
-            highs.append(arch.last_driver_branch)
-    if options.cuda:
-        try:
-            need = compat.driver_needed_for_cuda(options.cuda)
-        except GpunodeError:
-            need = None
-        if need is not None and need.native_min is not None:
-            lows.append(need.native_min)
-    found = compat.recommended_drivers(max(lows) if lows else None, min(highs) if highs else None, today)
-    return str(found[0].latest_known) if found and found[0].latest_known else None
 
 
 def _no_driver(facts: Facts, state: DriverState, options: Options) -> StepPlan:
@@ -215,7 +184,7 @@ def _no_driver(facts: Facts, state: DriverState, options: Options) -> StepPlan:
         return blocked(NAME, f"driver {installed} is installed but not loaded, and no --driver was given",
                        fixes.gpunode("install", driver=installed) + "  # loads it, or rebuilds its module",
                        _ELSEWHERE)
-    version = recommended_version(facts, options)
+    version = recommended_version(facts, options.cuda)
     names = ", ".join(dict.fromkeys(_gpu_name(g.device) for g in facts.gpus))
     if version is None:
         return blocked(NAME, f"a GPU ({names}) but no NVIDIA driver, and no --driver was given: pass --driver with "

@@ -28,16 +28,10 @@ from gpunode.facts.driver import DriverState
 from gpunode.facts.kernel import Kernel, Kernels
 from gpunode.options import Options
 from gpunode.plan import Action, Reboot, RunCommand, Status, StepPlan, blocked, change
+from gpunode.rules import package_manager
 
 NAME = "driver"
 DKMS_MODULE = "nvidia"  # PACKAGE_NAME in the dkms.conf nvidia-installer registers
-
-
-def _manager(facts: Facts) -> str | None:
-    # imported here: gpunode.steps.prerequisites imports gpunode.steps.driver, which imports this module
-    from gpunode.steps.prerequisites import package_manager
-
-    return package_manager(facts)
 
 
 def build_command(version: str, kernel: str) -> tuple[str, ...]:
@@ -74,7 +68,7 @@ def kernel_builds(facts: Facts, options: Options, version: str, running: str,
     targets: list[Kernel] = [k for k in kernels.later_than(running) if not kernels.dkms_installed(k.name, version)]
     if not targets:
         return [], [], None
-    manager = _manager(facts)
+    manager = package_manager(facts)
     actions: list[Action] = []
     notes: list[str] = []
     default, how = kernels.boot_default
@@ -145,7 +139,7 @@ def holds(facts: Facts, options: Options, state: DriverState) -> tuple[list[Acti
     current holds come from dpkg's selections and the versionlock list."""
     if options.hold_kernel is None and options.hold_driver is None:
         return [], [], None
-    manager = _manager(facts)
+    manager = package_manager(facts)
     if manager is None or manager not in ("apt", "dnf", "yum"):
         return [], [], blocked(NAME, f"--hold-kernel/--hold-driver: gpunode holds packages with apt-mark or dnf/yum "
                                      f"versionlock, and {facts.os} has neither", "leave out --hold-kernel and "

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpunode import fabric_packages, pkgmgr
+from gpunode import fabric_packages, pkgmgr, rules
 from gpunode.actions.fabric import StartFabricManager
 from gpunode.actions.packages import install_packages, package_command
 from gpunode.facts import Facts
@@ -35,10 +35,10 @@ from gpunode.steps.outputs import DriverOutputs
 
 NAME = "fabricmanager"
 TITLE = "Fabric manager (NVSwitch systems)"
-SERVICE = "nvidia-fabricmanager"
-UNIT = f"{SERVICE}.service"
+SERVICE = rules.FABRIC_MANAGER
+UNIT = rules.FABRIC_MANAGER_UNIT
 READS = ("driver",)  # fabric manager must match the driver version that will be in place
-LOG = "/var/log/fabricmanager.log"
+LOG = rules.FABRIC_MANAGER_LOG
 
 
 def pick_version(offered: list[str], driver: str) -> str | None:
@@ -111,16 +111,12 @@ def cuda_repo_actions(facts: Facts, manager: str, lock_timeout: float) -> list[A
 def driver_target(facts: Facts, options: Options, earlier: Earlier) -> tuple[str, str] | None:
     """(version, where it came from): the driver step's outputs when it is part of this run, else --driver,
     else the loaded driver."""
-    out = earlier.outputs("driver", DriverOutputs)
-    if out is not None:
-        if out.version is None:
-            return None
-        return out.version, "--driver" if out.origin == "--driver" else "the driver step"
-    if options.driver:
-        return options.driver, "--driver"
-    if facts.loaded_driver:
-        return facts.loaded_driver.version, "the loaded driver"
-    return None
+    found = rules.driver_in_place(facts.loaded_driver.version if facts.loaded_driver else None, options.driver,
+                                  earlier.outputs("driver", DriverOutputs))
+    if found is None:
+        return None
+    return found.version, {"--driver": "--driver", "driver step": "the driver step",
+                           "loaded": "the loaded driver"}[found.source]
 
 
 def _loaded_by_driver_step(earlier: Earlier) -> bool:

@@ -7,7 +7,7 @@ boot honours it too; a nouveau that is already loaded only goes away with a rebo
 
 from __future__ import annotations
 
-from gpunode import bake
+from gpunode import bake, rules
 from gpunode.facts import Facts
 from gpunode.options import Options
 from gpunode.plan import Action, Earlier, Reboot, RunCommand, StepPlan, WriteFile, blocked, change, ok
@@ -15,7 +15,7 @@ from gpunode.steps.base import Step
 
 NAME = "nouveau"
 TITLE = "Blacklist nouveau"
-PATH = "/etc/modprobe.d/blacklist-nouveau.conf"
+PATH = rules.NOUVEAU_BLACKLIST
 DIRECTIVES = ("blacklist nouveau", "options nouveau modeset=0")
 HEADER = "# Written by gpunode: nouveau must not claim the NVIDIA GPUs (the NVIDIA driver replaces it).\n"
 

@@ -21,8 +21,8 @@ from gpunode.facts import packages as package_facts
 from gpunode.options import Options
 from gpunode.pkgmgr import HEADERS_FIX
 from gpunode.plan import Action, Earlier, StepPlan, blocked, change, ok
+from gpunode.rules import NO_GPU, NO_GPU_FIX, package_manager
 from gpunode.steps.base import Step
-from gpunode.steps.driver import NO_GPU, NO_GPU_FIX
 
 NAME = "prerequisites"
 TITLE = "Build prerequisites for the driver"
@@ -74,14 +74,6 @@ def headers_present(facts: Facts) -> bool:
     """/lib/modules/$(uname -r)/build (what DKMS and nvidia-installer look for) or /usr/src/kernels/$(uname -r)
     on the RHEL family exists (kernel.HEADERS)."""
     return bool(facts[kernel_facts.HEADERS])
-
-
-def package_manager(facts: Facts) -> str | None:
-    if facts.os.family == "debian" or facts.has("apt-get"):
-        return "apt"
-    if facts.os.family == "rhel":
-        return "dnf" if facts.has("dnf") or not facts.has("yum") else "yum"
-    return None
 
 
 def headers_package(facts: Facts, manager: str, kernel: str | None = None) -> str:

@@ -53,9 +53,9 @@ from gpunode.facts.containers import NVIDIA as NVIDIA_RUNTIME
 from gpunode.facts.packages import UnitState, unit
 from gpunode.options import Options
 from gpunode.plan import Action, Earlier, RestartService, StepPlan, blocked, change, ok
+from gpunode.rules import runtime_binary_fix
 from gpunode.steps.base import Step
 from gpunode.steps.outputs import RuntimeOutputs, ToolkitOutputs
-from gpunode.steps.toolkit import runtime_binary_fix
 
 NAME = "runtime"
 TITLE = "Wire the nvidia runtime into the container engines"

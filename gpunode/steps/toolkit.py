@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import posixpath
 import re
-import shlex
 from collections.abc import Mapping
 from urllib.parse import unquote
 
-from gpunode import pkgmgr
+from gpunode import pkgmgr, rules
 from gpunode.actions.packages import InstallLocalPackages, install_packages, package_command
 from gpunode.facts import Facts
 from gpunode.facts import k8s as k8s_facts
@@ -35,8 +34,7 @@ from gpunode.steps.outputs import ToolkitOutputs
 
 NAME = "toolkit"
 TITLE = "NVIDIA Container Toolkit"
-PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
-            "libnvidia-container1")
+PACKAGES = rules.TOOLKIT_PACKAGES
 ARCHES = ("x86_64", "aarch64")
 
 REPO = "https://nvidia.github.io/libnvidia-container"
@@ -228,14 +226,6 @@ def _offline(facts: Facts, options: Options, manager: str, installed: Mapping[st
                   [InstallLocalPackages("install the toolkit from the package files given", manager=manager,
                                         files=tuple(options.toolkit_packages), lock_timeout=options.lock_timeout)],
                   *notes).with_outputs(ToolkitOutputs(True, next((v for n, v, _ in parsed if n == PACKAGES[0]), None)))
-
-
-def runtime_binary_fix(manager: str | None) -> str:
-    """nvidia-container-runtime belongs to nvidia-container-toolkit-base: put its files back by reinstalling it.
-    Shared by the runtime step (blocked) and doctor's runtime checks (fail)."""
-    if manager is None:
-        return f"reinstall {PACKAGES[1]} with the node's package manager"
-    return "sudo " + shlex.join(pkgmgr.get(manager).reinstall((PACKAGES[1],)))
 
 
 def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> StepPlan:

@@ -42,4 +42,4 @@ def select(only: Sequence[str] = ()) -> UndoRequest:
 
 def plan_step(name: str, records: list[Record], state: NodeState, facts: Facts, request: UndoRequest) -> StepPlan:
     planner = next(p for n, _, p in ORDER if n == name)
-    return planner([r for r in records if r.get("step") == name], state, facts, request)
+    return planner([r for r in records if r.step == name], state, facts, request)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from gpunode.actions.base import Action, WriteFile, command_line
 from gpunode.connection.base import Connection
+from gpunode.records import UndoRecord
 from gpunode.shell import Script
 
 _RESTORE = Script(name="restore-backup", body='b=$1; f=$2; shift 2; mv -f -- "$b" "$f" && rm -f -- "$@"')
@@ -75,3 +76,25 @@ class RestoreFile(Action):
     def apply(self, conn: Connection) -> str | None:
         conn.run(self.script(), sudo=True, timeout=60).check(self.summary)
         return f"restored {self.path} from {self.backup}"
+
+
+@dataclass(frozen=True)
+class StripEntries(WriteFile):
+    """Write a config the user changed since gpunode without gpunode's entries (key by key), then remove the
+    copies gpunode made of it earlier (they hold what the user has changed since). A copy of the file as it is
+    now is kept only when the rewrite cannot reproduce everything else in it (comments)."""
+
+    removes: tuple[str, ...] = ()  # gpunode's backups of this file (the install-time copy included)
+    keep_copy: bool = False  # the rewrite loses something of the user's (comments): keep a copy of it as it is
+
+    def commands(self) -> list[str]:
+        return [command_line(("rm", "-f", "--", *self.removes))] if self.removes else []
+
+    def to_dict(self) -> dict[str, object]:
+        return {**super().to_dict(), "removes": list(self.removes)}
+
+    def apply_recorded(self, conn: Connection) -> tuple[str | None, list[UndoRecord]]:
+        written = conn.write_file(self.path, self.after, mode=self.mode, backup=self.keep_copy)
+        if self.removes:
+            conn.run(("rm", "-f", "--", *self.removes), sudo=True, timeout=60).check(f"removing {', '.join(self.removes)}")
+        return (f"copy of {self.path} as it was: {written.backup}" if written.backup else None), []

@@ -13,8 +13,9 @@ from collections.abc import Callable
 
 from gpunode import pkgmgr
 from gpunode.actions.packages import package_command
-from gpunode.plan import Action, RunCommand, WriteFile
-from gpunode.undo.actions import RemoveFile, RestoreFile
+from gpunode.plan import Action, RunCommand
+from gpunode.records import FileRecord, HoldRecord, PackagesRecord, UnitRecord
+from gpunode.undo.actions import RemoveFile, RestoreFile, StripEntries
 from gpunode.undo.state import MARKER, NodeState, Record, UndoRequest
 
 Strip = Callable[[str, str | None], str | None]  # (text now, the user's text before gpunode or None) -> the text
@@ -22,25 +23,27 @@ Strip = Callable[[str, str | None], str | None]  # (text now, the user's text be
 
 
 def file_actions(records: list[Record], state: NodeState, strip: dict[str, Strip] | None = None,
-                 restart: dict[str, str] | None = None, hints: dict[str, str] | None = None
-                 ) -> tuple[list[Action], list[str]]:
-    """Per path gpunode wrote (most recent first): what undoing it takes, and notes for what it leaves."""
+                 restart: dict[str, str] | None = None, hints: dict[str, str] | None = None,
+                 exact: Callable[[str, str], bool] | None = None) -> tuple[list[Action], list[str]]:
+    """Per path gpunode wrote (most recent first): what undoing it takes, and notes for what it leaves.
+    `exact(path, text)`: whether a key-by-key rewrite of that text keeps everything but gpunode's entries (and
+    the layout)."""
     strip, restart = strip or {}, restart or {}
-    by_path: dict[str, list[Record]] = {}
+    by_path: dict[str, list[FileRecord]] = {}
     for r in records:
-        if r.get("kind") == "file" and r.get("path"):
-            by_path.setdefault(str(r["path"]), []).append(r)
+        if isinstance(r, FileRecord):
+            by_path.setdefault(r.path, []).append(r)
     actions: list[Action] = []
     notes: list[str] = []
     for path in reversed(list(by_path)):
         recs = by_path[path]
         first, last = recs[0], recs[-1]
-        backups = [str(r["backup"]) for r in recs if r.get("backup")]
-        original = str(first["backup"]) if first.get("existed") and first.get("backup") else None
+        backups = [r.backup for r in recs if r.backup]
+        original = first.backup if first.existed and first.backup else None
         leftovers = tuple(b for b in backups if b != original and state.files.get(b, "-") != "-")
         current = state.files.get(path)
         unit = restart.get(path, "")
-        if first.get("marker"):  # an old journal: only a file that still says gpunode wrote it
+        if first.marker:  # an old journal: only a file that still says gpunode wrote it
             text = state.texts.get(path)
             if current not in (None, "-") and text is not None and MARKER in text:
                 actions.append(RemoveFile(f"remove {path} (it carries gpunode's marker)", path=path, before=text))
@@ -48,15 +51,15 @@ def file_actions(records: list[Record], state: NodeState, strip: dict[str, Strip
         if current is None:
             notes.append(f"{path}: could not be read; left as it is")
             continue
-        if first.get("existed") is None:
+        if first.existed is None:
             notes.append(f"{path}: the journal does not say whether it existed before gpunode; left as it is")
             continue
         if current == "-":
-            if first.get("existed"):
+            if first.existed:
                 notes.append(f"{path} was deleted since gpunode changed it; left so (its backup: {original})")
             continue
-        ours = last.get("sha256") and current == last.get("sha256")
-        if ours and not first.get("existed"):
+        ours = bool(last.sha256) and current == last.sha256
+        if ours and not first.existed:
             actions.append(RemoveFile(f"remove {path} (gpunode created it)", path=path, before=state.texts.get(path),
                                       leftovers=leftovers, restart=unit))
         elif ours and original and state.files.get(original, "-") != "-":
@@ -72,10 +75,16 @@ def file_actions(records: list[Record], state: NodeState, strip: dict[str, Strip
                 notes.append(f"{path} changed since gpunode wrote it and cannot be parsed, so gpunode's entries "
                               "cannot be removed key by key: left as it is. Fix: " + (hints or {}).get(
                                   path, "remove gpunode's entries by hand"))
-            elif stripped != text:
-                actions.append(WriteFile(f"remove only gpunode's entries from {path} (changed since)", path=path,
-                                         before=text, after=stripped))
-        elif first.get("existed") and (not original or state.files.get(original, "-") == "-"):
+            elif stripped != text or leftovers or (original and state.files.get(original, "-") != "-"):
+                copies = tuple(b for b in dict.fromkeys(backups) if state.files.get(b, "-") != "-")
+                keep = exact is None or not exact(path, text)
+                actions.append(StripEntries(f"remove only gpunode's entries from {path} (changed since)"
+                                            + (f" and gpunode's copies of it ({', '.join(copies)})" if copies else ""),
+                                            path=path, before=text, after=stripped, removes=copies, keep_copy=keep))
+                if keep:
+                    notes.append(f"{path}: rewritten without gpunode's entries, which does not keep everything in it "
+                                 "(comments): a copy of it as it is now is kept beside it (.gpunode-bak.TIME)")
+        elif first.existed and (not original or state.files.get(original, "-") == "-"):
             continue  # put back already (the backup moved over it), or never backed up: nothing to do
         else:
             notes.append(f"{path} changed since gpunode wrote it: left as it is (never clobbered)")
@@ -84,15 +93,15 @@ def file_actions(records: list[Record], state: NodeState, strip: dict[str, Strip
 
 def installed_by_gpunode(records: list[Record], state: NodeState) -> tuple[str, list[str], list[str]]:
     """(manager, the packages gpunode installed that are still installed, notes)."""
-    manager, names, notes = "", [], []
+    manager, names, notes = "", list[str](), list[str]()
     for r in records:
-        if r.get("kind") != "packages":
+        if not isinstance(r, PackagesRecord):
             continue
-        manager = str(r.get("manager") or manager)
-        if r.get("unknown"):
+        manager = r.manager or manager
+        if r.unknown:
             notes.append("a package transaction could not be recorded (the node did not list its packages): "
                          "what it installed is kept")
-        names += [str(p[0]) for p in r.get("installed") or [] if isinstance(p, list) and p]
+        names += r.names
     if state.packages is None and names:
         return manager, [], [*notes, "the installed packages could not be listed: none removed"]
     return manager, [n for n in dict.fromkeys(names) if state.packages and n in state.packages], notes
@@ -114,8 +123,8 @@ def unit_actions(records: list[Record], state: NodeState) -> tuple[list[Action],
     notes: list[str] = []
     first: dict[str, str] = {}
     for r in records:
-        if r.get("kind") == "unit" and r.get("unit"):
-            first.setdefault(str(r["unit"]), str(r.get("was") or ""))
+        if isinstance(r, UnitRecord):
+            first.setdefault(r.unit, r.was)
     for unit, was in first.items():
         if was in ("enabled", "static", "unknown"):
             if was == "unknown":
@@ -139,14 +148,14 @@ def stopped_units(actions: list[Action] | tuple[Action, ...]) -> tuple[str, ...]
 
 def held_by_gpunode(records: list[Record], state: NodeState) -> tuple[str, list[str], list[str]]:
     """(manager, the holds gpunode placed that are still in place, notes)."""
-    manager, names, notes = "", [], []
+    manager, names, notes = "", list[str](), list[str]()
     for r in records:
-        if r.get("kind") != "hold":
+        if not isinstance(r, HoldRecord):
             continue
-        manager = str(r.get("manager") or manager)
-        if r.get("unknown"):
+        manager = r.manager or manager
+        if r.unknown:
             notes.append("a hold could not be recorded (the node did not list its holds): it is kept")
-        names += [str(n) for n in r.get("held") or [] if isinstance(n, str)]
+        names += r.held
     if state.holds is None and names:
         return manager, [], [*notes, "the held packages could not be listed: no hold released"]
     return manager, [n for n in dict.fromkeys(names) if state.holds and n in state.holds], notes

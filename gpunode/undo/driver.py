@@ -23,6 +23,7 @@ from gpunode.actions.driver import StopGpuServices, UnloadModules
 from gpunode.facts import Facts
 from gpunode.facts.holders import MODULES, Holders, gpu_holders
 from gpunode.plan import Action, Reboot, RunCommand, Status, StepPlan, blocked, change, ok
+from gpunode.records import DriverRecord
 from gpunode.steps import PIPELINE
 from gpunode.undo.common import hold_actions
 from gpunode.undo.state import LEGACY_NOTE, NodeState, Record, UndoRequest
@@ -50,13 +51,16 @@ def plan(records: list[Record], state: NodeState, facts: Facts, request: UndoReq
 
 
 def _driver(records: list[Record], state: NodeState, facts: Facts, request: UndoRequest) -> StepPlan:
-    installs = [r for r in records if r.get("kind") == "driver"]
+    installs = [r for r in records if isinstance(r, DriverRecord)]
     if not installs:
         return ok(NAME, "gpunode installed no driver here") if not request.legacy else ok(
             NAME, "not undone: the journal predates undo records", LEGACY_NOTE,
             "to remove a .run driver by hand: sudo nvidia-installer --uninstall --silent")
     first, last = installs[0], installs[-1]
-    previous, version = first.get("previous"), last.get("version")
+    previous, version = first.previous, last.version
+    if version is None:  # the node did not say which version it installed: nothing to compare, so nothing removed
+        return ok(NAME, "the driver gpunode installed was not recorded (the node did not report its version); left "
+                        "as it is", "to remove a .run driver by hand: sudo nvidia-installer --uninstall --silent")
     if previous not in (None, "-"):
         return ok(NAME, f"driver {previous} was installed before gpunode; left in place",
                   f"gpunode installed {version} over it; to go back: " + fixes.gpunode("install", driver=previous)

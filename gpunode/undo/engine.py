@@ -1,23 +1,34 @@
 """Runs an uninstall on one node: read the journal's undo records and the state they name, plan each step's
-undo (reverse pipeline order), and apply it like install does: plan -> apply -> read again -> re-plan, which must
-be `ok`. The uninstall is a run in the journal; the records it undid are marked so a second one has nothing to do."""
+undo (reverse pipeline order), and apply it with install's own loop (gpunode/runner.run_steps): plan -> apply ->
+read again -> re-plan, which must be `ok`. The uninstall is a run in the journal; the records it undid are marked so a second one has nothing to do."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from gpunode import cancel
-from gpunode.actions.base import undo_look
+from gpunode.actions.base import undo_looks
 from gpunode.connection.base import Connection
-from gpunode.errors import GpunodeError
 from gpunode.facts import Facts, gather
-from gpunode.journal import Journal, read_journal
+from gpunode.journal import journal_from
 from gpunode.options import Options
-from gpunode.plan import Status, StepPlan
-from gpunode.runner import NullReporter, Reporter, RunReport, StepOutcome, converge
+from gpunode.plan import Earlier, Status, StepPlan
+from gpunode.records import DriverRecord, FileRecord, HoldRecord, PackagesRecord, UndoRecord
+from gpunode.runner import (
+    Loop,
+    NullReporter,
+    Reporter,
+    RunReport,
+    StepOutcome,
+    journal_status,
+    journal_text,
+    plan_steps,
+    run_steps,
+)
+from gpunode.runrecord import Journal
 from gpunode.steps import nodesettings, nouveau, toolkit
-from gpunode.steps.base import Step
-from gpunode.undo import ORDER, plan_step, state
+from gpunode.steps.base import PlanFn, Step
+from gpunode.undo import ORDER, plan_step, scope, state
 from gpunode.undo.common import stopped_units
 from gpunode.undo.state import NodeState, Record, UndoRequest
 
@@ -31,8 +42,9 @@ LEGACY_FILES = {"nouveau": (nouveau.PATH,), "toolkit": (toolkit.APT_LIST, toolki
 
 
 def active_records(journal: dict[str, object]) -> list[Record]:
+    """The journal's records not undone yet (read_journal has typed and checked them)."""
     found = journal.get("undo")
-    return [r for r in found if isinstance(r, dict) and not r.get("undone")] if isinstance(found, list) else []
+    return [r for r in found if isinstance(r, UndoRecord) and not r.undone] if isinstance(found, list) else []
 
 
 def legacy_records(journal: dict[str, object]) -> list[Record]:
@@ -42,145 +54,139 @@ def legacy_records(journal: dict[str, object]) -> list[Record]:
             isinstance(s, dict) and s.get("result") in ("changed", "reboot-pending", "failed", "interrupted")
             for run in runs if isinstance(run, dict) for s in run.get("steps") or []):
         return []
-    return [{"kind": "file", "path": path, "existed": False, "backup": None, "sha256": None, "marker": True,
-             "step": step} for step, paths in LEGACY_FILES.items() for path in paths]
+    return [FileRecord(path=path, existed=False, marker=True, step=step)
+            for step, paths in LEGACY_FILES.items() for path in paths]
 
 
 def read_state(conn: Connection, records: list[Record]) -> NodeState:
-    """Read-only: the hashes (and texts) of every file the records name, the installed packages, the units."""
+    """Read-only, in ONE command: the hashes and texts of every file the records name, the installed packages,
+    the units, the .run driver, the holds (each only when a record needs it)."""
     paths = state.paths(records)
-    files = undo_look(conn, "files", *paths) if paths else {}
-    texts: dict[str, str | None] = {}
-    for path in paths:
-        if (files or {}).get(path, "-") != "-" and not path.endswith(_BINARY):
-            try:
-                texts[path] = conn.read_file(path, sudo=True)
-            except GpunodeError:
-                texts[path] = None
-    packages = undo_look(conn, "packages") if any(r.get("kind") == "packages" for r in records) else {}
     units = state.units(records)
-    driver = (undo_look(conn, "driver") or {}).get("driver") if any(r.get("kind") == "driver" for r in records) \
-        else None
-    holds = undo_look(conn, "holds") if any(r.get("kind") == "hold" for r in records) else {}
-    return NodeState(files=files or {}, texts=texts, packages=packages,
-                     units=(undo_look(conn, "units", *units) or {}) if units else {}, driver=driver,
+    wanted: dict[str, tuple[str, ...]] = {}
+    if paths:
+        wanted["files"] = ("files", *paths)
+        wanted["texts"] = ("texts", *(p for p in paths if not p.endswith(_BINARY)))
+    if any(isinstance(r, PackagesRecord) for r in records):
+        wanted["packages"] = ("packages",)
+    if units:
+        wanted["units"] = ("units", *units)
+    if any(isinstance(r, DriverRecord) for r in records):
+        wanted["driver"] = ("driver",)
+    if any(isinstance(r, HoldRecord) for r in records):
+        wanted["holds"] = ("holds",)
+    answers = dict(zip(wanted, undo_looks(conn, *wanted.values()), strict=True)) if wanted else {}
+    files = answers.get("files") or {}
+    read = answers.get("texts")
+    texts: dict[str, str | None] = {p: (read or {}).get(p) for p in paths
+                                    if files.get(p, "-") != "-" and not p.endswith(_BINARY)}
+    holds = answers.get("holds", {})
+    return NodeState(files=files, texts=texts, packages=answers.get("packages", {}),
+                     units=answers.get("units") or {}, driver=(answers.get("driver") or {}).get("driver"),
                      holds=None if holds is None else frozenset(holds))
-
-
-def _first_blocked(records: list[Record], current: NodeState, facts: Facts, request: UndoRequest) -> str | None:
-    """Plan every step from the state now (as --dry-run does); the first one blocked, if any."""
-    for name, _, _ in ORDER:
-        if name not in request.steps:
-            continue
-        plan = plan_step(name, records, current, facts, request)
-        if plan.status is Status.BLOCKED:
-            return name
-        if plan.status is Status.CHANGE:
-            request = replace(request, stopping=tuple(dict.fromkeys((*request.stopping, *stopped_units(plan.actions)))))
-    return None
 
 
 def kept_packages(records: list[Record], current: NodeState, request: UndoRequest) -> frozenset[str]:
     """Packages gpunode installed that stay installed after this uninstall: those of steps it does not undo (not
     selected with --only; the prerequisites unless named)."""
-    keep = [r for r in records if r.get("kind") == "packages" and (
-        r.get("step") not in request.steps or (r.get("step") == "prerequisites" and not request.prerequisites))]
-    return frozenset(str(p[0]) for r in keep for p in r.get("installed") or []
-                     if isinstance(p, list) and p and current.packages and p[0] in current.packages)
+    keep = [r for r in records if isinstance(r, PackagesRecord) and not _undoes(request, r)]
+    return frozenset(n for r in keep for n in r.names if current.packages and n in current.packages)
 
 
-def _step(name: str, title: str) -> Step:
-    return Step(name, f"undo: {title}", lambda facts, options, earlier: StepPlan(name, Status.OK, ""))
+def _undoes(request: UndoRequest, record: Record) -> bool:
+    """Whether this uninstall undoes what the record names (its step selected; the prerequisites only when
+    named): the records it keeps leave nothing for it to do."""
+    return record.step in request.steps and (record.step != "prerequisites" or request.prerequisites)
+
+
+class _Undo:
+    """The undo of each selected step as a Step of the runner's one loop (gpunode/runner.run_steps): it plans from
+    the records, the facts, and the state of what the records name, which is read again with each fresh set of
+    facts (after every change and reboot); what the earlier undo steps of this run stop, it need not stop."""
+
+    def __init__(self, conn: Connection, records: list[Record], request: UndoRequest,
+                 ignored: list[tuple[str, str]]) -> None:
+        self.conn, self.records, self.request, self.ignored = conn, records, request, ignored
+        self._read: tuple[Facts, NodeState] | None = None
+
+    def state(self, facts: Facts) -> NodeState:
+        if self._read is None or self._read[0] is not facts:
+            self._read = (facts, read_state(self.conn, self.records))
+        return self._read[1]
+
+    def steps(self) -> list[Step]:
+        names = [(n, t) for n, t, _ in ORDER if n in self.request.steps]
+        return [Step(n, f"undo: {t}", self._planner(n), reads=tuple(e for e, _ in names[:i]))
+                for i, (n, t) in enumerate(names)]
+
+    def _planner(self, name: str) -> PlanFn:
+        notes = tuple(w for s, w in self.ignored if s == name)
+
+        def plan(facts: Facts, options: Options, earlier: Earlier) -> StepPlan:
+            stopping = [u for e in earlier.reads for p in [earlier.plan(e)]
+                        if p is not None and p.status is Status.CHANGE for u in stopped_units(p.actions)]
+            request = replace(self.request, stopping=tuple(dict.fromkeys((*self.request.stopping, *stopping))))
+            planned = plan_step(name, self.records, self.state(facts), facts, request)
+            return replace(planned, notes=(*planned.notes, *notes)) if notes else planned
+        return plan
 
 
 def uninstall(conn: Connection, request: UndoRequest, options: Options, reporter: Reporter | None = None, *,
               dry_run: bool = False, command: str = "uninstall") -> RunReport:
+    """Plan (dry_run) or apply the undo of the selected steps, in reverse pipeline order, with the runner's loop.
+    A step that cannot be undone as things are stops the run before any change."""
     reporter = reporter or NullReporter()
     report = RunReport(conn.name, "plan" if dry_run else "uninstall")
-    journal = read_journal(conn)
-    records = active_records(journal)
+    facts = gather(conn)
+    text = journal_text(facts)  # the probe read it: no second read
+    journal = journal_from(conn, text)
+    records, ignored = scope.within(active_records(journal))
     legacy = legacy_records(journal)
     if legacy:
         records, request = legacy, replace(request, legacy=True)
-    facts = gather(conn)
     report.node, report.facts = facts.summary(), facts
     reporter.node(conn.name, facts)
-    if not records:
-        return report  # nothing to undo: no outcomes, nothing written
-    record = None if dry_run else Journal(conn, command)
-    current = read_state(conn, records)
-    request = replace(request, kept_packages=kept_packages(records, current, request),
+    for _, warning in ignored:
+        reporter.message(conn.name, f"warning: {warning}")
+    if not any(_undoes(request, r) for r in records):
+        return report  # nothing to undo (kept prerequisites are not): no outcomes, nothing written
+    undo = _Undo(conn, records, request, ignored)
+    request = replace(request, kept_packages=kept_packages(records, undo.state(facts), request),
                       stop_gpu_services=request.stop_gpu_services or options.stop_gpu_services)
-    stopped: str | None = None
-    blocked = None if dry_run else _first_blocked(records, current, facts, request)
-    if blocked is not None:  # know before you touch: a step that cannot be undone stops the run before any change
+    undo.request = request
+    steps = undo.steps()
+    if dry_run:
+        plan_steps(conn.name, steps, facts, options, reporter, report)
+        return report
+    check = RunReport(conn.name, "plan")  # know before you touch: plan every step from the state now
+    plan_steps(conn.name, steps, facts, options, NullReporter(), check)
+    blocked = next((o.step for o in check.outcomes if o.result == "blocked"), None)
+    if blocked is not None:
         stopped = f"not run: step {blocked} is blocked (nothing was changed)"
-        dry_run, record = True, None
-    for name, title, _ in ORDER:
-        if name not in request.steps:
-            continue
-        step = _step(name, title)
-        plan = plan_step(name, records, current, facts, request)
-        reporter.planned(conn.name, step, plan)
-        if plan.status is Status.CHANGE:  # what this step stops, the later steps (the driver's) need not stop
-            request = replace(request, stopping=tuple(dict.fromkeys((*request.stopping, *stopped_units(plan.actions)))))
-        if dry_run and stopped:  # blocked before the first change
-            blocks = plan.status is Status.BLOCKED
-            report.outcomes.append(StepOutcome(name, step.title, plan, "blocked" if blocks else "not-run",
+        for step, o in zip(steps, check.outcomes, strict=True):
+            reporter.planned(conn.name, step, o.plan)
+            blocks = o.result == "blocked"
+            report.outcomes.append(StepOutcome(o.step, o.title, o.plan, "blocked" if blocks else "not-run",
                                                error=None if blocks else stopped))
-            continue
-        if dry_run:
-            result = {"ok": "ok", "change": "planned", "blocked": "blocked", "unknown": "unknown"}[plan.status.value]
-            report.outcomes.append(StepOutcome(name, step.title, plan, result))
-            continue
-        outcome = StepOutcome(name, step.title, plan, "ok")
-        report.outcomes.append(outcome)
-        ids = {str(r["id"]) for r in records if r.get("step") == name and r.get("id")}
-        if stopped:
-            outcome.result, outcome.error = "not-run", stopped
-            continue
-        try:
-            if plan.status is Status.BLOCKED:
-                outcome.result, stopped = "blocked", f"not run: step {name} is blocked"
-                continue
-            if plan.status is Status.CHANGE:
-                assert record is not None
-                record.begin()
-                facts, current = _apply(conn, step, plan, records, facts, request, options, reporter, report,
-                                        outcome, record)
-            kept = name == "prerequisites" and not request.prerequisites  # kept: still owed to a later --only
-            if outcome.result in ("ok", "changed") and ids and record is not None and not kept:
-                record.undone(ids)
-        except cancel.Cancelled as exc:
-            outcome.result, outcome.error, outcome.error_fix = "interrupted", exc.message, exc.fix
-            report.interrupted, stopped = True, f"not run: {exc.message}"
-        except GpunodeError as exc:
-            outcome.result, outcome.error, outcome.error_fix = "failed", exc.message, exc.fix
-            stopped = f"not run: step {name} failed"
-        finally:
-            if record is not None and outcome.result not in ("ok", "not-run"):
-                record.step(name, outcome.result, plan.reason, outcome.backups, outcome.error)
-    if record is not None and legacy and not stopped:
-        record.start_undo_records()
-    if record is not None:
+        return report
+    record = Journal(conn, command, text)
+
+    def done(step: Step, outcome: StepOutcome) -> None:
+        """Records of a step undone (or with nothing left to undo) are marked; kept prerequisites stay owed to a
+        later `--only prerequisites`."""
+        kept = step.name == "prerequisites" and not request.prerequisites
+        ids = {r.id for r in records if r.step == step.name and r.id}
+        if outcome.result in ("ok", "changed") and ids and not kept:
+            record.undone(ids, save=False)  # written with the next write, the run's finish at the latest
+
+    try:
+        run_steps(conn, steps, options, reporter, report, facts, record,
+                  Loop(undoable=False, stop_at_reboot=False, what="undoing", done=done))
+    except cancel.Cancelled as exc:
+        report.interrupted, report.error, report.error_fix = True, exc.message, exc.fix
+    finally:
+        if legacy and report.exit_code in (0, 3):
+            record.start_undo_records()
         with cancel.bind(cancel.CancelToken()):
-            record.finish({0: "done", 3: "reboot-pending"}.get(report.exit_code, "failed")
-                          if not report.interrupted else "interrupted")
-    report.facts = facts
+            record.finish(journal_status(report))
     return report
-
-
-def _apply(conn: Connection, step: Step, plan: StepPlan, records: list[Record], facts: Facts,
-           request: UndoRequest, options: Options, reporter: Reporter, report: RunReport, outcome: StepOutcome,
-           record: Journal) -> tuple[Facts, NodeState]:
-    """The runner's apply-and-converge loop (gpunode/runner.converge), re-planning this step's undo from the
-    state the records name, read again after every change and reboot."""
-    seen: list[NodeState] = []
-
-    def replan(fresh: Facts) -> StepPlan:
-        seen.append(read_state(conn, records))
-        return plan_step(step.name, records, seen[-1], fresh, request)
-
-    facts = converge(conn, step, plan, facts, options, replan, reporter, report, outcome, record, undoable=False,
-                     what=f"undoing {step.name}")
-    return facts, seen[-1]

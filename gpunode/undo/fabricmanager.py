@@ -13,6 +13,7 @@ from gpunode import pkgmgr
 from gpunode.actions.packages import package_command
 from gpunode.facts import Facts
 from gpunode.plan import Action, StepPlan, change, ok
+from gpunode.records import FileRecord
 from gpunode.undo.common import file_actions, hold_actions, installed_by_gpunode, unit_actions
 from gpunode.undo.state import LEGACY_NOTE, NodeState, Record, UndoRequest
 
@@ -29,13 +30,13 @@ def plan(records: list[Record], state: NodeState, facts: Facts, request: UndoReq
     manager, names, package_notes = installed_by_gpunode(records, state)
     needs = sorted(n for n in request.kept_packages if CUDA_REPO_PACKAGE.match(n))
     notes = [*hold_notes, *unit_notes, *package_notes]
-    repo_records = [r for r in records if r.get("kind") == "file" and r.get("repository")]
+    repo_records = [r for r in records if isinstance(r, FileRecord) and r.repository]
     repo_packages = [n for n in names if n in REPOSITORY_PACKAGES]
     if needs and (repo_records or repo_packages):
         notes.append(f"NVIDIA's CUDA repository is kept: {', '.join(needs)}, installed by gpunode and kept by this "
                      "uninstall, may come from it")
         names = [n for n in names if n not in REPOSITORY_PACKAGES]
-        records = [r for r in records if not r.get("repository")]
+        records = [r for r in records if not (isinstance(r, FileRecord) and r.repository)]
     files, file_notes = file_actions(records, state)
     notes += file_notes
     if request.legacy:

@@ -4,9 +4,10 @@ state of exactly what they name (file hashes and texts, installed packages, unit
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-Record = dict[str, Any]
+from gpunode.records import FileRecord, UndoRecord, UnitRecord
+
+Record = UndoRecord
 
 
 @dataclass(frozen=True)
@@ -39,10 +40,10 @@ def paths(records: list[Record]) -> list[str]:
     """Every file a record names, and its backups."""
     found: list[str] = []
     for r in records:
-        if r.get("kind") == "file":
-            found += [p for p in (r.get("path"), r.get("backup")) if isinstance(p, str) and p]
+        if isinstance(r, FileRecord):
+            found += [p for p in (r.path, r.backup) if p]
     return list(dict.fromkeys(found))
 
 
 def units(records: list[Record]) -> list[str]:
-    return list(dict.fromkeys(str(r["unit"]) for r in records if r.get("kind") == "unit" and r.get("unit")))
+    return list(dict.fromkeys(r.unit for r in records if isinstance(r, UnitRecord)))

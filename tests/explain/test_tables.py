@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpunode.compat import DataError, data_dir
+from gpunode.datatables import DataError, data_dir
 from gpunode.explain import IDS, XIDS
 from gpunode.explain.tables import DETECTOR_TABLES, load, tables
 

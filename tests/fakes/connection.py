@@ -346,12 +346,21 @@ def _fake_modprobe(conn: FakeConnection, argv: list[str], stdin: bytes) -> tuple
 
 
 def _fake_undo_look(conn: FakeConnection, args: list[str], stdin: bytes) -> tuple[int, str, str]:
-    """undo-look files PATH... (sha256 of the fake's files); the other looks answer nothing (unknown)."""
-    if args[:1] != ["files"]:
-        return 1, "", ""
+    """undo-look NONCE WHAT ITEM... -- ...: files (sha256 of the fake's files) and texts; the other looks answer
+    nothing (unknown)."""
+    nonce, rest, out, index = args[0], args[1:], [], 0
     files = conn.node.files
-    return 0, "".join(f"file {hashlib.sha256(files[p].encode()).hexdigest() if p in files else '-'} {p}\n"
-                      for p in args[1:]), ""
+    while rest:
+        end = rest.index("--") if "--" in rest else len(rest)
+        what, items, rest = rest[0], rest[1:end], rest[end + 1:]
+        if what == "files":
+            out.append(f"{nonce} look {index}\n" + "".join(
+                f"file {hashlib.sha256(files[p].encode()).hexdigest() if p in files else '-'} {p}\n" for p in items))
+        elif what == "texts":
+            out.append(f"{nonce} look {index}\n" + "".join(f"{nonce} {p}\n{files[p]}\n{nonce}\n"
+                                                          for p in items if p in files))
+        index += 1
+    return 0, "".join(out), ""
 
 
 def _fake_rm(conn: FakeConnection, argv: list[str], stdin: bytes) -> tuple[int, str, str]:

@@ -15,7 +15,8 @@ from gpunode.cancel import Cancelled
 from gpunode.connection.base import NoSpaceError
 from gpunode.connection.ssh import SSHConnection, SSHOptions
 from gpunode.errors import ConnectError
-from gpunode.journal import JOURNAL_PATH, Journal, read_journal
+from gpunode.journal import JOURNAL_PATH, read_journal
+from gpunode.runrecord import Journal
 
 
 @pytest.fixture(autouse=True)

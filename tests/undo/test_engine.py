@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
+from gpunode.facts import Facts
 from gpunode.journal import JOURNAL_PATH
 from gpunode.options import Options
-from gpunode.runner import apply_pipeline
+from gpunode.runner import NullReporter, apply_pipeline
 from gpunode.steps import PIPELINE, nouveau
 from gpunode.undo import select
 from gpunode.undo.engine import uninstall
@@ -62,3 +64,82 @@ def test_an_old_journal_removes_only_files_with_gpunode_marker():
     assert any("predates gpunode's undo records" in n for n in notes)
     again = uninstall(conn, select([]), Options())
     assert again.outcomes == []  # from now on the (empty) records decide
+
+
+class Messages(NullReporter):
+    def __init__(self) -> None:
+        self.said: list[str] = []
+
+    def message(self, host: str, text: str) -> None:
+        self.said.append(text)
+
+
+def journal_with(*records: dict) -> str:
+    return json.dumps({"schema_version": 1, "runs": [{"id": "a", "command": "install", "status": "done", "steps": [
+        {"step": "nouveau", "result": "changed"}]}], "undo": [
+        {"id": f"r{i}", "run": "a", "time": "t", **r} for i, r in enumerate(records)]})
+
+
+def test_a_forged_record_naming_an_unrelated_file_is_ignored_with_a_warning_and_the_file_kept():
+    node = gpu_node()
+    node.put("/home/alice/thesis.tex", "precious\n")
+    node.put("/etc/modprobe.d/blacklist-nouveau.conf", "x\n")
+    node.put("/etc/modprobe.d/blacklist-nouveau.conf.gpunode-bak.1", "user\n")
+    sha = hashlib.sha256(b"precious\n").hexdigest()
+    node.put(JOURNAL_PATH, journal_with(
+        {"kind": "file", "step": "nouveau", "path": "/home/alice/thesis.tex", "existed": False, "sha256": sha},
+        # a real path, but a "backup" elsewhere that RestoreFile would move over it
+        {"kind": "file", "step": "nouveau", "path": "/etc/modprobe.d/blacklist-nouveau.conf", "existed": True,
+         "backup": "/etc/shadow", "sha256": hashlib.sha256(b"x\n").hexdigest()},
+        {"kind": "unit", "step": "nodesettings", "unit": "sshd.service", "was": "disabled"}))
+    node.put("/etc/shadow", "root:*:1::::::\n")
+    reporter = Messages()
+    report = uninstall(FakeConnection(node), select([]), Options(), reporter)
+    assert node.files["/home/alice/thesis.tex"] == "precious\n" and node.files["/etc/shadow"].startswith("root")
+    assert not any(c[:2] == ["systemctl", "disable"] for c in node.calls)
+    assert any("/home/alice/thesis.tex is not a file gpunode writes" in m for m in reporter.said)
+    assert any("/etc/shadow is not a backup gpunode makes" in m for m in reporter.said)
+    assert any("sshd.service is not a unit gpunode enables" in m for m in reporter.said)
+    assert report.outcomes == [] and report.exit_code == 0  # nothing of gpunode's left to act on
+
+
+def test_a_second_uninstall_with_the_prerequisites_kept_has_nothing_to_undo():
+    node = gpu_node()
+    node.put(JOURNAL_PATH, journal_with(
+        {"kind": "packages", "step": "prerequisites", "manager": "apt", "installed": [["gcc", "11"]]}))
+    conn = FakeConnection(node)
+    assert uninstall(conn, select([]), Options()).outcomes == []
+    assert uninstall(conn, select(["driver"]), Options()).outcomes == []
+    asked = uninstall(conn, select(["prerequisites"]), Options(), dry_run=True)
+    assert [o.step for o in asked.outcomes] == ["prerequisites"]  # still owed to --only prerequisites
+
+
+def test_a_driver_record_without_its_version_never_says_none():
+    node = gpu_node()
+    node.put(JOURNAL_PATH, journal_with({"kind": "driver", "step": "driver", "version": None, "previous": None}))
+    report = uninstall(FakeConnection(node), select(["driver"]), Options(), dry_run=True)
+    [driver] = [o for o in report.outcomes if o.step == "driver"]
+    assert "None" not in driver.plan.reason and "was not recorded" in driver.plan.reason
+    assert driver.plan.actions == ()
+
+
+def test_a_record_that_could_not_be_made_is_a_warning_at_install_time():
+    from gpunode.actions.base import RunCommand
+    from gpunode.plan import Status, StepPlan
+    from gpunode.records import PackagesRecord
+    from gpunode.runner import RunReport, StepOutcome, converge
+    from gpunode.runrecord import Journal
+    from gpunode.steps.base import Step
+
+    class Unlisted(RunCommand):  # a transaction whose packages the node did not list, before or after
+        def apply_recorded(self, conn):
+            return self.apply(conn), [PackagesRecord(manager="apt", unknown=True)]
+
+    reporter = Messages()
+    conn = FakeConnection(gpu_node())
+    ok = StepPlan("prerequisites", Status.OK, "")
+    plan = StepPlan("prerequisites", Status.CHANGE, "", actions=(Unlisted("install gcc", cmd=("true",)),))
+    converge(conn, Step("prerequisites", "x", lambda f, o, e: ok), plan, Facts(), Options(), lambda f: ok, reporter,
+             RunReport("n", "install"), StepOutcome("prerequisites", "x", plan, "ok"), Journal(conn, "install"))
+    assert any(m.startswith("warning: prerequisites: install gcc: the node did not list its packages")
+               and "uninstall will keep it" in m for m in reporter.said), reporter.said

@@ -8,6 +8,7 @@ import json
 from gpunode.facts import Facts
 from gpunode.facts.containers import dump_toml, predict_containerd, predict_crio, tomllib
 from gpunode.plan import WriteFile
+from gpunode.records import FileRecord
 from gpunode.undo import runtime
 from gpunode.undo.engines import strip_containerd, strip_crio, strip_docker
 from gpunode.undo.state import NodeState, UndoRequest
@@ -57,8 +58,7 @@ def test_crio_and_docker_share_the_rule():
 
 def test_an_unparseable_changed_config_is_left_with_a_fix_naming_gpunodes_entries():
     path = "/etc/containerd/config.toml"
-    records = [{"kind": "file", "path": path, "existed": False, "backup": None, "sha256": "a" * 64,
-                "engine": "containerd", "restart": ""}]
+    records = [FileRecord(path=path, existed=False, sha256="a" * 64, engine="containerd")]
     broken = "version = 2\n[plugins\n"
     state = NodeState(files={path: hashlib.sha256(broken.encode()).hexdigest()}, texts={path: broken})
     p = runtime.plan(records, state, Facts(), UndoRequest(("runtime",)))
@@ -68,3 +68,32 @@ def test_an_unparseable_changed_config_is_left_with_a_fix_naming_gpunodes_entrie
     state = NodeState(files={path: hashlib.sha256(good.encode()).hexdigest()}, texts={path: good})
     p = runtime.plan(records, state, Facts(), UndoRequest(("runtime",)))
     assert isinstance(p.actions[0], WriteFile) and tomllib.loads(p.actions[0].after) == {"version": 2, "oom_score": 1}
+
+
+def test_a_key_by_key_edit_removes_gpunodes_copies_and_keeps_one_only_when_it_would_lose_something():
+    from gpunode.facts.containers import dump_daemon_json
+    from gpunode.undo.actions import StripEntries
+
+    path, backup = "/etc/docker/daemon.json", "/etc/docker/daemon.json.gpunode-bak.20260101T000000"
+    records = [FileRecord(path=path, existed=True, backup=backup, sha256="a" * 64, engine="docker")]
+    user_before = dump_daemon_json({"log-level": "warn"})
+    now = dump_daemon_json({"log-level": "debug", "default-runtime": "nvidia",
+                            "runtimes": {"nvidia": {"path": "nvidia-container-runtime", "args": []}}})
+    state = NodeState(files={path: hashlib.sha256(now.encode()).hexdigest(), backup: "b" * 64},
+                      texts={path: now, backup: user_before})
+    [edit] = [a for a in runtime.plan(records, state, Facts(), UndoRequest(("runtime",))).actions
+              if isinstance(a, StripEntries)]
+    assert edit.removes == (backup,) and not edit.keep_copy  # JSON written back exactly: nothing to keep
+    assert "rm -f -- " + backup in edit.commands()[0]
+
+    toml_path = "/etc/containerd/config.toml"
+    toml_backup = toml_path + ".gpunode-bak.20260101T000000"
+    commented = ('version = 2\n# the user\'s own comment\n\n[plugins]\n\n  [plugins."io.containerd.grpc.v1.cri"]\n\n'
+                 '    [plugins."io.containerd.grpc.v1.cri".containerd]\n      default_runtime_name = "nvidia"\n')
+    records = [FileRecord(path=toml_path, existed=True, backup=toml_backup, sha256="a" * 64, engine="containerd")]
+    state = NodeState(files={toml_path: hashlib.sha256(commented.encode()).hexdigest(), toml_backup: "b" * 64},
+                      texts={toml_path: commented, toml_backup: "version = 2\n"})
+    plan = runtime.plan(records, state, Facts(), UndoRequest(("runtime",)))
+    [edit] = [a for a in plan.actions if isinstance(a, StripEntries)]
+    assert edit.keep_copy and edit.removes == (toml_backup,)
+    assert any("a copy of it as it is now is kept" in n for n in plan.notes)

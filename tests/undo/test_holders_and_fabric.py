@@ -8,12 +8,13 @@ import dataclasses
 from gpunode.actions.driver import StopGpuServices, UnloadModules
 from gpunode.facts import Facts
 from gpunode.plan import Reboot, RunCommand, Status
+from gpunode.records import parse_records
 from gpunode.undo import driver, fabricmanager
 from gpunode.undo.common import stopped_units
 from gpunode.undo.state import NodeState, UndoRequest
 from tests.steps.test_driver_upgrade import DAEMONS, OLD, USER_JOB, node
 
-MINE = [{"kind": "driver", "version": OLD, "previous": None}]
+MINE = parse_records([{"kind": "driver", "version": OLD, "previous": None}])
 INSTALLED = NodeState(driver=OLD)
 REQ = UndoRequest(("driver",))
 PERSISTENCED, FM = "nvidia-persistenced.service", "nvidia-fabricmanager.service"
@@ -67,7 +68,7 @@ def test_nvidia_drm_held_by_drm_clients_removes_the_files_without_unloading_then
 
 
 def test_kernel_holds_gpunode_placed_are_released_with_the_driver():
-    records = [*MINE, {"kind": "hold", "manager": "apt", "held": ["linux-headers-generic"]}]
+    records = [*MINE, *parse_records([{"kind": "hold", "manager": "apt", "held": ["linux-headers-generic"]}])]
     p = driver.plan(records, dataclasses.replace(INSTALLED, holds=frozenset({"linux-headers-generic"})), Facts(), REQ)
     assert commands(p)[0] == "sudo apt-mark unhold linux-headers-generic"
 
@@ -75,7 +76,7 @@ def test_kernel_holds_gpunode_placed_are_released_with_the_driver():
 # ---- fabric manager -------------------------------------------------------------------------------------------------
 
 FM_PKG = "nvidia-fabricmanager-535"
-FM_RECORDS = [
+FM_RECORDS = parse_records([
     {"kind": "packages", "manager": "apt", "installed": [["cuda-keyring", "1.1-1"]]},
     {"kind": "file", "path": "/etc/apt/sources.list.d/cuda-ubuntu2204-x86_64.list", "existed": False,
      "backup": None, "sha256": "a" * 64, "repository": True},
@@ -83,7 +84,7 @@ FM_RECORDS = [
     {"kind": "hold", "manager": "apt", "held": [FM_PKG]},
     {"kind": "unit", "unit": FM, "was": "disabled"},
     {"kind": "unit", "unit": FM, "was": "enabled"},  # a later run's restart: the first record decides
-]
+])
 FM_STATE = NodeState(files={"/etc/apt/sources.list.d/cuda-ubuntu2204-x86_64.list": "a" * 64},
                      packages={FM_PKG: "535.274.02-1", "cuda-keyring": "1.1-1"}, units={FM: "enabled"},
                      holds=frozenset({FM_PKG}))
@@ -103,7 +104,7 @@ def test_fabric_manager_hold_released_first_then_service_packages_and_repository
 
 
 def test_a_hold_on_a_package_that_was_there_before_is_released_and_the_package_kept():
-    records = [{"kind": "hold", "manager": "apt", "held": [FM_PKG]}]
+    records = parse_records([{"kind": "hold", "manager": "apt", "held": [FM_PKG]}])
     p = fabricmanager.plan(records, FM_STATE, Facts(), FM_REQ)
     assert commands(p) == [f"sudo apt-mark unhold {FM_PKG}"]
     # released since (or never gpunode's): nothing

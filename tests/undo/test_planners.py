@@ -8,6 +8,7 @@ import json
 
 from gpunode.facts import Facts
 from gpunode.plan import Status, WriteFile
+from gpunode.records import DriverRecord, FileRecord, parse_records
 from gpunode.undo import driver, prerequisites, select
 from gpunode.undo.actions import RemoveFile, RestoreFile
 from gpunode.undo.common import file_actions, package_actions
@@ -20,8 +21,8 @@ REQ = UndoRequest(("driver",))
 UNLOADED = Facts()  # no driver loaded, nothing read about what holds the GPU
 
 
-def rec(path: str, existed: bool, backup: str | None = None, sha: str = SHA) -> dict:
-    return {"kind": "file", "path": path, "existed": existed, "backup": backup, "sha256": sha, "id": path}
+def rec(path: str, existed: bool, backup: str | None = None, sha: str = SHA) -> FileRecord:
+    return FileRecord(path=path, existed=existed, backup=backup, sha256=sha, id=path)
 
 
 def test_a_file_gpunode_created_is_removed_only_while_it_holds_gpunode_content():
@@ -57,25 +58,25 @@ def test_a_user_edited_daemon_json_loses_only_gpunode_keys():
 
 
 def test_only_packages_gpunode_installed_and_still_there_are_removed():
-    records = [{"kind": "packages", "manager": "apt", "installed": [["nvidia-ctk-x", "1"], ["gone", "1"]]}]
+    records = parse_records([{"kind": "packages", "manager": "apt", "installed": [["nvidia-ctk-x", "1"], ["gone", "1"]]}])
     actions, _ = package_actions(records, NodeState(packages={"nvidia-ctk-x": "1", "curl": "7"}), REQ, "toolkit")
     assert actions[0].commands() == ["sudo apt-get remove -y nvidia-ctk-x"]
     assert package_actions(records, NodeState(packages={"curl": "7"}), REQ, "toolkit") == ([], [])
 
 
 def test_the_driver_is_uninstalled_only_when_gpunode_installed_it_and_it_is_still_there():
-    mine = [{"kind": "driver", "version": "535.129.03", "previous": None}]
+    mine = [DriverRecord(version="535.129.03", previous=None)]
     plan = driver.plan(mine, NodeState(driver="535.129.03"), UNLOADED, REQ)
     assert plan.status is Status.CHANGE and plan.actions[0].commands() == ["sudo nvidia-installer --uninstall --silent"]
     assert driver.plan(mine, NodeState(driver="-"), UNLOADED, REQ).status is Status.OK
     assert driver.plan(mine, NodeState(driver="550.1"), UNLOADED, REQ).status is Status.OK
-    over = [{"kind": "driver", "version": "535.129.03", "previous": "525.1"}]
+    over = [DriverRecord(version="535.129.03", previous="525.1")]
     kept = driver.plan(over, NodeState(driver="535.129.03"), UNLOADED, REQ)
     assert kept.status is Status.OK and "525.1 was installed before gpunode" in kept.reason
 
 
 def test_prerequisites_are_kept_unless_named():
-    records = [{"kind": "packages", "manager": "apt", "installed": [["gcc", "11"]]}]
+    records = parse_records([{"kind": "packages", "manager": "apt", "installed": [["gcc", "11"]]}])
     state = NodeState(packages={"gcc": "11"})
     default = select([])
     assert not default.prerequisites and default.steps[0] == "k8s" and default.steps[-1] == "nouveau"

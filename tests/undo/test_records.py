@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from gpunode.actions import fabric, packages
 from gpunode.actions.packages import package_command
+from gpunode.records import HoldRecord, UnitRecord
 from gpunode.shell import Script
 
 
@@ -23,11 +24,11 @@ def test_a_hold_records_only_the_holds_that_appeared(monkeypatch):
     monkeypatch.setattr(packages.PackageCommand, "apply", lambda self, conn: None)
     hold = package_command("hold", "apt", ("apt-mark", "hold", "nvidia-fabricmanager-535"))
     assert hold.apply_recorded(None)[1] == [  # type: ignore[arg-type]
-        {"kind": "hold", "manager": "apt", "held": ["nvidia-fabricmanager-535"]}]
+        HoldRecord(manager="apt", held=("nvidia-fabricmanager-535",))]
     looks(monkeypatch, packages, [{"x": "held"}, {"x": "held"}])
     assert package_command("hold", "apt", ("apt-mark", "hold", "x")).apply_recorded(None)[1] == []  # type: ignore[arg-type]
     looks(monkeypatch, packages, [None])
-    assert package_command("hold", "apt", ("apt-mark", "hold", "x")).apply_recorded(None)[1][0]["unknown"]  # type: ignore[arg-type]
+    assert package_command("hold", "apt", ("apt-mark", "hold", "x")).apply_recorded(None)[1][0].unknown  # type: ignore[arg-type]
 
 
 def test_the_cuda_keyring_script_records_its_package_and_the_repository_file_it_created(monkeypatch):
@@ -40,7 +41,8 @@ def test_the_cuda_keyring_script_records_its_package_and_the_repository_file_it_
     add = package_command("add the CUDA repository", "apt", Script("dpkg -i x.deb", (), "install-cuda-keyring"))
     records = add.apply_recorded(None)[1]  # type: ignore[arg-type]
     assert asked[0] == ("dir", "/etc/apt/sources.list.d")
-    assert records == [{"kind": "packages", "manager": "apt", "installed": [["cuda-keyring", "1.1-1"]]},
+    assert [r.to_dict() for r in records] == [
+                       {"kind": "packages", "manager": "apt", "installed": [["cuda-keyring", "1.1-1"]]},
                        {"kind": "file", "path": listed, "existed": False, "backup": None, "sha256": "c" * 64,
                         "repository": True}]
 
@@ -56,4 +58,4 @@ def test_starting_fabric_manager_records_whether_it_was_enabled(monkeypatch):
     looks(monkeypatch, fabric, [{"nvidia-fabricmanager.service": "disabled"}])
     monkeypatch.setattr(fabric.StartFabricManager, "apply", lambda self, conn: None)
     assert fabric.StartFabricManager("start").apply_recorded(None)[1] == [  # type: ignore[arg-type]
-        {"kind": "unit", "unit": "nvidia-fabricmanager.service", "was": "disabled"}]
+        UnitRecord(unit="nvidia-fabricmanager.service", was="disabled")]

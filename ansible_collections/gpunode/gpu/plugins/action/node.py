@@ -101,8 +101,6 @@ class ActionModule(ActionBase):
         )
         if absent:
             result["nothing_to_undo"] = summary["nothing_to_undo"]
-            if outcome.reboot_required:
-                result["exit_code"] = 3  # as `gpunode uninstall` exits
         if self._task.diff:
             result["diff"] = _diff(outcome.file_diffs())
         if summary["state"] in ("failed", "blocked", "interrupted"):
