@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gpunode.artifacts import ProgressBars
+if TYPE_CHECKING:
+    from gpunode.artifacts import ProgressBars
 
 
 @dataclass(frozen=True)

@@ -282,9 +282,10 @@ def test_imports_marks_what_runs_at_import_time(tmp_path: Path, source: str, liv
     assert [(i.target, i.at_import_time) for i in imports(path, tmp_path)] == [("rich", live)]
 
 
-# the install side: what only a run that changes a node needs
+# the install side: what only a run that changes a node needs. gpunode.options is not on it: it holds the option
+# table every command's parameters come from (doctor's --host as install's --driver).
 INSTALL_SIDE = ("gpunode.steps", "gpunode.actions", "gpunode.undo", "gpunode.runner", "gpunode.preflight",
-                "gpunode.artifacts", "gpunode.runrecord", "gpunode.plan", "gpunode.options")
+                "gpunode.artifacts", "gpunode.runrecord", "gpunode.plan")
 
 
 def closure(start: str, edges: dict[str, dict[str, int]]) -> set[str]:
