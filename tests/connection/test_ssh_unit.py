@@ -128,3 +128,11 @@ def test_a_silent_server_is_a_timeout_not_a_hang():
             conn.close()
         server.close()
         thread.join(5)
+
+
+def test_gcm_ciphers_come_first_and_nothing_else_moves():
+    from gpunode.connection.ssh import gcm_first
+
+    assert gcm_first(("aes128-ctr", "aes256-ctr", "aes256-gcm@openssh.com", "aes128-gcm@openssh.com")) == (
+        "aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "aes128-ctr", "aes256-ctr")
+    assert gcm_first(("aes128-ctr", "aes256-ctr")) == ("aes128-ctr", "aes256-ctr")
