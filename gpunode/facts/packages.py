@@ -221,7 +221,7 @@ DOCTOR_UNITS = command("doctor_units", (
     'apt-daily-upgrade.timer dnf-automatic.timer dnf-automatic-install.timer; do '
     'printf "%s\\t%s\\t%s\\n" "$u" "$(systemctl is-active "$u" 2>/dev/null)" '
     '"$(systemctl is-enabled "$u" 2>/dev/null)"; done'
-), parse_units, module=_M)
+), parse_units, module=_M, full_only=True)
 # non-empty keyrings apt can name in signed-by=
 APT_KEYRINGS = command("apt_keyrings", (
     'for f in /usr/share/keyrings/* /etc/apt/keyrings/* /etc/apt/trusted.gpg.d/*; do '
