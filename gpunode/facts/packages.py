@@ -8,6 +8,7 @@ carry a fixed "ii " status), so one parser serves both families.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -133,6 +134,19 @@ def parse_units(text: str) -> dict[str, UnitState]:
     return units
 
 
+def unit_states(*units: str) -> str:
+    """A snippet printing `UNIT<TAB>ActiveState<TAB>UnitFileState` for each unit, in the order given, from ONE
+    `systemctl show` (two `systemctl is-*` processes per unit before). Each unit's block starts with its Id=
+    line (systemd prints Id first; an alias shows its target's Id, hence by position, not by name). A unit that
+    does not exist is `inactive` with an empty file state, as is-active and is-enabled said; no systemctl, or
+    one that cannot reach systemd: every unit with empty states, as before."""
+    names = " ".join(shlex.quote(u) for u in units)
+    return (f"systemctl show -p Id -p ActiveState -p UnitFileState {names} 2>/dev/null | "
+            f"awk -v units={shlex.quote(' '.join(units))} 'BEGIN {{ n = split(units, u, \" \") }} "
+            "/^Id=/ { i++ } /^ActiveState=/ { a[i] = substr($0, 13) } /^UnitFileState=/ { e[i] = substr($0, 15) } "
+            "END { for (k = 1; k <= n; k++) printf \"%s\\t%s\\t%s\\n\", u[k], a[k], e[k] }'")
+
+
 def unit(units: Mapping[str, UnitState], name: str) -> UnitState:
     """The state of `name` (with or without `.service`), or a not-found state."""
     full = name if "." in name else f"{name}.service"
@@ -207,21 +221,14 @@ PKG_STATUS = command("pkg_status", (
     "rpm -qa --qf 'ii \\t%{NAME}\\t%{VERSION}-%{RELEASE}\\n' 2>/dev/null | grep -E "
     "'^ii .(nvidia|libnvidia|cuda-drivers|python3-dnf-plugin-versionlock|yum-plugin-versionlock)'; fi; true"
 ), parse_packages, module=_M)
-# "UNIT<TAB>is-active<TAB>is-enabled" (is-enabled prints nothing or "not-found" for a missing unit)
-UNITS = command("units", (
-    "for u in docker.service containerd.service crio.service snap.docker.dockerd.service "
-    "nvidia-fabricmanager.service nvidia-persistenced.service; do "
-    'printf "%s\\t%s\\t%s\\n" "$u" "$(systemctl is-active "$u" 2>/dev/null)" '
-    '"$(systemctl is-enabled "$u" 2>/dev/null)"; done'
-), parse_units, module=_M)
+UNITS = command("units", unit_states(
+    "docker.service", "containerd.service", "crio.service", "snap.docker.dockerd.service",
+    "nvidia-fabricmanager.service", "nvidia-persistenced.service"), parse_units, module=_M)
 # the units only the doctor looks at, in the same form
-DOCTOR_UNITS = command("doctor_units", (
-    'command -v systemctl >/dev/null 2>&1 || exit 3; '
-    'for u in nvidia-persistenced.service nvidia-gridd.service unattended-upgrades.service '
-    'apt-daily-upgrade.timer dnf-automatic.timer dnf-automatic-install.timer; do '
-    'printf "%s\\t%s\\t%s\\n" "$u" "$(systemctl is-active "$u" 2>/dev/null)" '
-    '"$(systemctl is-enabled "$u" 2>/dev/null)"; done'
-), parse_units, module=_M, full_only=True)
+DOCTOR_UNITS = command("doctor_units", 'command -v systemctl >/dev/null 2>&1 || exit 3; ' + unit_states(
+    "nvidia-persistenced.service", "nvidia-gridd.service", "unattended-upgrades.service",
+    "apt-daily-upgrade.timer", "dnf-automatic.timer", "dnf-automatic-install.timer"),
+    parse_units, module=_M, full_only=True)
 # non-empty keyrings apt can name in signed-by=
 APT_KEYRINGS = command("apt_keyrings", (
     'for f in /usr/share/keyrings/* /etc/apt/keyrings/* /etc/apt/trusted.gpg.d/*; do '
