@@ -12,16 +12,16 @@ import hashlib
 import logging
 import os
 import posixpath
+import re
 import select
 import shlex
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import paramiko
 
 from gpunode import cancel
 from gpunode.connection.base import (
@@ -36,6 +36,24 @@ from gpunode.connection.base import (
 )
 from gpunode.errors import CommandError, ConnectError, UsageError
 from gpunode.shell import Script, Secret, render
+
+
+def _import_paramiko_without_invoke() -> None:
+    """paramiko.config imports invoke (~45 ms, most of it importlib.metadata and unittest.mock) only to run
+    ssh_config's `Match exec` commands. Import paramiko with invoke hidden; _resolve loads invoke for the rare
+    config that has a Match exec line."""
+    hide = "invoke" not in sys.modules
+    if hide:
+        sys.modules["invoke"] = None  # type: ignore[assignment]  # None in sys.modules: ImportError
+    try:
+        import paramiko  # noqa: F401
+    finally:
+        if hide and sys.modules.get("invoke", 0) is None:
+            del sys.modules["invoke"]
+
+
+_import_paramiko_without_invoke()
+import paramiko  # noqa: E402
 
 _known_hosts_lock = threading.Lock()
 log = logging.getLogger("gpunode.ssh")
@@ -214,6 +232,19 @@ class _Resolved:
     label: str
 
 
+_MATCH_EXEC = re.compile(r"^\s*match\b.*\bexec\b", re.IGNORECASE | re.MULTILINE)
+
+
+def _load_invoke() -> None:
+    """What paramiko.config runs a `Match exec` command with (see _import_paramiko_without_invoke)."""
+    import paramiko.config
+
+    if getattr(paramiko.config, "invoke", None) is None:
+        import invoke
+
+        paramiko.config.invoke = invoke  # type: ignore[attr-defined]
+
+
 def _resolve(target: SSHTarget, options: SSHOptions) -> _Resolved:
     """Apply ~/.ssh/config (Host alias, HostName, User, Port, IdentityFile, ProxyJump, UserKnownHostsFile)."""
     config = paramiko.SSHConfig()
@@ -225,6 +256,8 @@ def _resolve(target: SSHTarget, options: SSHOptions) -> _Resolved:
             config = paramiko.SSHConfig.from_path(str(config_path))
         except Exception as exc:  # noqa: BLE001
             raise UsageError(f"cannot parse {config_path}: {exc}", fix="fix the ssh config file") from exc
+        if _MATCH_EXEC.search(config_path.read_text(errors="replace")):
+            _load_invoke()
     entry = config.lookup(target.host)
     host = entry.get("hostname", target.host)
     port = target.port or int(entry.get("port", 22))
@@ -518,9 +551,10 @@ class SSHConnection(Connection):
             chan.sendall(data[offset:offset + 32768])
 
     def upload(self, local_path: str | os.PathLike[str], remote_path: str, *, mode: int = 0o644,
-               sudo: bool = True, progress: ProgressCallback | None = None) -> None:
+               sudo: bool = True, progress: ProgressCallback | None = None) -> str:
         """Stream the file through an exec channel into a private temp file beside `remote_path`, compare the
-        length and sha256 the node computed with what was sent, then chmod and rename it into place.
+        length and sha256 the node computed with what was sent, then chmod and rename it into place; returns
+        that sha256.
         A stall, a drop, a full disk or a Ctrl-C ends in a GpunodeError, and the temp file is removed."""
         total = os.path.getsize(local_path)
         prefix, with_password = self._privilege() if sudo else ((), False)
@@ -554,6 +588,7 @@ class SSHConnection(Connection):
                     self.run(Script(UPLOAD_DISCARD.body, (staged,), UPLOAD_DISCARD.name), sudo=sudo, timeout=60)
                 except (ConnectError, cancel.Cancelled):
                     pass  # the connection is gone: the error already raised says so
+        return node_sum
 
     def _stream(self, line: str, head: bytes, local_path: str | os.PathLike[str], total: int,
                 progress: ProgressCallback | None) -> tuple[int, bytes, bytes, str]:
