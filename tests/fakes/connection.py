@@ -308,7 +308,7 @@ def _fake_nvidia_installer(conn: FakeConnection, args: list[str], stdin: bytes) 
     workdir, run, want, flags = args[0], args[1], args[2], args[6:]
     data = node.files.get(f"{workdir}/{run}")
     _fake_cleanup(conn, [workdir], b"")
-    if data is None or hashlib.sha256(data.encode("utf-8", "surrogateescape")).hexdigest() != want:
+    if data is None or want and hashlib.sha256(data.encode("utf-8", "surrogateescape")).hexdigest() != want:
         return 90, "", "gpunode: the uploaded installer has sha256 ?, not the verified one: nothing was run\n"
     if "nouveau" in node.modules:
         return 1, "", "ERROR: The Nouveau kernel driver is currently in use by your system.\n"
