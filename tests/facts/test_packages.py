@@ -94,3 +94,28 @@ def test_unit_states_is_one_systemctl_show_for_every_unit(tmp_path, shell):
     assert [(u.name, u.active, u.enabled) for u in units.values()] == [
         ("docker.service", "active", "enabled"), ("containerd.service", "inactive", ""),
         ("crio.service", "failed", "masked"), ("x.timer", "inactive", "")]
+
+
+def test_prerequisites_availability_is_one_dpkg_query_and_one_apt_cache_call(tmp_path):
+    """apt-cache loads its whole cache on every call: the four candidates come from one `apt-cache policy`
+    (an arch-qualified header, an unknown package and a `(none)` candidate included), installed packages from
+    one dpkg-query; the lines are what steps/prerequisites.py parses."""
+    import subprocess
+
+    from gpunode.facts.packages import PREREQ_AVAILABLE
+
+    tools = {
+        "uname": "echo 9.9.9-test",
+        "dpkg-query": "printf 'install ok installed gcc\\ndeinstall ok config-files dkms\\nhold ok installed make\\n'",
+        "apt-cache": ("printf 'gcc:amd64:\\n  Installed: 12\\n  Candidate: 12\\nmake:\\n  Installed: (none)\\n"
+                      "  Candidate: 4.3\\ndkms:\\n  Installed: (none)\\n  Candidate: (none)\\n'"),
+    }
+    for name, body in tools.items():
+        (tmp_path / name).write_text(f"#!/bin/sh\necho \"{name} $*\" >> {tmp_path}/calls\n{body}\n")
+        (tmp_path / name).chmod(0o755)
+    out = subprocess.run(["sh", "-c", PREREQ_AVAILABLE.snippet], capture_output=True, text=True, check=True,
+                         env={"PATH": f"{tmp_path}:/usr/bin:/bin"}).stdout
+    assert out.splitlines() == ["installed gcc", "avail gcc", "avail make", "missing dkms",
+                                "missing linux-headers-9.9.9-test"]
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert [c.split()[0] for c in calls if c.startswith(("dpkg-query ", "apt-cache "))] == ["dpkg-query", "apt-cache"]
