@@ -17,13 +17,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks import fleet, nodes, roundtrips, startup, upload
+from benchmarks import fleet, nodes, probe, roundtrips, startup, upload
 from benchmarks.measure import HEADER, Row
 from gpunode import __version__
 from tests.nodesim.rootfs import missing_requirements
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("startup", "roundtrips", "upload", "fleet")
+SECTIONS = ("startup", "probe", "roundtrips", "upload", "fleet")
 
 
 def machine(load: tuple[float, float, float]) -> list[str]:
@@ -71,9 +71,11 @@ def main() -> int:
         work = Path(tmp)
         if "startup" in wanted:
             rows += _report(startup.bench(max(10, 2 * args.repeat + 1)))
-        if "roundtrips" in wanted or "upload" in wanted:
+        if "roundtrips" in wanted or "upload" in wanted or "probe" in wanted:
             started = nodes.start(1, log_level="DEBUG1", prefix="bench-rt")
             try:
+                if "probe" in wanted:
+                    rows += _report(probe.bench(started[0], args.repeat))
                 if "roundtrips" in wanted:
                     rows += _report(roundtrips.bench(started[0], work, args.repeat, args.latency))
                 if "upload" in wanted:

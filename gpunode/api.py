@@ -19,7 +19,7 @@ from gpunode.actions.base import Action, Reboot, WriteFile
 from gpunode.connection.base import Connection
 from gpunode.doctor.document import doctor_document
 from gpunode.errors import UsageError
-from gpunode.facts import gather
+from gpunode.facts import FULL, gather
 from gpunode.options import API, Options, options_for
 from gpunode.plan import StepPlan
 from gpunode.runner import NullReporter, RunReport, apply_pipeline, plan_pipeline
@@ -216,4 +216,4 @@ def uninstall(conn: Connection, chosen: UndoChoice, *, dry_run: bool = False) ->
 
 def doctor(conn: Connection) -> dict[str, object]:
     """Read-only diagnosis of the node behind `conn`: the doctor document (see doctor_document)."""
-    return doctor_document(conn.name, gather(conn))
+    return doctor_document(conn.name, gather(conn, FULL))

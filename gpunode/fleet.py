@@ -143,8 +143,8 @@ class LoggedConnection(Connection):
         self.log.flush()
         return code, out, err, timed_out
 
-    def upload(self, *args: Any, **kwargs: Any) -> None:
-        self.inner.upload(*args, **kwargs)
+    def upload(self, *args: Any, **kwargs: Any) -> str:
+        return self.inner.upload(*args, **kwargs)
 
     def reconnect(self, timeout: float) -> None:
         self.inner.reconnect(timeout)

@@ -11,8 +11,8 @@ import pytest
 
 from gpunode import verify
 from gpunode.errors import UsageError
+from gpunode.facts import FULL, gather
 from gpunode.facts import containers as c
-from gpunode.facts import gather
 from gpunode.facts.driver import SmiGpu
 from tests.conftest import FIXTURES
 from tests.doctor.fakes import H100, V, finished, set_output, uuid
@@ -78,7 +78,7 @@ def node_with(engines: Engines | None = None, **kw) -> tuple[FakeNode, Engines]:
 
 
 def run(node: FakeNode, **kw) -> verify.Report:
-    return verify.verify(FakeConnection(node), gather(FakeConnection(node)), **kw)
+    return verify.verify(FakeConnection(node), gather(FakeConnection(node), FULL), **kw)
 
 
 def names(report: verify.Report) -> dict[str, str]:
@@ -217,7 +217,7 @@ def test_nvidia_smi_failing_on_the_host_is_explained():
 
 def test_usage_errors():
     node, _ = node_with()
-    facts = gather(FakeConnection(node))
+    facts = gather(FakeConnection(node), FULL)
     with pytest.raises(UsageError):
         verify.prepare("n", facts, engines=["lxc"])
     with pytest.raises(UsageError):

@@ -64,8 +64,9 @@ class FetchInstaller(Action):
 # and log tail. The work directory (root-only, from make_private_dir) is removed either way.
 _INSTALL = r"""dir=$1; run=$2; want=$3; log=$4; key=$5; cert=$6; shift 6
 trap 'rm -rf -- "$dir"' EXIT
-got=$(sha256sum -- "$dir/$run" 2>/dev/null); got=${got%% *}
-if [ "$got" != "$want" ]; then
+# an empty $want: the upload already checked what arrived against the verified hash (no second read of the file)
+[ -z "$want" ] || { got=$(sha256sum -- "$dir/$run" 2>/dev/null); got=${got%% *}; }
+if [ -n "$want" ] && [ "$got" != "$want" ]; then
   echo "gpunode: the uploaded installer has sha256 ${got:-?}, not the verified $want: nothing was run" >&2
   exit 90
 fi
@@ -128,11 +129,15 @@ class RunInstaller(Action):
         workdir = conn.make_private_dir(WORK_PARENT)
         try:
             with (self.progress or silent)(f"upload {self.source.name}") as report:
-                conn.upload(verified.path, f"{workdir}/{self.source.name}", mode=0o700, progress=report)
+                arrived = conn.upload(verified.path, f"{workdir}/{self.source.name}", mode=0o700, progress=report)
+            if arrived != verified.sha256:  # the local file changed after it was verified
+                raise CommandError(f"the uploaded installer has sha256 {arrived}, not the verified {verified.sha256}: "
+                                   "nothing was run", fix="the upload was altered or truncated: run again")
         except BaseException:
             conn.run(Script('rm -rf -- "$1"', (workdir,), "cleanup"), sudo=True, timeout=60)
             raise
-        script = Script(_INSTALL, (workdir, self.source.name, verified.sha256, LOG, self.signing_key,
+        # the node's copy is the verified file (its hash checked on arrival): the install script need not hash it
+        script = Script(_INSTALL, (workdir, self.source.name, "", LOG, self.signing_key,
                                    self.signing_cert, *self.flags), "driver-install")
         result = conn.run(script, sudo=True, timeout=INSTALL_TIMEOUT)
         if result.timed_out:

@@ -20,7 +20,7 @@ from gpunode.doctor import CheckResult, run_checks, summary
 from gpunode.doctor import verdict as readiness
 from gpunode.doctor.document import doctor_document
 from gpunode.errors import GpunodeError
-from gpunode.facts import Facts, gather
+from gpunode.facts import FULL, Facts, gather
 from gpunode.fleet import HostResult, LoggedConnection, QueueReporter
 from gpunode.inventory import InventoryHost
 from gpunode.ui import Fixer, clean, counted, describe_node, labelled, node_text, out, print_error, print_json
@@ -140,7 +140,7 @@ def doctor(target: Target, format: FormatOpt = None, ready_file: ReadyFileOpt = 
     try:
         with target.open() as conn:
             name = conn.name
-            facts = gather(conn)
+            facts = gather(conn, FULL)
     except GpunodeError as exc:
         # doctor cannot diagnose a node it cannot read: that is a connection-level problem, never a check failure
         if chosen == "nhc":
@@ -226,7 +226,7 @@ def _doctor_fleet(target: Target, hosts: list[InventoryHost]) -> None:
 
     def work(host: InventoryHost, reporter: QueueReporter, log: TextIO) -> HostResult:
         with LoggedConnection(target.open(host), log) as conn:
-            facts = gather(conn)
+            facts = gather(conn, FULL)
         results = run_checks(facts)
         checks[host.name] = results  # one writer per key; read by the main thread after the pool is done
         for r in results:

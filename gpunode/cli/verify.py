@@ -14,7 +14,7 @@ from gpunode.cli import _inputs
 from gpunode.cli._params import command, expected_errors
 from gpunode.cli._target import Target, rewrite_fixes
 from gpunode.errors import GpunodeError, UsageError
-from gpunode.facts import gather
+from gpunode.facts import FULL, gather
 from gpunode.runner import SCHEMA_VERSION
 from gpunode.ui import Fixer, clean, describe_node, err, labelled, node_text, out, print_error, print_json
 from gpunode.verify import DEFAULT_TIMEOUT, ENGINES, Report, Test
@@ -107,7 +107,7 @@ def verify(
     try:
         with target.open() as conn:
             name = conn.name
-            facts = gather(conn)
+            facts = gather(conn, FULL)
             if not json_output:
                 err.print(node_text(f"verifying {name}", "bold"))
             if k8s:

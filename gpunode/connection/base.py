@@ -361,10 +361,13 @@ class Connection(ABC):
         return self.run(script, sudo=sudo, timeout=60).check("creating a private directory").stdout.strip()
 
     def upload(self, local_path: str | os.PathLike[str], remote_path: str, *, mode: int = 0o644,
-               sudo: bool = True, progress: ProgressCallback | None = None) -> None:
-        """Copy a local file to the node. The base version streams it through the command's stdin."""
+               sudo: bool = True, progress: ProgressCallback | None = None) -> str:
+        """Copy a local file to the node; returns the sha256 of what arrived there (the node checked it against
+        what was sent), so a caller that knows the file's hash need not have the node read it again. The base
+        version streams it through the command's stdin."""
         with open(local_path, "rb") as fh:
             data = fh.read()
         self.write_file(remote_path, data, mode=mode, sudo=sudo, backup=False)
         if progress:
             progress(len(data), len(data))
+        return hashlib.sha256(data).hexdigest()

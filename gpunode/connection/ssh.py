@@ -12,15 +12,16 @@ import hashlib
 import logging
 import os
 import posixpath
+import re
 import select
 import shlex
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import paramiko
+from typing import Any
 
 from gpunode import cancel, fixes
 from gpunode.connection.base import (
@@ -36,11 +37,59 @@ from gpunode.connection.base import (
 from gpunode.errors import CommandError, ConnectError, UsageError
 from gpunode.shell import Script, Secret, render
 
+
+def _import_paramiko_without_invoke() -> None:
+    """paramiko.config imports invoke (~45 ms, most of it importlib.metadata and unittest.mock) only to run
+    ssh_config's `Match exec` commands. Import paramiko with invoke hidden; _resolve loads invoke for the rare
+    config that has a Match exec line."""
+    hide = "invoke" not in sys.modules
+    if hide:
+        sys.modules["invoke"] = None  # type: ignore[assignment]  # None in sys.modules: ImportError
+    try:
+        import paramiko  # noqa: F401
+    finally:
+        if hide and sys.modules.get("invoke", 0) is None:
+            del sys.modules["invoke"]
+
+
+_import_paramiko_without_invoke()
+import paramiko  # noqa: E402
+
 _known_hosts_lock = threading.Lock()
 log = logging.getLogger("gpunode.ssh")
 _SHELL_OK = "gpunode-shell-ok"
 SEND_TIMEOUT = 120.0  # seconds a command's stdin may wait for the node to accept more data
 UPLOAD_CHUNK = 1 << 18  # bytes read and sent at a time: one Ctrl-C check and progress call each
+# AES-GCM first where both ends offer it: an AEAD cipher is one pass over the data (paramiko's default, aes128-ctr
+# with a separate HMAC, is two), which is what keeps a large upload near scp's speed. The rest keep paramiko's order.
+_GCM = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
+
+
+def gcm_first(ciphers: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(c for c in _GCM if c in ciphers) + tuple(c for c in ciphers if c not in _GCM)
+
+
+def _transport(sock: str | tuple[str, int] | socket.socket | paramiko.Channel | paramiko.ProxyCommand,
+               **kwargs: Any) -> paramiko.Transport:
+    """paramiko's Transport with the cipher order above (the keywords differ between paramiko 3 and 5)."""
+    transport = paramiko.Transport(sock, **kwargs)
+    options = transport.get_security_options()
+    options.ciphers = gcm_first(tuple(options.ciphers))
+    return transport
+
+
+def _tcp_socket(host: str, port: int, timeout: float) -> socket.socket:
+    """A TCP connection with TCP_NODELAY: without it every small packet after the first (each command's request,
+    each reply) waits on Nagle's algorithm for the peer's delayed ACK, ~40 ms a round trip."""
+    sock = socket.create_connection((host, port), timeout=timeout)
+    nodelay(sock)
+    return sock
+
+
+def nodelay(sock: object) -> None:
+    """TCP_NODELAY on a TCP socket; anything else (a jump host's channel, a ProxyCommand pipe) is left alone."""
+    if isinstance(sock, socket.socket) and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 class _ToGpunodeLog(logging.Handler):
@@ -183,6 +232,19 @@ class _Resolved:
     label: str
 
 
+_MATCH_EXEC = re.compile(r"^\s*match\b.*\bexec\b", re.IGNORECASE | re.MULTILINE)
+
+
+def _load_invoke() -> None:
+    """What paramiko.config runs a `Match exec` command with (see _import_paramiko_without_invoke)."""
+    import paramiko.config
+
+    if getattr(paramiko.config, "invoke", None) is None:
+        import invoke
+
+        paramiko.config.invoke = invoke  # type: ignore[attr-defined]
+
+
 def _resolve(target: SSHTarget, options: SSHOptions) -> _Resolved:
     """Apply ~/.ssh/config (Host alias, HostName, User, Port, IdentityFile, ProxyJump, UserKnownHostsFile)."""
     config = paramiko.SSHConfig()
@@ -194,6 +256,8 @@ def _resolve(target: SSHTarget, options: SSHOptions) -> _Resolved:
             config = paramiko.SSHConfig.from_path(str(config_path))
         except Exception as exc:  # noqa: BLE001
             raise UsageError(f"cannot parse {config_path}: {exc}", fix="fix the ssh config file") from exc
+        if _MATCH_EXEC.search(config_path.read_text(errors="replace")):
+            _load_invoke()
     entry = config.lookup(target.host)
     host = entry.get("hostname", target.host)
     port = target.port or int(entry.get("port", 22))
@@ -263,13 +327,15 @@ class SSHConnection(Connection):
         try:
             for index, key in enumerate(keys or [None]):
                 try:
+                    if not (r.proxy_jump or r.proxy_command):
+                        sock = _tcp_socket(r.host, r.port, self.options.connect_timeout)
                     client.connect(
                         r.host, port=r.port, username=r.user, pkey=key, password=password,
                         # An encrypted identity is expected to be in the agent; otherwise no guessing, so
                         # MaxAuthTries is not spent on unrelated keys.
                         allow_agent=encrypted or not explicit, look_for_keys=not explicit,
                         timeout=self.options.connect_timeout, banner_timeout=self.options.connect_timeout,
-                        auth_timeout=30, channel_timeout=30, sock=sock,
+                        auth_timeout=30, channel_timeout=30, sock=sock, transport_factory=_transport,
                     )
                     break
                 except paramiko.AuthenticationException:
@@ -485,9 +551,10 @@ class SSHConnection(Connection):
             chan.sendall(data[offset:offset + 32768])
 
     def upload(self, local_path: str | os.PathLike[str], remote_path: str, *, mode: int = 0o644,
-               sudo: bool = True, progress: ProgressCallback | None = None) -> None:
+               sudo: bool = True, progress: ProgressCallback | None = None) -> str:
         """Stream the file through an exec channel into a private temp file beside `remote_path`, compare the
-        length and sha256 the node computed with what was sent, then chmod and rename it into place.
+        length and sha256 the node computed with what was sent, then chmod and rename it into place; returns
+        that sha256.
         A stall, a drop, a full disk or a Ctrl-C ends in a GpunodeError, and the temp file is removed."""
         total = os.path.getsize(local_path)
         prefix, with_password = self._privilege() if sudo else ((), False)
@@ -521,6 +588,7 @@ class SSHConnection(Connection):
                     self.run(Script(UPLOAD_DISCARD.body, (staged,), UPLOAD_DISCARD.name), sudo=sudo, timeout=60)
                 except (ConnectError, cancel.Cancelled):
                     pass  # the connection is gone: the error already raised says so
+        return node_sum
 
     def _stream(self, line: str, head: bytes, local_path: str | os.PathLike[str], total: int,
                 progress: ProgressCallback | None) -> tuple[int, bytes, bytes, str]:

@@ -32,9 +32,9 @@ from gpunode.facts import (
 from gpunode.facts.kernel import LoadedDriver, ModuleBlock, PciDevice, SecureBoot, module_block
 from gpunode.facts.osinfo import UNKNOWN_OS, OsInfo
 from gpunode.facts.probe import build_probe, registered, split_files, split_sections
-from gpunode.facts.registry import CORE, FILES, NOT_RUN, Fact, Section, check
+from gpunode.facts.registry import CORE, FILES, FULL, NOT_RUN, RUN, Fact, NotGatheredError, Section, check
 
-__all__ = ["Facts", "gather", "facts_from_probe_output", "bake", "containers", "driver", "fabric", "health", "holders",
+__all__ = ["FULL", "RUN", "Facts", "gather", "facts_from_probe_output", "bake", "containers", "driver", "fabric", "health", "holders",
            "k8s", "kernel",
            "nodesettings", "packages", "system", "virt"]
 
@@ -69,13 +69,14 @@ class Facts:
     mtimes: Mapping[str, int] = field(default_factory=dict)  # path -> mtime (seconds since the epoch)
     outputs: Mapping[str, Section] = field(default_factory=dict)  # command facts: registered name -> raw output
     initramfs_mtime: int | None = None  # newest initramfs image for the running kernel; None: not found
+    probe: str = FULL  # which probe gathered these facts: reading a fact it does not gather is an error
     _parsed: dict[str, object] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     # ---- typed access --------------------------------------------------------------------------------------
 
     def __getitem__(self, fact: Fact[T]) -> T:
         """The fact's typed value. An object the registry does not hold is an UnknownFactError."""
-        check(fact)
+        self._check(fact)
         if fact in _FIELDS:
             return getattr(self, _FIELDS[fact])
         if fact.kind == FILES:
@@ -90,13 +91,19 @@ class Facts:
 
     def section(self, fact: Fact[object]) -> Section:
         """The raw output of a command fact and its exit status (status 127: not in the probe's output)."""
-        check(fact)
+        self._check(fact)
         return self.outputs.get(fact.name, NOT_RUN)
 
     def ran(self, fact: Fact[object]) -> bool:
         """Did the fact's snippet succeed? (An empty output is a success.) Core and file facts always count."""
-        check(fact)
+        self._check(fact)
         return fact.kind in (CORE, FILES) or self.section(fact).ok
+
+    def _check(self, fact: Fact[object]) -> None:
+        check(fact)
+        if not fact.gathered_by(self.probe):
+            raise NotGatheredError(f"{fact!r} is read from the {self.probe} probe, which does not gather it "
+                                   "(its declaration says full_only=True: drop that, or gather the FULL probe)")
 
     # ---- derived -------------------------------------------------------------------------------------------
 
@@ -138,7 +145,7 @@ class Facts:
         """Every registered fact's parsed value by subsystem, with each command's exit status, the files read
         and the nouveau verdict: what a bug report needs."""
         out: dict[str, dict[str, object]] = {name: {} for name in SUBSYSTEMS}
-        for fact in registered():
+        for fact in registered(self.probe):
             value: object = self[fact]
             if fact.kind not in (CORE, FILES):
                 section = self.section(fact)
@@ -160,11 +167,11 @@ def _plain(value: object) -> object:
     return value
 
 
-def facts_from_sections(sections: Mapping[str, Section], nonce: str) -> Facts:
+def facts_from_sections(sections: Mapping[str, Section], nonce: str, probe: str = FULL) -> Facts:
     core: dict[str, object] = {}
     files: dict[str, tuple[int, str]] = {}
     outputs: dict[str, Section] = {}
-    for fact in registered():
+    for fact in registered(probe):
         section = sections.get(fact.section)
         if fact in _FIELDS:
             core[_FIELDS[fact]] = fact.parse(section or NOT_RUN)
@@ -175,17 +182,19 @@ def facts_from_sections(sections: Mapping[str, Section], nonce: str) -> Facts:
     return Facts(**core,  # type: ignore[arg-type]
                  files={path: content for path, (_, content) in files.items()},
                  mtimes={path: mtime for path, (mtime, _) in files.items()},
-                 outputs=outputs)
+                 outputs=outputs, probe=probe)
 
 
-def facts_from_probe_output(output: str, nonce: str) -> Facts:
-    return facts_from_sections(split_sections(output, nonce), nonce)
+def facts_from_probe_output(output: str, nonce: str, probe: str = FULL) -> Facts:
+    return facts_from_sections(split_sections(output, nonce), nonce, probe)
 
 
-def gather(conn: Connection) -> Facts:
+def gather(conn: Connection, probe: str = RUN) -> Facts:
     """Run the probe on the node and parse it. The probe only reads; it runs as root when root is available
-    (root-only configs such as a 0600 containerd config.toml must not look empty), else as the login user."""
-    script, nonce = build_probe()
+    (root-only configs such as a 0600 containerd config.toml must not look empty), else as the login user.
+    RUN (plan, install, uninstall, status) leaves out what only doctor and verify read (FULL): the package
+    manager's upgrade simulation, nvidia-smi -q, the kernel log, ..."""
+    script, nonce = build_probe(probe=probe)
     try:
         result = conn.run(script, sudo=True, timeout=120)
     except CommandError:
@@ -195,4 +204,4 @@ def gather(conn: Connection) -> Facts:
         raise CommandError(f"{conn.name}: the fact probe printed nothing usable (exit {result.exit_code})",
                            fix="check that the node has a POSIX /bin/sh and core utilities",
                            stdout=result.stdout, stderr=result.stderr)
-    return facts_from_sections(sections, nonce)
+    return facts_from_sections(sections, nonce, probe)

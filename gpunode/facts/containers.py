@@ -554,7 +554,7 @@ CONTAINERD_FILES = files("containerd_config", (CONTAINERD_CONFIG, *(f"{d}/*.toml
 CRIO_FILES = files("crio_config", (CRIO_CONFIG, f"{CRIO_DROPIN_DIR}/*"), module=_M)
 ROOTLESS_DOCKER = files("rootless_docker", ("/root/.config/systemd/user/docker.service",
                                             "/home/*/.config/systemd/user/docker.service"), module=_M)
-CTK_CONFIG = files("doctor_ctk_config", ("/etc/nvidia-container-runtime/config.toml",), module=_M)
+CTK_CONFIG = files("doctor_ctk_config", ("/etc/nvidia-container-runtime/config.toml",), module=_M, full_only=True)
 CTK_VERSION = command("nvidia_ctk_version", "nvidia-ctk --version", parse_ctk_version, module=_M)
 CONTAINERD_VERSION = command("containerd_version", "containerd --version", parse_containerd_version, module=_M)
 # client versions (no daemon contacted)
@@ -562,13 +562,13 @@ ENGINE_VERSIONS = command("doctor_engines", (
     'command -v docker >/dev/null 2>&1 && echo "docker $(docker --version 2>/dev/null | head -n 1)"; '
     'command -v dockerd >/dev/null 2>&1 && echo "dockerd $(dockerd --version 2>/dev/null | head -n 1)"; '
     'command -v podman >/dev/null 2>&1 && echo "podman $(podman --version 2>/dev/null | head -n 1)"; true'
-), parse_engine_versions, module=_M)
+), parse_engine_versions, module=_M, full_only=True)
 # CDI specs and the driver version their library mounts name
 CDI_SPECS = command("doctor_cdi", (
     'for f in /etc/cdi/*.yaml /etc/cdi/*.json /var/run/cdi/*.yaml /var/run/cdi/*.json; do [ -f "$f" ] || '
     'continue; echo "spec $f $(grep -o "libnvidia-ml\\.so\\.[0-9][0-9.]*[0-9]" "$f" 2>/dev/null | head -n 1)"; '
     'done; true'
-), parse_cdi, module=_M)
+), parse_cdi, module=_M, full_only=True)
 
 
 # ---- what the running daemons loaded, and restarts gpunode still owes ------------------------------------------

@@ -245,5 +245,5 @@ GPUS = command("doctor_gpus", (
     "k=(h==\"MIG Mode\"||h==\"GPU Virtualization Mode\"||h==\"vGPU Software Licensed Product\"); "
     "if (k||h==\"Product Name\"||h==\"Product Brand\"||h==\"Persistence Mode\"||h==\"GPU UUID\") print; next} "
     "/^        [^ ]/{if (k) print}'"
-), parse_gpus, module=_M)
-CUDA_TOOLKITS = files("doctor_cuda", ("/usr/local/cuda*/version.json", "/usr/local/cuda*/version.txt"), module=_M)
+), parse_gpus, module=_M, full_only=True)
+CUDA_TOOLKITS = files("doctor_cuda", ("/usr/local/cuda*/version.json", "/usr/local/cuda*/version.txt"), module=_M, full_only=True)

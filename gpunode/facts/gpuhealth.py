@@ -280,7 +280,7 @@ GPU_HEALTH = command("doctor_gpu_health", (
     "/^    [^ ]/{h=$0; sub(/^ +/, \"\", h); sub(/ *:.*$/, \"\", h); "
     "k=(h==\"GSP Firmware Version\"||h==\"ECC Mode\"||h==\"ECC Errors\"||h==\"Retired Pages\"||"
     "h==\"Remapped Rows\"); if (k) print; next} /^     +[^ ]/{if (k) print}'"
-), parse_gpu_health, module=_M)
+), parse_gpu_health, module=_M, full_only=True)
 # MIG devices as nvidia-smi -L lists them, and the configuration nvidia-mig-manager applies at boot
 MIG = command("doctor_mig", (
     '[ -r /proc/driver/nvidia/version ] && command -v nvidia-smi >/dev/null 2>&1 || exit 3; '
@@ -290,15 +290,15 @@ MIG = command("doctor_mig", (
     'cfg=$(cat $u 2>/dev/null | tr " " "\\n" | sed -n "s/.*MIG_PARTED_CONFIG_FILE=\\([^\\"]*\\).*/\\1/p" | tail -n 1); '
     '[ -n "$cfg" ] || cfg=/etc/nvidia-mig-manager/config.yaml; '
     '[ -n "$sel" ] && echo "@selected $sel" && [ -r "$cfg" ] && echo "@config" && cat "$cfg"; true'
-), parse_mig, module=_M)
+), parse_mig, module=_M, full_only=True)
 # upgrades the package manager would install now (simulated: no lock, no change; dnf from its cache only)
 UPGRADES = command_section("doctor_upgrades", (
     'if command -v apt-get >/dev/null 2>&1; then '
     'apt-get -s -o Debug::NoLocking=true dist-upgrade 2>/dev/null | grep "^Inst "; exit 0; '
     'elif command -v dnf >/dev/null 2>&1; then dnf -q -C check-update 2>/dev/null; rc=$?; '
     '[ $rc -eq 1 ] && exit 4; exit $rc; fi; exit 3'
-), parse_upgrades, module=_M)
+), parse_upgrades, module=_M, full_only=True)
 # the Debian family's own "a package asks for a reboot" flag
 REBOOT_FLAG = command("doctor_reboot_flag", (
     '[ -f /var/run/reboot-required ] && echo required && cat /var/run/reboot-required.pkgs 2>/dev/null; true'
-), parse_reboot_flag, module=_M)
+), parse_reboot_flag, module=_M, full_only=True)

@@ -102,7 +102,7 @@ KERNEL_LOG = command_section("doctor_kernel_log", (
     'grep -v "^-- ") && [ -n "$out" ]; then src=journal; else exit 3; fi; echo "@source $src"; '
     "printf '%s\\n' \"$out\" | grep -E 'NVRM|Xid|nvidia|nouveau|NVSwitch|nvswitch|Lockdown|unsigned module|"
     "Key was rejected' | tail -n 400; true"
-), lambda s: parse_kernel_log(_or_none(s)), module=_M)
+), lambda s: parse_kernel_log(_or_none(s)), module=_M, full_only=True)
 # automatic upgrades: apt's merged configuration (or its files when apt-config is missing), dnf-automatic's
 AUTO_UPGRADE = command("doctor_auto_upgrade", (
     'if command -v apt-config >/dev/null 2>&1; then apt-config dump 2>/dev/null | grep -E '
@@ -113,7 +113,7 @@ AUTO_UPGRADE = command("doctor_auto_upgrade", (
     '[ -e /usr/bin/unattended-upgrade ] && echo "installed unattended-upgrades"; '
     '[ -r /etc/dnf/automatic.conf ] && grep -E "^[[:space:]]*(apply_updates|upgrade_type)" '
     '/etc/dnf/automatic.conf | sed "s/^/dnf /"; true'
-), parse_auto_upgrade, module=_M)
+), parse_auto_upgrade, module=_M, full_only=True)
 
 
 # installed kernels and DKMS moved to gpunode/facts/kernel.py (the driver step reads them too); kept importable

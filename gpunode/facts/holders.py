@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from gpunode.facts.k8s import CLUSTER, K8S_UNITS
 from gpunode.facts.k8s import UNITS as K8S_UNIT_STATES
-from gpunode.facts.packages import UnitState, parse_units
+from gpunode.facts.packages import UnitState, parse_units, unit_states
 from gpunode.facts.registry import command
 from gpunode.journal import JOURNAL_PATH, owed_targets
 
@@ -175,11 +175,8 @@ def parse_refcounts(text: str) -> dict[str, tuple[int, tuple[str, ...]]]:
 
 # ---- the facts ---------------------------------------------------------------------------------------------------
 
-GPU_SERVICE_UNITS = command("gpu_services", (
-    "command -v systemctl >/dev/null 2>&1 || exit 3; for u in " + " ".join(SERVICE_NAMES) + "; do "
-    'printf "%s\\t%s\\t%s\\n" "$u" "$(systemctl is-active "$u" 2>/dev/null)" '
-    '"$(systemctl is-enabled "$u" 2>/dev/null)"; done'
-), parse_units, module=_M)
+GPU_SERVICE_UNITS = command("gpu_services", "command -v systemctl >/dev/null 2>&1 || exit 3; "
+                            + unit_states(*SERVICE_NAMES), parse_units, module=_M)
 # one `ls -l` over every process's fd directory; then, for the few holding /dev/nvidia*, comm and cgroup
 GPU_PROCESSES = command("gpu_processes", (
     # ls names each directory only when given more than one: with a single process, name it twice

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpunode.facts.packages import UnitState, parse_units
+from gpunode.facts.packages import UnitState, parse_units, unit_states
 from gpunode.facts.registry import command, files
 
 _M = __name__.rsplit(".", 1)[-1]
@@ -45,10 +45,7 @@ K8S_UNITS = tuple(u for d in DISTRIBUTIONS for u in d.units)
 SHARING_UNIT_NAMES = ("nvidia-mps.service", "gpunode-mig-layout.service")  # gpunode/steps/k8s_sharing.py
 _RANCHER_DIRS = tuple(d.containerd_dir for d in DISTRIBUTIONS if d.containerd_dir)
 
-UNITS = command("k8s_units", (
-    "for u in " + " ".join(K8S_UNITS + SHARING_UNIT_NAMES) + "; do "
-    'printf "%s\\t%s\\t%s\\n" "$u" "$(systemctl is-active "$u" 2>/dev/null)" '
-    '"$(systemctl is-enabled "$u" 2>/dev/null)"; done'), parse_units, module=_M)
+UNITS = command("k8s_units", unit_states(*K8S_UNITS, *SHARING_UNIT_NAMES), parse_units, module=_M)
 
 SHARING_UNITS = files("k8s_sharing_units", tuple(f"/etc/systemd/system/{u}" for u in SHARING_UNIT_NAMES), module=_M)
 

@@ -8,6 +8,7 @@ carry a fixed "ii " status), so one parser serves both families.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -133,6 +134,19 @@ def parse_units(text: str) -> dict[str, UnitState]:
     return units
 
 
+def unit_states(*units: str) -> str:
+    """A snippet printing `UNIT<TAB>ActiveState<TAB>UnitFileState` for each unit, in the order given, from ONE
+    `systemctl show` (two `systemctl is-*` processes per unit before). Each unit's block starts with its Id=
+    line (systemd prints Id first; an alias shows its target's Id, hence by position, not by name). A unit that
+    does not exist is `inactive` with an empty file state, as is-active and is-enabled said; no systemctl, or
+    one that cannot reach systemd: every unit with empty states, as before."""
+    names = " ".join(shlex.quote(u) for u in units)
+    return (f"systemctl show -p Id -p ActiveState -p UnitFileState {names} 2>/dev/null | "
+            f"awk -v units={shlex.quote(' '.join(units))} 'BEGIN {{ n = split(units, u, \" \") }} "
+            "/^Id=/ { i++ } /^ActiveState=/ { a[i] = substr($0, 13) } /^UnitFileState=/ { e[i] = substr($0, 15) } "
+            "END { for (k = 1; k <= n; k++) printf \"%s\\t%s\\t%s\\n\", u[k], a[k], e[k] }'")
+
+
 def unit(units: Mapping[str, UnitState], name: str) -> UnitState:
     """The state of `name` (with or without `.service`), or a not-found state."""
     full = name if "." in name else f"{name}.service"
@@ -207,21 +221,14 @@ PKG_STATUS = command("pkg_status", (
     "rpm -qa --qf 'ii \\t%{NAME}\\t%{VERSION}-%{RELEASE}\\n' 2>/dev/null | grep -E "
     "'^ii .(nvidia|libnvidia|cuda-drivers|python3-dnf-plugin-versionlock|yum-plugin-versionlock)'; fi; true"
 ), parse_packages, module=_M)
-# "UNIT<TAB>is-active<TAB>is-enabled" (is-enabled prints nothing or "not-found" for a missing unit)
-UNITS = command("units", (
-    "for u in docker.service containerd.service crio.service snap.docker.dockerd.service "
-    "nvidia-fabricmanager.service nvidia-persistenced.service; do "
-    'printf "%s\\t%s\\t%s\\n" "$u" "$(systemctl is-active "$u" 2>/dev/null)" '
-    '"$(systemctl is-enabled "$u" 2>/dev/null)"; done'
-), parse_units, module=_M)
+UNITS = command("units", unit_states(
+    "docker.service", "containerd.service", "crio.service", "snap.docker.dockerd.service",
+    "nvidia-fabricmanager.service", "nvidia-persistenced.service"), parse_units, module=_M)
 # the units only the doctor looks at, in the same form
-DOCTOR_UNITS = command("doctor_units", (
-    'command -v systemctl >/dev/null 2>&1 || exit 3; '
-    'for u in nvidia-persistenced.service nvidia-gridd.service unattended-upgrades.service '
-    'apt-daily-upgrade.timer dnf-automatic.timer dnf-automatic-install.timer; do '
-    'printf "%s\\t%s\\t%s\\n" "$u" "$(systemctl is-active "$u" 2>/dev/null)" '
-    '"$(systemctl is-enabled "$u" 2>/dev/null)"; done'
-), parse_units, module=_M)
+DOCTOR_UNITS = command("doctor_units", 'command -v systemctl >/dev/null 2>&1 || exit 3; ' + unit_states(
+    "nvidia-persistenced.service", "nvidia-gridd.service", "unattended-upgrades.service",
+    "apt-daily-upgrade.timer", "dnf-automatic.timer", "dnf-automatic-install.timer"),
+    parse_units, module=_M, full_only=True)
 # non-empty keyrings apt can name in signed-by=
 APT_KEYRINGS = command("apt_keyrings", (
     'for f in /usr/share/keyrings/* /etc/apt/keyrings/* /etc/apt/trusted.gpg.d/*; do '
@@ -232,15 +239,23 @@ APT_KEYRINGS = command("apt_keyrings", (
 # gpunode/steps/prerequisites.py reads them against the running kernel; `Facts.get` is None when the probe failed.
 PREREQ_AVAILABLE = command("prereq_available", (
     'k=$(uname -r); '
-    'for p in gcc make dkms epel-release; do '
+    # one dpkg-query (or rpm) for the four names, one apt-cache policy for the four candidates: apt-cache loads
+    # its whole package cache on every call (~0.7 s of CPU where pkgcache.bin is absent), so not once per name
     'if command -v dpkg-query >/dev/null 2>&1; then '
-    '[ "$(dpkg-query -W -f \'${Status}\' "$p" 2>/dev/null)" = "install ok installed" ] && echo "installed $p"; '
-    'elif command -v rpm >/dev/null 2>&1; then rpm -q "$p" >/dev/null 2>&1 && echo "installed $p"; fi; done; '
+    "dpkg-query -W -f='${Status} ${Package}\\n' gcc make dkms epel-release 2>/dev/null | "
+    'awk \'$1 == "install" && $2 == "ok" && $3 == "installed" { print "installed " $4 }\'; '
+    "elif command -v rpm >/dev/null 2>&1; then "
+    "rpm -q --qf 'installed %{NAME}\\n' gcc make dkms epel-release 2>/dev/null | grep '^installed '; fi; "
+    # availability matters only when something is missing (gpunode/steps/prerequisites.py): a converged node,
+    # with the three tools and the running kernel's headers, never pays for the package manager's metadata
+    'for t in gcc make dkms; do command -v "$t" >/dev/null 2>&1 || k=; done; '
+    '[ -n "$k" ] && { [ -d "/lib/modules/$k/build" ] || [ -d "/usr/src/kernels/$k" ]; } && exit 0; k=$(uname -r); '
     'if command -v apt-cache >/dev/null 2>&1; then '
-    'cand() { apt-cache policy "$1" 2>/dev/null | sed -n "s/^ *Candidate: //p"; }; '
-    'c=$(cand make); [ -n "$c" ] && [ "$c" != "(none)" ] || exit 0; '
-    'for p in gcc make dkms "linux-headers-$k"; do c=$(cand "$p"); '
-    'if [ -n "$c" ] && [ "$c" != "(none)" ]; then echo "avail $p"; else echo "missing $p"; fi; done; '
+    'apt-cache policy gcc make dkms "linux-headers-$k" 2>/dev/null | awk -v want="gcc make dkms linux-headers-$k" '
+    "'/^[^ ].*:$/ { p = $0; sub(/:$/, \"\", p); sub(/:(amd64|arm64|i386|armhf|ppc64el|s390x)$/, \"\", p); next } "
+    '/^  Candidate: / { c[p] = $2 } '
+    'END { if (c["make"] == "" || c["make"] == "(none)") exit; n = split(want, w, " "); '
+    'for (i = 1; i <= n; i++) print ((c[w[i]] != "" && c[w[i]] != "(none)") ? "avail " : "missing ") w[i] }\'; '
     'elif command -v dnf >/dev/null 2>&1; then '
     'out=$(dnf -q -C list --available --showduplicates gcc make dkms kernel-devel 2>/dev/null) || exit 0; '
     'printf "%s\\n" "$out" | grep -E "^(gcc|make|dkms|kernel-devel)\\." | sed "s/^/dnf /"; '

@@ -23,12 +23,12 @@ from gpunode.facts import (  # noqa: F401
 )
 from gpunode.facts.kernel import EFI_SECURE_BOOT_VAR, MODPROBE_DIRS
 from gpunode.facts.nodesettings import SYSTEMD_UNIT_DIRS, UDEV_RULES_DIRS
-from gpunode.facts.registry import COMMAND, CORE, FILES, NOT_RUN, REGISTRY, Fact, Section, facts_of
+from gpunode.facts.registry import COMMAND, CORE, FILES, FULL, NOT_RUN, REGISTRY, RUN, Fact, Section, facts_of
 from gpunode.facts.system import TOOL_NAMES as TOOLS
 from gpunode.shell import Script
 
-__all__ = ["COMMANDS", "EFI_SECURE_BOOT_VAR", "FILE_GROUPS", "MODPROBE_DIRS", "NOT_RUN", "SECTIONS", "SYSTEMD_UNIT_DIRS",
-           "Section", "TOOLS", "UDEV_RULES_DIRS", "all_sections", "build_probe", "registered", "split_files",
+__all__ = ["COMMANDS", "EFI_SECURE_BOOT_VAR", "FILE_GROUPS", "FULL", "MODPROBE_DIRS", "NOT_RUN", "RUN", "SECTIONS",
+           "SYSTEMD_UNIT_DIRS", "Section", "TOOLS", "UDEV_RULES_DIRS", "all_sections", "build_probe", "registered", "split_files",
            "split_sections"]
 
 # Read-only views by name, for the fake node that answers the probe in tests.
@@ -37,22 +37,25 @@ FILE_GROUPS: dict[str, tuple[str, ...]] = {f.name: f.patterns for f in facts_of(
 COMMANDS: dict[str, str] = {f.name: f.snippet for f in facts_of(COMMAND)}
 
 
-def registered() -> list[Fact[object]]:
-    """Every registered fact in probe order: core facts, then file groups, then commands."""
+def registered(probe: str = FULL) -> list[Fact[object]]:
+    """The facts `probe` gathers (every registered fact for FULL) in probe order: core facts, then file groups,
+    then commands."""
     order = {CORE: 0, FILES: 1, COMMAND: 2}
-    return sorted(REGISTRY.values(), key=lambda f: order[f.kind])  # stable: registration order within a kind
+    return sorted((f for f in REGISTRY.values() if f.gathered_by(probe)),
+                  key=lambda f: order[f.kind])  # stable: registration order within a kind
 
 
-def all_sections() -> dict[str, str]:
+def all_sections(probe: str = FULL) -> dict[str, str]:
     """Section name -> snippet, in probe order (core facts bare, then `files:NAME`, then `cmd:NAME`)."""
-    return {f.section: f.snippet for f in registered()}
+    return {f.section: f.snippet for f in registered(probe)}
 
 
-def build_probe(nonce: str | None = None) -> tuple[Script, str]:
-    """The probe script and the nonce that frames its sections."""
+def build_probe(nonce: str | None = None, probe: str = FULL) -> tuple[Script, str]:
+    """The probe script (the facts `probe` gathers: RUN for plan and install, FULL for doctor) and the nonce
+    that frames its sections."""
     nonce = nonce or secrets.token_hex(8)
     parts = []
-    for name, snippet in all_sections().items():
+    for name, snippet in all_sections(probe).items():
         body = snippet.replace("@FILE@", f"@{nonce}@file")
         # The bare `echo` ends a last line that has no newline (an os-release file without a final newline),
         # so the end marker always starts a line; split_sections drops the one empty line it adds otherwise.

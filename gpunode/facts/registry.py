@@ -24,6 +24,11 @@ T_co = TypeVar("T_co", covariant=True)
 
 CORE, FILES, COMMAND = "core", "files", "command"
 
+# The probes: RUN is what plan, install, uninstall and status gather (a fact they never read costs the node
+# nothing there); FULL is every registered fact (doctor, verify, `gpunode facts`). A fact gathered by FULL only
+# says so where it is declared (`full_only=True`): a new fact is in both unless it asks otherwise.
+RUN, FULL = "run", "full"
+
 
 @dataclass(frozen=True)
 class Section:
@@ -48,6 +53,10 @@ class UnknownFactError(LookupError):
     """A fact object that is not (or no longer) the registered one of its name."""
 
 
+class NotGatheredError(LookupError):
+    """A fact read from facts whose probe did not gather it (a programming error: declare it in both probes)."""
+
+
 @dataclass(frozen=True, eq=False)
 class Fact(Generic[T_co]):
     """A registered fact. Identity matters: only the object the registry holds can be read."""
@@ -58,6 +67,10 @@ class Fact(Generic[T_co]):
     kind: str = COMMAND
     module: str = ""  # the subsystem that declared it
     patterns: tuple[str, ...] = ()  # kind FILES: the globs read
+    full_only: bool = False  # gathered by the FULL probe only (doctor, verify, facts), never by plan or install
+
+    def gathered_by(self, probe: str) -> bool:
+        return probe == FULL or not self.full_only
 
     @property
     def section(self) -> str:
@@ -97,26 +110,28 @@ def _text_or_empty(parse: Callable[[str], T]) -> Callable[[Section], T]:
     return lambda section: parse(section.text if section.ok else "")
 
 
-def command(name: str, snippet: str, parse: Callable[[str], T], *, module: str = "") -> Fact[T]:
+def command(name: str, snippet: str, parse: Callable[[str], T], *, module: str = "",
+            full_only: bool = False) -> Fact[T]:
     """A command fact; `parse` gets the output, or "" when the snippet failed (ask `Facts.get` or
     `Facts.section` where failure and empty output differ)."""
-    return register(Fact(name, snippet, _text_or_empty(parse), COMMAND, module))
+    return register(Fact(name, snippet, _text_or_empty(parse), COMMAND, module, full_only=full_only))
 
 
-def command_section(name: str, snippet: str, parse: Callable[[Section], T], *, module: str = "") -> Fact[T]:
+def command_section(name: str, snippet: str, parse: Callable[[Section], T], *, module: str = "",
+                    full_only: bool = False) -> Fact[T]:
     """A command fact whose parser needs the exit status too."""
-    return register(Fact(name, snippet, parse, COMMAND, module))
+    return register(Fact(name, snippet, parse, COMMAND, module, full_only=full_only))
 
 
 def core(name: str, snippet: str, parse: Callable[[str], T], *, module: str = "") -> Fact[T]:
     return register(Fact(name, snippet, _text_or_empty(parse), CORE, module))
 
 
-def files(name: str, patterns: tuple[str, ...], *, module: str = "") -> Fact[dict[str, str]]:
+def files(name: str, patterns: tuple[str, ...], *, module: str = "", full_only: bool = False) -> Fact[dict[str, str]]:
     """Whole files by glob; reading the fact gives {path: text} of the files found."""
     snippet = ('for f in ' + " ".join(patterns) + '; do [ -f "$f" ] || continue; '
                'echo "@FILE@ $(stat -c %Y "$f" 2>/dev/null || echo 0) $f"; cat "$f"; echo; done; true')
-    return register(Fact(name, snippet, lambda section: {}, FILES, module, patterns))
+    return register(Fact(name, snippet, lambda section: {}, FILES, module, patterns, full_only))
 
 
 def text(value: str) -> str:

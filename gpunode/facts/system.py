@@ -52,7 +52,7 @@ BOOT_ID = core("boot_id", "cat /proc/sys/kernel/random/boot_id", _stripped, modu
 TOOLS = core("tools", 'for t in ' + " ".join(TOOL_NAMES) + '; do p=$(command -v "$t" 2>/dev/null) && echo "$t $p"; '
              'done; true', parse_tools, module=_M)
 # the node's date, so checks of driver-branch end of life stay pure functions of the facts
-DATE = command("doctor_date", "date -u +%Y-%m-%d", parse_date, module=_M)
+DATE = command("doctor_date", "date -u +%Y-%m-%d", parse_date, module=_M, full_only=True)
 
 __all__ = ["OsInfo", "OS_RELEASE", "KERNEL", "ARCH", "UID", "BOOT_ID", "TOOLS", "DATE", "TOOL_NAMES", "parse_tools",
            "parse_uid", "parse_date"]

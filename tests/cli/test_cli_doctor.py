@@ -13,7 +13,7 @@ from gpunode.cli import app
 from gpunode.cli.doctor import render_checks
 from gpunode.doctor import CHECKS, CheckResult, run_checks
 from gpunode.errors import ConnectError
-from gpunode.facts import gather
+from gpunode.facts import FULL, gather
 from tests.cli.conftest import flat  # noqa: E402
 from tests.doctor.fakes import finished, fresh, set_output
 from tests.fakes.connection import FakeConnection
@@ -93,7 +93,7 @@ def test_doctor_only_runs_the_probe(serve):
 
 def test_render_checks_is_reusable_with_another_console():
     node = finished()
-    facts = gather(FakeConnection(node))
+    facts = gather(FakeConnection(node), FULL)
     console = Console(record=True, width=160)
     render_checks("node-7", facts, run_checks(facts), console)
     text = console.export_text()

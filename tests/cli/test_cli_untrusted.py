@@ -21,7 +21,7 @@ from gpunode.cli._pipeline_view import ConsoleReporter, render_install, render_p
 from gpunode.cli.doctor import render_checks
 from gpunode.cli.verify import render_report
 from gpunode.doctor import CheckResult
-from gpunode.facts import gather
+from gpunode.facts import FULL, gather
 from gpunode.fleet import HostResult
 from gpunode.inventory import InventoryHost
 from gpunode.journal import JOURNAL_PATH
@@ -60,7 +60,7 @@ def consoles() -> list[tuple[SafeConsole, io.StringIO, bool]]:
 def _facts(os_name: str):
     node = FakeNode(os_release=f'PRETTY_NAME="{os_name}"\nID=ubuntu\nVERSION_ID="22.04"\n')
     node.add_gpu(0x1EB8)
-    return gather(FakeConnection(node))
+    return gather(FakeConnection(node), FULL)
 
 
 FACTS = _facts("Ubuntu 22.04.5 LTS")

@@ -19,7 +19,7 @@ from gpunode.cli._target import Target
 from gpunode.connection.base import sudo_error
 from gpunode.doctor import run_checks
 from gpunode.explain import explain
-from gpunode.facts import gather
+from gpunode.facts import FULL, gather
 from gpunode.options import Options
 from gpunode.steps import PIPELINE
 from tests.doctor.fakes import finished, fresh
@@ -59,7 +59,7 @@ def _fixes() -> list[tuple[str, str]]:
     """(where it came from, text) for every fix, `also` and note the scenarios produce."""
     found: list[tuple[str, str]] = []
     for name, node in _nodes():
-        facts = gather(FakeConnection(node))
+        facts = gather(FakeConnection(node), FULL)
         for result in run_checks(facts):
             if result.fix:
                 found.append((f"doctor {result.id} on {name}", result.fix))

@@ -73,3 +73,15 @@ def test_a_fleet_logged_connection_also_learns_root_from_the_probe(sim_node, tmp
         assert conn.run(["id", "-u"], sudo=True).stdout == "0\n"
         assert channels(node) - before == 2
     assert "$ " in log.getvalue()
+
+
+def test_the_socket_sends_at_once_and_the_cipher_is_aes_gcm(sim_node, tmp_path):
+    """TCP_NODELAY (no Nagle wait on each command's small packets) and an AEAD cipher where sshd offers one."""
+    import socket
+
+    node = sim_node("ubuntu-22.04-nogpu")
+    with open_connection(spec(node, tmp_path)) as conn:
+        conn.run(["true"])
+        transport = conn._client.get_transport()
+        assert transport.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+        assert transport.local_cipher == transport.remote_cipher == "aes128-gcm@openssh.com"

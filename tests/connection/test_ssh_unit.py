@@ -128,3 +128,28 @@ def test_a_silent_server_is_a_timeout_not_a_hang():
             conn.close()
         server.close()
         thread.join(5)
+
+
+def test_gcm_ciphers_come_first_and_nothing_else_moves():
+    from gpunode.connection.ssh import gcm_first
+
+    assert gcm_first(("aes128-ctr", "aes256-ctr", "aes256-gcm@openssh.com", "aes128-gcm@openssh.com")) == (
+        "aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "aes128-ctr", "aes256-ctr")
+    assert gcm_first(("aes128-ctr", "aes256-ctr")) == ("aes128-ctr", "aes256-ctr")
+
+
+def test_invoke_is_loaded_only_for_a_match_exec_config(tmp_path):
+    """paramiko imports invoke only for ssh_config's `Match exec`: gpunode imports paramiko without it, and
+    loads it when a config has such a line (which then still works)."""
+    import subprocess
+    import sys
+
+    plain, matching = tmp_path / "plain", tmp_path / "matching"
+    plain.write_text("Host gpu\n  Port 2222\n")
+    matching.write_text("Match exec \"test -d /\"\n  Port 2200\n")
+    code = ("import sys\nfrom gpunode.connection.ssh import SSHTarget, SSHOptions, _resolve\n"
+            "print('invoke' in sys.modules)\n"
+            f"print(_resolve(SSHTarget('gpu'), SSHOptions(ssh_config={str(plain)!r})).port, 'invoke' in sys.modules)\n"
+            f"print(_resolve(SSHTarget('gpu'), SSHOptions(ssh_config={str(matching)!r})).port, 'invoke' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[:3] == ["False", "2222 False", "2200 True"]

@@ -5,8 +5,8 @@ break it one fact at a time."""
 from __future__ import annotations
 
 from gpunode.doctor import run_checks
+from gpunode.facts import FULL, gather
 from gpunode.facts import containers as c
-from gpunode.facts import gather
 from tests.fakes.connection import FakeConnection, FakeNode
 
 V = "580.95.05"
@@ -204,7 +204,7 @@ def fresh(device: int = T4) -> FakeNode:
 
 
 def check_results(node: FakeNode) -> dict[str, object]:
-    return {r.id: r for r in run_checks(gather(FakeConnection(node)))}
+    return {r.id: r for r in run_checks(gather(FakeConnection(node), FULL))}
 
 
 def statuses(node: FakeNode) -> dict[str, str]:

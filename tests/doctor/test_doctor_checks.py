@@ -11,8 +11,8 @@ import pytest
 
 from gpunode.doctor import CHECKS, LAYERS, exit_code, run_checks
 from gpunode.doctor import base as doctor_base
+from gpunode.facts import FULL, gather
 from gpunode.facts import containers as c
-from gpunode.facts import gather
 from tests.conftest import FIXTURES
 from tests.doctor.fakes import (
     H100,
@@ -58,7 +58,7 @@ def test_at_least_30_checks_with_stable_unique_ids_and_known_layers():
 
 
 def test_results_are_grouped_by_layer_in_order():
-    layers = [r.layer for r in run_checks(gather(FakeConnection(finished())))]
+    layers = [r.layer for r in run_checks(gather(FakeConnection(finished()), FULL))]
     assert layers == sorted(layers, key=LAYERS.index)
 
 
@@ -98,7 +98,7 @@ def test_no_gpu_fails_one_check_and_skips_the_rest():
 
 
 def test_checks_are_pure_functions_of_the_facts():
-    facts = gather(FakeConnection(finished()))
+    facts = gather(FakeConnection(finished()), FULL)
     assert [r.to_dict() for r in run_checks(facts)] == [r.to_dict() for r in run_checks(facts)]
 
 
@@ -598,7 +598,7 @@ def test_every_failing_or_warning_check_says_what_to_run():
 
 
 def test_results_serialise():
-    data = [r.to_dict() for r in run_checks(gather(FakeConnection(finished())))]
+    data = [r.to_dict() for r in run_checks(gather(FakeConnection(finished()), FULL))]
     assert json.loads(json.dumps(data))[0] == {"id": "hw.gpu-present", "layer": "hardware",
                                                "title": "NVIDIA GPU present (PCI)", "status": "pass",
                                                "evidence": "1 NVIDIA GPU(s): Tesla T4 (Turing) at 0000:18:00.0",

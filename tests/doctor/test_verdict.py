@@ -9,13 +9,13 @@ import re
 
 from gpunode.doctor import run_checks
 from gpunode.doctor import verdict as v
-from gpunode.facts import gather
+from gpunode.facts import FULL, gather
 from tests.doctor.fakes import finished, set_output, smi_health
 from tests.fakes.connection import FakeConnection, FakeNode
 
 
 def _verdict(node: FakeNode, host: str = "gpu-01") -> v.Readiness:
-    facts = gather(FakeConnection(node))
+    facts = gather(FakeConnection(node), FULL)
     return v.readiness(host, facts, run_checks(facts))
 
 

@@ -1,5 +1,7 @@
 """Installed packages, holds, unit states and version order, from probe output."""
 
+import pytest
+
 from gpunode.facts.packages import (
     compare_versions,
     held_packages,
@@ -63,3 +65,57 @@ def test_versions():
     assert compare_versions("550.54.15-1", "535.183.01-1") > 0
     assert pin_spec("apt", "nvidia-fabricmanager-535", "535.129.03-1") == "nvidia-fabricmanager-535=535.129.03-1"
     assert pin_spec("dnf", "nvidia-fabric-manager", "535.129.03-1") == "nvidia-fabric-manager-535.129.03-1"
+
+
+def _systemctl_show(tmp_path, output: str, shell: str):
+    import subprocess
+
+    from gpunode.facts.packages import unit_states
+
+    tool = tmp_path / "systemctl"
+    tool.write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path}/calls\nprintf '%s' '{output}'\n")
+    tool.chmod(0o755)
+    snippet = unit_states("docker.service", "containerd.service", "crio.service", "x.timer")
+    out = subprocess.run([shell, "-c", snippet], capture_output=True, text=True, check=True,
+                         env={"PATH": f"{tmp_path}:/usr/bin:/bin"}).stdout
+    return parse_units(out), (tmp_path / "calls").read_text().splitlines()
+
+
+@pytest.mark.parametrize("shell", ["sh", "dash"])
+def test_unit_states_is_one_systemctl_show_for_every_unit(tmp_path, shell):
+    """Real systemd separates units by a blank line and prints Id first; the states keep the units' order
+    (an alias shows its target's Id); a unit systemctl says nothing about is inactive with no file state."""
+    shown = ("Id=docker.service\nActiveState=active\nUnitFileState=enabled\n\n"
+             "Id=containerd.service\nActiveState=inactive\nUnitFileState=\n\n"
+             "Id=cri-o.service\nActiveState=failed\nUnitFileState=masked\n")
+    units, calls = _systemctl_show(tmp_path, shown, shell)
+    assert calls == ["show -p Id -p ActiveState -p UnitFileState docker.service containerd.service crio.service "
+                     "x.timer"]
+    assert [(u.name, u.active, u.enabled) for u in units.values()] == [
+        ("docker.service", "active", "enabled"), ("containerd.service", "inactive", ""),
+        ("crio.service", "failed", "masked"), ("x.timer", "inactive", "")]
+
+
+def test_prerequisites_availability_is_one_dpkg_query_and_one_apt_cache_call(tmp_path):
+    """apt-cache loads its whole cache on every call: the four candidates come from one `apt-cache policy`
+    (an arch-qualified header, an unknown package and a `(none)` candidate included), installed packages from
+    one dpkg-query; the lines are what steps/prerequisites.py parses."""
+    import subprocess
+
+    from gpunode.facts.packages import PREREQ_AVAILABLE
+
+    tools = {
+        "uname": "echo 9.9.9-test",
+        "dpkg-query": "printf 'install ok installed gcc\\ndeinstall ok config-files dkms\\nhold ok installed make\\n'",
+        "apt-cache": ("printf 'gcc:amd64:\\n  Installed: 12\\n  Candidate: 12\\nmake:\\n  Installed: (none)\\n"
+                      "  Candidate: 4.3\\ndkms:\\n  Installed: (none)\\n  Candidate: (none)\\n'"),
+    }
+    for name, body in tools.items():
+        (tmp_path / name).write_text(f"#!/bin/sh\necho \"{name} $*\" >> {tmp_path}/calls\n{body}\n")
+        (tmp_path / name).chmod(0o755)
+    out = subprocess.run(["sh", "-c", PREREQ_AVAILABLE.snippet], capture_output=True, text=True, check=True,
+                         env={"PATH": f"{tmp_path}:/usr/bin:/bin"}).stdout
+    assert out.splitlines() == ["installed gcc", "avail gcc", "avail make", "missing dkms",
+                                "missing linux-headers-9.9.9-test"]
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert [c.split()[0] for c in calls if c.startswith(("dpkg-query ", "apt-cache "))] == ["dpkg-query", "apt-cache"]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpunode.facts import (
+    FULL,
     Facts,
     bake,
     containers,
@@ -107,7 +108,7 @@ def test_one_probe_round_trip_gathers_every_fact():
         return real_run(*args, **kwargs)
 
     conn.run = counting_run  # type: ignore[method-assign]
-    facts = gather(conn)
+    facts = gather(conn, FULL)
     assert len(runs) == 1  # one conn.run for every fact
     assert [c[-1] for c in node.calls if c[:2] == ["sh", "-c"]] == ["gpunode-probe"]  # besides: the `id -u` check
     assert node.changing_calls() == []
@@ -160,3 +161,25 @@ def test_json_of_a_whole_gathered_node_is_plain_json():
     assert data["facts"]["kernel"]["pci"][0]["device"] == 0x2330
     assert data["facts"]["packages"]["units"]["value"]["docker.service"]["active"] == "active"
     assert set(data["facts"]) == {f.module for f in registered()}
+
+
+def test_the_run_probe_leaves_out_only_what_doctor_and_verify_read():
+    """plan and install gather RUN: every fact but the full_only ones (the upgrade simulation, nvidia-smi -q,
+    the kernel log...), and a full_only fact read from RUN facts is an error, never a silent empty value."""
+    from gpunode.facts import RUN
+    from gpunode.facts.gpuhealth import UPGRADES
+    from gpunode.facts.registry import NotGatheredError
+
+    node = FakeNode()
+    facts = gather(FakeConnection(node))  # the default: RUN
+    script = build_probe("n", probe=RUN)[0].body
+    left_out = {f.name for f in registered() if f.section not in script}
+    assert left_out == {f.name for f in registered() if f.full_only}
+    assert {"doctor_upgrades", "doctor_gpu_health", "doctor_gpus", "doctor_kernel_log"} <= left_out
+    assert "apt-get -s" not in script and "check-update" not in script and "journalctl" not in script
+    assert all(f"@begin {f.section}\"" in script for f in registered(RUN))
+    with pytest.raises(NotGatheredError):
+        facts[UPGRADES]
+    with pytest.raises(NotGatheredError):
+        facts.section(UPGRADES)
+    assert gather(FakeConnection(node), FULL).section(UPGRADES).status == 127  # FULL asks; the fake has no answer

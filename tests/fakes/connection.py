@@ -176,7 +176,10 @@ class FakeConnection(Connection):
         nonce = match.group(1)
         renderers = _section_renderers(self.node, nonce)
         parts = []
+        asked = set(re.findall(rf'echo "@{nonce}@begin (\S+)"', script))  # a RUN probe leaves doctor's sections out
         for name in all_sections():
+            if name not in asked:
+                continue
             if name not in renderers:
                 raise AssertionError(f"FakeNode cannot answer probe section {name!r}: teach fake.py")
             text, status = renderers[name]
@@ -305,7 +308,7 @@ def _fake_nvidia_installer(conn: FakeConnection, args: list[str], stdin: bytes) 
     workdir, run, want, flags = args[0], args[1], args[2], args[6:]
     data = node.files.get(f"{workdir}/{run}")
     _fake_cleanup(conn, [workdir], b"")
-    if data is None or hashlib.sha256(data.encode("utf-8", "surrogateescape")).hexdigest() != want:
+    if data is None or want and hashlib.sha256(data.encode("utf-8", "surrogateescape")).hexdigest() != want:
         return 90, "", "gpunode: the uploaded installer has sha256 ?, not the verified one: nothing was run\n"
     if "nouveau" in node.modules:
         return 1, "", "ERROR: The Nouveau kernel driver is currently in use by your system.\n"

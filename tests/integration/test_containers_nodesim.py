@@ -42,7 +42,7 @@ def changes(node) -> list[list[str]]:
             if (call[0] in ("apt-get", "dnf", "yum") and any(w in call for w in ("install", "update", "remove")))
             or call[0] in ("apt-mark", "curl", "gpg") or (call[0] == "dpkg" and "-i" in call)
             or (call[0] == "nvidia-ctk" and "configure" in call)
-            or (call[0] == "systemctl" and not call[1].startswith("is-"))]
+            or (call[0] == "systemctl" and not call[1].startswith(("is-", "show")))]
 
 
 def rerun_changes_nothing(node, *extra: str) -> None:

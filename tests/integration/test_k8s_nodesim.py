@@ -62,7 +62,7 @@ KUBECONFIG = {"kubelet": "/etc/kubernetes/admin.conf", "k3s": "/etc/rancher/k3s/
 
 def changes(node: SimNode) -> list[list[str]]:
     return [c for c in node.calls() if (c[0] in ("kubectl", "k3s") and "apply" in c)
-            or (c[0] == "nvidia-ctk" and "configure" in c) or (c[0] == "systemctl" and not c[1].startswith("is-"))
+            or (c[0] == "nvidia-ctk" and "configure" in c) or (c[0] == "systemctl" and not c[1].startswith(("is-", "show")))
             or (c[0] == "apt-get" and "install" in c)]
 
 

@@ -53,7 +53,7 @@ def persistence(node: SimNode) -> str:
 
 
 def changes(node: SimNode) -> list[list[str]]:
-    return [c for c in node.calls() if (c[0] == "systemctl" and not c[1].startswith("is-")) or c[0] == "nvidia-ctk"
+    return [c for c in node.calls() if (c[0] == "systemctl" and not c[1].startswith(("is-", "show"))) or c[0] == "nvidia-ctk"
             and "create-dev-char-symlinks" in c]
 
 

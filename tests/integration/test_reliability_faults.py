@@ -64,7 +64,7 @@ def changing_calls(node) -> list[list[str]]:
     return [c for c in node.calls()
             if (c[0] in ("apt-get", "dnf") and any(w in c for w in ("install", "update", "remove")))
             or (c[0] == "nvidia-ctk" and ("configure" in c or "create-dev-char-symlinks" in c))
-            or (c[0] == "systemctl" and not c[1].startswith("is-"))
+            or (c[0] == "systemctl" and not c[1].startswith(("is-", "show")))
             or c[0] in ("reboot", "update-initramfs", "dracut", "udevadm")]
 
 

@@ -378,6 +378,28 @@ def test_corrupt_run_is_refused_before_anything_reaches_the_node(tmp_path):
     assert node.nvidia_version is None
 
 
+def test_an_upload_that_is_not_the_verified_file_runs_nothing_and_a_good_one_is_not_hashed_again(tmp_path):
+    """The upload says what arrived (its sha256, checked on the node against what was sent); the installer runs
+    only when that is the verified file, and the node is not asked to hash it a second time."""
+    from gpunode.facts import gather
+
+    node = fake_node()
+    conn = FakeConnection(node)
+    options = local_run(tmp_path)
+    p = plan(gather(conn), options)
+    real_upload = conn.upload
+    conn.upload = lambda *a, **kw: (real_upload(*a, **kw), "0" * 64)[1]  # type: ignore[method-assign]
+    with pytest.raises(CommandError, match=f"sha256 {'0' * 64}, not the verified"):
+        p.actions[1].apply(conn)
+    assert not [c for c in node.calls if "gpunode-driver-install" in c] and node.nvidia_version is None
+    assert not [f for f in node.files if f.startswith("/var/tmp/gpunode.")]  # the work directory is gone
+    conn.upload = real_upload  # type: ignore[method-assign]
+    p.actions[1].apply(conn)
+    installs = [c for c in node.calls if "gpunode-driver-install" in c]
+    assert len(installs) == 1 and installs[0][installs[0].index("gpunode-driver-install") + 3] == ""  # no want
+    assert node.nvidia_version == V
+
+
 def test_installer_failure_shows_the_explanation_and_the_log(tmp_path):
     from gpunode.facts import gather
 
