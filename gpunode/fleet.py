@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gpunode.cancel import Cancelled, CancelToken, bind
-from gpunode.connection.base import Connection
+from gpunode.connection.base import Connection, Held
 from gpunode.errors import ConnectError, GpunodeError, UsageError
 from gpunode.facts import Facts
 from gpunode.fleetlog import LOG_LEVELS, FleetLog, log_file_names, make_log_dir
@@ -141,6 +141,10 @@ class LoggedConnection(Connection):
 
     def upload(self, *args: Any, **kwargs: Any) -> None:
         self.inner.upload(*args, **kwargs)
+
+    def _hold(self, line: str, stdin: bytes, until: bytes, timeout: float) -> Held | None:
+        self.log.write(f"$ {line[:400]}\n  (held until the run ends)\n")
+        return self.inner._hold(line, stdin, until, timeout)
 
     def reconnect(self, timeout: float) -> None:
         self.inner.reconnect(timeout)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from gpunode import __version__, cancel, preflight
+from gpunode import __version__, cancel, nodelock, preflight
 from gpunode.connection.base import Connection
 from gpunode.errors import CommandError, ConnectError, GpunodeError
 from gpunode.facts import Facts, gather
@@ -91,6 +91,7 @@ class RunReport:
     error: str | None = None
     error_fix: str | None = None
     interrupted: bool = False  # stopped by Ctrl-C (gpunode.cancel) at a safe point, or aborted
+    interrupted_exit: int = 130  # the exit code when interrupted: 143 when a SIGTERM stopped the run
     facts: Facts | None = field(default=None, repr=False)  # the latest facts, for human output
     traceback: str | None = field(default=None, repr=False)  # an internal error's, for the debug log only
 
@@ -102,10 +103,10 @@ class RunReport:
     @property
     def exit_code(self) -> int:
         """0 done (or plan computed), 1 failed or blocked, 3 a reboot is needed before going on,
-        130 interrupted (Ctrl-C)."""
+        130 interrupted (Ctrl-C), 143 stopped by SIGTERM."""
         state = self.state
         if state == "interrupted":
-            return 130
+            return self.interrupted_exit
         if state in ("failed", "blocked"):
             return 1
         return 3 if state == "reboot-pending" and self.mode == "install" else 0
@@ -233,7 +234,16 @@ def _preflight(conn: Connection, steps: Sequence[Step], options: Options, report
 def apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
                    reporter: Reporter | None = None, *, journal: bool = True) -> RunReport:
     """Apply the pipeline in order, converging each step before the next one starts.
-    Progress is recorded in the node's journal (gpunode/journal.py) unless `journal` is False."""
+    Progress is recorded in the node's journal (gpunode/journal.py) unless `journal` is False. The whole run
+    holds the node's lock (gpunode/nodelock.py): one gpunode run at a time changes a node."""
+    shown = reporter or NullReporter()
+    with nodelock.held(conn, "install " + " ".join(s.name for s in steps), options.lock_timeout,
+                       lambda text: shown.message(conn.name, text)):
+        return _apply_pipeline(conn, steps, options, shown, journal=journal)
+
+
+def _apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
+                    reporter: Reporter | None = None, *, journal: bool = True) -> RunReport:
     reporter = reporter or NullReporter()
     report = RunReport(conn.name, "install")
     facts = gather(conn)
@@ -342,8 +352,20 @@ def _apply_steps(conn: Connection, steps: Sequence[Step], options: Options, repo
         if outcome.result == "reboot-pending":
             stopped = "not run: waiting for the reboot"
     report.facts = facts
+    if interrupted is None:
+        interrupted = _stopped_at_the_end()
     if interrupted is not None:
         raise interrupted
+
+
+def _stopped_at_the_end() -> cancel.Cancelled | None:
+    """A stop asked for during the last action (no checkpoint follows it): the run is still `interrupted`, never
+    `done`, so whoever asked (Ctrl-C, a SIGTERM from systemd or `timeout`) is told it did not run to its end."""
+    try:
+        cancel.checkpoint("the end of the run")
+    except cancel.Cancelled as exc:
+        return exc
+    return None
 
 
 def _converge(conn: Connection, step: Step, plan: StepPlan, facts: Facts, options: Options,

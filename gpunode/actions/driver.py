@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from gpunode.actions.base import Action, UndoRecord, command_line, undo_look
 from gpunode.artifacts import ProgressBars, silent
 from gpunode.artifacts.source import Source, obtain
-from gpunode.connection.base import Connection
+from gpunode.connection.base import TEMP_PARENT, Connection
 from gpunode.errors import CommandError
 from gpunode.explain import installer_failure
 from gpunode.shell import Script
 
 LOG = "/var/log/nvidia-installer.log"
-WORK_PARENT = "/var/tmp"  # not /tmp: often a small tmpfs, and the extracted driver is ~1 GB
+WORK_PARENT = TEMP_PARENT  # /var/tmp, not /tmp: often a small tmpfs, and the extracted driver is ~1 GB
 INSTALL_TIMEOUT = 3600.0  # a DKMS build of the module takes minutes on small VMs
 
 def _mb(size: int) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpunode import cancel
+from gpunode import cancel, nodelock
 from gpunode.actions.base import undo_look
 from gpunode.connection.base import Connection
 from gpunode.errors import GpunodeError
@@ -95,6 +95,16 @@ def _step(name: str, title: str) -> Step:
 
 def uninstall(conn: Connection, request: UndoRequest, options: Options, reporter: Reporter | None = None, *,
               dry_run: bool = False, command: str = "uninstall") -> RunReport:
+    """Undo the journal's records; all but a dry run hold the node's lock (gpunode/nodelock.py) throughout."""
+    shown = reporter or NullReporter()
+    if dry_run:
+        return _uninstall(conn, request, options, shown, dry_run=True, command=command)
+    with nodelock.held(conn, command, options.lock_timeout, lambda text: shown.message(conn.name, text)):
+        return _uninstall(conn, request, options, shown, command=command)
+
+
+def _uninstall(conn: Connection, request: UndoRequest, options: Options, reporter: Reporter | None = None, *,
+               dry_run: bool = False, command: str = "uninstall") -> RunReport:
     reporter = reporter or NullReporter()
     report = RunReport(conn.name, "plan" if dry_run else "uninstall")
     journal = read_journal(conn)
