@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpunode import cancel
 from gpunode.actions.base import Action, UndoRecord, command_line, undo_look
 from gpunode.artifacts import ProgressBars, silent
 from gpunode.artifacts.source import Source, obtain
@@ -128,6 +129,8 @@ class RunInstaller(Action):
         try:
             with (self.progress or silent)(f"upload {self.source.name}") as report:
                 conn.upload(verified.path, f"{workdir}/{self.source.name}", mode=0o700, progress=report)
+            # a stop asked for during the upload (Ctrl-C, SIGTERM) ends here, before the installer changes anything
+            cancel.checkpoint(f"running {self.source.name}")
         except BaseException:
             conn.run(Script('rm -rf -- "$1"', (workdir,), "cleanup"), sudo=True, timeout=60)
             raise
