@@ -506,13 +506,13 @@ class SSHConnection(Connection):
                 chan.sendall(stdin)
             out = bytearray()
             deadline = time.monotonic() + timeout
-            while until not in out and time.monotonic() < deadline and not chan.closed:
-                if chan.recv_ready():
+            while until not in out and time.monotonic() < deadline:
+                if chan.recv_ready():  # what a command that already ended printed is still buffered: read it first
                     chunk = chan.recv(65536)
                     if not chunk:
                         break
                     out += chunk
-                elif chan.eof_received:
+                elif chan.eof_received or chan.closed:
                     break
                 else:
                     select.select([chan], [], [], 0.05)
