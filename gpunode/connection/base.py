@@ -53,11 +53,10 @@ def _receive(kind: str, private: bool) -> str:
 # old one (its suffix never matches *.conf / *.toml / *.json / *.list, so modprobe, containerd, docker and apt
 # ignore it), rename over the destination and fsync the directory. A symlink is written through: its
 # target is replaced and the link stays (configuration management often links these files).
-_WRITE_FILE = Script(
-    name="write-file",
-    body=r"""set -e
-dest=$1; mode=$2; keep=$3; size=$4; want=$5
-if [ -L "$dest" ]; then
+# A symlink at $dest is written through: $dest becomes its target, the link stays. A link to a directory, or one
+# that cannot be resolved, is refused (exit 45, `gpunode-badlink`). Shared by the write script and by uninstall's
+# restore (gpunode/undo/actions.py), so a file is put back where install wrote it.
+THROUGH_LINK = r"""if [ -L "$dest" ]; then
   target=$(readlink -f -- "$dest" && echo x) && target=${target%??} || target=
   if [ -z "$target" ] || [ -d "$target" ]; then
     echo "gpunode-badlink $dest points to ${target:-a path that cannot be resolved}" >&2
@@ -65,7 +64,12 @@ if [ -L "$dest" ]; then
   fi
   dest=$target
 fi
-# (command substitution drops trailing newlines, which a path may end with: keep them behind an "x")
+"""
+_WRITE_FILE = Script(
+    name="write-file",
+    body=r"""set -e
+dest=$1; mode=$2; keep=$3; size=$4; want=$5
+""" + THROUGH_LINK + r"""# (command substitution drops trailing newlines, which a path may end with: keep them behind an "x")
 """ + _receive("tmp", private=False) + r"""if [ "${sum%% *}" != "$want" ]; then
   echo "gpunode-checksum the content that arrived does not match its sha256" >&2
   exit 46
