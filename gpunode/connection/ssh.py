@@ -478,7 +478,9 @@ class SSHConnection(Connection):
             cancel.check_abort(f"running a command on {self.name}")
             if not drained:
                 select.select([chan], [], [], 0.05)
-        if not chan.exit_status_ready():  # the channel closed without the command's exit status
+        # paramiko reports -1 for a channel that closed without the command's exit status
+        status = chan.recv_exit_status() if chan.exit_status_ready() else -1
+        if status == -1:
             chan.close()
             if not transport.is_active():
                 raise self._dropped()
@@ -486,7 +488,6 @@ class SSHConnection(Connection):
                                "(a signal, the OOM killer) or its SSH session was cut; it may not have finished",
                                fix=_GO_ON, stdout=bytes(out).decode("utf-8", "replace"),
                                stderr=bytes(err).decode("utf-8", "replace"), exit_code=-1)
-        status = chan.recv_exit_status()
         chan.close()
         return status, bytes(out), bytes(err), False
 
