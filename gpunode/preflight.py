@@ -4,7 +4,9 @@ Every selected step is planned against the current facts (each reading the plans
 declares, as in a plan). Then:
 
 - blockers: a step that is `blocked` although none of the steps it reads is about to change anything is
-  blocked for good; no earlier step can lift it, so nothing runs.
+  blocked for good; no earlier step can lift it, so nothing runs. So is a step blocked by something no step
+  touches (`StepPlan.lasting`: an unparseable daemon.json or containerd config, read with the facts before the
+  first change), whatever the earlier steps are about to do.
 - artifacts: every installer a plan would fetch on this machine (the driver's .run) is obtained and verified
   (`install`: download or cache, sha256, makeself checks) or, for `plan`, checked read-only: a local or cached
   file is verified fully; an uncached URL gets one HEAD request (a timeout on it) to show the download is
@@ -52,7 +54,7 @@ def blocker(steps: Sequence[Step], plans: dict[str, StepPlan]) -> Stop | None:
         plan = plans[step.name]
         if plan.status.value != "blocked":
             continue
-        if any(name in plans and plans[name].status.value == "change" for name in step.reads):
+        if not plan.lasting and any(name in plans and plans[name].status.value == "change" for name in step.reads):
             continue  # an earlier step's change may lift it: the run finds out when it gets there
         return Stop(step.name, "blocked", plan.reason, plan.fix)
     return None
