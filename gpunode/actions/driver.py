@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from gpunode import cancel
 from gpunode.actions.base import Action, UndoRecord, command_line, undo_look
 from gpunode.artifacts import ProgressBars, silent
-from gpunode.artifacts.source import Source, obtain
-from gpunode.connection.base import TEMP_PARENT, Connection
+from gpunode.artifacts.source import Source, Verified, obtain
+from gpunode.connection.base import TEMP_PARENT, Connection, DiskFree, megabytes
 from gpunode.errors import CommandError
 from gpunode.explain import installer_failure
 from gpunode.shell import Script
@@ -83,6 +83,27 @@ exit "$rc"
 """
 
 
+# what makeself (its disk space check before unpacking) and tar print when the extraction directory is full
+_NO_ROOM = ("Not enough space left in", "No space left on device")
+
+
+def _needed(verified: Verified) -> int:
+    """Bytes the install takes under WORK_PARENT: the uploaded .run and what it unpacks to."""
+    return verified.size + (verified.unpacked or 0)
+
+
+def _space(verified: Verified) -> str:
+    unpacked = f", {megabytes(verified.unpacked)} unpacked" if verified.unpacked is not None else ""
+    return f"{megabytes(_needed(verified))} ({megabytes(verified.size)} uploaded{unpacked})"
+
+
+def _free_fix(room: DiskFree | None, verified: Verified) -> str:
+    where = f"on {room.mount} " if room else ""
+    short = f"{megabytes(_needed(verified) - room.available)} more " if room and room.available < _needed(verified) else ""
+    return (f"free {short}space {where}(see: df -h {WORK_PARENT}; e.g. sudo apt-get clean, or remove old files under "
+            f"{WORK_PARENT}), then run the same command again")
+
+
 def explain_failure(output: str) -> tuple[str, str]:
     """(what went wrong, the fix) from the installer's output and log tail (data/installer_failures.csv and the
     other explain tables), else a pointer at the log."""
@@ -125,6 +146,11 @@ class RunInstaller(Action):
     def apply(self, conn: Connection) -> str | None:
         assert self.source is not None
         verified = obtain(self.source, progress=self.progress)  # the file uploaded is the file verified
+        room = conn.disk_free(WORK_PARENT)
+        if room is not None and verified.unpacked is not None and room.available < _needed(verified):
+            raise CommandError(f"{conn.name}: not enough disk space for the NVIDIA installer in {WORK_PARENT}: "
+                               f"{room.describe()}, {self.source.name} needs {_space(verified)}; nothing was changed",
+                               fix=_free_fix(room, verified))
         workdir = conn.make_private_dir(WORK_PARENT)
         try:
             with (self.progress or silent)(f"upload {self.source.name}") as report:
@@ -145,6 +171,11 @@ class RunInstaller(Action):
             if result.exit_code == 90:
                 raise CommandError(result.stderr.strip(), fix="the upload was altered or truncated: run again")
             meaning, fix = explain_failure(output)
+            if any(sign in output for sign in _NO_ROOM):  # makeself's own check, or tar's ENOSPC while unpacking
+                room = conn.disk_free(WORK_PARENT)
+                meaning = (f"the disk filled up while it unpacked in {WORK_PARENT}: "
+                           + (f"{room.describe()} now, " if room else "") + f"{self.source.name} needs {_space(verified)}")
+                fix = _free_fix(room, verified)
             tail = "\n".join(line for line in result.stderr.strip().splitlines()[-30:])
             restored = restore(conn, self.restore_modules, self.restore_units)
             raise CommandError(f"the NVIDIA installer failed (exit {result.exit_code}): {meaning}\n"

@@ -139,6 +139,34 @@ true
 """)
 
 
+# df -P of a path: one line "FILESYSTEM 1024-BLOCKS USED AVAILABLE CAPACITY MOUNTED-ON" (the name may hold blanks
+# in theory; the last four fields never do)
+_DISK_FREE = Script(name="disk-free", body='df -kP -- "$1" 2>/dev/null | tail -n 1')
+
+
+@dataclass(frozen=True)
+class DiskFree:
+    """Where a path lives on the node and how much room it has (df -kP)."""
+
+    filesystem: str
+    mount: str
+    available: int  # bytes
+
+    def describe(self) -> str:
+        return f"{self.filesystem} (mounted on {self.mount}) has {megabytes(self.available)} free"
+
+
+def megabytes(size: int) -> str:
+    return f"{size / 1e6:,.0f} MB" if size >= 1e6 else f"{size / 1e3:,.0f} kB"
+
+
+def parse_disk_free(line: str) -> DiskFree | None:
+    fields = line.split()
+    if len(fields) < 6 or not fields[-3].isdigit():
+        return None
+    return DiskFree(" ".join(fields[:-5]), fields[-1], int(fields[-3]) * 1024)
+
+
 class NoSpaceError(CommandError):
     """The node's filesystem is full: nothing was replaced."""
 
@@ -408,6 +436,11 @@ class Connection(ABC):
         only safe while no other gpunode run is active on the node (gpunode/nodelock.py). Returns what went."""
         result = self.run(Script(_STALE_TEMP.body, directories, _STALE_TEMP.name), sudo=True, timeout=120)
         return [line for line in result.stdout.splitlines() if line] if result.ok else []
+
+    def disk_free(self, path: str) -> DiskFree | None:
+        """The filesystem `path` is on and its free space (None when df cannot say)."""
+        result = self.run(Script(_DISK_FREE.body, (path,), _DISK_FREE.name), timeout=60)
+        return parse_disk_free(result.stdout.strip()) if result.ok else None
 
     def make_private_dir(self, parent: str = TEMP_PARENT, *, sudo: bool = True) -> str:
         """A fresh directory only its owner (root, with sudo) can read."""

@@ -81,7 +81,8 @@ class FakeNode:
     READ_ONLY_SCRIPTS = frozenset({"gpunode-probe", "gpunode-read-file", "gpunode-undo-look",
                                    # the run's node lock, taken and released, and the stale temp sweep: they
                                    # leave the node as they found it (a test of the lock reads `node_lock`)
-                                   "gpunode-node-lock", "gpunode-node-unlock", "gpunode-stale-temp"})
+                                   "gpunode-node-lock", "gpunode-node-unlock", "gpunode-stale-temp",
+                                   "gpunode-disk-free"})
 
     def changing_calls(self, since: int = 0) -> list[list[str]]:
         """Calls after `since` other than reads (the probe, read-file, and the `id -u` / `sudo -n true`
