@@ -13,6 +13,9 @@ declares, as in a plan). Then:
   possible, without fetching 400 MB. An offline control machine gets a fix naming --driver-run and
   GPUNODE_DRIVER_MIRROR.
 
+- room (install only, once the installers are here): the node's disk under the work directory must hold each
+  .run and what it unpacks to (`room`), or nothing is uploaded and nothing changes.
+
 The result is a `Stop` (which step, why, the fix) or None.
 """
 
@@ -25,6 +28,7 @@ from pathlib import Path
 from gpunode.artifacts import DownloadError, ProgressBars
 from gpunode.artifacts.naming import MARKER_SUFFIX, PART_SUFFIX, beside, url_file_name
 from gpunode.artifacts.source import Source, obtain, verify
+from gpunode.connection.base import Connection
 from gpunode.facts import Facts
 from gpunode.options import Options
 from gpunode.plan import StepPlan
@@ -85,6 +89,25 @@ def artifacts(plans: dict[str, StepPlan], *, fetch: bool, progress: ProgressBars
                 check(source, probe or head)
         except DownloadError as exc:
             return Stop(name, "failed", exc.message, exc.fix)
+    return None
+
+
+def room(conn: Connection, plans: dict[str, StepPlan]) -> Stop | None:
+    """Whether the node has room for every installer a plan uploads (driver-install actions): df of the work
+    directory against the .run's size and its unpacked size (the makeself header's). Read-only on the node."""
+    from gpunode.actions.driver import WORK_PARENT, space_problem
+
+    for name, plan in plans.items():
+        for action in plan.actions:
+            source = getattr(action, "source", None)
+            if action.kind != "driver-install" or not isinstance(source, Source):
+                continue
+            path = Path(source.local or source.cache or "")
+            if not path.is_file():
+                continue
+            problem = space_problem(conn, path, source.name)
+            if problem is not None:
+                return Stop(name, "failed", f"{problem[0]} (checked in {WORK_PARENT} before any change)", problem[1])
     return None
 
 

@@ -218,7 +218,8 @@ def _preflight(conn: Connection, steps: Sequence[Step], options: Options, report
     """Before the first change: every blocker that can be known, and every installer obtained and verified.
     False (with every step recorded, nothing changed on the node) when the run cannot finish."""
     plans = preflight.plan_all(steps, facts, options)
-    stop = preflight.blocker(steps, plans) or preflight.artifacts(plans, fetch=True, progress=options.progress)
+    stop = (preflight.blocker(steps, plans) or preflight.artifacts(plans, fetch=True, progress=options.progress)
+            or preflight.room(conn, plans))
     if stop is None:
         return True
     reporter.message(conn.name, f"{stop.step}: {stop.error} (found before any change: nothing was changed)")

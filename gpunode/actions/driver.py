@@ -3,11 +3,13 @@ directory on the node, checked again there (sha256) and run."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from gpunode import cancel
 from gpunode.actions.base import Action, UndoRecord, command_line, undo_look
 from gpunode.artifacts import ProgressBars, silent
+from gpunode.artifacts.makeself import read_header
 from gpunode.artifacts.source import Source, Verified, obtain
 from gpunode.connection.base import TEMP_PARENT, Connection, DiskFree, megabytes
 from gpunode.errors import CommandError
@@ -87,6 +89,23 @@ exit "$rc"
 _NO_ROOM = ("Not enough space left in", "No space left on device")
 
 
+def space_problem(conn: Connection, run: str | os.PathLike[str], name: str, unpacked: int | None = None
+                  ) -> tuple[str, str] | None:
+    """(error, fix) when the node has less room under WORK_PARENT than the .run at `run` and what it unpacks to
+    need (read-only: df on the node, the makeself header here); None when there is room or df cannot say."""
+    if unpacked is None:
+        kb = read_header(run).unpacked_kb
+        unpacked = kb * 1024 if kb is not None else None
+    if unpacked is None:
+        return None
+    sized = Verified(str(run), "", os.path.getsize(run), (), unpacked)
+    room = conn.disk_free(WORK_PARENT)
+    if room is None or room.available >= _needed(sized):
+        return None
+    return (f"{conn.name}: not enough disk space for the NVIDIA installer in {WORK_PARENT}: {room.describe()}, "
+            f"{name} needs {_space(sized)}", _free_fix(room, sized))
+
+
 def _needed(verified: Verified) -> int:
     """Bytes the install takes under WORK_PARENT: the uploaded .run and what it unpacks to."""
     return verified.size + (verified.unpacked or 0)
@@ -146,11 +165,9 @@ class RunInstaller(Action):
     def apply(self, conn: Connection) -> str | None:
         assert self.source is not None
         verified = obtain(self.source, progress=self.progress)  # the file uploaded is the file verified
-        room = conn.disk_free(WORK_PARENT)
-        if room is not None and verified.unpacked is not None and room.available < _needed(verified):
-            raise CommandError(f"{conn.name}: not enough disk space for the NVIDIA installer in {WORK_PARENT}: "
-                               f"{room.describe()}, {self.source.name} needs {_space(verified)}; nothing was changed",
-                               fix=_free_fix(room, verified))
+        problem = space_problem(conn, verified.path, self.source.name, verified.unpacked)
+        if problem is not None:
+            raise CommandError(f"{problem[0]}; nothing was changed", fix=problem[1])
         workdir = conn.make_private_dir(WORK_PARENT)
         try:
             with (self.progress or silent)(f"upload {self.source.name}") as report:

@@ -32,7 +32,9 @@ def test_too_little_room_in_var_tmp_is_named_before_the_upload_and_a_rerun_conve
         in shown, shown
     assert f"NVIDIA-Linux-x86_64-{V}.run needs" in shown and "uploaded" in shown and "unpacked" in shown
     assert "fix: free" in shown and "df -h /var/tmp" in shown
+    assert "found before any change: nothing was changed" in shown  # preflight: before nouveau and the packages
     assert installer_runs(node) == [] and node.driver() is None
+    assert node.calls("update-initramfs") == [] and [c for c in node.calls("apt-get") if "install" in c] == []
     assert [n for n in node.listdir("/var/tmp") if n.startswith("gpunode.")] == []  # nothing uploaded
     node.set_disk_free(None)
     again = install_driver(node, tmp_path)
@@ -41,14 +43,15 @@ def test_too_little_room_in_var_tmp_is_named_before_the_upload_and_a_rerun_conve
 
 
 def test_an_installer_that_runs_out_of_room_unpacking_says_so(sim_node, mirror, tmp_path, monkeypatch):  # noqa: F811
+    """The checks before the upload cannot read df (None), so the installer itself finds the disk full."""
     mirror.publish(V)
     node = sim_node("ubuntu-22.04-t4", nouveau_loaded=False)
     real = SSHConnection.disk_free
     asked: list[str] = []
 
-    def unknown_at_first(self, path):  # a node whose df gpunode cannot read before the upload
+    def unknown_at_first(self, path):  # df unreadable for preflight and the upload; read after the failure
         asked.append(path)
-        return None if len(asked) == 1 else real(self, path)
+        return None if len(asked) <= 2 else real(self, path)
 
     monkeypatch.setattr(SSHConnection, "disk_free", unknown_at_first)
     node.set_disk_free(1)  # 1 KB: makeself's own check before unpacking refuses
