@@ -116,7 +116,8 @@ CacheDirOpt = Annotated[str | None, typer.Option(
     help="Download cache. Default: $GPUNODE_CACHE_DIR or ~/.cache/gpunode/drivers.")]
 LockTimeoutOpt = Annotated[float, typer.Option(
     "--lock-timeout", metavar="SECONDS",
-    help="Seconds to wait for apt/dpkg or dnf locks held by another process (unattended-upgrades); 0: do not wait.")]
+    help="Seconds to wait for a lock another process holds: apt/dpkg or dnf (unattended-upgrades), or the node's "
+    "gpunode lock (another gpunode run); 0: do not wait.")]
 ToolkitVersionOpt = Annotated[str | None, typer.Option(
     "--toolkit-version", metavar="VERSION", show_default=False,
     help="Pin the NVIDIA Container Toolkit (all four packages), e.g. 1.17.8 or 1.17.8-1. "
