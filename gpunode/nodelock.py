@@ -204,6 +204,6 @@ def held(conn: Connection, command: str, timeout: float, note: Callable[[str], N
 
 
 def holder(conn: Connection) -> Holder | None:
-    """Read-only: who holds the lock now (None: nobody). For status and doctor."""
-    result = conn.run(Script(_READ, (LOCK_PATH,), "node-lock-read"), sudo=True, timeout=30)
+    """Read-only: who holds the lock now (None: nobody; a lock whose run is gone still shows). For status."""
+    result = conn.run(Script(_READ, (LOCK_PATH,), "node-lock-read"), timeout=30)
     return Holder.parse(result.stdout.rstrip("\n")) if result.ok and result.stdout.strip() else None

@@ -82,7 +82,7 @@ class FakeNode:
                                    # the run's node lock, taken and released, and the stale temp sweep: they
                                    # leave the node as they found it (a test of the lock reads `node_lock`)
                                    "gpunode-node-lock", "gpunode-node-unlock", "gpunode-stale-temp",
-                                   "gpunode-disk-free"})
+                                   "gpunode-disk-free", "gpunode-node-lock-read"})
 
     def changing_calls(self, since: int = 0) -> list[list[str]]:
         """Calls after `since` other than reads (the probe, read-file, and the `id -u` / `sudo -n true`
@@ -384,6 +384,10 @@ def _fake_node_unlock(conn: FakeConnection, args: list[str], stdin: bytes) -> tu
     return 0, "", ""
 
 
+def _fake_node_lock_read(conn: FakeConnection, args: list[str], stdin: bytes) -> tuple[int, str, str]:
+    return (0, conn.node.node_lock + "\n", "") if conn.node.node_lock is not None else (3, "", "")
+
+
 def _fake_stale_temp(conn: FakeConnection, args: list[str], stdin: bytes) -> tuple[int, str, str]:
     gone = [p for p in conn.node.files if any(p.startswith(f"{d}/gpunode.") or p.startswith(f"{d}/.gpunode-")
                                                for d in args)]
@@ -395,6 +399,7 @@ def _fake_stale_temp(conn: FakeConnection, args: list[str], stdin: bytes) -> tup
 _SCRIPTS: dict[str, Callable[[FakeConnection, list[str], bytes], tuple[int, str, str]]] = {
     "node-lock": _fake_node_lock,
     "node-unlock": _fake_node_unlock,
+    "node-lock-read": _fake_node_lock_read,
     "stale-temp": _fake_stale_temp,
     "undo-look": _fake_undo_look,
     "pkg-locked-run": _fake_locked_run,
