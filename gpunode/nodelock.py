@@ -173,7 +173,10 @@ def acquire(conn: Connection, command: str, timeout: float, note: Callable[[str]
             raise NodeLocked(f"{conn.name}: another gpunode run holds the node: {holder.describe()}"
                              f" (waited {timeout:.0f}s for it)",
                              fix="let that run finish (gpunode status shows it), then run the same command again; "
-                                 "or wait longer with --lock-timeout SECONDS")
+                                 "or wait longer with --lock-timeout SECONDS" + (
+                                     "" if holder.pid not in ("-", "?") else
+                                     f"; if no gpunode run is active on the node any more (this lock has no keeper "
+                                     f"process to tell), remove it: sudo rm -f {LOCK_PATH}"))
         if not announced:
             note(f"waiting up to {timeout:.0f}s for another gpunode run on this node: {holder.describe()}")
             announced = True

@@ -25,6 +25,7 @@ def test_a_held_lock_is_named_and_a_second_run_stops_with_exit_2():
     assert message.startswith("gpu-01: another gpunode run holds the node: `gpunode install driver toolkit` since ")
     assert " from " in message and "(waited 0s for it)" in message
     assert "--lock-timeout" in (caught.value.fix or "")
+    assert "sudo rm -f /var/lib/gpunode/run.lock" in (caught.value.fix or "")  # a keeper-less lock: how to clear it
     assert node.node_lock is None  # released with the block
 
 
