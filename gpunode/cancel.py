@@ -1,4 +1,4 @@
-"""Stopping a run on request (Ctrl-C), in two stages.
+"""Stopping a run on request (Ctrl-C, SIGTERM), in two stages.
 
 A `CancelToken` is shared by the fleet's main thread and its workers:
 
@@ -13,9 +13,11 @@ runs outside any fleet (a single-node run) sees a token that is never cancelled.
 
 from __future__ import annotations
 
+import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import FrameType
 
 from gpunode import fixes
 from gpunode.errors import GpunodeError
@@ -32,6 +34,7 @@ class CancelToken:
         self._cancelled = threading.Event()
         self._aborted = threading.Event()
         self.reason = "interrupted (Ctrl-C)"
+        self.signal: signal.Signals | None = None  # the signal that cancelled the run, if one did
 
     @property
     def cancelled(self) -> bool:
@@ -101,3 +104,50 @@ def check_abort(doing: str = "") -> None:
 def sleep(seconds: float) -> bool:
     """An interruptible time.sleep for wait loops (reboot polling). True when cancelled."""
     return current().sleep(seconds)
+
+
+# -- signals -------------------------------------------------------------------------------------------------
+# SIGINT (Ctrl-C) and SIGTERM (systemd stopping a unit, a CI timeout, `timeout`) both ask the run to stop at the
+# next safe point; a second signal of either kind stops at once. The exit code follows the shell's convention
+# for the signal that stopped the run: 130 for SIGINT, 143 for SIGTERM.
+EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+REASONS = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "stopped (SIGTERM)"}
+
+
+def exit_code(token: CancelToken) -> int:
+    """The exit code of a run that `token` stopped (130 unless a SIGTERM stopped it)."""
+    return EXIT_CODES.get(token.signal, 130) if token.signal is not None else 130
+
+
+@contextmanager
+def signals(announce: Callable[[str], None] | None = None) -> Iterator[CancelToken]:
+    """A fresh token that SIGINT and SIGTERM cancel for the duration of the block: the first signal asks the run
+    to stop at the next safe point (between steps or actions; a running command finishes), the second stops at
+    once (KeyboardInterrupt, which the connection layer turns into `Cancelled`). Outside the main thread signals
+    cannot be caught, and the token is simply never cancelled. A handler someone else installed (a test harness,
+    an embedding program) is left in charge of its signal: gpunode takes over only Python's default ones."""
+    token = CancelToken()
+    if threading.current_thread() is not threading.main_thread():
+        yield token
+        return
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        if token.cancelled:
+            token.abort()
+            raise KeyboardInterrupt
+        token.signal = signal.Signals(signum)
+        token.cancel(REASONS[token.signal])
+        if announce is not None:
+            announce(f"{REASONS[token.signal]}: stopping at the next safe point (the running command finishes); "
+                     "press Ctrl-C again to stop at once")
+
+    defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+    previous: dict[signal.Signals, object] = {}
+    for sig, default in defaults.items():
+        if signal.getsignal(sig) is default:
+            previous[sig] = signal.signal(sig, on_signal)
+    try:
+        yield token
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from gpunode.cancel import Cancelled, CancelToken, bind
-from gpunode.connection.base import Connection
+from gpunode.connection.base import Connection, Held
 from gpunode.errors import ConnectError, GpunodeError, UsageError
 from gpunode.facts import Facts
 from gpunode.fleetlog import LOG_LEVELS, FleetLog, log_file_names, make_log_dir
@@ -145,6 +145,10 @@ class LoggedConnection(Connection):
 
     def upload(self, *args: Any, **kwargs: Any) -> str:
         return self.inner.upload(*args, **kwargs)
+
+    def _hold(self, line: str, stdin: bytes, until: bytes, timeout: float) -> Held | None:
+        self.log.write(f"$ {line[:400]}\n  (held until the run ends)\n")
+        return self.inner._hold(line, stdin, until, timeout)
 
     def reconnect(self, timeout: float) -> None:
         self.inner.reconnect(timeout)

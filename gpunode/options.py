@@ -27,7 +27,7 @@ class Options:
     module_signing_cert: str | None = None  # path ON THE NODE of the matching public certificate (DER)
     cache_dir: str | None = None  # local download cache root (--cache-dir, $GPUNODE_CACHE_DIR)
     driver_mirror: str | None = None  # $GPUNODE_DRIVER_MIRROR: replaces https://us.download.nvidia.com
-    lock_timeout: float = 600.0  # seconds to wait for apt/dpkg or dnf locks held by another process
+    lock_timeout: float = 600.0  # seconds to wait for apt/dpkg, dnf or the node's gpunode lock
     # (path, size) of installers already on this machine (verified cache entries, --driver-run file),
     # listed by the CLI so plans can show the cache state without doing I/O themselves
     local_installers: tuple[tuple[str, int], ...] = ()
@@ -119,8 +119,8 @@ OPTION_TABLE: tuple[OptionSpec, ...] = (
                "node), enrolled with mokutil.", "Driver", metavar="PATH"),
     OptionSpec("cache_dir", "--cache-dir", "path", "Download cache. Default: $GPUNODE_CACHE_DIR or "
                "~/.cache/gpunode/drivers.", "Driver", metavar="DIR"),
-    OptionSpec("lock_timeout", "--lock-timeout", "float", "Seconds to wait for apt/dpkg or dnf locks held by another "
-               "process (unattended-upgrades); 0: do not wait.", "Upgrades and holds", default=600.0,
+    OptionSpec("lock_timeout", "--lock-timeout", "float", "Seconds to wait for a lock another process holds: apt/dpkg "
+               "or dnf (unattended-upgrades), or the node's gpunode lock (another gpunode run); 0: do not wait.", "Upgrades and holds", default=600.0,
                metavar="SECONDS", commands=("plan", "install", "uninstall")),
     OptionSpec("toolkit_version", "--toolkit-version", "str", "Pin the NVIDIA Container Toolkit (all four packages), "
                "e.g. 1.17.8 or 1.17.8-1. Default: keep an installed toolkit, else install the newest.",

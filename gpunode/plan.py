@@ -47,6 +47,9 @@ class StepPlan:
     fix: str | None = None
     notes: tuple[str, ...] = field(default=())
     outputs: Outputs | None = None
+    # blocked whatever the earlier steps do (a file on the node only a person can repair): preflight stops the run
+    # before the first change even when a step this one reads is about to change something
+    lasting: bool = False
 
     @property
     def reboot_required(self) -> bool:

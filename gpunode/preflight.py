@@ -4,12 +4,17 @@ Every selected step is planned against the current facts (each reading the plans
 declares, as in a plan). Then:
 
 - blockers: a step that is `blocked` although none of the steps it reads is about to change anything is
-  blocked for good; no earlier step can lift it, so nothing runs.
+  blocked for good; no earlier step can lift it, so nothing runs. So is a step blocked by something no step
+  touches (`StepPlan.lasting`: an unparseable daemon.json or containerd config, read with the facts before the
+  first change), whatever the earlier steps are about to do.
 - artifacts: every installer a plan would fetch on this machine (the driver's .run) is obtained and verified
   (`install`: download or cache, sha256, makeself checks) or, for `plan`, checked read-only: a local or cached
   file is verified fully; an uncached URL gets one HEAD request (a timeout on it) to show the download is
   possible, without fetching 400 MB. An offline control machine gets a fix naming --driver-run and
   GPUNODE_DRIVER_MIRROR.
+
+- room (install only, once the installers are here): the node's disk under the work directory must hold each
+  .run and what it unpacks to (`room`), or nothing is uploaded and nothing changes.
 
 The result is a `Stop` (which step, why, the fix) or None.
 """
@@ -23,6 +28,7 @@ from pathlib import Path
 from gpunode.artifacts import DownloadError, ProgressBars
 from gpunode.artifacts.naming import MARKER_SUFFIX, PART_SUFFIX, beside, url_file_name
 from gpunode.artifacts.source import Source, obtain, verify
+from gpunode.connection.base import Connection
 from gpunode.facts import Facts
 from gpunode.options import Options
 from gpunode.plan import StepPlan
@@ -52,7 +58,7 @@ def blocker(steps: Sequence[Step], plans: dict[str, StepPlan]) -> Stop | None:
         plan = plans[step.name]
         if plan.status.value != "blocked":
             continue
-        if any(name in plans and plans[name].status.value == "change" for name in step.reads):
+        if not plan.lasting and any(name in plans and plans[name].status.value == "change" for name in step.reads):
             continue  # an earlier step's change may lift it: the run finds out when it gets there
         return Stop(step.name, "blocked", plan.reason, plan.fix)
     return None
@@ -83,6 +89,25 @@ def artifacts(plans: dict[str, StepPlan], *, fetch: bool, progress: ProgressBars
                 check(source, probe or head)
         except DownloadError as exc:
             return Stop(name, "failed", exc.message, exc.fix)
+    return None
+
+
+def room(conn: Connection, plans: dict[str, StepPlan]) -> Stop | None:
+    """Whether the node has room for every installer a plan uploads (driver-install actions): df of the work
+    directory against the .run's size and its unpacked size (the makeself header's). Read-only on the node."""
+    from gpunode.actions.driver import WORK_PARENT, space_problem
+
+    for name, plan in plans.items():
+        for action in plan.actions:
+            source = getattr(action, "source", None)
+            if action.kind != "driver-install" or not isinstance(source, Source):
+                continue
+            path = Path(source.local or source.cache or "")
+            if not path.is_file():
+                continue
+            problem = space_problem(conn, path, source.name)
+            if problem is not None:
+                return Stop(name, "failed", f"{problem[0]} (checked in {WORK_PARENT} before any change)", problem[1])
     return None
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from gpunode import SCHEMA_VERSION, __version__, cancel, fixes, preflight
+from gpunode import SCHEMA_VERSION, __version__, cancel, fixes, nodelock, preflight
 from gpunode.connection.base import Connection
 from gpunode.errors import CommandError, ConnectError, GpunodeError
 from gpunode.facts import Facts, gather
@@ -93,6 +93,7 @@ class RunReport:
     error: str | None = None
     error_fix: str | None = None
     interrupted: bool = False  # stopped by Ctrl-C (gpunode.cancel) at a safe point, or aborted
+    interrupted_exit: int = 130  # the exit code when interrupted: 143 when a SIGTERM stopped the run
     facts: Facts | None = field(default=None, repr=False)  # the latest facts, for human output
     traceback: str | None = field(default=None, repr=False)  # an internal error's, for the debug log only
 
@@ -104,10 +105,11 @@ class RunReport:
     @property
     def exit_code(self) -> int:
         """0 done (or plan computed), 1 failed or blocked, 3 a reboot is needed before going on (install and
-        uninstall), 130 interrupted (Ctrl-C). Every front end (CLI, fleet, library, Ansible) takes it from here."""
+        uninstall), 130 interrupted (Ctrl-C), 143 stopped by SIGTERM. Every front end (CLI, fleet, library, Ansible)
+        takes it from here."""
         state = self.state
         if state == "interrupted":
-            return 130
+            return self.interrupted_exit
         if state in ("failed", "blocked"):
             return 1
         return 3 if state == "reboot-pending" and self.mode in ("install", "uninstall") else 0
@@ -243,7 +245,8 @@ def _preflight(conn: Connection, steps: Sequence[Step], options: Options, report
     """Before the first change: every blocker that can be known, and every installer obtained and verified.
     False (with every step recorded, nothing changed on the node) when the run cannot finish."""
     plans = preflight.plan_all(steps, facts, options)
-    stop = preflight.blocker(steps, plans) or preflight.artifacts(plans, fetch=True, progress=options.progress)
+    stop = (preflight.blocker(steps, plans) or preflight.artifacts(plans, fetch=True, progress=options.progress)
+            or preflight.room(conn, plans))
     if stop is None:
         return True
     reporter.message(conn.name, f"{stop.step}: {stop.error} (found before any change: nothing was changed)")
@@ -259,7 +262,16 @@ def _preflight(conn: Connection, steps: Sequence[Step], options: Options, report
 def apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
                    reporter: Reporter | None = None, *, journal: bool = True) -> RunReport:
     """Apply the pipeline in order, converging each step before the next one starts.
-    Progress is recorded in the node's journal (gpunode/journal.py) unless `journal` is False."""
+    Progress is recorded in the node's journal (gpunode/journal.py) unless `journal` is False. The whole run
+    holds the node's lock (gpunode/nodelock.py): one gpunode run at a time changes a node."""
+    shown = reporter or NullReporter()
+    with nodelock.held(conn, "install " + " ".join(s.name for s in steps), options.lock_timeout,
+                       lambda text: shown.message(conn.name, text)):
+        return _apply_pipeline(conn, steps, options, shown, journal=journal)
+
+
+def _apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
+                    reporter: Reporter | None = None, *, journal: bool = True) -> RunReport:
     reporter = reporter or NullReporter()
     report = RunReport(conn.name, "install")
     facts = gather(conn)
@@ -380,12 +392,24 @@ def run_steps(conn: Connection, steps: Sequence[Step], options: Options, reporte
         if outcome.result == "reboot-pending" and loop.stop_at_reboot:
             stopped = "not run: waiting for the reboot"
     report.facts = facts
+    if interrupted is None:
+        interrupted = _stopped_at_the_end()
     if interrupted is not None:
         raise interrupted
 
 
 def _replan(step: Step, options: Options, earlier: dict[str, StepPlan], fresh: Facts) -> StepPlan:
     return step.plan_with(fresh, options, earlier)
+
+
+def _stopped_at_the_end() -> cancel.Cancelled | None:
+    """A stop asked for during the last action (no checkpoint follows it): the run is still `interrupted`, never
+    `done`, so whoever asked (Ctrl-C, a SIGTERM from systemd or `timeout`) is told it did not run to its end."""
+    try:
+        cancel.checkpoint("the end of the run")
+    except cancel.Cancelled as exc:
+        return exc
+    return None
 
 
 def converge(conn: Connection, step: Step, plan: StepPlan, facts: Facts, options: Options,

@@ -135,6 +135,7 @@ def stepping_work(steps=20, seconds=0.05, honour_checkpoints=True, finished=None
     return work
 
 
+@pytest.mark.usefixtures("cli_owns_signals")  # gpunode's own handler (tests/conftest.py)
 def test_first_ctrl_c_stops_dispatch_lets_steps_stop_safely_and_returns_every_result():
     events = []
     timers = interrupt_after(0.3)
@@ -156,6 +157,7 @@ def test_first_ctrl_c_stops_dispatch_lets_steps_stop_safely_and_returns_every_re
     assert [e[1] for e in events if e[0] == "done"].count("gpu-05") == 1  # every host reported once
 
 
+@pytest.mark.usefixtures("cli_owns_signals")  # gpunode's own handler (tests/conftest.py)
 def test_second_ctrl_c_aborts_at_once_and_names_the_nodes_that_may_be_mid_step():
     events = []
     timers = interrupt_after(0.3, 0.6)
@@ -174,6 +176,7 @@ def test_second_ctrl_c_aborts_at_once_and_names_the_nodes_that_may_be_mid_step()
         "aborted: these nodes may be in the middle of a step: gpu-00, gpu-01")
 
 
+@pytest.mark.usefixtures("cli_owns_signals")  # gpunode's own handler (tests/conftest.py)
 def test_the_grace_period_counts_down_then_aborts():
     events = []
     timers = interrupt_after(0.2)

@@ -3,19 +3,22 @@ directory on the node, checked again there (sha256) and run."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
+from gpunode import cancel
 from gpunode.actions.base import Action, command_line, undo_look
 from gpunode.artifacts import ProgressBars, silent
-from gpunode.artifacts.source import Source, obtain
-from gpunode.connection.base import Connection
+from gpunode.artifacts.makeself import read_header
+from gpunode.artifacts.source import Source, Verified, obtain
+from gpunode.connection.base import TEMP_PARENT, Connection, DiskFree, megabytes
 from gpunode.errors import CommandError
 from gpunode.explain import installer_failure
 from gpunode.records import DriverRecord, UndoRecord
 from gpunode.shell import Script
 
 LOG = "/var/log/nvidia-installer.log"
-WORK_PARENT = "/var/tmp"  # not /tmp: often a small tmpfs, and the extracted driver is ~1 GB
+WORK_PARENT = TEMP_PARENT  # /var/tmp, not /tmp: often a small tmpfs, and the extracted driver is ~1 GB
 INSTALL_TIMEOUT = 3600.0  # a DKMS build of the module takes minutes on small VMs
 
 def _mb(size: int) -> str:
@@ -84,6 +87,44 @@ exit "$rc"
 """
 
 
+# what makeself (its disk space check before unpacking) and tar print when the extraction directory is full
+_NO_ROOM = ("Not enough space left in", "No space left on device")
+
+
+def space_problem(conn: Connection, run: str | os.PathLike[str], name: str, unpacked: int | None = None
+                  ) -> tuple[str, str] | None:
+    """(error, fix) when the node has less room under WORK_PARENT than the .run at `run` and what it unpacks to
+    need (read-only: df on the node, the makeself header here); None when there is room or df cannot say."""
+    if unpacked is None:
+        kb = read_header(run).unpacked_kb
+        unpacked = kb * 1024 if kb is not None else None
+    if unpacked is None:
+        return None
+    sized = Verified(str(run), "", os.path.getsize(run), (), unpacked)
+    room = conn.disk_free(WORK_PARENT)
+    if room is None or room.available >= _needed(sized):
+        return None
+    return (f"{conn.name}: not enough disk space for the NVIDIA installer in {WORK_PARENT}: {room.describe()}, "
+            f"{name} needs {_space(sized)}", _free_fix(room, sized))
+
+
+def _needed(verified: Verified) -> int:
+    """Bytes the install takes under WORK_PARENT: the uploaded .run and what it unpacks to."""
+    return verified.size + (verified.unpacked or 0)
+
+
+def _space(verified: Verified) -> str:
+    unpacked = f", {megabytes(verified.unpacked)} unpacked" if verified.unpacked is not None else ""
+    return f"{megabytes(_needed(verified))} ({megabytes(verified.size)} uploaded{unpacked})"
+
+
+def _free_fix(room: DiskFree | None, verified: Verified) -> str:
+    where = f"on {room.mount} " if room else ""
+    short = f"{megabytes(_needed(verified) - room.available)} more " if room and room.available < _needed(verified) else ""
+    return (f"free {short}space {where}(see: df -h {WORK_PARENT}; e.g. sudo apt-get clean, or remove old files under "
+            f"{WORK_PARENT}), then run the same command again")
+
+
 def explain_failure(output: str) -> tuple[str, str]:
     """(what went wrong, the fix) from the installer's output and log tail (data/installer_failures.csv and the
     other explain tables), else a pointer at the log."""
@@ -126,6 +167,9 @@ class RunInstaller(Action):
     def apply(self, conn: Connection) -> str | None:
         assert self.source is not None
         verified = obtain(self.source, progress=self.progress)  # the file uploaded is the file verified
+        problem = space_problem(conn, verified.path, self.source.name, verified.unpacked)
+        if problem is not None:
+            raise CommandError(f"{problem[0]}; nothing was changed", fix=problem[1])
         workdir = conn.make_private_dir(WORK_PARENT)
         try:
             with (self.progress or silent)(f"upload {self.source.name}") as report:
@@ -133,6 +177,8 @@ class RunInstaller(Action):
             if arrived != verified.sha256:  # the local file changed after it was verified
                 raise CommandError(f"the uploaded installer has sha256 {arrived}, not the verified {verified.sha256}: "
                                    "nothing was run", fix="the upload was altered or truncated: run again")
+            # a stop asked for during the upload (Ctrl-C, SIGTERM) ends here, before the installer changes anything
+            cancel.checkpoint(f"running {self.source.name}")
         except BaseException:
             conn.run(Script('rm -rf -- "$1"', (workdir,), "cleanup"), sudo=True, timeout=60)
             raise
@@ -148,6 +194,11 @@ class RunInstaller(Action):
             if result.exit_code == 90:
                 raise CommandError(result.stderr.strip(), fix="the upload was altered or truncated: run again")
             meaning, fix = explain_failure(output)
+            if any(sign in output for sign in _NO_ROOM):  # makeself's own check, or tar's ENOSPC while unpacking
+                room = conn.disk_free(WORK_PARENT)
+                meaning = (f"the disk filled up while it unpacked in {WORK_PARENT}: "
+                           + (f"{room.describe()} now, " if room else "") + f"{self.source.name} needs {_space(verified)}")
+                fix = _free_fix(room, verified)
             tail = "\n".join(line for line in result.stderr.strip().splitlines()[-30:])
             restored = restore(conn, self.restore_modules, self.restore_units)
             raise CommandError(f"the NVIDIA installer failed (exit {result.exit_code}): {meaning}\n"

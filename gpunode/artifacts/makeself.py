@@ -28,6 +28,7 @@ class MakeselfHeader:
     md5s: tuple[str, ...]
     shas: tuple[str, ...]
     total_size: int | None
+    unpacked_kb: int | None = None  # what the payload takes once extracted ("Uncompressed size: N KB")
 
     @property
     def arch_version(self) -> tuple[str, str] | None:
@@ -71,6 +72,7 @@ def read_header(path: str | os.PathLike[str]) -> MakeselfHeader:
         md5s=tuple((_field(text, "MD5") or "").split()),
         shas=tuple((_field(text, "SHA") or "").split()),
         total_size=int(total) if total and total.isdigit() else None,
+        unpacked_kb=int(unpacked.group(1)) if (unpacked := re.search(r"Uncompressed size: (\d+) KB", text)) else None,
     )
 
 

@@ -70,6 +70,7 @@ class Verified:
     sha256: str
     size: int
     checks: tuple[str, ...]
+    unpacked: int | None = None  # bytes the installer takes once extracted on the node (makeself's header)
 
 
 def verify(path: str | Path, source: Source, published: str | None = None, published_from: str = "") -> Verified:
@@ -107,7 +108,8 @@ def _verify(path: Path, source: Source, published: str | None, published_from: s
                                 f"({published_from})", fix="the download is corrupt or altered: it was not used")
         checks.append("published .sha256sum OK")
     checks += check_makeself(path, header)
-    return Verified(str(path), digest, path.stat().st_size, tuple(checks))
+    return Verified(str(path), digest, path.stat().st_size, tuple(checks),
+                    header.unpacked_kb * 1024 if header.unpacked_kb is not None else None)
 
 
 def obtain(source: Source, *, progress: ProgressBars | None = None,
@@ -139,8 +141,8 @@ def _cached(source: Source, dest: Path) -> Verified | None:
     if source.sha256 and verified.sha256 != source.sha256:
         raise DownloadError(f"{dest.name}: sha256 {verified.sha256} does not match --sha256 {source.sha256}",
                             fix="the cached file is the one NVIDIA published: check the digest you passed")
-    return Verified(verified.path, verified.sha256, verified.size,
-                    ("cached copy", *(["--sha256 OK"] if source.sha256 else []), *verified.checks))
+    return dataclasses.replace(verified, checks=("cached copy", *(["--sha256 OK"] if source.sha256 else []),
+                                                 *verified.checks))
 
 
 def _download(source: Source, dest: Path, progress: ProgressBars, session: requests.Session | None) -> Verified:
@@ -163,8 +165,7 @@ def _download(source: Source, dest: Path, progress: ProgressBars, session: reque
                 dest.unlink(missing_ok=True)  # never keep a file that failed verification
                 raise
             write_marker(dest, verified.sha256)
-            return Verified(verified.path, verified.sha256, verified.size,
-                            (f"downloaded from {url}", *verified.checks))
+            return dataclasses.replace(verified, checks=(f"downloaded from {url}", *verified.checks))
     finally:
         if session is None:
             http.close()

@@ -5,11 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
-import signal
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from types import FrameType
+from contextlib import AbstractContextManager
 from typing import TextIO
 
 import typer
@@ -95,6 +91,7 @@ def _run(mode: str, target: Target, request: Request, argv: list[str], progress:
                         report = apply_pipeline(conn, request.steps, request.options, reporter)
                     except RunInterrupted as stopped:
                         report = stopped.report
+                stopped_by(report, token)
     follow = next_step(mode, report, target, argv)
     if events is not None:
         events.finish(report, follow)
@@ -143,26 +140,14 @@ def _run_fleet(mode: str, target: Target, hosts: list[InventoryHost], selected: 
     raise typer.Exit(fleet_exit_code(results))
 
 
-@contextmanager
-def two_stage_interrupt() -> Iterator[cancel.CancelToken]:
-    """Ctrl-C on a single-node install: the first one asks the run to stop at the next safe point (between
-    steps or actions; a running command finishes), the second one interrupts at once. Outside the main thread
-    (tests, embedding) signals cannot be caught, and the token is simply never cancelled."""
-    token = cancel.CancelToken()
-    if threading.current_thread() is not threading.main_thread():
-        yield token
-        return
+def two_stage_interrupt() -> AbstractContextManager[cancel.CancelToken]:
+    """Ctrl-C or SIGTERM on a single-node install or uninstall (gpunode/cancel.py `signals`): the first asks the
+    run to stop at the next safe point (a running command finishes), the second stops at once. The exit code is
+    130 for Ctrl-C, 143 for SIGTERM (`stopped_by`)."""
+    return cancel.signals(lambda text: err.print(node_text(f"interrupted: {text}", "bold yellow")))
 
-    def on_sigint(signum: int, frame: FrameType | None) -> None:
-        if token.cancelled:
-            token.abort()
-            raise KeyboardInterrupt
-        token.cancel()
-        err.print(node_text("interrupted: stopping at the next safe point (the running command finishes); "
-                            "press Ctrl-C again to stop at once", "bold yellow"))
 
-    previous: Callable[[int, FrameType | None], object] | int | None = signal.signal(signal.SIGINT, on_sigint)
-    try:
-        yield token
-    finally:
-        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
+def stopped_by(report: RunReport, token: cancel.CancelToken) -> None:
+    """An interrupted run exits with the code of the signal that stopped it (143 for SIGTERM)."""
+    if report.interrupted:
+        report.interrupted_exit = cancel.exit_code(token)

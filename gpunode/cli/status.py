@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import typer
@@ -10,6 +11,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from gpunode import nodelock
 from gpunode.cli._params import command, expected_errors
 from gpunode.cli._target import Target
 from gpunode.journal import JOURNAL_PATH, read_journal
@@ -43,10 +45,14 @@ def status(target: Target) -> None:
     with expected_errors(target.fixer()):
         with target.open() as conn:
             journal = read_journal(conn)
+            holder = nodelock.holder(conn)
     runs = journal["runs"]
+    if holder is not None and not target.json_output:  # a run in progress, not one that stopped half-way
+        out.print(node_text(f"{conn.name}: a gpunode run holds the node lock now: {holder.describe()}", "yellow"))
     if target.json_output:
         print_json({"schema_version": 1, "host": conn.name, "journal": JOURNAL_PATH, "runs": runs,
-                    "pending": journal.get("pending") or [], "undo": [r.to_dict() for r in journal.get("undo") or []]})
+                    "pending": journal.get("pending") or [], "undo": [r.to_dict() for r in journal.get("undo") or []],
+                    "lock": dataclasses.asdict(holder) if holder is not None else None})
     elif not runs:
         out.print(node_text(f"{conn.name}: gpunode has not changed anything here yet ({JOURNAL_PATH} is absent)"))
     else:

@@ -25,7 +25,7 @@ from gpunode.cli._params import (
 )
 from gpunode.cli._pipeline_view import ConsoleReporter, render_plan
 from gpunode.cli._target import Target, rewrite_fixes
-from gpunode.cli.pipeline import two_stage_interrupt
+from gpunode.cli.pipeline import stopped_by, two_stage_interrupt
 from gpunode.errors import ConnectError, GpunodeError
 from gpunode.fleet import HostResult, LoggedConnection, QueueReporter, result_from_report
 from gpunode.inventory import InventoryHost
@@ -73,6 +73,7 @@ def uninstall(target: Target, argv: list[str], only: UndoOnlyOpt = None, dry_run
                 with two_stage_interrupt() as token, cancel.bind(token):
                     report = run_uninstall(conn, request, options, reporter,
                                             command="uninstall " + " ".join(request.steps))
+                stopped_by(report, token)
     code = report.exit_code
     nothing = not report.outcomes
     if target.json_output:

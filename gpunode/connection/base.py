@@ -53,11 +53,10 @@ def _receive(kind: str, private: bool) -> str:
 # old one (its suffix never matches *.conf / *.toml / *.json / *.list, so modprobe, containerd, docker and apt
 # ignore it), rename over the destination and fsync the directory. A symlink is written through: its
 # target is replaced and the link stays (configuration management often links these files).
-_WRITE_FILE = Script(
-    name="write-file",
-    body=r"""set -e
-dest=$1; mode=$2; keep=$3; size=$4; want=$5
-if [ -L "$dest" ]; then
+# A symlink at $dest is written through: $dest becomes its target, the link stays. A link to a directory, or one
+# that cannot be resolved, is refused (exit 45, `gpunode-badlink`). Shared by the write script and by uninstall's
+# restore (gpunode/undo/actions.py), so a file is put back where install wrote it.
+THROUGH_LINK = r"""if [ -L "$dest" ]; then
   target=$(readlink -f -- "$dest" && echo x) && target=${target%??} || target=
   if [ -z "$target" ] || [ -d "$target" ]; then
     echo "gpunode-badlink $dest points to ${target:-a path that cannot be resolved}" >&2
@@ -65,7 +64,12 @@ if [ -L "$dest" ]; then
   fi
   dest=$target
 fi
-# (command substitution drops trailing newlines, which a path may end with: keep them behind an "x")
+"""
+_WRITE_FILE = Script(
+    name="write-file",
+    body=r"""set -e
+dest=$1; mode=$2; keep=$3; size=$4; want=$5
+""" + THROUGH_LINK + r"""# (command substitution drops trailing newlines, which a path may end with: keep them behind an "x")
 """ + _receive("tmp", private=False) + r"""if [ "${sum%% *}" != "$want" ]; then
   echo "gpunode-checksum the content that arrived does not match its sha256" >&2
   exit 46
@@ -120,6 +124,47 @@ def parse_received(stdout: bytes) -> tuple[int, str, str] | None:
 
 
 _MKTEMP_DIR = Script(name="mktemp-dir", body='umask 077; mktemp -d "${1:-/var/tmp}/gpunode.XXXXXX"')
+TEMP_PARENT = "/var/tmp"  # where private work directories (driver uploads) are made
+# The temp files and directories gpunode itself makes (the receive script's `.gpunode-KIND.XXXXXX` beside a
+# destination, make_private_dir's `gpunode.XXXXXX`) that a run killed hard (SIGKILL, a lost node) can leave
+# behind, in the places they go: the work directory's parent and the journal's directory. Prints each removed.
+_STALE_TEMP = Script(name="stale-temp", body=r"""for d; do
+  [ -d "$d" ] || continue
+  for p in "$d"/gpunode.?????? "$d"/.gpunode-upload.?????? "$d"/.gpunode-tmp.??????; do
+    [ -e "$p" ] || [ -L "$p" ] || continue
+    rm -rf -- "$p" && printf '%s\n' "$p"
+  done
+done
+true
+""")
+
+
+# df -P of a path: one line "FILESYSTEM 1024-BLOCKS USED AVAILABLE CAPACITY MOUNTED-ON" (the name may hold blanks
+# in theory; the last four fields never do)
+_DISK_FREE = Script(name="disk-free", body='df -kP -- "$1" 2>/dev/null | tail -n 1')
+
+
+@dataclass(frozen=True)
+class DiskFree:
+    """Where a path lives on the node and how much room it has (df -kP)."""
+
+    filesystem: str
+    mount: str
+    available: int  # bytes
+
+    def describe(self) -> str:
+        return f"{self.filesystem} (mounted on {self.mount}) has {megabytes(self.available)} free"
+
+
+def megabytes(size: int) -> str:
+    return f"{size / 1e6:,.0f} MB" if size >= 1e6 else f"{size / 1e3:,.0f} kB"
+
+
+def parse_disk_free(line: str) -> DiskFree | None:
+    fields = line.split()
+    if len(fields) < 6 or not fields[-3].isdigit():
+        return None
+    return DiskFree(" ".join(fields[:-5]), fields[-1], int(fields[-3]) * 1024)
 
 
 class NoSpaceError(CommandError):
@@ -232,6 +277,20 @@ def sudo_error(node: str, code: int, output: bytes, *, with_password: bool) -> P
                         fix="run 'sudo true' on the node as the login user to see why, or log in as root")
 
 
+class Held:
+    """A command left running on the node (Connection.hold): what it printed so far, and how to end it."""
+
+    def __init__(self, output: bytes, ended: bool, release: Callable[[], None]) -> None:
+        self.output = output.decode("utf-8", "replace")
+        self.ended = ended  # the command ended on its own before printing `until`
+        self._release = release
+
+    def release(self) -> None:
+        """Close the command's input (it then ends) and let go of it. Safe to call twice."""
+        release, self._release = self._release, lambda: None
+        release()
+
+
 @dataclass(frozen=True)
 class WriteOutcome:
     changed: bool
@@ -252,6 +311,11 @@ class Connection(ABC):
     @abstractmethod
     def _exec(self, line: str, stdin: bytes, timeout: float | None) -> tuple[int, bytes, bytes, bool]:
         """Run one shell command line. Returns (exit code, stdout, stderr, timed_out)."""
+
+    def _hold(self, line: str, stdin: bytes, until: bytes, timeout: float) -> Held | None:
+        """Start `line` and leave it running with its stdin open; return once its output holds `until` (or it
+        ended). None: this transport cannot keep a command running (the caller falls back)."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional hook: only SSH holds a transport
         """Release the transport. Safe to call twice."""
@@ -326,6 +390,18 @@ class Connection(ABC):
         result = Result(shown, code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), timed_out)
         return result.check() if check else result
 
+    def hold(self, cmd: Cmd, *, sudo: bool = False, until: str, timeout: float = 60.0) -> Held | None:
+        """Run `cmd` on the node and keep it running, its stdin open, until `Held.release()` closes that input
+        (or the connection goes: gpunode stopped or died). Returns once the command printed `until` or ended;
+        None when the transport cannot keep a command running."""
+        prefix: tuple[str, ...] = ()
+        feed = b""
+        if sudo:
+            prefix, with_password = self._privilege()
+            if with_password:
+                feed = self._password_line()
+        return self._hold(render(cmd, privilege=prefix), feed, until.encode(), timeout)
+
     def read_file(self, path: str, *, sudo: bool = False) -> str | None:
         """The file's text, or None when it does not exist."""
         result = self.run(Script(_READ_FILE.body, (path,), _READ_FILE.name), sudo=sudo, timeout=60)
@@ -355,7 +431,18 @@ class Connection(ABC):
         written = result.stdout.split("gpunode-written", 1)[-1].strip()
         return WriteOutcome(True, written or None)
 
-    def make_private_dir(self, parent: str = "/var/tmp", *, sudo: bool = True) -> str:
+    def remove_stale_temp(self, directories: tuple[str, ...]) -> list[str]:
+        """Remove the temp files and work directories gpunode left in `directories` (a run killed mid-upload);
+        only safe while no other gpunode run is active on the node (gpunode/nodelock.py). Returns what went."""
+        result = self.run(Script(_STALE_TEMP.body, directories, _STALE_TEMP.name), sudo=True, timeout=120)
+        return [line for line in result.stdout.splitlines() if line] if result.ok else []
+
+    def disk_free(self, path: str) -> DiskFree | None:
+        """The filesystem `path` is on and its free space (None when df cannot say)."""
+        result = self.run(Script(_DISK_FREE.body, (path,), _DISK_FREE.name), timeout=60)
+        return parse_disk_free(result.stdout.strip()) if result.ok else None
+
+    def make_private_dir(self, parent: str = TEMP_PARENT, *, sudo: bool = True) -> str:
         """A fresh directory only its owner (root, with sudo) can read."""
         script = Script(_MKTEMP_DIR.body, (parent,), _MKTEMP_DIR.name)
         return self.run(script, sudo=sudo, timeout=60).check("creating a private directory").stdout.strip()

@@ -29,6 +29,7 @@ from gpunode.connection.base import (
     UPLOAD_INSTALL,
     UPLOAD_RECEIVE,
     Connection,
+    Held,
     NoSpaceError,
     ProgressCallback,
     Result,
@@ -59,6 +60,10 @@ _known_hosts_lock = threading.Lock()
 log = logging.getLogger("gpunode.ssh")
 _SHELL_OK = "gpunode-shell-ok"
 SEND_TIMEOUT = 120.0  # seconds a command's stdin may wait for the node to accept more data
+# how to go on after a command's fate is unknown: every step re-plans from what it finds on the node
+_GO_ON = ("once the node answers again (it may have rebooted or lost its network), check it with "
+          + fixes.gpunode("status") + ", then run the same command again: each step starts from what it finds on "
+          "the node")
 UPLOAD_CHUNK = 1 << 18  # bytes read and sent at a time: one Ctrl-C check and progress call each
 # AES-GCM first where both ends offer it: an AEAD cipher is one pass over the data (paramiko's default, aes128-ctr
 # with a separate HMAC, is two), which is what keeps a large upload near scp's speed. The rest keep paramiko's order.
@@ -480,7 +485,7 @@ class SSHConnection(Connection):
                                    fix=fixes.CHECK_AND_RERUN) from None
         except (paramiko.SSHException, EOFError, OSError) as exc:
             # A reset or a closed transport mid-command (a reboot, a network drop) is a connection problem.
-            raise ConnectError(f"{self.name}: the SSH connection dropped while running a command ({exc})",
+            raise ConnectError(f"{self.name}: the SSH connection dropped while a command was running on the node ({exc})",
                                fix="the node may have rebooted or lost its network; run again") from None
 
     def _exec_checking_shell(self, transport: paramiko.Transport, line: str, stdin: bytes,
@@ -536,14 +541,64 @@ class SSHConnection(Connection):
                 return -1, bytes(out), bytes(err), True
             if not transport.is_active():
                 chan.close()
-                raise ConnectError(f"{self.name}: the SSH connection dropped while running a command",
-                                   fix="the node may have rebooted or lost its network; run again")
+                raise self._dropped()
             cancel.check_abort(f"running a command on {self.name}")
             if not drained:
                 select.select([chan], [], [], 0.05)
+        # paramiko reports -1 for a channel that closed without the command's exit status
         status = chan.recv_exit_status() if chan.exit_status_ready() else -1
+        if status == -1:
+            chan.close()
+            if not transport.is_active():
+                raise self._dropped()
+            raise CommandError(f"{self.name}: a command ended without an exit status: it was killed on the node "
+                               "(a signal, the OOM killer) or its SSH session was cut; it may not have finished",
+                               fix=_GO_ON, stdout=bytes(out).decode("utf-8", "replace"),
+                               stderr=bytes(err).decode("utf-8", "replace"), exit_code=-1)
         chan.close()
         return status, bytes(out), bytes(err), False
+
+    def _dropped(self) -> ConnectError:
+        return ConnectError(f"{self.name}: the SSH connection dropped while a command was running on the node (it "
+                            "may or may not have finished there)", fix=_GO_ON)
+
+    def _hold(self, line: str, stdin: bytes, until: bytes, timeout: float) -> Held | None:
+        if self._shell_unchecked:
+            self.run(["true"], timeout=30)  # the deferred login-shell check
+        transport = self._transport()
+        try:
+            chan = transport.open_session(timeout=30)
+            chan.settimeout(SEND_TIMEOUT)
+            chan.exec_command(line)
+            if stdin:
+                chan.sendall(stdin)
+            out = bytearray()
+            deadline = time.monotonic() + timeout
+            while until not in out and time.monotonic() < deadline:
+                if chan.recv_ready():  # what a command that already ended printed is still buffered: read it first
+                    chunk = chan.recv(65536)
+                    if not chunk:
+                        break
+                    out += chunk
+                elif chan.eof_received or chan.closed:
+                    break
+                else:
+                    select.select([chan], [], [], 0.05)
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            raise ConnectError(f"{self.name}: the SSH connection dropped while starting a command ({exc})",
+                               fix="check the node and its network, then run the same command again") from None
+
+        def release() -> None:
+            try:
+                chan.shutdown_write()
+                end = time.monotonic() + 10
+                while not chan.exit_status_ready() and time.monotonic() < end and transport.is_active():
+                    time.sleep(0.02)
+            except (paramiko.SSHException, EOFError, OSError):
+                pass
+            _drop(chan)
+
+        return Held(bytes(out), until not in out, release)
 
     def _send_stdin(self, chan: paramiko.Channel, data: bytes) -> None:
         """Feed a command's stdin in pieces (a seam for tests that cut the connection half way)."""
@@ -632,6 +687,9 @@ class SSHConnection(Connection):
         except cancel.Cancelled:
             _drop(chan)
             raise
+        except (ConnectError, CommandError):  # the channel ended without an exit status (_collect)
+            _drop(chan)
+            raise self._upload_error(transport, total, sent, EOFError()) from None
         except (paramiko.SSHException, EOFError, OSError) as exc:
             _drop(chan)
             if transport.is_active() and chan.exit_status_ready():  # the node's command ended early

@@ -14,7 +14,7 @@ from packaging.version import Version
 
 from gpunode import versions
 from gpunode.facts.kernel import LoadedDriver
-from gpunode.facts.registry import Section, command, command_section, files
+from gpunode.facts.registry import HUNG, SMI_CALL, Section, command, command_section, files, smi_output
 
 if TYPE_CHECKING:
     from gpunode.facts import Facts
@@ -99,7 +99,10 @@ class Smi:
 
 
 def parse_smi(section: Section) -> Smi:
-    return Smi(None if section.status in (3, 127) else section.status, section.text.strip())
+    text = section.text.strip()
+    if section.status == HUNG:  # the shell's "Killed" may come first: the line that names the hang is what counts
+        text = next((line for line in text.splitlines() if line.endswith("(hung)")), text)
+    return Smi(None if section.status in (3, 127) else section.status, text)
 
 
 def driver_state(facts: Facts) -> DriverState:
@@ -222,8 +225,8 @@ MODULE = command("driver_module", (
 ), parse_module, module=_M)
 # does NVML answer? (its error text names a driver/library mismatch)
 SMI = command_section("driver_smi", (
-    'command -v nvidia-smi >/dev/null 2>&1 || exit 3; t=; command -v timeout >/dev/null 2>&1 && t="timeout 30"; '
-    'out=$($t nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1); rc=$?; '
+    'command -v nvidia-smi >/dev/null 2>&1 || exit 3; ' + SMI_CALL +
+    'out=$(gpunode_smi --query-gpu=driver_version --format=csv,noheader 2>&1); rc=$?; '
     'printf "%s\\n" "$out" | head -n 20; exit $rc'
 ), parse_smi, module=_M)
 # a driver installed by the distribution's packages (never mixed with the .run)
@@ -239,8 +242,7 @@ PACKAGES = command("driver_packages", (
 # vGPU licence blocks (their indented lines only)
 GPUS = command("doctor_gpus", (
     '[ -r /proc/driver/nvidia/version ] && command -v nvidia-smi >/dev/null 2>&1 || exit 3; '
-    't=; command -v timeout >/dev/null 2>&1 && t="timeout 30"; '
-    "$t nvidia-smi -q 2>/dev/null | awk '/^GPU /{print; next} "
+    + smi_output("-q") + " | awk '/^GPU /{print; next} "
     "/^    [^ ]/{h=$0; sub(/^ +/, \"\", h); sub(/ *:.*$/, \"\", h); "
     "k=(h==\"MIG Mode\"||h==\"GPU Virtualization Mode\"||h==\"vGPU Software Licensed Product\"); "
     "if (k||h==\"Product Name\"||h==\"Product Brand\"||h==\"Persistence Mode\"||h==\"GPU UUID\") print; next} "

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from gpunode.fabric_packages import PACKAGE, all_names
 from gpunode.facts.packages import parse_versionlock
-from gpunode.facts.registry import command, words
+from gpunode.facts.registry import command, smi_output, words
 
 _M = __name__.rsplit(".", 1)[-1]
 
@@ -101,8 +101,7 @@ NVLINK5_SWITCHES = command("nvlink5_switches", (
 FABRIC_STATE = command("fabric_state", (
     '[ -r /proc/driver/nvidia/version ] && command -v nvidia-smi >/dev/null 2>&1 || exit 3; '
     '[ -n "$(ls -A /proc/driver/nvidia-nvswitch/devices 2>/dev/null)" ] || [ "$(uname -m)" = aarch64 ] || exit 3; '
-    't=; command -v timeout >/dev/null 2>&1 && t="timeout 60"; '
-    "$t nvidia-smi -q 2>/dev/null | awk '/^GPU /{print; next} /^    Fabric *$/{f=1; print; next} "
+    + smi_output("-q") + " | awk '/^GPU /{print; next} /^    Fabric *$/{f=1; print; next} "
     "f && /^        /{print; next} {f=0}'"
 ), parse_fabric, module=_M)
 FABRICMANAGER_LOG = command("fabricmanager_log", (

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from gpunode.facts.driver import pci_address
-from gpunode.facts.registry import Section, command, command_section
+from gpunode.facts.registry import Section, command, command_section, smi_output
 
 _M = "health"
 
@@ -275,8 +275,7 @@ def parse_reboot_flag(text: str) -> tuple[str, ...] | None:
 # per GPU from nvidia-smi -q: the GSP firmware line and the ECC, retired-page and remapped-row blocks
 GPU_HEALTH = command("doctor_gpu_health", (
     '[ -r /proc/driver/nvidia/version ] && command -v nvidia-smi >/dev/null 2>&1 || exit 3; '
-    't=; command -v timeout >/dev/null 2>&1 && t="timeout 30"; '
-    "$t nvidia-smi -q 2>/dev/null | awk '/^GPU /{print; next} "
+    + smi_output("-q") + " | awk '/^GPU /{print; next} "
     "/^    [^ ]/{h=$0; sub(/^ +/, \"\", h); sub(/ *:.*$/, \"\", h); "
     "k=(h==\"GSP Firmware Version\"||h==\"ECC Mode\"||h==\"ECC Errors\"||h==\"Retired Pages\"||"
     "h==\"Remapped Rows\"); if (k) print; next} /^     +[^ ]/{if (k) print}'"
@@ -284,7 +283,7 @@ GPU_HEALTH = command("doctor_gpu_health", (
 # MIG devices as nvidia-smi -L lists them, and the configuration nvidia-mig-manager applies at boot
 MIG = command("doctor_mig", (
     '[ -r /proc/driver/nvidia/version ] && command -v nvidia-smi >/dev/null 2>&1 || exit 3; '
-    't=; command -v timeout >/dev/null 2>&1 && t="timeout 30"; $t nvidia-smi -L 2>/dev/null; '
+    + smi_output("-L") + '; '
     'u="/etc/systemd/system/nvidia-mig-manager.service /etc/systemd/system/nvidia-mig-manager.service.d/*.conf"; '
     'sel=$(cat $u 2>/dev/null | tr " " "\\n" | sed -n "s/.*MIG_PARTED_SELECTED_CONFIG=\\([^\\"]*\\).*/\\1/p" | tail -n 1); '
     'cfg=$(cat $u 2>/dev/null | tr " " "\\n" | sed -n "s/.*MIG_PARTED_CONFIG_FILE=\\([^\\"]*\\).*/\\1/p" | tail -n 1); '

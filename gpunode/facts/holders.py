@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from gpunode.facts.k8s import CLUSTER, K8S_UNITS
 from gpunode.facts.k8s import UNITS as K8S_UNIT_STATES
 from gpunode.facts.packages import UnitState, parse_units, unit_states
-from gpunode.facts.registry import command
+from gpunode.facts.registry import command, smi_output
 from gpunode.journal import JOURNAL_PATH, owed_targets
 
 if TYPE_CHECKING:
@@ -191,8 +191,7 @@ GPU_PROCESSES = command("gpu_processes", (
 ), parse_fd_scan, module=_M)
 COMPUTE_APPS = command("gpu_compute_apps", (
     "[ -r /proc/driver/nvidia/version ] && command -v nvidia-smi >/dev/null 2>&1 || exit 3; "
-    't=; command -v timeout >/dev/null 2>&1 && t="timeout 30"; '
-    "$t nvidia-smi --query-compute-apps=pid,process_name --format=csv,noheader"
+    + smi_output("--query-compute-apps=pid,process_name --format=csv,noheader")
 ), parse_compute_apps, module=_M)
 GPU_CONTAINERS = command("gpu_containers", (
     "command -v docker >/dev/null 2>&1 || exit 3; "

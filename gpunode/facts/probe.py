@@ -23,7 +23,19 @@ from gpunode.facts import (  # noqa: F401
 )
 from gpunode.facts.kernel import EFI_SECURE_BOOT_VAR, MODPROBE_DIRS
 from gpunode.facts.nodesettings import SYSTEMD_UNIT_DIRS, UDEV_RULES_DIRS
-from gpunode.facts.registry import COMMAND, CORE, FILES, FULL, NOT_RUN, REGISTRY, RUN, Fact, Section, facts_of
+from gpunode.facts.registry import (
+    COMMAND,
+    CORE,
+    FILES,
+    FULL,
+    HUNG,
+    NOT_RUN,
+    REGISTRY,
+    RUN,
+    Fact,
+    Section,
+    facts_of,
+)
 from gpunode.facts.system import TOOL_NAMES as TOOLS
 from gpunode.shell import Script
 
@@ -59,8 +71,9 @@ def build_probe(nonce: str | None = None, probe: str = FULL) -> tuple[Script, st
         body = snippet.replace("@FILE@", f"@{nonce}@file")
         # The bare `echo` ends a last line that has no newline (an os-release file without a final newline),
         # so the end marker always starts a line; split_sections drops the one empty line it adds otherwise.
+        # a section that found nvidia-smi hung (HUNG) spares the later ones the wait (registry.SMI_CALL)
         parts.append(f'echo "@{nonce}@begin {name}"\n( {body}\n) 2>/dev/null; s=$?; echo\n'
-                     f'echo "@{nonce}@end {name} $s"')
+                     f'[ "$s" != {HUNG} ] || gpunode_hung=1\necho "@{nonce}@end {name} $s"')
     return Script(body="\n".join(parts) + "\n", name="probe"), nonce
 
 

@@ -30,6 +30,27 @@ CORE, FILES, COMMAND = "core", "files", "command"
 RUN, FULL = "run", "full"
 
 
+# nvidia-smi hangs on a wedged GPU or a stuck driver. Every call of it in the probe goes through `gpunode_smi`,
+# which gives it SMI_DEADLINE seconds; one that does not answer prints "... did not answer within Ns (hung)" and
+# its section exits HUNG. The probe (build_probe) then skips every later nvidia-smi call, so a hung nvidia-smi
+# costs one deadline, not one per call (and never the probe's own 120 s).
+HUNG = 97
+SMI_DEADLINE = 10
+SMI_CALL = (
+    'gpunode_smi() { [ -z "$gpunode_hung" ] || return ' + str(HUNG) + '; t=; '
+    'command -v timeout >/dev/null 2>&1 && t="timeout -s KILL ' + str(SMI_DEADLINE) + '"; $t nvidia-smi "$@"; r=$?; '
+    'if [ -n "$t" ] && { [ $r = 124 ] || [ $r = 137 ]; }; then '
+    'echo "nvidia-smi $* did not answer within ' + str(SMI_DEADLINE) + 's (hung)"; return ' + str(HUNG) + '; fi; '
+    'return $r; }; '
+)
+
+
+def smi_output(args: str) -> str:
+    """Shell that prints what `nvidia-smi ARGS` prints (stderr dropped), or exits HUNG when it hangs."""
+    return (SMI_CALL + f'out=$(gpunode_smi {args} 2>/dev/null); [ $? != {HUNG} ] || {{ echo "$out"; exit {HUNG}; }}; '
+            'printf "%s\\n" "$out"')
+
+
 @dataclass(frozen=True)
 class Section:
     """One framed section of the probe's output."""

@@ -10,6 +10,7 @@ configured: the system-wide configure does not reach them.
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 from dataclasses import dataclass
 
@@ -71,6 +72,7 @@ class EnginePlan:
     actions: tuple[Action, ...] = ()
     notes: tuple[str, ...] = ()
     blocked: tuple[str, str] | None = None  # (reason, fix)
+    lasting: bool = False  # blocked by a file no earlier step touches (an unparseable config)
 
 
 def _ctk_version(facts: Facts, earlier: Earlier) -> tuple[tuple[int, ...] | None, str]:
@@ -146,7 +148,7 @@ def _engine_plan(name: str, facts: Facts, options: Options, ctk: tuple[int, ...]
         return EnginePlan(name, f"{DISPLAY[name]}: {exc}", blocked=(
             f"{DISPLAY[name]}: {exc}",
             f"repair {exc.path} by hand ({DISPLAY[name]} itself cannot load it), then run again; gpunode and "
-            "nvidia-ctk leave a file they cannot parse untouched"))
+            "nvidia-ctk leave a file they cannot parse untouched"), lasting=True)
 
     if before.satisfies(want_default) and runtime_binary_missing(before, facts.tools) and not toolkit_installs:
         why = f"{DISPLAY[name]}: its nvidia runtime is {before.binary}, which is missing: every GPU container fails"
@@ -283,7 +285,8 @@ def _plan(facts: Facts, options: Options, earlier: Earlier) -> tuple[StepPlan, l
         others = [n for n in selected if n not in {p.engine for p in plans if p.blocked}]
         fix = "; ".join(s[1] for s in stops) + (f" (or pass --engine {others[0]} to configure only that)"
                                                if others else "")
-        return blocked(NAME, "; ".join(s[0] for s in stops), fix, *notes), []
+        stopped = blocked(NAME, "; ".join(s[0] for s in stops), fix, *notes)
+        return dataclasses.replace(stopped, lasting=any(p.lasting for p in plans if p.blocked)), []
     actions = [a for p in plans for a in p.actions]
     reason = "; ".join(p.reason for p in plans)
     return (change(NAME, reason, actions, *notes) if actions else ok(NAME, reason, *notes)), selected

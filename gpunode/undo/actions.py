@@ -6,11 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpunode.actions.base import Action, WriteFile, command_line
-from gpunode.connection.base import Connection
+from gpunode.connection.base import THROUGH_LINK, Connection
 from gpunode.records import UndoRecord
 from gpunode.shell import Script
 
-_RESTORE = Script(name="restore-backup", body='b=$1; f=$2; shift 2; mv -f -- "$b" "$f" && rm -f -- "$@"')
+# the backup moves over the file; over a symlink's target, as install wrote through the link (the link stays)
+_RESTORE = Script(name="restore-backup", body='b=$1; dest=$2; shift 2\n' + THROUGH_LINK
+                  + 'mv -f -- "$b" "$dest" && rm -f -- "$@"')
 
 
 @dataclass(frozen=True)

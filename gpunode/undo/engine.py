@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpunode import cancel
+from gpunode import cancel, nodelock
 from gpunode.actions.base import undo_looks
 from gpunode.connection.base import Connection
 from gpunode.facts import Facts, gather
@@ -133,8 +133,16 @@ class _Undo:
 
 def uninstall(conn: Connection, request: UndoRequest, options: Options, reporter: Reporter | None = None, *,
               dry_run: bool = False, command: str = "uninstall") -> RunReport:
-    """Plan (dry_run) or apply the undo of the selected steps, in reverse pipeline order, with the runner's loop.
-    A step that cannot be undone as things are stops the run before any change."""
+    """Undo the journal's records; all but a dry run hold the node's lock (gpunode/nodelock.py) throughout."""
+    shown = reporter or NullReporter()
+    if dry_run:
+        return _uninstall(conn, request, options, shown, dry_run=True, command=command)
+    with nodelock.held(conn, command, options.lock_timeout, lambda text: shown.message(conn.name, text)):
+        return _uninstall(conn, request, options, shown, command=command)
+
+
+def _uninstall(conn: Connection, request: UndoRequest, options: Options, reporter: Reporter | None = None, *,
+               dry_run: bool = False, command: str = "uninstall") -> RunReport:
     reporter = reporter or NullReporter()
     report = RunReport(conn.name, "plan" if dry_run else "uninstall")
     facts = gather(conn)

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 
+import pytest
 from typer.testing import CliRunner
 
 from gpunode.cli import app
@@ -32,6 +33,7 @@ def ctrl_c(times: int):
     return handler
 
 
+@pytest.mark.usefixtures("cli_owns_signals")  # gpunode's own handler (tests/conftest.py)
 def test_first_ctrl_c_lets_the_running_command_finish_then_stops_with_the_recap(serve):
     node = serve(gpu_node())
     node.handlers["update-initramfs"] = ctrl_c(1)  # Ctrl-C while the initramfs is rebuilt
@@ -49,6 +51,7 @@ def test_first_ctrl_c_lets_the_running_command_finish_then_stops_with_the_recap(
     assert json.loads(node.files[JOURNAL_PATH])["runs"][-1]["status"] == "interrupted"
 
 
+@pytest.mark.usefixtures("cli_owns_signals")  # gpunode's own handler (tests/conftest.py)
 def test_json_output_of_an_interrupted_install_says_interrupted(serve):
     node = serve(gpu_node())
     node.handlers["update-initramfs"] = ctrl_c(1)
@@ -59,6 +62,7 @@ def test_json_output_of_an_interrupted_install_says_interrupted(serve):
     assert data["fix"].startswith("run the same command again")
 
 
+@pytest.mark.usefixtures("cli_owns_signals")  # gpunode's own handler (tests/conftest.py)
 def test_second_ctrl_c_stops_at_once_and_the_journal_does_not_say_done(serve):
     node = serve(gpu_node())
     node.handlers["update-initramfs"] = ctrl_c(2)
@@ -69,6 +73,7 @@ def test_second_ctrl_c_stops_at_once_and_the_journal_does_not_say_done(serve):
     assert json.loads(node.files[JOURNAL_PATH])["runs"][-1]["status"] == "interrupted"
 
 
+@pytest.mark.usefixtures("cli_owns_signals")  # gpunode's own handler (tests/conftest.py)
 def test_the_handler_is_restored_after_the_run():
     before = signal.getsignal(signal.SIGINT)
     with two_stage_interrupt() as token:
@@ -77,6 +82,7 @@ def test_the_handler_is_restored_after_the_run():
     assert signal.getsignal(signal.SIGINT) is before
 
 
+@pytest.mark.usefixtures("cli_owns_signals")  # gpunode's own handler (tests/conftest.py)
 def test_fleet_ctrl_c_marks_the_running_node_interrupted_skips_the_rest_and_exits_130(serve, tmp_path):
     node = serve(gpu_node())  # every --host reaches this one fake node, one at a time (--parallel 1)
     node.handlers["update-initramfs"] = ctrl_c(1)

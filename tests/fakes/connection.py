@@ -59,6 +59,7 @@ class FakeNode:
     outputs: dict[str, tuple[str, int]] = field(default_factory=dict)  # probe COMMANDS: name -> (text, status)
     reboots: int = 0
     initramfs_blacklist: bool = False  # whether the initramfs image carries a nouveau blacklist
+    node_lock: str | None = None  # gpunode's node lock (gpunode/nodelock.py): the holder's text, None when free
 
     # -- state helpers ---------------------------------------------------------------------------------
     def tick(self) -> int:
@@ -77,7 +78,11 @@ class FakeNode:
     def initramfs_path(self) -> str:
         return f"/boot/initrd.img-{self.kernel}"
 
-    READ_ONLY_SCRIPTS = frozenset({"gpunode-probe", "gpunode-read-file", "gpunode-undo-look"})
+    READ_ONLY_SCRIPTS = frozenset({"gpunode-probe", "gpunode-read-file", "gpunode-undo-look",
+                                   # the run's node lock, taken and released, and the stale temp sweep: they
+                                   # leave the node as they found it (a test of the lock reads `node_lock`)
+                                   "gpunode-node-lock", "gpunode-node-unlock", "gpunode-stale-temp",
+                                   "gpunode-disk-free", "gpunode-node-lock-read"})
 
     def changing_calls(self, since: int = 0) -> list[list[str]]:
         """Calls after `since` other than reads (the probe, read-file, and the `id -u` / `sudo -n true`
@@ -372,7 +377,42 @@ def _fake_rm(conn: FakeConnection, argv: list[str], stdin: bytes) -> tuple[int, 
     return 0, "", ""
 
 
+def _fake_node_lock(conn: FakeConnection, args: list[str], stdin: bytes) -> tuple[int, str, str]:
+    """gpunode/nodelock.py's lock script without a keeper (this transport cannot keep a command running)."""
+    node = conn.node
+    me = f"gpunode-lock pid=- boot={node.boot_id}\n{args[1]}"
+    old, state = node.node_lock, "taken"
+    if old is not None and f" boot={node.boot_id}\n" in old:
+        return 75, f"gpunode-lock-held\n{me}\ngpunode-lock-other\n{old}\ngpunode-lock-end\n", ""
+    if old is not None:  # taken in another boot: stale
+        state = "stale"
+    node.node_lock = me
+    return 0, f"gpunode-lock-{state}\n{me}\ngpunode-lock-other\n{old or ''}\ngpunode-lock-end\n", ""
+
+
+def _fake_node_unlock(conn: FakeConnection, args: list[str], stdin: bytes) -> tuple[int, str, str]:
+    if conn.node.node_lock == args[1]:
+        conn.node.node_lock = None
+    return 0, "", ""
+
+
+def _fake_node_lock_read(conn: FakeConnection, args: list[str], stdin: bytes) -> tuple[int, str, str]:
+    return (0, conn.node.node_lock + "\n", "") if conn.node.node_lock is not None else (3, "", "")
+
+
+def _fake_stale_temp(conn: FakeConnection, args: list[str], stdin: bytes) -> tuple[int, str, str]:
+    gone = [p for p in conn.node.files if any(p.startswith(f"{d}/gpunode.") or p.startswith(f"{d}/.gpunode-")
+                                               for d in args)]
+    for path in gone:
+        del conn.node.files[path]
+    return 0, "".join(f"{p}\n" for p in gone), ""
+
+
 _SCRIPTS: dict[str, Callable[[FakeConnection, list[str], bytes], tuple[int, str, str]]] = {
+    "node-lock": _fake_node_lock,
+    "node-unlock": _fake_node_unlock,
+    "node-lock-read": _fake_node_lock_read,
+    "stale-temp": _fake_stale_temp,
     "undo-look": _fake_undo_look,
     "pkg-locked-run": _fake_locked_run,
     "mktemp-dir": _fake_mktemp,

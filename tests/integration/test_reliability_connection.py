@@ -141,6 +141,7 @@ def test_ctrl_c_during_an_upload_returns_promptly_and_the_connection_still_works
     conn.close()
 
 
+@pytest.mark.usefixtures("cli_owns_signals")  # gpunode's own handler (tests/conftest.py)
 def test_ctrl_c_during_a_remote_command_is_an_error_not_a_traceback(sim_node):
     node = sim_node("ubuntu-22.04-nogpu")
     with SSHConnection(f"root@127.0.0.1:{node.port}", options(node)) as conn:

@@ -246,6 +246,7 @@ def ctrl_c_at(first_action: str, times: int):
     return Pressing
 
 
+@pytest.mark.usefixtures("cli_owns_signals")  # gpunode's own handler (tests/conftest.py)
 def test_one_ctrl_c_finishes_the_running_action_then_stops_and_a_rerun_converges(sim_node, monkeypatch):  # noqa: F811
     node = container_node(sim_node)
     monkeypatch.setattr(cli_pipeline, "ConsoleReporter", ctrl_c_at("add the nvidia runtime", 1))
@@ -264,6 +265,7 @@ def test_one_ctrl_c_finishes_the_running_action_then_stops_and_a_rerun_converges
     assert journal(node)["pending"] == []
 
 
+@pytest.mark.usefixtures("cli_owns_signals")  # gpunode's own handler (tests/conftest.py)
 def test_two_ctrl_c_stop_at_once_and_the_journal_says_interrupted(sim_node, monkeypatch):  # noqa: F811
     node = container_node(sim_node)
     monkeypatch.setattr(cli_pipeline, "ConsoleReporter", ctrl_c_at("add the nvidia runtime", 2))

@@ -64,6 +64,7 @@ def steps_done(node):
     return node.read("/root/steps").split() if node.exists("/root/steps") else []
 
 
+@pytest.mark.usefixtures("cli_owns_signals")  # gpunode's own handler (tests/conftest.py)
 def test_first_ctrl_c_finishes_the_running_step_and_starts_nothing_new(sim_fleet):
     nodes, hosts = fleet_of(sim_fleet, 3)
     ctrl_c = InterruptOnceRunning(0.3)
@@ -76,6 +77,7 @@ def test_first_ctrl_c_finishes_the_running_step_and_starts_nothing_new(sim_fleet
     assert steps_done(nodes[0]) == ["0"] and steps_done(nodes[1]) == ["0"] and steps_done(nodes[2]) == []
 
 
+@pytest.mark.usefixtures("cli_owns_signals")  # gpunode's own handler (tests/conftest.py)
 def test_second_ctrl_c_abandons_the_remote_commands_at_once(sim_fleet):
     nodes, hosts = fleet_of(sim_fleet, 3)
     ctrl_c = InterruptOnceRunning(0.3, 0.8)

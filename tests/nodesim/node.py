@@ -1149,6 +1149,17 @@ class SimNode:
         self.offer_package(meta, metaver(version), deps=deps)
         return f"linux-image-{version}"
 
+    def set_disk_free(self, kb: int | None) -> None:
+        """How much room `df` reports on every filesystem of the node (None: the real figures). makeself's own
+        check before unpacking reads it too, so a .run then fails as on a full /var/tmp."""
+        if kb is None:
+            self.remove(f"{STATE}/df.avail_kb")
+            self.remove("bin/df")
+            os.symlink("busybox", self._p("bin/df", follow_last=False))
+            return
+        self.write(f"{STATE}/df.avail_kb", f"{kb}\n")
+        self._link_tool("bin/df", "df")
+
     def set_apt_lock(self, attempts: int) -> None:
         """The next `attempts` apt-get/dnf runs fail on the package lock (as with unattended-upgrades)."""
         if attempts > 0:

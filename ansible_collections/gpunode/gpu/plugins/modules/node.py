@@ -76,7 +76,7 @@ options:
     description: Container image the host must run, for example C(nvidia/cuda:12.4.1-base-ubuntu22.04).
     type: str
   lock_timeout:
-    description: Seconds to wait for apt/dpkg or dnf locks held by another process; 0 does not wait.
+    description: Seconds to wait for a lock another process holds (apt/dpkg or dnf, or another gpunode run's node lock); 0 does not wait.
     type: float
     default: 600.0
   toolkit_version:

@@ -1,0 +1,141 @@
+"""The reliability suite: one gpunode run at a time on a node (gpunode/nodelock.py), and the temp files a killed
+run leaves behind. On simulated nodes: real sshd, the node's own sh. See docs/reliability.md."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from gpunode import nodelock
+from gpunode.options import Options
+from gpunode.runner import NullReporter, apply_pipeline
+from gpunode.steps import PIPELINE
+from tests.integration.test_reliability_faults import (
+    changing_calls,
+    container_node,
+    flat,
+    install,
+    journal,
+    ssh,
+)
+from tests.nodesim.fixtures import host_guard, nodesim_available, sim_node  # noqa: F401 - pytest fixtures
+
+pytestmark = pytest.mark.integration
+LOCK = nodelock.LOCK_PATH
+SELECTED = tuple(s for s in PIPELINE if s.name in ("toolkit", "runtime", "nodesettings"))
+
+
+def restarts(node) -> list[list[str]]:
+    return [c for c in node.calls("systemctl") if c[1:2] == ["restart"]]
+
+
+def test_a_second_run_stops_with_exit_2_naming_the_holder_and_changes_nothing(sim_node):  # noqa: F811
+    node = container_node(sim_node)
+    with ssh(node) as other, nodelock.held(other, "install driver", 0):
+        assert node.exists(LOCK)
+        node.clear_calls()
+        result = install(node, "--lock-timeout", "1")
+        assert result.exit_code == 2, result.output
+        shown = flat(result.output)
+        assert "another gpunode run holds the node" in shown and "`gpunode install driver`" in shown
+        assert "pid " in shown and " on the node" in shown and " since 20" in shown and " from " in shown
+        assert "--lock-timeout" in shown  # the fix
+        assert changing_calls(node) == [] and journal(node)["runs"] == []
+    assert not node.exists(LOCK)  # released with the block
+    done = install(node)
+    assert done.exit_code == 0, done.output
+
+
+def test_two_runs_at_once_change_the_node_once_and_the_journal_keeps_every_record(sim_node):  # noqa: F811
+    node = container_node(sim_node)
+    reports = []
+
+    def run() -> None:
+        with ssh(node) as conn:
+            reports.append(apply_pipeline(conn, SELECTED, Options(lock_timeout=120), NullReporter()))
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert [r.exit_code for r in reports] == [0, 0], [r.to_dict() for r in reports]
+    # the second run waited, then found everything done: one configure, one engine restart
+    assert len([c for c in node.calls("nvidia-ctk") if "configure" in c]) == 1, node.calls("nvidia-ctk")
+    assert len(restarts(node)) == 1, restarts(node)
+    record = journal(node)
+    assert [r["status"] for r in record["runs"]] == ["done"]
+    assert {r["step"] for r in record["undo"]} >= {"toolkit", "runtime"}
+    assert not node.exists(LOCK)
+
+
+def test_the_second_run_waits_for_the_first_and_says_so(sim_node):  # noqa: F811
+    node = container_node(sim_node)
+    with ssh(node) as other:
+        lock = nodelock.acquire(other, "uninstall", 0)
+        threading.Timer(2.0, lock.release).start()
+        started = time.monotonic()
+        result = install(node, "--lock-timeout", "60")
+    assert result.exit_code == 0, result.output
+    assert time.monotonic() - started >= 2.0
+    assert "waiting up to 60s for another gpunode run on this node" in flat(result.output)
+
+
+KILLED = '''
+import sys, time
+from gpunode import nodelock
+from gpunode.connection.ssh import SSHConnection, SSHOptions
+conn = SSHConnection(sys.argv[1], SSHOptions(identity=[sys.argv[2]], known_hosts=[sys.argv[3]]))
+nodelock.acquire(conn, "install everything", 0)
+print("held", flush=True)
+time.sleep(120)
+'''
+
+
+def test_a_run_killed_with_sigkill_does_not_leave_the_node_locked(sim_node):  # noqa: F811
+    node = container_node(sim_node)
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(KILLED), f"root@127.0.0.1:{node.port}",
+                             str(node.key_path), str(node.known_hosts)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        assert node.exists(LOCK)
+    finally:
+        proc.kill()
+        proc.wait()
+    started = time.monotonic()
+    result = install(node, "--lock-timeout", "30")
+    assert result.exit_code == 0, result.output
+    assert time.monotonic() - started < 25  # the node-side keeper let go when the connection went
+
+
+def test_a_stale_lock_whose_keeper_is_gone_is_taken_over_with_a_note(sim_node):  # noqa: F811
+    node = container_node(sim_node)
+    boot = node.read("/proc/sys/kernel/random/boot_id").strip()
+    dead = 999_999_999  # never a live pid (above pid_max)
+    holder = (f"gpunode-lock pid={dead} boot={boot}\ncommand=gpunode install driver\nsince=2026-01-01T00:00:00Z\n"
+              "from=ops@laptop")
+    node.run_local(f"mkdir -p /var/lib/gpunode && ln -s '{holder}' {LOCK}")
+    result = install(node, "--lock-timeout", "5")
+    assert result.exit_code == 0, result.output
+    shown = flat(result.output)
+    assert "took over a stale gpunode lock (its run is gone from the node)" in shown
+    assert f"pid {dead} on the node, `gpunode install driver` since 2026-01-01T00:00:00Z, from ops@laptop" in shown
+    assert not node.exists(LOCK)
+
+
+def test_partial_uploads_a_killed_receiver_left_in_var_tmp_are_removed(sim_node):  # noqa: F811
+    node = container_node(sim_node)
+    node.write("/var/tmp/gpunode.Ab12Cd/NVIDIA-Linux-x86_64-535.129.03.run", "half an installer", 0o700)
+    node.write("/var/tmp/.gpunode-upload.Xy34Zw", "half an upload", 0o600)
+    node.write("/var/lib/gpunode/.gpunode-tmp.Qr56St", "half a journal", 0o600)
+    node.write("/var/tmp/gpunode-notes.txt", "not ours", 0o644)  # not gpunode's temp naming: kept
+    result = install(node)
+    assert result.exit_code == 0, result.output
+    assert "removed 3 temporary file(s) an earlier run left behind" in flat(result.output)
+    assert node.listdir("/var/tmp") == ["gpunode-notes.txt"]
+    assert ".gpunode-tmp.Qr56St" not in node.listdir("/var/lib/gpunode")
