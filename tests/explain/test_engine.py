@@ -454,3 +454,25 @@ def test_a_security_module_denial_outranks_the_permission_error_it_causes():
             'type=AVC msg=audit(1.2:3): avc:  denied  { read write } for  pid=1 comm="nvidia-smi" name="nvidiactl" '
             'scontext=system_u:system_r:container_t:s0 tcontext=system_u:object_r:xserver_misc_device_t:s0')
     assert [f.id for f in explain(text)][:2] == ["selinux.device-denied", "nvml.no-permission"]
+
+
+def test_a_generic_hook_or_wait_line_yields_to_the_error_that_names_the_cause():
+    # crun prints only the hook's exit code; the nvidia-container-cli line before it names the cause
+    hook = "Error: OCI runtime error: crun: error executing hook `/usr/bin/nvidia-container-toolkit` (exit code: 1)"
+    assert [f.id for f in explain(hook)] == ["container.hook-failed"]
+    cli = "nvidia-container-cli: initialization error: nvml error: driver not loaded"
+    assert [f.id for f in explain(f"{cli}\n{hook}")][0] == "driver.not-loaded"
+    # GPU Operator operands wait for the validator: the validator's own failure is the finding, the wait is dropped
+    wait = "waiting for nvidia container stack to be setup"
+    assert [f.id for f in explain(wait)] == ["operator.waiting-for-stack"]
+    validator = "Error: error validating toolkit installation: exit status 1"
+    assert [f.id for f in explain(f"{wait}\n{wait}\n{validator}")] == ["operator.toolkit-not-ready"]
+
+
+def test_operator_and_daemon_findings_carry_their_values():
+    (f,) = explain("device not bound to 'vfio-pci'; device: 0000:3b:00.0 driver: 'nvidia'")
+    assert f.id == "operator.vfio-not-bound" and "0000:3b:00.0" in f.title and "'nvidia'" in f.title
+    (f,) = explain("nvidia-persistenced[88]: device 0000:41:00.0 - failed to open.")
+    assert f.id == "persistenced.device-failed" and "0000:41:00.0" in f.title
+    (f,) = explain("Warning FailedCreatePodSandBox failed to find runtime handler nvidia from runtime list map[runc:0x1]")
+    assert f.id == "crio.no-runtime-handler" and "'nvidia'" in f.title
