@@ -449,6 +449,28 @@ def test_the_passthrough_fix_is_the_hypervisors_own():
     assert any("pciPassthru.use64bitMMIO" in a and "64bitMMIOSizeGB" in a for a in esxi.also)
 
 
+def test_a_bar1_resize_without_room_gets_the_hypervisors_fix_and_keeps_its_milder_cause():
+    text = "NVRM: No address space to allocate resized BAR1."
+    (bare,) = explain(text)
+    assert bare.id == "kernel.bar1-no-space" and "Re-Size BAR" in bare.cause and "hypervisor" not in bare.values
+    (vm,) = explain(f"Hypervisor detected: KVM\n{text}")
+    assert vm.values["hypervisor"] == "kvm" and any("X-PciMmio64Mb" in a for a in vm.also)
+    assert "stays smaller than the GPU's memory" in vm.cause and "cannot use the GPU" not in vm.cause
+    (lost,) = explain("Hypervisor detected: KVM\nNVRM: FATAL: Failed to re-allocate BAR1.")
+    assert lost.id == "kernel.bar1-realloc-failed" and "cannot use the GPU" in lost.cause
+
+
+def test_the_host_side_of_passthrough_is_recognised():
+    viable = explain("vfio 0000:01:00.0: group 1 is not viable\nPlease ensure all devices within the iommu_group "
+                     "are bound to their vfio bus driver.")
+    assert viable[0].id == "virt.iommu-group-not-viable" and "0000:01:00.0" in viable[0].fix
+    assert explain("vfio 0000:08:00.0: no iommu_group found: No such file or directory")[0].id == "virt.iommu-off"
+    assert explain("Unit nvidia-fabricmanager.service is masked.")[0].fix == (
+        "sudo systemctl unmask nvidia-fabricmanager.service && sudo systemctl enable --now "
+        "nvidia-fabricmanager.service")
+    assert explain("Unit docker.service is masked.") == []  # not an NVIDIA unit: not ours to explain
+
+
 def test_a_security_module_denial_outranks_the_permission_error_it_causes():
     text = ("Failed to initialize NVML: Insufficient Permissions\n"
             'type=AVC msg=audit(1.2:3): avc:  denied  { read write } for  pid=1 comm="nvidia-smi" name="nvidiactl" '
