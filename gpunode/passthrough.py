@@ -1,6 +1,6 @@
-"""GPUs passed through to virtual machines: which hypervisor, and its own fix for a GPU BAR the VM's firmware
-could not place (data/passthrough.csv, a source per row). Read by doctor (the node's DMI / systemd-detect-virt
-facts) and by explain (a hypervisor named in the pasted text)."""
+"""GPUs passed through to virtual machines: which hypervisor, its own fix for a GPU BAR the VM's firmware could
+not place, and the host-side IOMMU set-up passthrough needs (data/passthrough.csv, a source per row). Read by doctor
+(the node's DMI / systemd-detect-virt facts) and by explain (a hypervisor named in the pasted text)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ class Hypervisor:
     detect: tuple[str, ...]  # systemd-detect-virt --vm ids that mean this hypervisor
     evidence: re.Pattern[str]  # text in a log or paste that names it
     bar_fix: str  # how to give the VM room for the GPU's BARs
+    iommu_fix: str  # on the host: the IOMMU (and interrupt remapping) passthrough needs
     source: str
 
 
@@ -36,11 +37,12 @@ def _regex(text: str) -> re.Pattern[str]:
 
 
 SCHEMA = {"hypervisor": text_field, "name": text_field, "detect": _ids, "evidence": _regex, "bar_fix": text_field,
-          "source": source_field}
+          "iommu_fix": text_field, "source": source_field}
 
 
 def load(text: str) -> tuple[Hypervisor, ...]:
-    return tuple(Hypervisor(r["hypervisor"], r["name"], r["detect"], r["evidence"], r["bar_fix"], r["source"])
+    return tuple(Hypervisor(r["hypervisor"], r["name"], r["detect"], r["evidence"], r["bar_fix"], r["iommu_fix"],
+                            r["source"])
                  for r in read_table(text, "passthrough.csv", SCHEMA, key="hypervisor"))
 
 

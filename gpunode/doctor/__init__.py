@@ -4,7 +4,8 @@ Every check is a pure function of the facts gathered by the one batched probe (g
 whose precondition is missing says `skip` with the reason, never a cascade of failures. One module per layer:
 
     hardware   hardware.py   GPU present, vGPU instance, MIG mode
-    hardware   virt.py       GPU BARs placed (a GPU passed through to a VM: the hypervisor's fix)
+    hardware   virt.py       GPU BARs placed and BAR1 as large as offered (in a VM: the hypervisor's fix), IOMMU
+                             and interrupt remapping on a passthrough host, driver flavour vs vGPU/passthrough
     boot       kernel.py     Secure Boot
     kernel     kernel.py     nouveau (loaded, blacklisted, initramfs), headers, module for the newest kernel
     driver     driver.py     loaded, one source, mismatch, nvidia-smi, persistence, branch vs GPU, flavour, EOL

@@ -11,6 +11,8 @@ VGPU_LINE = re.compile(r"^.*NVRM.*\b(?:vGPU|GRID)\b.*$", re.M)
 GRID_FIX = ("install NVIDIA's vGPU (GRID) guest driver for this vGPU software release (NVIDIA-Linux-x86_64-<version>-"
             "grid.run from the NVIDIA Licensing Portal or your cloud's GRID driver page), then: "
             + fixes.gpunode("install", skip="driver"))
+LICENCE_FIX = ("set ServerAddress or the client configuration token in /etc/nvidia/gridd.conf, then: sudo systemctl "
+               "restart nvidia-gridd")
 
 
 @check("hw.gpu-present", "hardware", "NVIDIA GPU present (PCI)")
@@ -36,8 +38,7 @@ def vgpu(node: Node) -> Verdict:
         if unlicensed:
             return warned(f"vGPU guest with the vGPU driver, but its licence status is {unlicensed[0]!r}: an "
                           "unlicensed vGPU is throttled after a grace period",
-                          "set ServerAddress or the client configuration token in /etc/nvidia/gridd.conf, then: "
-                          "sudo systemctl restart nvidia-gridd")
+                          LICENCE_FIX)
         gridd = node.units.get("nvidia-gridd.service")
         has_gridd = node.facts.has("nvidia-gridd") or (gridd is not None and gridd.exists)
         return passed("vGPU guest running the vGPU driver" + (" (nvidia-gridd present)" if has_gridd else ""))

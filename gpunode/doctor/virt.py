@@ -1,11 +1,15 @@
-"""Hardware layer, virtual machines: a GPU passed through to a VM whose firmware could not place the GPU's BARs
-(its memory window, 16 GB to 128 GB on data-center GPUs, needs 64-bit MMIO space above 4 GB). The hypervisor comes
-from systemd-detect-virt or DMI (gpunode.facts.virt); its own fix from data/passthrough.csv."""
+"""Hardware layer, virtual machines and passthrough: a GPU whose firmware (or VM firmware) could not place its BARs
+(its memory window, 16 GB to 128 GB on data-center GPUs, needs 64-bit MMIO space above 4 GB) or left a Resizable BAR1
+smaller than the GPU offers; on a host passing GPUs to VMs, the IOMMU, the GPU's IOMMU group and interrupt
+remapping; and the driver flavour (vGPU guest driver, vGPU Manager, data-center driver) against how the GPU is
+attached. The hypervisor comes from systemd-detect-virt or DMI (gpunode.facts.virt); its own fixes from
+data/passthrough.csv."""
 
 from __future__ import annotations
 
-from gpunode import passthrough
-from gpunode.doctor.base import NO_GPU, Node, Verdict, check, failed, passed, skipped
+from gpunode import fixes, passthrough
+from gpunode.doctor.base import NO_GPU, Node, Verdict, check, failed, passed, skipped, warned
+from gpunode.doctor.hardware import LICENCE_FIX
 from gpunode.facts import virt as virt_facts
 from gpunode.facts.virt import Virt
 
@@ -72,3 +76,132 @@ def passthrough_bars(node: Node) -> Verdict:
     where = _where(v)
     return passed(("every GPU's BARs are placed: " + ", ".join(windows)) + (f"{where}, GPU passed through" if v.is_vm
                                                                             else where))
+
+
+# --- BAR1 against the GPU's memory --------------------------------------------------------------------------------
+
+BAR1_SMALL_IDS = ("kernel.bar1-no-space",)
+BAR1_LOST_IDS = ("kernel.bar1-realloc-failed",)
+BARE_METAL_REBAR_FIX = ("enable 'Above 4G decoding' and 'Re-Size BAR Support' (Resizable BAR) in the BIOS setup, "
+                        "then reboot: the driver enlarges BAR1 at load when there is room")
+
+
+def _bar1_fix(v: Virt) -> str:
+    return BARE_METAL_REBAR_FIX if not v.is_vm else _fix(v)
+
+
+@check("hw.bar1-size", "hardware", "GPU memory window (BAR1) as large as the GPU offers")
+def bar1_size(node: Node) -> Verdict:
+    """BAR1 is the CPU's and other devices' window on the GPU's memory. A Resizable-BAR GPU offers a BAR1 as large
+    as its memory, but keeps the small default (256 MiB) when the firmware or the VM's firmware has no 64-bit MMIO
+    space for more: CUDA still works, peer-to-peer, GPUDirect RDMA and other large-BAR users are limited. When the
+    driver lost BAR1 while resizing it, the GPU is unusable."""
+    if not node.has_gpu:
+        return NO_GPU
+    v: Virt = node.facts[virt_facts.VIRT]
+    lost = [f for f in node.kernel_findings if f.id in BAR1_LOST_IDS]
+    if lost:
+        return failed(f"kernel log: {lost[0].excerpt[:240]}{_where(v)}", _bar1_fix(v), reboot=True)
+    small, sizes = [], []
+    for gpu in v.gpus:
+        bar1 = gpu.bar(1)
+        if bar1 is None or not bar1.assigned:
+            continue  # hw.passthrough-bars reports a BAR without an address
+        memory = f", memory {_size(gpu.memory_mib << 20)}" if gpu.memory_mib else ""
+        sizes.append(f"{gpu.address} BAR1 {_size(bar1.size)}{memory}")
+        wanted = gpu.bar1_max
+        if gpu.memory_mib:
+            wanted = min(wanted, 1 << (((gpu.memory_mib << 20) - 1).bit_length())) if wanted else 0
+        if wanted and bar1.size < wanted:
+            small.append(f"GPU {gpu.address}: BAR1 is {_size(bar1.size)}, the GPU offers {_size(gpu.bar1_max)}"
+                         + memory)
+    if small:
+        return warned("; ".join(small) + f"{_where(v)}: the firmware did not enlarge the memory window (Resizable "
+                      "BAR off, or no 64-bit MMIO space left); CUDA works, peer-to-peer and GPUDirect RDMA are "
+                      "limited", _bar1_fix(v), reboot=True)
+    logged = [f for f in node.kernel_findings if f.id in BAR1_SMALL_IDS]
+    if logged:
+        return warned(f"kernel log: {logged[0].excerpt[:240]}{_where(v)}", _bar1_fix(v), reboot=True)
+    if not sizes:
+        return skipped("the GPUs' BAR1 sizes are unknown (no placed BAR1 in /sys/bus/pci/devices/*/resource)")
+    return passed("BAR1 as large as each GPU offers: " + ", ".join(sizes))
+
+
+# --- the host side of passthrough: IOMMU groups and interrupt remapping -------------------------------------------
+
+VFIO_OK = ("", "vfio-pci", "pci-stub", "pcieport")  # drivers a viable IOMMU group may hold (Documentation/vfio)
+NO_IR_IDS = ("virt.no-interrupt-remapping",)
+
+
+def _host(v: Virt) -> passthrough.Hypervisor | None:
+    """The hypervisor this node is the host of: Xen's dom0 says xen; a Linux host passing GPUs is KVM."""
+    return passthrough.by_virt("xen" if v.detected == "xen" else "kvm")
+
+
+def _iommu_fix(v: Virt) -> str:
+    host = _host(v)
+    return f"{host.name} host: {host.iommu_fix}" if host else "enable the IOMMU (VT-d / AMD-Vi) in the firmware"
+
+
+@check("hw.iommu", "hardware", "IOMMU and interrupt remapping for GPUs passed to VMs")
+def iommu(node: Node) -> Verdict:
+    """On a host that passes GPUs to VMs (a GPU bound to vfio-pci), vfio needs the IOMMU on, every device of the
+    GPU's IOMMU group bound to vfio-pci (or to nothing; bridges excepted), and interrupt remapping, or QEMU stops
+    with 'group N is not viable' / 'no iommu_group found' / 'No interrupt remapping support'."""
+    if not node.has_gpu:
+        return NO_GPU
+    v: Virt = node.facts[virt_facts.VIRT]
+    no_ir = [f for f in node.kernel_findings if f.id in NO_IR_IDS]
+    passed_gpus = [g for g in v.gpus if g.driver == "vfio-pci"]
+    if no_ir:
+        return failed(f"kernel log: {no_ir[0].excerpt[:240]}: vfio refuses to assign devices without interrupt "
+                      "remapping", _iommu_fix(v), reboot=True)
+    if not passed_gpus:
+        return skipped("no GPU is bound to vfio-pci: this node passes no GPU to a VM")
+    names = ", ".join(g.address for g in passed_gpus)
+    if v.iommu_groups == 0 or any(not g.group for g in passed_gpus):
+        return failed(f"GPU {names} is bound to vfio-pci but the kernel made no IOMMU groups: the IOMMU is off, so "
+                      "no VM can get the GPU", _iommu_fix(v), reboot=True)
+    blocking = [f"{m.address} ({m.driver})" for g in passed_gpus for m in g.members
+                if m.driver not in VFIO_OK and not m.is_bridge]
+    if blocking:
+        return failed(f"IOMMU group of GPU {names} is not viable: {', '.join(sorted(set(blocking)))} still "
+                      "bound to a host driver", _iommu_fix(v), reboot=True)
+    if v.interrupt_remapping is False or v.intel_ir_capable is False:
+        why = ("the Intel IOMMU units lack interrupt remapping" if v.intel_ir_capable is False
+               else "no interrupt is remapped (no IR- interrupt chips in /proc/interrupts)")
+        return warned(f"GPU {names} is ready for vfio, but {why}: vfio refuses to assign it unless "
+                      "allow_unsafe_interrupts is set", _iommu_fix(v), reboot=True)
+    groups = ", ".join(sorted({f"{g.address} group {g.group}" for g in passed_gpus}))
+    remap = " and interrupts are remapped" if v.interrupt_remapping else ""
+    return passed(f"IOMMU on ({v.iommu_groups} groups){remap}: {groups} viable for passthrough")
+
+
+# --- the NVIDIA driver flavour against how the GPU is attached ----------------------------------------------------
+
+@check("hw.vgpu-driver-mode", "hardware", "vGPU or data-center driver matches how the GPU is attached")
+def vgpu_driver_mode(node: Node) -> Verdict:
+    """A passed-through GPU is driven by the data-center driver; NVIDIA's vGPU (GRID) guest driver also drives it,
+    but then needs a licence or it throttles. A vGPU needs the guest driver (hw.vgpu); the vGPU Manager (the host
+    driver, 'Host VGPU' mode) belongs on the hypervisor, never inside a VM."""
+    if not node.has_gpu:
+        return NO_GPU
+    if not node.smi_gpus:
+        return skipped("virtualization mode unknown: the NVIDIA driver is not loaded or nvidia-smi fails")
+    v: Virt = node.facts[virt_facts.VIRT]
+    host_mode = [g for g in node.smi_gpus if g.virtualization.lower() == "host vgpu"]
+    if host_mode and v.is_vm:
+        known = hypervisor(v)
+        return failed(f"GPU {host_mode[0].bus} runs NVIDIA's vGPU Manager (Host VGPU mode) inside a VM"
+                      f"{' (' + known.name + ')' if known else ''}: the vGPU Manager belongs on the hypervisor host, "
+                      "the VM needs the vGPU guest driver (for a vGPU) or the data-center driver (passed through)",
+                      fixes.gpunode("install") + "  # the data-center driver, for a passed-through GPU")
+    grid_on_pt = [g for g in node.smi_gpus if g.virtualization == "Pass-Through" and g.license]
+    unlicensed = [g for g in grid_on_pt if not g.license.lower().startswith("licensed")]
+    if unlicensed:
+        return warned(f"GPU {unlicensed[0].bus} is passed through and driven by the vGPU (GRID) guest driver, "
+                      f"licence status {unlicensed[0].license!r}: unlicensed, it throttles after the grace period",
+                      LICENCE_FIX)
+    modes = sorted({g.virtualization or "None" for g in node.smi_gpus})
+    flavour = " with the vGPU guest driver, licensed" if grid_on_pt else ""
+    return passed(f"virtualization mode {', '.join(modes)}{flavour}")

@@ -452,7 +452,7 @@ def _cuda_unknown(c: Candidate, doc: Doc) -> Finding:
 
 # --- GPU BARs, bare metal or a virtual machine (the hypervisor's own fix from data/passthrough.csv) -------------
 
-@_hook("kernel.bar-invalid", "kernel.bar-unassigned")
+@_hook("kernel.bar-invalid", "kernel.bar-unassigned", "kernel.bar1-no-space", "kernel.bar1-realloc-failed")
 def _bar(c: Candidate, doc: Doc) -> Finding:
     hypervisor = passthrough.in_text(doc.text)
     if hypervisor is None:
@@ -462,8 +462,11 @@ def _bar(c: Candidate, doc: Doc) -> Finding:
     return _render(c, doc, values={**c.values, "hypervisor": hypervisor.key}, excerpt=excerpt,
                    cause=f"This is a virtual machine ({hypervisor.name}, the text shows it) with the GPU passed "
                          "through, and the VM's firmware had no room for the GPU's large 64-bit BAR (its memory "
-                         "window), so the guest cannot use the GPU. The fix is in the VM's configuration on the "
-                         "hypervisor, not in the guest.",
+                         "window), so " + ("BAR1 stays smaller than the GPU's memory (CUDA works, large-BAR users "
+                                           "such as peer-to-peer and GPUDirect RDMA are limited)"
+                                           if c.detector.id == "kernel.bar1-no-space" else
+                                           "the guest cannot use the GPU") + ". The fix is in the VM's "
+                         "configuration on the hypervisor, not in the guest.",
                    also=(f"{hypervisor.name}: {hypervisor.bar_fix}", f"source: {hypervisor.source}",
                          fixes.gpunode("doctor") + "  # in the guest: hw.passthrough-bars shows each GPU's BARs"))
 

@@ -37,7 +37,7 @@ from tests.fakes.connection import FakeConnection, FakeNode
 K8S_CHECKS = {"container.k8s-kubelet-runtime", "container.k8s-device-plugin", "container.k8s-allocatable",
               "container.k8s-sharing-units"}
 NOT_APPLICABLE_ON_T4 = {"container.crio-nvidia-runtime", "container.cdi-spec", "fabric.manager-version",
-                        "fabric.manager-active"} | K8S_CHECKS
+                        "fabric.manager-active", "hw.iommu"} | K8S_CHECKS
 
 
 def test_at_least_30_checks_with_stable_unique_ids_and_known_layers():
@@ -71,7 +71,7 @@ def test_finished_node_passes_every_check_that_applies():
 def test_finished_nvswitch_node_passes_the_fabric_checks_too():
     results = check_results(finished(H100, 8, switches=4))
     assert {i for i, r in results.items() if r.status != "pass"} == {"container.crio-nvidia-runtime",
-                                                                     "container.cdi-spec"} | K8S_CHECKS
+                                                                     "container.cdi-spec", "hw.iommu"} | K8S_CHECKS
     assert "4 NVSwitch(es): nvidia-fabricmanager 580.95.05-1" in results["fabric.manager-installed"].evidence
     assert "fabric Completed on 8 GPU(s)" in results["fabric.manager-active"].evidence
 
@@ -314,6 +314,12 @@ VARIANTS: list[tuple[str, str, Callable[[], FakeNode], Mutation, set[str]]] = [
     ("hw.passthrough-bars", "fail", finished, lambda n: set_output(n, "virt", virt_output(
         ["0000:18:00.0"], "vmware", "VMware, Inc.", "VMware7,1",
         bar1="0x0000000000000000 0x0000000000000000 0x0000000000000000")), set()),
+    ("hw.bar1-size", "warn", finished, lambda n: set_output(n, "virt", virt_output(
+        ["0000:18:00.0"], bar1="0x00000000c0000000 0x00000000cfffffff 0x000000000014220c") + "~rebar=0x3f00\n"), set()),
+    ("hw.iommu", "fail", finished, lambda n: set_output(n, "virt", "iommu_groups=0\n" + virt_output(
+        ["0000:18:00.0"]) + "~driver=vfio-pci\n"), set()),
+    ("hw.vgpu-driver-mode", "warn", finished, lambda n: set_output(n, "doctor_gpus", smi_q(
+        ["0000:18:00.0"], license="Unlicensed (Unrestricted)")), set()),
     ("boot.secure-boot", "fail", finished, _secure_boot_unsigned, set()),
     ("kernel.nouveau-loaded", "fail", finished, lambda n: n.modules.add("nouveau"), set()),
     ("kernel.nouveau-blacklisted", "warn", finished,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpunode import passthrough
-from tests.doctor.fakes import check_results, finished, set_output, virt_output
+from tests.doctor.fakes import check_results, finished, set_output, smi_q, virt_output
 
 ZERO = "0x0000000000000000 0x0000000000000000 0x0000000000000000"
 
@@ -52,3 +52,108 @@ def test_without_the_bars_the_kernel_log_still_tells():
     assert _result(None).status == "skip"
     result = _result(None, log)
     assert result.status == "fail" and "BAR1 is 0M" in result.evidence
+
+
+# --- hw.bar1-size -------------------------------------------------------------------------------------------------
+
+SMALL_BAR1 = "0x00000000c0000000 0x00000000cfffffff 0x000000000014220c"  # 256 MiB, 64-bit prefetchable
+
+
+def _check(check_id: str, output: str | None, log: str = "", smi: str | None = None):
+    node = finished()
+    set_output(node, "virt", output)
+    if log:
+        set_output(node, "doctor_kernel_log", "@source dmesg\n" + log)
+    if smi is not None:
+        set_output(node, "doctor_gpus", smi)
+    return check_results(node)[check_id]
+
+
+def test_a_resizable_bar1_left_small_warns_with_the_bios_or_hypervisor_fix():
+    # the GPU offers 256 MiB to 32 GiB (resource1_resize bits 8-15) and has 24 GiB of memory
+    rebar = "~rebar=0xff00\n@mem 00000000:18:00.0, 24576\n"
+    bare = _check("hw.bar1-size", virt_output(["0000:18:00.0"], bar1=SMALL_BAR1) + rebar)
+    assert bare.status == "warn" and "BAR1 is 256 MiB, the GPU offers 32 GiB, memory 24 GiB" in bare.evidence
+    assert "Re-Size BAR" in bare.fix
+    vm = _check("hw.bar1-size", virt_output(["0000:18:00.0"], "kvm", "QEMU", "Standard PC (Q35 + ICH9, 2009)",
+                                            bar1=SMALL_BAR1) + rebar)
+    assert vm.status == "warn" and "X-PciMmio64Mb" in vm.fix and "KVM" in vm.evidence
+
+
+def test_a_bar1_as_large_as_the_memory_passes_and_a_fixed_small_one_is_not_blamed():
+    full = "0x000000c000000000 0x000000c7ffffffff 0x000000000014220c"  # 32 GiB
+    ok = _check("hw.bar1-size", virt_output(["0000:18:00.0"], bar1=full) + "~rebar=0xff00\n"
+                "@mem 00000000:18:00.0, 24576\n")
+    assert ok.status == "pass" and "BAR1 32 GiB, memory 24 GiB" in ok.evidence
+    # no Resizable BAR: 256 MiB is all the GPU has (T4 and most GeForce/older cards); nothing to enlarge
+    fixed = _check("hw.bar1-size", virt_output(["0000:18:00.0"], bar1=SMALL_BAR1) + "@mem 00000000:18:00.0, 15360\n")
+    assert fixed.status == "pass" and "BAR1 256 MiB, memory 15 GiB" in fixed.evidence
+
+
+def test_the_kernel_log_tells_a_bar1_resize_that_failed():
+    warn = _check("hw.bar1-size", None, "[    5.1] NVRM: No address space to allocate resized BAR1.\n")
+    assert warn.status == "warn" and "No address space" in warn.evidence
+    fail = _check("hw.bar1-size", None, "[    5.1] NVRM: FATAL: Failed to re-allocate BAR1.\n")
+    assert fail.status == "fail" and "Above 4G decoding" not in fail.evidence and fail.fix
+    assert _check("hw.bar1-size", None).status == "skip"
+
+
+# --- hw.iommu -----------------------------------------------------------------------------------------------------
+
+def _host(groups: str = "iommu_groups=42\nir_chips=12\n", members: str = "", driver: str = "vfio-pci") -> str:
+    gpu = virt_output(["0000:18:00.0"])
+    extra = f"~driver={driver}\n~group=17\n~member=0000:18:00.0 0x030200 {driver}\n" + members
+    return groups + gpu + extra
+
+
+def test_a_passthrough_host_with_a_viable_group_and_remapped_interrupts_passes():
+    result = _check("hw.iommu", _host(members="~member=0000:17:00.0 0x060400 pcieport\n"))
+    assert result.status == "pass" and "0000:18:00.0 group 17" in result.evidence and "remapped" in result.evidence
+
+
+def test_the_iommu_off_fails_with_the_hosts_fix():
+    result = _check("hw.iommu", _host(groups="iommu_groups=0\nir_chips=0\n"))
+    assert result.status == "fail" and "no IOMMU groups" in result.evidence and "intel_iommu=on" in result.fix
+
+
+def test_a_group_member_still_on_a_host_driver_is_named():
+    result = _check("hw.iommu", _host(members="~member=0000:18:00.1 0x040300 snd_hda_intel\n"))
+    assert result.status == "fail" and "0000:18:00.1 (snd_hda_intel)" in result.evidence
+    assert "vfio-pci.ids" in result.fix
+
+
+def test_interrupt_remapping_missing_warns_and_vfio_refusing_fails():
+    warn = _check("hw.iommu", _host(groups="iommu_groups=42\nir_chips=0\n"))
+    assert warn.status == "warn" and "allow_unsafe_interrupts" in warn.evidence
+    no_cap = _check("hw.iommu", "dmar_ecap=f02052\n" + _host(groups="iommu_groups=42\n"))  # ecap bit 3 (IR) clear
+    assert no_cap.status == "warn" and "lack interrupt remapping" in no_cap.evidence
+    log = ("[ 99.0] vfio_iommu_type1_attach_group: No interrupt remapping support.  Use the module param "
+           "\"allow_unsafe_interrupts\" to enable VFIO IOMMU support on this platform\n")
+    assert _check("hw.iommu", _host(driver="nvidia"), log).status == "fail"
+
+
+def test_a_node_passing_no_gpu_skips():
+    result = _check("hw.iommu", _host(driver="nvidia"))
+    assert result.status == "skip" and "vfio-pci" in result.evidence
+
+
+# --- hw.vgpu-driver-mode ------------------------------------------------------------------------------------------
+
+def test_the_vgpu_guest_driver_on_a_passed_through_gpu_needs_its_licence():
+    warn = _check("hw.vgpu-driver-mode", virt_output(["0000:18:00.0"]),
+                  smi=smi_q(["0000:18:00.0"], license="Unlicensed (Unrestricted)"))
+    assert warn.status == "warn" and "passed through" in warn.evidence and "gridd.conf" in warn.fix
+    ok = _check("hw.vgpu-driver-mode", virt_output(["0000:18:00.0"]),
+                smi=smi_q(["0000:18:00.0"], license="Licensed (Expiry: 2027-1-1 0:0:0 GMT)"))
+    assert ok.status == "pass" and "licensed" in ok.evidence
+    plain = _check("hw.vgpu-driver-mode", virt_output(["0000:18:00.0"]), smi=smi_q(["0000:18:00.0"]))
+    assert plain.status == "pass" and "Pass-Through" in plain.evidence
+
+
+def test_the_vgpu_manager_inside_a_vm_fails():
+    vm = virt_output(["0000:18:00.0"], "vmware", "VMware, Inc.", "VMware7,1")
+    result = _check("hw.vgpu-driver-mode", vm, smi=smi_q(["0000:18:00.0"], virtualization="Host VGPU"))
+    assert result.status == "fail" and "VMware ESXi" in result.evidence and "vGPU Manager" in result.evidence
+    bare = _check("hw.vgpu-driver-mode", virt_output(["0000:18:00.0"]),
+                  smi=smi_q(["0000:18:00.0"], virtualization="Host VGPU"))
+    assert bare.status == "pass"  # the hypervisor host itself

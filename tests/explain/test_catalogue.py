@@ -18,7 +18,8 @@ def test_the_catalogue_covers_every_emitter_of_the_issue():
     for name in ("nvidia-container-cli", "container-device-interface", "nvml", "cuda runtime", "cuda driver api",
                  "pytorch", "tensorflow", "jax", "k8s device plugin", "kube-scheduler", "selinux", "apparmor",
                  "kernel nvrm", "kernel pci core", "vfio", "nvidia-installer", "docker", "containerd", "kubelet",
-                 "apptainer", "enroot", "cgroup v2", "any cuda program"):
+                 "apptainer", "enroot", "cgroup v2", "any cuda program", "gpu operator validator", "nvidia-modprobe",
+                 "nvidia-persistenced", "cri-o", "podman", "crun"):
         assert name in emitters, name
     assert len(MESSAGES) >= 60 and all(m.source for m in MESSAGES)
 

@@ -449,8 +449,52 @@ def test_the_passthrough_fix_is_the_hypervisors_own():
     assert any("pciPassthru.use64bitMMIO" in a and "64bitMMIOSizeGB" in a for a in esxi.also)
 
 
+def test_a_bar1_resize_without_room_gets_the_hypervisors_fix_and_keeps_its_milder_cause():
+    text = "NVRM: No address space to allocate resized BAR1."
+    (bare,) = explain(text)
+    assert bare.id == "kernel.bar1-no-space" and "Re-Size BAR" in bare.cause and "hypervisor" not in bare.values
+    (vm,) = explain(f"Hypervisor detected: KVM\n{text}")
+    assert vm.values["hypervisor"] == "kvm" and any("X-PciMmio64Mb" in a for a in vm.also)
+    assert "stays smaller than the GPU's memory" in vm.cause and "cannot use the GPU" not in vm.cause
+    (lost,) = explain("Hypervisor detected: KVM\nNVRM: FATAL: Failed to re-allocate BAR1.")
+    assert lost.id == "kernel.bar1-realloc-failed" and "cannot use the GPU" in lost.cause
+
+
+def test_the_host_side_of_passthrough_is_recognised():
+    viable = explain("vfio 0000:01:00.0: group 1 is not viable\nPlease ensure all devices within the iommu_group "
+                     "are bound to their vfio bus driver.")
+    assert viable[0].id == "virt.iommu-group-not-viable" and "0000:01:00.0" in viable[0].fix
+    assert explain("vfio 0000:08:00.0: no iommu_group found: No such file or directory")[0].id == "virt.iommu-off"
+    assert explain("Unit nvidia-fabricmanager.service is masked.")[0].fix == (
+        "sudo systemctl unmask nvidia-fabricmanager.service && sudo systemctl enable --now "
+        "nvidia-fabricmanager.service")
+    assert explain("Unit docker.service is masked.") == []  # not an NVIDIA unit: not ours to explain
+
+
 def test_a_security_module_denial_outranks_the_permission_error_it_causes():
     text = ("Failed to initialize NVML: Insufficient Permissions\n"
             'type=AVC msg=audit(1.2:3): avc:  denied  { read write } for  pid=1 comm="nvidia-smi" name="nvidiactl" '
             'scontext=system_u:system_r:container_t:s0 tcontext=system_u:object_r:xserver_misc_device_t:s0')
     assert [f.id for f in explain(text)][:2] == ["selinux.device-denied", "nvml.no-permission"]
+
+
+def test_a_generic_hook_or_wait_line_yields_to_the_error_that_names_the_cause():
+    # crun prints only the hook's exit code; the nvidia-container-cli line before it names the cause
+    hook = "Error: OCI runtime error: crun: error executing hook `/usr/bin/nvidia-container-toolkit` (exit code: 1)"
+    assert [f.id for f in explain(hook)] == ["container.hook-failed"]
+    cli = "nvidia-container-cli: initialization error: nvml error: driver not loaded"
+    assert [f.id for f in explain(f"{cli}\n{hook}")][0] == "driver.not-loaded"
+    # GPU Operator operands wait for the validator: the validator's own failure is the finding, the wait is dropped
+    wait = "waiting for nvidia container stack to be setup"
+    assert [f.id for f in explain(wait)] == ["operator.waiting-for-stack"]
+    validator = "Error: error validating toolkit installation: exit status 1"
+    assert [f.id for f in explain(f"{wait}\n{wait}\n{validator}")] == ["operator.toolkit-not-ready"]
+
+
+def test_operator_and_daemon_findings_carry_their_values():
+    (f,) = explain("device not bound to 'vfio-pci'; device: 0000:3b:00.0 driver: 'nvidia'")
+    assert f.id == "operator.vfio-not-bound" and "0000:3b:00.0" in f.title and "'nvidia'" in f.title
+    (f,) = explain("nvidia-persistenced[88]: device 0000:41:00.0 - failed to open.")
+    assert f.id == "persistenced.device-failed" and "0000:41:00.0" in f.title
+    (f,) = explain("Warning FailedCreatePodSandBox failed to find runtime handler nvidia from runtime list map[runc:0x1]")
+    assert f.id == "crio.no-runtime-handler" and "'nvidia'" in f.title

@@ -35,3 +35,23 @@ def test_what_tells_a_vm_when_tools_are_missing():
 def test_an_unset_bar_keeps_its_size_but_has_no_address():
     bars = parse_bars([f"0x0000000000000000 0x00000007ffffffff {0x14220c | IORESOURCE_UNSET:#018x}", "garbage"])
     assert bars[0].size == 32 << 30 and not bars[0].assigned and len(bars) == 1
+
+
+def test_the_host_side_of_passthrough_and_the_memory_window():
+    text = ("iommu_groups=42\nir_chips=7\ndmar_ecap=f020df\ndmar_ecap=f020de\ncmdline=BOOT_IMAGE=/vmlinuz intel_iommu=on\n"
+            + virt_output(["0000:18:00.0", "0000:3b:00.0"])
+            + "~device=0x2236\n~rebar=0xff00\n~driver=vfio-pci\n~group=17\n"
+              "~member=0000:3b:00.0 0x030200 vfio-pci\n~member=0000:3a:00.0 0x060400 pcieport\n"
+              "@mem 00000000:3B:00.0, 24576\n")
+    v = parse_virt(text)
+    first, second = v.gpus
+    assert first.driver == "" and first.group == "" and first.memory_mib is None and first.bar1_max == 0
+    assert second.device == 0x2236 and second.driver == "vfio-pci" and second.group == "17"
+    assert second.memory_mib == 24576 and second.bar1_max == 32 << 30  # bits 8-15: 256 MiB .. 32 GiB
+    assert [m.is_bridge for m in second.members] == [False, True] and second.members[1].driver == "pcieport"
+    assert second.bar(1) is not None and second.bar(1).size == 16 << 30  # the ~ lines are not BARs
+    assert v.iommu_groups == 42 and v.interrupt_remapping is True and v.cmdline.endswith("intel_iommu=on")
+    assert v.intel_ir_capable is True and v.dmar_ecaps == (0xf020df, 0xf020de)
+    assert parse_virt("iommu_groups=3\nir_chips=0\n").interrupt_remapping is False
+    assert parse_virt("dmar_ecap=f02052\n").intel_ir_capable is False  # bit 3 (IR) clear
+    assert parse_virt("").interrupt_remapping is None and parse_virt("").intel_ir_capable is None

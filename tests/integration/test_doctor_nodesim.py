@@ -45,7 +45,8 @@ cli = CliRunner()
 # Kubernetes checks skip without a kubelet (their simulator nodes: tests/integration/test_k8s_nodesim.py)
 K8S_CHECKS = {"container.k8s-kubelet-runtime", "container.k8s-device-plugin", "container.k8s-allocatable",
               "container.k8s-sharing-units"}
-NOT_APPLICABLE = {"container.crio-nvidia-runtime", "container.cdi-spec"} | K8S_CHECKS  # no CRI-O, no podman
+NOT_APPLICABLE = {"container.crio-nvidia-runtime", "container.cdi-spec",  # no CRI-O, no podman
+                  "hw.iommu"} | K8S_CHECKS  # no GPU bound to vfio-pci
 
 
 class Mirror:
@@ -326,6 +327,10 @@ T4_VARIANTS: list[tuple[str, str, Variant, set[str]]] = [
     ("hw.passthrough-bars", "fail", lambda node, undo: undo.write(
         "/sys/bus/pci/devices/0000:00:1e.0/resource",
         gpu_resource(0, "0x0000000000000000 0x0000000000000000 0x0000000000000000")), set()),
+    ("hw.bar1-size", "warn", lambda node, undo: (
+        undo.write("/sys/bus/pci/devices/0000:00:1e.0/resource",
+                   gpu_resource(0, "0x000000c000000000 0x000000c00fffffff 0x000000000014220c")),  # 256 MiB
+        undo.write("/sys/bus/pci/devices/0000:00:1e.0/resource1_resize", "0000000000003f00\n")), set()),
     ("boot.secure-boot", "fail", _secure_boot, set()),
     ("kernel.nouveau-loaded", "fail", _nouveau, set()),
     ("kernel.nouveau-blacklisted", "warn",
@@ -471,6 +476,7 @@ def test_variants_cover_every_check_the_simulator_can_break():
                 "pkg.pending-upgrades"}
     # not reachable in the simulator (unit-tested in tests/doctor/): every driver package in its catalog replaces
     # the .run driver; its GPUs that need the open module (B200) also need NVLink-5 fabric management gpunode does
-    # not set up; it has no CRI-O
+    # not set up; it has no CRI-O; it has no IOMMU groups or vfio-pci binding and no vGPU driver (hw.iommu and
+    # hw.vgpu-driver-mode: tests/doctor/test_virt.py)
     assert {c.id for c in CHECKS} - covered == {"driver.single-source", "driver.module-flavour",
-                                                "container.crio-nvidia-runtime"}
+                                                "container.crio-nvidia-runtime", "hw.iommu", "hw.vgpu-driver-mode"}
