@@ -165,7 +165,7 @@ def _render(width: int) -> tuple[str, list[CheckResult]]:
     import io
 
     from gpunode.ui import SafeConsole
-    facts = gather(FakeConnection(fresh()))
+    facts = gather(FakeConnection(fresh()), FULL)
     results = run_checks(facts)
     buffer = io.StringIO()
     render_checks("gpu-01", facts, results, SafeConsole(file=buffer, width=width), fixer=lambda fix: fix)

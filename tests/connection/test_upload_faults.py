@@ -70,7 +70,7 @@ class FakeChannel:
             return
         body = bytes(self.received)
         if self.node.tamper:
-            body = body[:-1] + b"x"
+            body = body[:-1] + bytes([body[-1] ^ 0xFF])  # always a different last byte
         digest = hashlib.sha256(body).hexdigest()
         self.out = f"gpunode-received {len(body)} {digest}\n{STAGED}".encode()
         self.status, self.eof_received = 0, True
