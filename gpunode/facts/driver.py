@@ -30,6 +30,28 @@ DRIVER_PACKAGE = re.compile(
 
 
 @dataclass(frozen=True)
+class PackagedDriver:
+    """A driver installed by the distribution's packages, as Debian ships it: the package that builds its kernel
+    module (nvidia-kernel-dkms, nvidia-open-kernel-dkms, nvidia-tesla-535-kernel-dkms, ...), the upstream
+    version that package carries, the module flavour that package means, and Debian's own names: the
+    alternative that selects the driver (/usr/lib/nvidia/current) and the module files the kernel knows by
+    another name (nvidia-current.ko is `nvidia`)."""
+
+    owner: str  # the package that owns the kernel module (or, without one, the first driver package)
+    version: str | None  # upstream version of that package (535.261.03 of 535.261.03-1~deb12u1)
+    package_version: str  # the package's own version string
+    flavour: str | None  # "open" | "proprietary" from the package's name; None: cannot tell
+    alternative: str | None = None  # update-alternatives --query nvidia: the selected value
+    module_files: tuple[tuple[str, str], ...] = ()  # (file, name the kernel gives it) for the running kernel
+
+    @property
+    def renamed(self) -> bool:
+        """The module file of `nvidia` is not nvidia.ko (Debian's nvidia-current.ko, nvidia-tesla-535.ko)."""
+        return any(name == "nvidia" and not f.rsplit("/", 1)[-1].startswith("nvidia.ko") for f, name in
+                   self.module_files)
+
+
+@dataclass(frozen=True)
 class DriverState:
     loaded: LoadedDriver | None = None
     libraries: tuple[str, ...] = ()  # versions of the libnvidia-ml.so.<version> files found
@@ -39,6 +61,7 @@ class DriverState:
     packages: tuple[tuple[str, str], ...] = ()  # distribution driver packages: (name, version)
     smi_status: int | None = None  # nvidia-smi's exit status; None: no nvidia-smi
     smi_text: str = ""
+    packaged: PackagedDriver | None = None  # the distribution's driver, when packages installed one
 
     @property
     def installed(self) -> str | None:
@@ -68,6 +91,7 @@ class ModuleInfo:
     version: str | None = None
     flavour: str | None = None  # from its license: "open" ("Dual MIT/GPL") | "proprietary" ("NVIDIA")
     signer: str | None = None  # who signed it (Secure Boot); None: unsigned
+    filename: str | None = None  # /lib/modules/K/updates/dkms/nvidia-current.ko on Debian
 
 
 def parse_module(text: str) -> ModuleInfo:
@@ -75,10 +99,12 @@ def parse_module(text: str) -> ModuleInfo:
     version = re.search(rf"^version:\s*({versions.DRIVER})", text, re.M)
     licence = re.search(r"^license:\s*(.+)$", text, re.M)
     signer = re.search(r"^signer:\s*(\S.*)$", text, re.M)
+    filename = re.search(r"^filename:\s*(/\S+)", text, re.M)
     flavour = None
     if licence:
         flavour = "proprietary" if licence.group(1).strip() == "NVIDIA" else "open"
-    return ModuleInfo(version.group(1) if version else None, flavour, signer.group(1).strip() if signer else None)
+    return ModuleInfo(version.group(1) if version else None, flavour, signer.group(1).strip() if signer else None,
+                      filename.group(1) if filename else None)
 
 
 def parse_packages(text: str) -> tuple[tuple[str, str], ...]:
@@ -88,6 +114,50 @@ def parse_packages(text: str) -> tuple[tuple[str, str], ...]:
         if DRIVER_PACKAGE.match(name) and "container" not in name:
             found.append((name, version.strip()))
     return tuple(found)
+
+
+# the package that builds the kernel module, per distribution naming: Debian's nvidia-kernel-dkms,
+# nvidia-open-kernel-dkms, nvidia-tesla-535-kernel-dkms, nvidia-tesla-470-kernel-dkms (and -source variants),
+# Ubuntu's nvidia-dkms-535(-open) and linux-modules-nvidia-535(-open)-K, RHEL's kmod-nvidia and akmod-nvidia
+_MODULE_PACKAGE = re.compile(r"^(?:nvidia(?:-tesla-\d+)?(?:-open)?-kernel-(?:dkms|source)|nvidia-dkms-\d+(?:-open)?|"
+                             r"linux-modules-nvidia-\d+|kmod-nvidia|akmod-nvidia|dkms-nvidia|nvidia-kmod)")
+
+
+def upstream_version(package_version: str) -> str | None:
+    """The NVIDIA release inside a package version: 535.261.03 of `535.261.03-1~deb12u1`, `3:580.95.05-1.el9`,
+    `535.183.01-0ubuntu0.22.04.1`; None when it carries none."""
+    found = re.search(rf"(?:^|:)({versions.DRIVER})(?=-|$|\+|~)", package_version)
+    return found.group(1) if found else None
+
+
+def parse_debian_names(text: str) -> tuple[str | None, tuple[tuple[str, str], ...]]:
+    """Lines `alt VALUE` (update-alternatives --query nvidia) and `ko FILE NAME` (modinfo -F name of each nvidia*.ko
+    of the running kernel) -> (selected alternative, ((file, module name), ...))."""
+    alternative = None
+    files = []
+    for line in text.splitlines():
+        word, _, rest = line.partition(" ")
+        if word == "alt" and rest.strip():
+            alternative = rest.strip()
+        elif word == "ko":
+            path, _, name = rest.strip().partition(" ")
+            if path.startswith("/") and name.strip():
+                files.append((path, name.strip()))
+    return alternative, tuple(files)
+
+
+def packaged_driver(packages: tuple[tuple[str, str], ...], names: tuple[str | None, tuple[tuple[str, str], ...]]
+                    ) -> PackagedDriver | None:
+    """The distribution's driver from the installed driver packages and Debian's names; None without packages."""
+    if not packages:
+        return None
+    owner = next(((n, v) for n, v in packages if _MODULE_PACKAGE.match(n)), None)
+    name, version = owner or next(((n, v) for n, v in packages if upstream_version(v)), packages[0])
+    flavour = None
+    if owner is not None:
+        flavour = "open" if "open" in name else "proprietary"
+    alternative, files = names
+    return PackagedDriver(name, upstream_version(version), version, flavour, alternative, files)
 
 
 @dataclass(frozen=True)
@@ -106,8 +176,9 @@ def driver_state(facts: Facts) -> DriverState:
     libs, record = facts[USERSPACE]
     module = facts[MODULE]
     smi = facts[SMI]
-    return DriverState(facts.loaded_driver, libs, record, module.version, module.flavour, facts[PACKAGES], smi.status,
-                       smi.text)
+    packages = facts[PACKAGES]
+    return DriverState(facts.loaded_driver, libs, record, module.version, module.flavour, packages, smi.status,
+                       smi.text, packaged_driver(packages, facts[DEBIAN_NAMES]))
 
 
 # ---- nvidia-smi -q -------------------------------------------------------------------------------------------
@@ -209,17 +280,32 @@ def parse_cuda_toolkits(files: Mapping[str, str]) -> dict[str, list[str]]:
 
 # user-space libraries of an installed driver (their suffix is the version), and the .run installer's own record
 # of what it installed
+# (Debian keeps them in /usr/lib/<triplet>/nvidia/current/, or nvidia/tesla-535/, behind its alternatives)
 USERSPACE = command("driver_userspace", (
     'for f in /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.* /usr/lib64/libnvidia-ml.so.* '
-    '/usr/lib/aarch64-linux-gnu/libnvidia-ml.so.* /usr/lib/libnvidia-ml.so.*; do '
+    '/usr/lib/aarch64-linux-gnu/libnvidia-ml.so.* /usr/lib/libnvidia-ml.so.* '
+    '/usr/lib/x86_64-linux-gnu/nvidia/*/libnvidia-ml.so.* /usr/lib/aarch64-linux-gnu/nvidia/*/libnvidia-ml.so.*; do '
     '[ -e "$f" ] && echo "lib $f"; done; '
     'command -v nvidia-installer >/dev/null 2>&1 && '
     'echo "installer $(nvidia-installer --version 2>/dev/null | grep -i -m 1 version)"; true'
 ), parse_userspace, module=_M)
-# the nvidia module the running kernel would load (built by DKMS or the installer): version, license, signer
+# the nvidia module the running kernel would load (built by DKMS or the installer): version, license, signer. Where
+# `modinfo nvidia` finds none, the running kernel's module file whose own name is `nvidia` (Debian installs it as
+# nvidia-current.ko, selected through its alternatives)
 MODULE = command("driver_module", (
-    'modinfo nvidia 2>/dev/null | grep -E "^(filename|version|license|signer):"; true'
+    'F="^(filename|version|license|signer):"; if ! modinfo nvidia 2>/dev/null | grep -E "$F"; then '
+    'for f in $(find "/lib/modules/$(uname -r)/" -name "nvidia*.ko*" 2>/dev/null); do '
+    '[ "$(modinfo -F name "$f" 2>/dev/null)" = nvidia ] || continue; modinfo "$f" 2>/dev/null | grep -E "$F"; break; '
+    'done; fi; true'
 ), parse_module, module=_M)
+# Debian's names: the driver alternative its packages select, and each nvidia*.ko of the running kernel with the
+# name the kernel gives it (nvidia-current-uvm.ko is nvidia_uvm)
+DEBIAN_NAMES = command("driver_debian_names", (
+    'command -v update-alternatives >/dev/null 2>&1 && '
+    'update-alternatives --query nvidia 2>/dev/null | sed -n "s/^Value: /alt /p"; '
+    'for f in $(find "/lib/modules/$(uname -r)/" -name "nvidia*.ko*" 2>/dev/null | sort); do '
+    'echo "ko $f $(modinfo -F name "$f" 2>/dev/null)"; done; true'
+), parse_debian_names, module=_M)
 # does NVML answer? (its error text names a driver/library mismatch)
 SMI = command_section("driver_smi", (
     'command -v nvidia-smi >/dev/null 2>&1 || exit 3; t=; command -v timeout >/dev/null 2>&1 && t="timeout 30"; '

@@ -123,13 +123,27 @@ def requested_version(options: Options) -> str | None:
     return None
 
 
-def _packages_fix(facts: Facts) -> str:
+def _packages_fix(facts: Facts, state: DriverState) -> str:
+    """Remove the packaged driver by the names dpkg/rpm report (a pattern like 'nvidia-*' would also match the
+    hundreds of uninstalled nvidia packages of a non-free source), then the .run install can follow."""
+    names = shlex.join(dict.fromkeys(n for n, _ in state.packages))
     if facts.os.family == "rhel":
-        remove = "dnf remove 'nvidia-driver*' 'kmod-nvidia*' 'cuda-drivers*' 'xorg-x11-drv-nvidia*'"
+        remove = f"sudo dnf remove -y {names}"
     else:
-        remove = "apt-get purge 'nvidia-*' 'libnvidia-*' 'linux-modules-nvidia-*' && apt-get autoremove"
-    return (f"either keep the packaged driver and run without --driver, or remove it ({remove}), reboot, and run "
-            "the same command again")
+        remove = f"sudo apt-get purge -y {names} && sudo apt-get autoremove -y --purge"
+    loaded = state.loaded is not None or facts.module_loaded("nvidia")
+    return (remove + (" && sudo reboot" if loaded else "") + "  # removes the packaged driver; then run this "
+            "command again. To keep the packaged driver instead, run without --driver/--driver-run")
+
+
+def _packaged_label(state: DriverState) -> str:
+    """`driver 535.261.03 from Debian's packages (nvidia-kernel-dkms 535.261.03-1~deb12u1, ...)`."""
+    names = ", ".join(f"{n} {v}" for n, v in state.packages[:4]) + (" ..." if len(state.packages) > 4 else "")
+    found = state.packaged
+    if found is None or found.version is None:
+        return f"a driver from distribution packages ({names})"
+    flavour = f", {found.flavour} kernel module" if found.flavour else ""
+    return f"driver {found.version} from distribution packages ({names}{flavour})"
 
 
 def _install_actions(facts: Facts, options: Options, version: str, flavour: Flavour) -> list[Action]:
@@ -204,10 +218,11 @@ def _no_driver(facts: Facts, state: DriverState, options: Options) -> StepPlan:
     """No --driver, nothing loaded: fine without a GPU; with one, the node would end up with a container
     toolkit and no driver, so say what is missing and the exact command that asks for it."""
     if not facts.gpus:
+        if state.packages:
+            return ok(NAME, f"no NVIDIA GPU on this node; {_packaged_label(state)} is installed and left as it is")
         return ok(NAME, "no NVIDIA GPU on this node: no driver to install")
     if state.packages:
-        names = ", ".join(n for n, _ in state.packages[:3])
-        return blocked(NAME, f"a driver from distribution packages ({names}) is installed but not loaded",
+        return blocked(NAME, f"{_packaged_label(state)} is installed but not loaded",
                        "sudo modprobe nvidia  # if it fails: sudo dmesg | gpunode explain; a reboot also loads it")
     installed = state.installed or state.module
     if installed:
@@ -245,6 +260,11 @@ def _plan(facts: Facts, options: Options, earlier: Earlier, state: DriverState) 
             return ok(NAME, f"no --driver requested; driver {state.loaded.version} ({state.loaded.flavour} module) "
                             "is loaded and left as it is")
         return _no_driver(facts, state, options)
+    if state.packages and not (state.loaded and state.loaded.version == version and not state.mismatch):
+        # before the GPU check: the packaged driver is the reason a .run cannot go here, GPU or not
+        return blocked(NAME, f"{_packaged_label(state)} is installed; a .run install on top would mix two drivers "
+                             "(NVIDIA's installer and the distribution's packages overwrite each other's files)",
+                       _packages_fix(facts, state))
     if not facts.gpus and not options.bake:  # a bake builds without a GPU
         return blocked(NAME, NO_GPU, NO_GPU_FIX)
     try:
@@ -256,12 +276,8 @@ def _plan(facts: Facts, options: Options, earlier: Earlier, state: DriverState) 
         return blocked(NAME, f"{options.driver_run} is the {named[0]} installer; this node is {arch}",
                        f"use NVIDIA-Linux-{arch}-{version}.run")
 
-    if state.packages:
-        names = ", ".join(f"{n} {v}" for n, v in state.packages[:4]) + (" ..." if len(state.packages) > 4 else "")
-        if state.loaded and state.loaded.version == version and not state.mismatch:
-            return ok(NAME, f"driver {version} is loaded (installed from distribution packages: {names})")
-        return blocked(NAME, f"a driver from distribution packages is installed ({names}); a .run install on top "
-                             "would mix two drivers", _packages_fix(facts))
+    if state.packages:  # loaded at the requested version (any other case was refused above)
+        return ok(NAME, f"driver {version} is loaded ({_packaged_label(state)})")
 
     choice = choose_flavour([d.device for d in facts.gpus], version, options.kernel_module)
     if isinstance(choice, str):

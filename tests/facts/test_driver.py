@@ -23,7 +23,7 @@ def test_userspace_module_and_packages_parsers():
                                      "installer nvidia-installer:  version 550.54.15\n")
     assert libs == ("550.54.15",) and record == "550.54.15"
     assert d.parse_module("filename: /x.ko\nversion:        570.124.06\nlicense:        Dual MIT/GPL\n") == \
-        d.ModuleInfo("570.124.06", "open", None)
+        d.ModuleInfo("570.124.06", "open", None, "/x.ko")
     assert d.parse_module("version:        535.129.03\nlicense:        NVIDIA\nsigner:         DKMS module signing key\n") \
         == d.ModuleInfo("535.129.03", "proprietary", "DKMS module signing key")
     assert d.parse_packages("nvidia-container-toolkit 1.17\nkmod-nvidia-latest-dkms 550.54.15-1.el9\n") == (
