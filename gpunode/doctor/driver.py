@@ -78,10 +78,27 @@ def _load_blocker(node: Node) -> str | None:
     return None
 
 
+def _installed_label(node: Node) -> str:
+    state = node.driver
+    packaged = state.packaged
+    if packaged is not None and packaged.version:
+        return f"driver {packaged.version} (distribution package {packaged.owner} {packaged.package_version})"
+    if packaged is not None:
+        return f"a driver from distribution packages ({packaged.owner} {packaged.package_version})"
+    return f"driver {state.module or state.installed}"
+
+
 @check("driver.loaded", "driver", "NVIDIA kernel module loaded")
 def loaded(node: Node) -> Verdict:
     if not node.has_gpu:
-        return NO_GPU
+        if not node.driver_on_disk:
+            return NO_GPU
+        kernel = node.facts.kernel
+        built = node.kernels.built_for(kernel)
+        where = f"its module is built for kernel {kernel} ({built[0]})" if built else \
+            f"no nvidia module is built for the running kernel {kernel}"
+        return skipped(f"{_installed_label(node)} is installed and {where}; it is not loaded and cannot be: no NVIDIA "
+                       "GPU on this node for it to drive")
     d = node.facts.loaded_driver
     if d:
         return passed(f"/proc/driver/nvidia/version: {d.version} ({d.flavour} kernel module)")
@@ -106,8 +123,8 @@ def loaded(node: Node) -> Verdict:
 @check("driver.single-source", "driver", "one driver, from one source")
 def single_source(node: Node) -> Verdict:
     """A .run driver on top of distribution packages (or the reverse) leaves two sets of libraries and modules
-    that overwrite each other at the next update."""
-    if not node.has_gpu:
+    that overwrite each other at the next update. About the software: checked with no GPU too."""
+    if not node.has_gpu and not node.driver_on_disk:
         return NO_GPU
     state = node.driver
     if not state.packages and not state.installer:
@@ -122,7 +139,10 @@ def single_source(node: Node) -> Verdict:
                       f"{state.installer}")
     if state.installer:
         return passed(f"driver {state.installer} from NVIDIA's .run installer")
-    return passed(f"driver from distribution packages ({', '.join(n for n, _ in state.packages[:3])})")
+    found = state.packaged
+    version = f"driver {found.version} " if found is not None and found.version else "driver "
+    return passed(f"{version}from distribution packages ({', '.join(n for n, _ in state.packages[:3])}"
+                  + (" ..." if len(state.packages) > 3 else "") + "), no .run installer record")
 
 
 @check("driver.version-mismatch", "driver", "loaded module matches the user-space libraries")
@@ -250,7 +270,7 @@ def module_flavour(node: Node) -> Verdict:
 def branch_lifecycle(node: Node) -> Verdict:
     """An end-of-life branch gets no security or bug fixes; NVIDIA's data-center guidance is to move to a
     supported LTSB or production branch."""
-    if not node.has_gpu:
+    if not node.has_gpu and not node.driver_on_disk:
         return NO_GPU
     driver = _driver(node)
     if driver is None:

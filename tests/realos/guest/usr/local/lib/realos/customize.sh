@@ -16,9 +16,13 @@ LIST
 sed -i -e 's/^GRUB_TIMEOUT=.*/GRUB_TIMEOUT=0/' \
        -e 's/^GRUB_CMDLINE_LINUX_DEFAULT=.*/GRUB_CMDLINE_LINUX_DEFAULT="console=ttyS0"/' /etc/default/grub
 echo 'MODULES=dep' > /etc/initramfs-tools/conf.d/realos-modules.conf
-systemctl enable systemd-networkd.service realos-fake-gpu.service realos-firstboot.service
-# The nvidia image meets the packaged driver with no NVIDIA GPU at all: nothing pretends to be one.
-[ "${REALOS_VARIANT:-base}" != nvidia ] || systemctl mask realos-fake-gpu.service
+# The nvidia image meets the packaged driver with no NVIDIA GPU at all: nothing pretends to be one there.
+if [ "${REALOS_VARIANT:-base}" = nvidia ]; then
+  rm /etc/systemd/system/realos-fake-gpu.service /usr/local/sbin/realos-fake-gpu
+  systemctl enable systemd-networkd.service realos-firstboot.service
+else
+  systemctl enable systemd-networkd.service realos-fake-gpu.service realos-firstboot.service
+fi
 # Timers that would take the apt lock or disk time at random moments during a test.
 systemctl mask apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer man-db.timer \
   dpkg-db-backup.timer 2>/dev/null || true
