@@ -17,7 +17,7 @@ from gpunode.explain import explain
 from gpunode.facts import driver as driver_facts
 from gpunode.facts.driver import parse_cuda_toolkits
 from gpunode.options import Options
-from gpunode.steps.driver import recommended_version
+from gpunode.steps.driver import load_fix, packages_remove, recommended_version
 
 
 def install_fix(node: Node, at_least: Version | None = None) -> str:
@@ -97,8 +97,12 @@ def loaded(node: Node) -> Verdict:
         built = node.kernels.built_for(kernel)
         where = f"its module is built for kernel {kernel} ({built[0]})" if built else \
             f"no nvidia module is built for the running kernel {kernel}"
+        unresolved = ""
+        if node.driver.packaged is not None and not node.driver.packaged.loads_as_nvidia:
+            unresolved = ("; `modprobe nvidia` would not find it: no modprobe configuration maps nvidia to the renamed "
+                          "module file (Debian links it in with libcuda1)")
         return skipped(f"{_installed_label(node)} is installed and {where}; it is not loaded and cannot be: no NVIDIA "
-                       "GPU on this node for it to drive")
+                       f"GPU on this node for it to drive{unresolved}")
     d = node.facts.loaded_driver
     if d:
         return passed(f"/proc/driver/nvidia/version: {d.version} ({d.flavour} kernel module)")
@@ -108,8 +112,7 @@ def loaded(node: Node) -> Verdict:
         if cause:
             return skipped(f"driver {state.module} is installed but not loaded: {cause}")
         return failed(f"driver {state.module} is installed for kernel {node.facts.kernel} but not loaded "
-                      "(/proc/driver/nvidia/version does not exist)",
-                      "sudo modprobe nvidia  # if it fails: sudo dmesg | gpunode explain")
+                      "(/proc/driver/nvidia/version does not exist)", load_fix(state))
     if state.installed:
         newest = node.kernels.newest
         if newest is not None and newest.name == node.facts.kernel and not node.kernels.built_for(newest.name):
@@ -132,11 +135,9 @@ def single_source(node: Node) -> Verdict:
             f"driver {state.installed} (no installer record, no driver packages)")
     if state.packages and state.installer:
         names = ", ".join(f"{n} {v}" for n, v in state.packages[:4]) + (" ..." if len(state.packages) > 4 else "")
-        remove = ("sudo dnf remove 'nvidia-driver*' 'kmod-nvidia*' 'cuda-drivers*'" if node.facts.os.family == "rhel"
-                  else "sudo apt-get purge 'nvidia-*' 'libnvidia-*' 'linux-modules-nvidia-*'")
         return failed(f"the .run installer installed {state.installer} and distribution packages are installed "
-                      f"too ({names})", f"{remove}  # keep one source; then reboot and: gpunode install --driver "
-                      f"{state.installer}")
+                      f"too ({names})", f"{packages_remove(node.facts, state)}  # keep one source; then reboot and: "
+                      f"gpunode install --driver {state.installer}")
     if state.installer:
         return passed(f"driver {state.installer} from NVIDIA's .run installer")
     found = state.packaged
@@ -291,8 +292,11 @@ def branch_lifecycle(node: Node) -> Verdict:
             if arch.last_driver_branch is not None:
                 highs.append(arch.last_driver_branch)
     example = _suggest(None, min(highs) if highs else None, node.today)
-    return warned(f"driver {driver}: R{branch.branch} {branch.label} reached end of life in {branch.end_of_life}",
-                  f"gpunode install --driver {example}" if example else install_fix(node))
+    fix = f"gpunode install --driver {example}" if example else install_fix(node)
+    if node.driver.packages and example:
+        # a .run over the packages is refused (driver step): the packages go first
+        fix = f"{packages_remove(node.facts, node.driver)}  # the distribution's driver is R{branch.branch}; then: {fix}"
+    return warned(f"driver {driver}: R{branch.branch} {branch.label} reached end of life in {branch.end_of_life}", fix)
 
 
 @check("cuda.toolkit-vs-driver", "cuda", "installed CUDA toolkit runs on the driver")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from packaging.version import Version
 
 from gpunode import versions
-from gpunode.facts.kernel import LoadedDriver
+from gpunode.facts.kernel import MODPROBE_D, LoadedDriver, effective_modprobe_files, parse_modprobe_directives
 from gpunode.facts.registry import Section, command, command_section, files
 
 if TYPE_CHECKING:
@@ -23,10 +23,14 @@ _M = __name__.rsplit(".", 1)[-1]
 
 # ---- the driver on disk ----------------------------------------------------------------------------------------
 
+# (Debian's own names too, as its packaged driver installs them: nvidia-smi, nvidia-alternative, libcuda1,
+# libnvidia-cfg1, libnvidia-ptxjitcompiler1, firmware-nvidia-gsp; nvidia-modprobe and nvidia-persistenced are
+# not counted: repositories ship them for .run drivers too)
 DRIVER_PACKAGE = re.compile(
     r"^(nvidia-driver|nvidia-dkms|nvidia-kernel|nvidia-headless|nvidia-utils|nvidia-compute-utils|"
-    r"libnvidia-compute|libnvidia-gl|libnvidia-ml|linux-modules-nvidia|linux-objects-nvidia|cuda-drivers|"
-    r"nvidia-open|kmod-nvidia|akmod-nvidia|xorg-x11-drv-nvidia|dkms-nvidia|nvidia-kmod)")
+    r"libnvidia-(?!container)|linux-modules-nvidia|linux-objects-nvidia|cuda-drivers|"
+    r"nvidia-open|kmod-nvidia|akmod-nvidia|xorg-x11-drv-nvidia|dkms-nvidia|nvidia-kmod|"
+    r"nvidia-smi$|nvidia-alternative$|nvidia-tesla-|libcuda1$|firmware-nvidia-gsp$)")
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,20 @@ class PackagedDriver:
     flavour: str | None  # "open" | "proprietary" from the package's name; None: cannot tell
     alternative: str | None = None  # update-alternatives --query nvidia: the selected value
     module_files: tuple[tuple[str, str], ...] = ()  # (file, name the kernel gives it) for the running kernel
+    modprobe_nvidia: str | None = None  # the modprobe configuration's `install nvidia ...`/`alias nvidia ...` line
+
+    @property
+    def loads_as_nvidia(self) -> bool:
+        """`modprobe nvidia` finds the module: a file named nvidia.ko, or a configuration line that redirects the
+        name (Debian's `install nvidia modprobe -i nvidia-current`, linked in only with its glx alternative)."""
+        return self.modprobe_nvidia is not None or not self.renamed
+
+    @property
+    def debian_load_fix(self) -> str:
+        """How to make `modprobe nvidia` work when Debian's modprobe configuration is not linked in."""
+        return ("sudo apt-get install -y libcuda1  # Debian links its modprobe configuration (nvidia -> "
+                "nvidia-current) and the loader path of its libraries through the glx alternative, registered with "
+                "libcuda1 (or the full nvidia-driver)")
 
     @property
     def renamed(self) -> bool:
@@ -130,9 +148,15 @@ def upstream_version(package_version: str) -> str | None:
     return found.group(1) if found else None
 
 
-def parse_debian_names(text: str) -> tuple[str | None, tuple[tuple[str, str], ...]]:
+@dataclass(frozen=True)
+class DebianNames:
+    alternative: str | None = None
+    module_files: tuple[tuple[str, str], ...] = ()
+
+
+def parse_debian_names(text: str) -> DebianNames:
     """Lines `alt VALUE` (update-alternatives --query nvidia) and `ko FILE NAME` (modinfo -F name of each nvidia*.ko
-    of the running kernel) -> (selected alternative, ((file, module name), ...))."""
+    the running kernel's extra directories hold)."""
     alternative = None
     files = []
     for line in text.splitlines():
@@ -143,11 +167,21 @@ def parse_debian_names(text: str) -> tuple[str | None, tuple[tuple[str, str], ..
             path, _, name = rest.strip().partition(" ")
             if path.startswith("/") and name.strip():
                 files.append((path, name.strip()))
-    return alternative, tuple(files)
+    return DebianNames(alternative, tuple(files))
 
 
-def packaged_driver(packages: tuple[tuple[str, str], ...], names: tuple[str | None, tuple[tuple[str, str], ...]]
-                    ) -> PackagedDriver | None:
+def modprobe_redirect(modprobe_files: Mapping[str, str], name: str = "nvidia") -> str | None:
+    """The modprobe.d line that makes `modprobe NAME` load something (`install nvidia modprobe -i nvidia-current`,
+    `alias nvidia nvidia-current`), from the files kmod reads; None without one."""
+    for text in effective_modprobe_files(modprobe_files).values():
+        for words in parse_modprobe_directives(text):
+            if len(words) >= 3 and words[0] in ("install", "alias") and words[1] == name:
+                return " ".join(words)
+    return None
+
+
+def packaged_driver(packages: tuple[tuple[str, str], ...], names: DebianNames,
+                    modprobe_files: Mapping[str, str] | None = None) -> PackagedDriver | None:
     """The distribution's driver from the installed driver packages and Debian's names; None without packages."""
     if not packages:
         return None
@@ -156,8 +190,8 @@ def packaged_driver(packages: tuple[tuple[str, str], ...], names: tuple[str | No
     flavour = None
     if owner is not None:
         flavour = "open" if "open" in name else "proprietary"
-    alternative, files = names
-    return PackagedDriver(name, upstream_version(version), version, flavour, alternative, files)
+    return PackagedDriver(name, upstream_version(version), version, flavour, names.alternative, names.module_files,
+                          modprobe_redirect(modprobe_files or {}))
 
 
 @dataclass(frozen=True)
@@ -178,7 +212,7 @@ def driver_state(facts: Facts) -> DriverState:
     smi = facts[SMI]
     packages = facts[PACKAGES]
     return DriverState(facts.loaded_driver, libs, record, module.version, module.flavour, packages, smi.status,
-                       smi.text, packaged_driver(packages, facts[DEBIAN_NAMES]))
+                       smi.text, packaged_driver(packages, facts[DEBIAN_NAMES], facts[MODPROBE_D]))
 
 
 # ---- nvidia-smi -q -------------------------------------------------------------------------------------------
@@ -298,13 +332,15 @@ MODULE = command("driver_module", (
     '[ "$(modinfo -F name "$f" 2>/dev/null)" = nvidia ] || continue; modinfo "$f" 2>/dev/null | grep -E "$F"; break; '
     'done; fi; true'
 ), parse_module, module=_M)
-# Debian's names: the driver alternative its packages select, and each nvidia*.ko of the running kernel with the
-# name the kernel gives it (nvidia-current-uvm.ko is nvidia_uvm)
+# Debian's names: the driver alternative its packages select, each nvidia*.ko outside the kernel's own tree with
+# the name the kernel gives it (nvidia-current-uvm.ko is nvidia_uvm). What `modprobe nvidia` resolves through is
+# read from the modprobe.d files (kernel.MODPROBE_D) in driver_state
 DEBIAN_NAMES = command("driver_debian_names", (
     'command -v update-alternatives >/dev/null 2>&1 && '
     'update-alternatives --query nvidia 2>/dev/null | sed -n "s/^Value: /alt /p"; '
-    'for f in $(find "/lib/modules/$(uname -r)/" -name "nvidia*.ko*" 2>/dev/null | sort); do '
-    'echo "ko $f $(modinfo -F name "$f" 2>/dev/null)"; done; true'
+    'k=$(uname -r); for f in $(find "/lib/modules/$k/" -name "nvidia*.ko*" 2>/dev/null | '
+    'grep -v "^/lib/modules/$k/kernel/" | sort); do echo "ko $f $(modinfo -F name "$f" 2>/dev/null)"; done; '
+    'true'
 ), parse_debian_names, module=_M)
 # does NVML answer? (its error text names a driver/library mismatch)
 SMI = command_section("driver_smi", (
@@ -316,7 +352,7 @@ SMI = command_section("driver_smi", (
 PACKAGES = command("driver_packages", (
     'if command -v dpkg-query >/dev/null 2>&1; then '
     'dpkg-query -W -f \'${Status} ${Package} ${Version}\\n\' 2>/dev/null | grep "^install ok installed" | '
-    'cut -d" " -f4- | grep -E "^(nvidia|libnvidia|linux-modules-nvidia|linux-objects-nvidia|cuda-drivers)"; '
+    'cut -d" " -f4- | grep -E "^(nvidia|libnvidia|linux-modules-nvidia|linux-objects-nvidia|cuda-drivers|libcuda1 |firmware-nvidia)"; '
     'elif command -v rpm >/dev/null 2>&1; then '
     'rpm -qa --qf "%{NAME} %{VERSION}-%{RELEASE}\\n" 2>/dev/null | '
     'grep -E "^(nvidia|kmod-nvidia|akmod-nvidia|xorg-x11-drv-nvidia|cuda-drivers|dkms-nvidia)"; fi; true'

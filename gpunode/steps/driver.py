@@ -123,17 +123,29 @@ def requested_version(options: Options) -> str | None:
     return None
 
 
-def _packages_fix(facts: Facts, state: DriverState) -> str:
-    """Remove the packaged driver by the names dpkg/rpm report (a pattern like 'nvidia-*' would also match the
-    hundreds of uninstalled nvidia packages of a non-free source), then the .run install can follow."""
+def packages_remove(facts: Facts, state: DriverState) -> str:
+    """The command that removes the packaged driver, by the names dpkg/rpm report (a pattern like 'nvidia-*' would
+    also match the hundreds of uninstalled nvidia packages of a non-free source), and reboots if it is loaded."""
     names = shlex.join(dict.fromkeys(n for n, _ in state.packages))
     if facts.os.family == "rhel":
         remove = f"sudo dnf remove -y {names}"
     else:
         remove = f"sudo apt-get purge -y {names} && sudo apt-get autoremove -y --purge"
     loaded = state.loaded is not None or facts.module_loaded("nvidia")
-    return (remove + (" && sudo reboot" if loaded else "") + "  # removes the packaged driver; then run this "
-            "command again. To keep the packaged driver instead, run without --driver/--driver-run")
+    return remove + (" && sudo reboot" if loaded else "")
+
+
+def _packages_fix(facts: Facts, state: DriverState) -> str:
+    return (packages_remove(facts, state) + "  # removes the packaged driver; then run this command again. To keep "
+            "the packaged driver instead, run without --driver/--driver-run")
+
+
+def load_fix(state: DriverState) -> str:
+    """How to load an installed, unloaded driver: `modprobe nvidia`, unless the module file is renamed (Debian's
+    nvidia-current.ko) and nothing redirects the name."""
+    if state.packaged is not None and not state.packaged.loads_as_nvidia:
+        return state.packaged.debian_load_fix + "; then: sudo modprobe nvidia"
+    return "sudo modprobe nvidia  # if it fails: sudo dmesg | gpunode explain; a reboot also loads it"
 
 
 def _packaged_label(state: DriverState) -> str:
@@ -222,8 +234,7 @@ def _no_driver(facts: Facts, state: DriverState, options: Options) -> StepPlan:
             return ok(NAME, f"no NVIDIA GPU on this node; {_packaged_label(state)} is installed and left as it is")
         return ok(NAME, "no NVIDIA GPU on this node: no driver to install")
     if state.packages:
-        return blocked(NAME, f"{_packaged_label(state)} is installed but not loaded",
-                       "sudo modprobe nvidia  # if it fails: sudo dmesg | gpunode explain; a reboot also loads it")
+        return blocked(NAME, f"{_packaged_label(state)} is installed but not loaded", load_fix(state))
     installed = state.installed or state.module
     if installed:
         return blocked(NAME, f"driver {installed} is installed but not loaded, and no --driver was given",
