@@ -7,6 +7,7 @@ import hashlib
 import pytest
 
 from gpunode.facts import driver as driver_facts
+from tests.conftest import FIXTURES
 
 pytestmark = pytest.mark.integration
 
@@ -219,3 +220,20 @@ def test_debian_packaged_driver_has_debians_names(sim_node):
     module = driver_facts.parse_module(out)
     assert (module.version, module.flavour) == ("535.261.03", "proprietary")
     assert module.filename == f"/lib/modules/{kernel}/updates/dkms/nvidia-current.ko"
+
+
+def test_debian_packaged_driver_without_gpu_answers_as_the_real_programs(sim_node):
+    """The real texts of the tier's nvidia VM (tests/fixtures/real/debian-nvidia, the state with Debian's modprobe
+    configuration linked in): the simulator prints the same for modprobe, nvidia-smi and nvidia-modprobe."""
+    real = FIXTURES / "debian-nvidia"
+    node = sim_node("debian-12-nogpu", kernel_headers=True)
+    assert node.ssh("apt-get install -y nvidia-kernel-dkms")[0] == 0
+    rc, _, err = node.ssh("modprobe nvidia")
+    assert rc == 1 and err == (real / "modprobe-nvidia_with-libcuda1.txt").read_text()
+    _, dmesg, _ = node.ssh("dmesg")
+    kernel_lines = [line.split("] ", 1)[1] for line in (real / "dmesg_modprobe-nvidia_no-gpu.txt").read_text().splitlines()]
+    assert all(line in dmesg for line in kernel_lines), dmesg
+    rc, out, err = node.ssh("nvidia-modprobe -u -c=0")
+    assert (rc, out, err) == (1, "", "")
+    rc, out, _ = node.ssh("nvidia-smi")
+    assert rc == 9 and out == (real / "nvidia-smi_no-gpu.txt").read_text()

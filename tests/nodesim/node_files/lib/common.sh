@@ -232,8 +232,21 @@ ns_load_module() {
                     ns_err "modprobe: ERROR: could not insert 'nvidia': Key was rejected by service"; return 1 ;;
                 nodevice)
                     if ns_loaded nouveau; then sed 's/^\[[^]]*\] //' "$NSDATA/errors/dmesg_nvrm-no-adapter-probed_nouveau-conflict.txt" | while IFS= read -r _l; do ns_kmsg "$_l"; done
-                    else ns_kmsg "NVRM: No NVIDIA GPU found."; fi
-                    ns_err "modprobe: ERROR: could not insert 'nvidia': No such device"; return 1 ;;
+                    else
+                        # as the real module logs it (real-OS tier, tests/fixtures/real/debian-nvidia)
+                        ns_kmsg "nvidia-nvlink: Nvlink Core is being initialized, major device number 245"
+                        ns_kmsg "NVRM: No NVIDIA GPU found."
+                        ns_kmsg "nvidia-nvlink: Unregistered Nvlink Core, major device number 245"
+                    fi
+                    if [ "$DRIVER_DKMS_NAME" = nvidia-current ]; then
+                        # kmod around Debian's install hook (install nvidia modprobe -i nvidia-current)
+                        ns_err "modprobe: ERROR: could not insert 'nvidia_current': No such device"
+                        ns_err "modprobe: ERROR: ../libkmod/libkmod-module.c:1047 command_do() Error running install command 'modprobe -i nvidia-current ' for module nvidia: retcode 1"
+                        ns_err "modprobe: ERROR: could not insert 'nvidia': Invalid argument"
+                    else
+                        ns_err "modprobe: ERROR: could not insert 'nvidia': No such device"
+                    fi
+                    return 1 ;;
                 notfound) ns_err "modprobe: FATAL: Module nvidia not found in directory /lib/modules/$(ns_kernel)"; return 1 ;;
             esac
             ns_driver_load_env
