@@ -35,13 +35,13 @@ FINGERPRINT = (
 )
 RUN_DRIVER = "550.54.15"  # any .run version: the plan must refuse it before anything is fetched
 NODE: dict[str, str] = {}  # what the first test learns: kernel, version
+CAPTURE_DIR = os.environ.get("GPUNODE_REALOS_CAPTURE")  # read at import: tests/conftest.py clears GPUNODE_* per test
 
 
 def capture(name: str, text: str) -> str:
-    where = os.environ.get("GPUNODE_REALOS_CAPTURE")
-    if where:
-        Path(where).mkdir(parents=True, exist_ok=True)
-        (Path(where) / name).write_text(text)
+    if CAPTURE_DIR:
+        Path(CAPTURE_DIR).mkdir(parents=True, exist_ok=True)
+        (Path(CAPTURE_DIR) / name).write_text(text)
     if name in EXPECTED:
         found = [f.id for f in explain(text)]
         assert found and found[0] == EXPECTED[name], (name, text, found)
