@@ -110,6 +110,7 @@ class ModuleInfo:
     flavour: str | None = None  # from its license: "open" ("Dual MIT/GPL") | "proprietary" ("NVIDIA")
     signer: str | None = None  # who signed it (Secure Boot); None: unsigned
     filename: str | None = None  # /lib/modules/K/updates/dkms/nvidia-current.ko on Debian
+    name: str | None = None  # the kernel's name for it (`nvidia`, whatever the file is called)
 
 
 def parse_module(text: str) -> ModuleInfo:
@@ -118,11 +119,12 @@ def parse_module(text: str) -> ModuleInfo:
     licence = re.search(r"^license:\s*(.+)$", text, re.M)
     signer = re.search(r"^signer:\s*(\S.*)$", text, re.M)
     filename = re.search(r"^filename:\s*(/\S+)", text, re.M)
+    name = re.search(r"^name:\s*(\S+)", text, re.M)
     flavour = None
     if licence:
         flavour = "proprietary" if licence.group(1).strip() == "NVIDIA" else "open"
     return ModuleInfo(version.group(1) if version else None, flavour, signer.group(1).strip() if signer else None,
-                      filename.group(1) if filename else None)
+                      filename.group(1) if filename else None, name.group(1) if name else None)
 
 
 def parse_packages(text: str) -> tuple[tuple[str, str], ...]:
@@ -155,8 +157,8 @@ class DebianNames:
 
 
 def parse_debian_names(text: str) -> DebianNames:
-    """Lines `alt VALUE` (update-alternatives --query nvidia) and `ko FILE NAME` (modinfo -F name of each nvidia*.ko
-    the running kernel's extra directories hold)."""
+    """Lines `alt VALUE` (update-alternatives --query nvidia) and `ko FILE [NAME]`, one per nvidia*.ko in the running
+    kernel's DKMS/installer directories (without NAME: the name the kernel gives that file, by kernel_name)."""
     alternative = None
     files = []
     for line in text.splitlines():
@@ -165,9 +167,18 @@ def parse_debian_names(text: str) -> DebianNames:
             alternative = rest.strip()
         elif word == "ko":
             path, _, name = rest.strip().partition(" ")
-            if path.startswith("/") and name.strip():
-                files.append((path, name.strip()))
+            if path.startswith("/"):
+                files.append((path, name.strip() or kernel_name(path)))
     return DebianNames(alternative, tuple(files))
+
+
+def kernel_name(path: str) -> str:
+    """The name the kernel gives a driver module file: Debian's renamed files drop their flavour part
+    (nvidia-current-uvm.ko, nvidia-tesla-535-uvm.ko, nvidia-current-open.ko -> nvidia_uvm, nvidia_uvm, nvidia), and
+    `-` reads as `_` (`modinfo -F name`, checked on the real-OS tier's nvidia VM)."""
+    base = path.rsplit("/", 1)[-1].split(".ko", 1)[0]
+    base = re.sub(r"^nvidia-(?:current|tesla-\d+)(?:-open)?", "nvidia", base)
+    return base.replace("-", "_")
 
 
 def modprobe_redirect(modprobe_files: Mapping[str, str], name: str = "nvidia") -> str | None:
@@ -326,21 +337,23 @@ USERSPACE = command("driver_userspace", (
 # the nvidia module the running kernel would load (built by DKMS or the installer): version, license, signer. Where
 # `modinfo nvidia` finds none, the running kernel's module file whose own name is `nvidia` (Debian installs it as
 # nvidia-current.ko, selected through its alternatives)
+# (one find in the DKMS/installer directories and one modinfo: the probe runs under a time limit, and on a slow node,
+# a VM without KVM, each modinfo of the 60 MB module costs seconds)
 MODULE = command("driver_module", (
-    'F="^(filename|version|license|signer):"; if ! modinfo nvidia 2>/dev/null | grep -E "$F"; then '
-    'for f in $(find "/lib/modules/$(uname -r)/" -name "nvidia*.ko*" 2>/dev/null); do '
-    '[ "$(modinfo -F name "$f" 2>/dev/null)" = nvidia ] || continue; modinfo "$f" 2>/dev/null | grep -E "$F"; break; '
-    'done; fi; true'
+    'F="^(filename|version|license|signer|name):"; if ! modinfo nvidia 2>/dev/null | grep -E "$F"; then '
+    'k=$(uname -r); f=$(find "/lib/modules/$k/updates" "/lib/modules/$k/extra" -name "nvidia*.ko*" 2>/dev/null | '
+    'grep -E "/nvidia(-current|-tesla-[0-9]+)?(-open)?\\.ko" | head -n 1); '
+    '[ -n "$f" ] && modinfo "$f" 2>/dev/null | grep -E "$F"; fi; true'
 ), parse_module, module=_M)
-# Debian's names: the driver alternative its packages select, each nvidia*.ko outside the kernel's own tree with
-# the name the kernel gives it (nvidia-current-uvm.ko is nvidia_uvm). What `modprobe nvidia` resolves through is
-# read from the modprobe.d files (kernel.MODPROBE_D) in driver_state
+# Debian's names: the driver alternative its packages select, and the nvidia*.ko files in the running kernel's DKMS
+# and installer directories (no modinfo per file: the probe has a time limit, and on a slow node each modinfo of
+# the 60 MB module costs seconds; MODULE reads the main one's own name). What `modprobe nvidia` resolves through
+# is read from the modprobe.d files (kernel.MODPROBE_D) in driver_state
 DEBIAN_NAMES = command("driver_debian_names", (
     'command -v update-alternatives >/dev/null 2>&1 && '
     'update-alternatives --query nvidia 2>/dev/null | sed -n "s/^Value: /alt /p"; '
-    'k=$(uname -r); for f in $(find "/lib/modules/$k/" -name "nvidia*.ko*" 2>/dev/null | '
-    'grep -v "^/lib/modules/$k/kernel/" | sort); do echo "ko $f $(modinfo -F name "$f" 2>/dev/null)"; done; '
-    'true'
+    'k=$(uname -r); find "/lib/modules/$k/updates" "/lib/modules/$k/extra" -name "nvidia*.ko*" 2>/dev/null | sort | '
+    'sed "s/^/ko /"; true'
 ), parse_debian_names, module=_M)
 # does NVML answer? (its error text names a driver/library mismatch)
 SMI = command_section("driver_smi", (

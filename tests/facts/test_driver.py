@@ -129,7 +129,18 @@ def test_debian_names_module_files_and_alternative():
     assert ("/lib/modules/6.1.0-56-amd64/updates/dkms/nvidia-current-uvm.ko", "nvidia_uvm") in names.module_files
     module = d.parse_module((DEBIAN / "modinfo-nvidia-current.txt").read_text())
     assert module == d.ModuleInfo("535.309.01", "proprietary", None,
-                                  "/lib/modules/6.1.0-56-amd64/updates/dkms/nvidia-current.ko")
+                                  "/lib/modules/6.1.0-56-amd64/updates/dkms/nvidia-current.ko", "nvidia")
+
+
+def test_kernel_name_rule_agrees_with_real_modinfo():
+    """The probe lists the files without a modinfo each (time limit); the names it derives must be the ones the
+    real `modinfo -F name` gave for every file on the tier's nvidia VM."""
+    for line in (DEBIAN / "modinfo-F-name.txt").read_text().splitlines():
+        path, name = line.split()
+        assert d.kernel_name(path) == name, line
+    bare = d.parse_debian_names("".join(f"ko {line.split()[0]}\n" for line in
+                                        (DEBIAN / "modinfo-F-name.txt").read_text().splitlines()))
+    assert bare.module_files == _debian_names().module_files
 
 
 def test_debian_packaged_driver_owner_version_flavour_and_modprobe_redirect():
