@@ -222,8 +222,11 @@ def driver_state(facts: Facts) -> DriverState:
     module = facts[MODULE]
     smi = facts[SMI]
     packages = facts[PACKAGES]
+    names = facts[DEBIAN_NAMES]
+    if module.filename and module.name and (module.filename, module.name) not in names.module_files:
+        names = DebianNames(names.alternative, (*names.module_files, (module.filename, module.name)))
     return DriverState(facts.loaded_driver, libs, record, module.version, module.flavour, packages, smi.status,
-                       smi.text, packaged_driver(packages, facts[DEBIAN_NAMES], facts[MODPROBE_D]))
+                       smi.text, packaged_driver(packages, names, facts[MODPROBE_D]))
 
 
 # ---- nvidia-smi -q -------------------------------------------------------------------------------------------
