@@ -145,7 +145,7 @@ def test_doctor_verdicts_on_the_packaged_driver(realnv):
     loaded = checks["driver.loaded"]
     assert loaded["status"] == "skip", loaded
     assert f"built for kernel {NODE['kernel']}" in loaded["evidence"] and "no NVIDIA GPU" in loaded["evidence"]
-    assert "`modprobe nvidia` would not find it" in loaded["evidence"]  # no libcuda1 yet
+    assert "modprobe nvidia\"` would not find it" in loaded["evidence"]  # no libcuda1 yet (rendered as an ssh line)
     assert checks["driver.single-source"]["status"] == "pass", checks["driver.single-source"]
     assert checks["kernel.headers"]["status"] == "pass", checks["kernel.headers"]
     newest = checks["kernel.dkms-newest-kernel"]
@@ -186,7 +186,9 @@ def test_the_printed_fix_removes_the_packaged_driver(realnv):
     """The refusal's fix, run as printed, really removes Debian's driver (DKMS tree, module files); after it a
     .run is refused only for the missing GPU."""
     command = NODE["fix"].split("  #")[0]
-    assert command.startswith("sudo apt-get purge -y ")
+    if command.startswith("ssh "):  # printed for a remote node: `ssh -t -F CONFIG realos "COMMAND"`
+        command = shlex.split(command)[-1]
+    assert command.startswith("sudo apt-get purge -y "), command
     started = time.monotonic()
     realnv.ssh(f"DEBIAN_FRONTEND=noninteractive sh -c {shlex.quote(command.replace('sudo ', ''))}", timeout=1800)
     realnv.stage("nvidia VM: the refusal's purge fix", time.monotonic() - started)
