@@ -126,7 +126,12 @@ def requested_version(options: Options) -> str | None:
 def packages_remove(facts: Facts, state: DriverState) -> str:
     """The command that removes the packaged driver, by the names dpkg/rpm report (a pattern like 'nvidia-*' would
     also match the hundreds of uninstalled nvidia packages of a non-free source), and reboots if it is loaded."""
-    names = shlex.join(dict.fromkeys(n for n, _ in state.packages))
+    listed = [n for n, _ in state.packages]
+    if state.packaged is not None and state.packaged.alternative:
+        # Debian: its nvidia-persistenced/nvidia-modprobe depend on the driver's libraries; left installed, apt
+        # satisfies them with another flavour (seen on the real-OS tier: nvidia-tesla-470-alternative came in)
+        listed += ["nvidia-persistenced", "nvidia-modprobe"]
+    names = shlex.join(dict.fromkeys(listed))
     if facts.os.family == "rhel":
         remove = f"sudo dnf remove -y {names}"
     else:
