@@ -23,6 +23,7 @@ from gpunode.errors import GpunodeError
 
 if TYPE_CHECKING:
     from gpunode.facts import Facts
+    from gpunode.facts.driver import DriverState
     from gpunode.steps.outputs import DriverOutputs
 
 NOUVEAU_BLACKLIST = "/etc/modprobe.d/blacklist-nouveau.conf"
@@ -40,6 +41,35 @@ def runtime_binary_fix(manager: str | None) -> str:
     if manager is None:
         return f"reinstall {TOOLKIT_PACKAGES[1]} with the node's package manager"
     return fixes.on_node("sudo " + shlex.join(pkgmgr.get(manager).reinstall((TOOLKIT_PACKAGES[1],))))
+
+
+def packages_remove(facts: Facts, state: DriverState) -> str:
+    """The command that removes the packaged driver, by the names dpkg/rpm report (a pattern like 'nvidia-*' would
+    also match the hundreds of uninstalled nvidia packages of a non-free source), and reboots if it is loaded.
+    Read by the driver step (a .run over packages is refused) and by doctor (one driver source)."""
+    listed = [n for n, _ in state.packages]
+    if state.packaged is not None and state.packaged.alternative:
+        # Debian: its nvidia-persistenced/nvidia-modprobe depend on the driver's libraries; left installed, apt
+        # satisfies them with another flavour (seen on the real-OS tier: nvidia-tesla-470-alternative came in)
+        listed += ["nvidia-persistenced", "nvidia-modprobe"]
+    names = shlex.join(dict.fromkeys(listed))
+    if facts.os.family == "rhel":
+        remove = f"sudo dnf remove -y {names}"
+    else:
+        remove = f"sudo apt-get purge -y {names} && sudo apt-get autoremove -y --purge"
+    loaded = state.loaded is not None or facts.module_loaded("nvidia")
+    return fixes.on_node(remove + (" && sudo reboot" if loaded else ""))
+
+
+def load_fix(state: DriverState) -> str:
+    """How to load an installed, unloaded driver: `modprobe nvidia`, unless the module file is renamed (Debian's
+    nvidia-current.ko) and nothing redirects the name."""
+    modprobe = fixes.on_node("sudo modprobe nvidia")
+    if state.packaged is not None and not state.packaged.loads_as_nvidia:
+        command, _, why = state.packaged.debian_load_fix.partition("  #")
+        return fixes.on_node(command) + ("  #" + why if why else "") + "; then: " + modprobe
+    return (modprobe + "  # if it fails: " + fixes.on_node("sudo dmesg", fixes.gpunode("explain"))
+            + "; a reboot also loads it")
 
 
 NO_GPU = "no NVIDIA GPU on this node: the driver would have nothing to drive"

@@ -123,6 +123,13 @@ class Node:
     def driver(self) -> DriverState:
         return driver_state(self.facts)
 
+    @property
+    def driver_on_disk(self) -> bool:
+        """A driver is installed (packages, the .run's record, its libraries or its module), GPU or not: the checks
+        about the software itself (its source, its module for each kernel, its branch) have something to say."""
+        state = self.driver
+        return bool(state.packages or state.installer or state.installed or state.module)
+
     @cached_property
     def driver_version(self) -> str | None:
         """The driver that drives the GPUs: the loaded module, else the module the running kernel would load, else

@@ -79,10 +79,31 @@ def _load_blocker(node: Node) -> str | None:
     return None
 
 
+def _installed_label(node: Node) -> str:
+    state = node.driver
+    packaged = state.packaged
+    if packaged is not None and packaged.version:
+        return f"driver {packaged.version} (distribution package {packaged.owner} {packaged.package_version})"
+    if packaged is not None:
+        return f"a driver from distribution packages ({packaged.owner} {packaged.package_version})"
+    return f"driver {state.module or state.installed}"
+
+
 @check("driver.loaded", "driver", "NVIDIA kernel module loaded")
 def loaded(node: Node) -> Verdict:
     if not node.has_gpu:
-        return NO_GPU
+        if not node.driver_on_disk:
+            return NO_GPU
+        kernel = node.facts.kernel
+        built = node.kernels.built_for(kernel)
+        where = f"its module is built for kernel {kernel} ({built[0]})" if built else \
+            f"no nvidia module is built for the running kernel {kernel}"
+        unresolved = ""
+        if node.driver.packaged is not None and not node.driver.packaged.loads_as_nvidia:
+            unresolved = ("; `modprobe nvidia` would not find it: no modprobe configuration maps nvidia to the renamed "
+                          "module file (Debian links it in with libcuda1)")
+        return skipped(f"{_installed_label(node)} is installed and {where}; it is not loaded and cannot be: no NVIDIA "
+                       f"GPU on this node for it to drive{unresolved}")
     d = node.facts.loaded_driver
     if d:
         return passed(f"/proc/driver/nvidia/version: {d.version} ({d.flavour} kernel module)")
@@ -107,8 +128,8 @@ def loaded(node: Node) -> Verdict:
 @check("driver.single-source", "driver", "one driver, from one source")
 def single_source(node: Node) -> Verdict:
     """A .run driver on top of distribution packages (or the reverse) leaves two sets of libraries and modules
-    that overwrite each other at the next update."""
-    if not node.has_gpu:
+    that overwrite each other at the next update. About the software: checked with no GPU too."""
+    if not node.has_gpu and not node.driver_on_disk:
         return NO_GPU
     state = node.driver
     if not state.packages and not state.installer:
@@ -116,14 +137,15 @@ def single_source(node: Node) -> Verdict:
             f"driver {state.installed} (no installer record, no driver packages)")
     if state.packages and state.installer:
         names = ", ".join(f"{n} {v}" for n, v in state.packages[:4]) + (" ..." if len(state.packages) > 4 else "")
-        remove = ("sudo dnf remove 'nvidia-driver*' 'kmod-nvidia*' 'cuda-drivers*'" if node.facts.os.family == "rhel"
-                  else "sudo apt-get purge 'nvidia-*' 'libnvidia-*' 'linux-modules-nvidia-*'")
         return failed(f"the .run installer installed {state.installer} and distribution packages are installed "
-                      f"too ({names})", fixes.on_node(remove) + "  # keep one source; then reboot and: "
-                      + fixes.gpunode("install", driver=state.installer))
+                      f"too ({names})", rules.packages_remove(node.facts, state) + "  # keep one source; then reboot "
+                      "and: " + fixes.gpunode("install", driver=state.installer))
     if state.installer:
         return passed(f"driver {state.installer} from NVIDIA's .run installer")
-    return passed(f"driver from distribution packages ({', '.join(n for n, _ in state.packages[:3])})")
+    found = state.packaged
+    version = f"driver {found.version} " if found is not None and found.version else "driver "
+    return passed(f"{version}from distribution packages ({', '.join(n for n, _ in state.packages[:3])}"
+                  + (" ..." if len(state.packages) > 3 else "") + "), no .run installer record")
 
 
 @check("driver.version-mismatch", "driver", "loaded module matches the user-space libraries")
@@ -251,7 +273,7 @@ def module_flavour(node: Node) -> Verdict:
 def branch_lifecycle(node: Node) -> Verdict:
     """An end-of-life branch gets no security or bug fixes; NVIDIA's data-center guidance is to move to a
     supported LTSB or production branch."""
-    if not node.has_gpu:
+    if not node.has_gpu and not node.driver_on_disk:
         return NO_GPU
     driver = _driver(node)
     if driver is None:
@@ -272,8 +294,12 @@ def branch_lifecycle(node: Node) -> Verdict:
             if arch.last_driver_branch is not None:
                 highs.append(arch.last_driver_branch)
     example = _suggest(None, min(highs) if highs else None, node.today)
-    return warned(f"driver {driver}: R{branch.branch} {branch.label} reached end of life in {branch.end_of_life}",
-                  fixes.gpunode("install", driver=example) if example else install_fix(node))
+    fix = fixes.gpunode("install", driver=example) if example else install_fix(node)
+    if node.driver.packages and example:
+        # a .run over the packages is refused (driver step): the packages go first
+        fix = (rules.packages_remove(node.facts, node.driver) + f"  # the distribution's driver is R{branch.branch}; "
+               "then: " + fix)
+    return warned(f"driver {driver}: R{branch.branch} {branch.label} reached end of life in {branch.end_of_life}", fix)
 
 
 @check("cuda.toolkit-vs-driver", "cuda", "installed CUDA toolkit runs on the driver")

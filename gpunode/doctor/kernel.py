@@ -112,8 +112,9 @@ def _headers_install(node: Node, kernel: str) -> str:
 @check("kernel.headers", "kernel", "headers for the running kernel")
 def headers(node: Node) -> Verdict:
     """DKMS (and nvidia-installer) build the module against /lib/modules/$(uname -r)/build; without it a driver
-    install fails and a kernel update leaves the node without a driver."""
-    if not node.has_gpu:
+    install fails and a kernel update leaves the node without a driver. Checked with no GPU too when a DKMS
+    driver is installed: its next build needs them all the same."""
+    if not node.has_gpu and not any(e.module.startswith("nvidia") for e in node.kernels.dkms):
         return NO_GPU
     found = node.facts[kernel_facts.HEADERS]
     if found:
@@ -149,8 +150,9 @@ def dkms_newest_kernel(node: Node) -> Verdict:
     """The next boot runs the boot loader's default: the newest installed kernel (GRUB_DEFAULT=0), or what grubby
     names. A kernel upgrade installs it; DKMS builds the nvidia module for it only if its headers were there at that
     moment. Without a module the node comes back without the NVIDIA driver. (A kernel not installed yet is
-    pkg.pending-upgrades' business.)"""
-    if not node.has_gpu:
+    pkg.pending-upgrades' business.) Checked with no GPU too when a driver is installed: the DKMS state is real
+    either way."""
+    if not node.has_gpu and not node.driver_on_disk:
         return NO_GPU
     info = node.kernels
     nxt, how = info.boot_default

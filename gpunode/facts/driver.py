@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from packaging.version import Version
 
 from gpunode import versions
-from gpunode.facts.kernel import LoadedDriver
+from gpunode.facts.kernel import MODPROBE_D, LoadedDriver, effective_modprobe_files, parse_modprobe_directives
 from gpunode.facts.registry import HUNG, SMI_CALL, Section, command, command_section, files, smi_output
 
 if TYPE_CHECKING:
@@ -23,10 +23,50 @@ _M = __name__.rsplit(".", 1)[-1]
 
 # ---- the driver on disk ----------------------------------------------------------------------------------------
 
+# (Debian's own names too, as its packaged driver installs them: nvidia-smi, nvidia-alternative, libcuda1,
+# libnvidia-cfg1, libnvidia-ptxjitcompiler1, firmware-nvidia-gsp; nvidia-modprobe and nvidia-persistenced are
+# not counted: repositories ship them for .run drivers too)
 DRIVER_PACKAGE = re.compile(
     r"^(nvidia-driver|nvidia-dkms|nvidia-kernel|nvidia-headless|nvidia-utils|nvidia-compute-utils|"
-    r"libnvidia-compute|libnvidia-gl|libnvidia-ml|linux-modules-nvidia|linux-objects-nvidia|cuda-drivers|"
-    r"nvidia-open|kmod-nvidia|akmod-nvidia|xorg-x11-drv-nvidia|dkms-nvidia|nvidia-kmod)")
+    r"libnvidia-(?!container)|linux-modules-nvidia|linux-objects-nvidia|cuda-drivers|"
+    r"nvidia-open|kmod-nvidia|akmod-nvidia|xorg-x11-drv-nvidia|dkms-nvidia|nvidia-kmod|"
+    r"nvidia-smi$|nvidia-alternative$|nvidia-tesla-|libcuda1$|firmware-nvidia-gsp$)")
+
+
+@dataclass(frozen=True)
+class PackagedDriver:
+    """A driver installed by the distribution's packages, as Debian ships it: the package that builds its kernel
+    module (nvidia-kernel-dkms, nvidia-open-kernel-dkms, nvidia-tesla-535-kernel-dkms, ...), the upstream
+    version that package carries, the module flavour that package means, and Debian's own names: the
+    alternative that selects the driver (/usr/lib/nvidia/current) and the module files the kernel knows by
+    another name (nvidia-current.ko is `nvidia`)."""
+
+    owner: str  # the package that owns the kernel module (or, without one, the first driver package)
+    version: str | None  # upstream version of that package (535.261.03 of 535.261.03-1~deb12u1)
+    package_version: str  # the package's own version string
+    flavour: str | None  # "open" | "proprietary" from the package's name; None: cannot tell
+    alternative: str | None = None  # update-alternatives --query nvidia: the selected value
+    module_files: tuple[tuple[str, str], ...] = ()  # (file, name the kernel gives it) for the running kernel
+    modprobe_nvidia: str | None = None  # the modprobe configuration's `install nvidia ...`/`alias nvidia ...` line
+
+    @property
+    def loads_as_nvidia(self) -> bool:
+        """`modprobe nvidia` finds the module: a file named nvidia.ko, or a configuration line that redirects the
+        name (Debian's `install nvidia modprobe -i nvidia-current`, linked in only with its glx alternative)."""
+        return self.modprobe_nvidia is not None or not self.renamed
+
+    @property
+    def debian_load_fix(self) -> str:
+        """How to make `modprobe nvidia` work when Debian's modprobe configuration is not linked in."""
+        return ("sudo apt-get install -y libcuda1  # Debian links its modprobe configuration (nvidia -> "
+                "nvidia-current) and the loader path of its libraries through the glx alternative, registered with "
+                "libcuda1 (or the full nvidia-driver)")
+
+    @property
+    def renamed(self) -> bool:
+        """The module file of `nvidia` is not nvidia.ko (Debian's nvidia-current.ko, nvidia-tesla-535.ko)."""
+        return any(name == "nvidia" and not f.rsplit("/", 1)[-1].startswith("nvidia.ko") for f, name in
+                   self.module_files)
 
 
 @dataclass(frozen=True)
@@ -39,6 +79,7 @@ class DriverState:
     packages: tuple[tuple[str, str], ...] = ()  # distribution driver packages: (name, version)
     smi_status: int | None = None  # nvidia-smi's exit status; None: no nvidia-smi
     smi_text: str = ""
+    packaged: PackagedDriver | None = None  # the distribution's driver, when packages installed one
 
     @property
     def installed(self) -> str | None:
@@ -68,6 +109,8 @@ class ModuleInfo:
     version: str | None = None
     flavour: str | None = None  # from its license: "open" ("Dual MIT/GPL") | "proprietary" ("NVIDIA")
     signer: str | None = None  # who signed it (Secure Boot); None: unsigned
+    filename: str | None = None  # /lib/modules/K/updates/dkms/nvidia-current.ko on Debian
+    name: str | None = None  # the kernel's name for it (`nvidia`, whatever the file is called)
 
 
 def parse_module(text: str) -> ModuleInfo:
@@ -75,10 +118,13 @@ def parse_module(text: str) -> ModuleInfo:
     version = re.search(rf"^version:\s*({versions.DRIVER})", text, re.M)
     licence = re.search(r"^license:\s*(.+)$", text, re.M)
     signer = re.search(r"^signer:\s*(\S.*)$", text, re.M)
+    filename = re.search(r"^filename:\s*(/\S+)", text, re.M)
+    name = re.search(r"^name:\s*(\S+)", text, re.M)
     flavour = None
     if licence:
         flavour = "proprietary" if licence.group(1).strip() == "NVIDIA" else "open"
-    return ModuleInfo(version.group(1) if version else None, flavour, signer.group(1).strip() if signer else None)
+    return ModuleInfo(version.group(1) if version else None, flavour, signer.group(1).strip() if signer else None,
+                      filename.group(1) if filename else None, name.group(1) if name else None)
 
 
 def parse_packages(text: str) -> tuple[tuple[str, str], ...]:
@@ -88,6 +134,75 @@ def parse_packages(text: str) -> tuple[tuple[str, str], ...]:
         if DRIVER_PACKAGE.match(name) and "container" not in name:
             found.append((name, version.strip()))
     return tuple(found)
+
+
+# the package that builds the kernel module, per distribution naming: Debian's nvidia-kernel-dkms,
+# nvidia-open-kernel-dkms, nvidia-tesla-535-kernel-dkms, nvidia-tesla-470-kernel-dkms (and -source variants),
+# Ubuntu's nvidia-dkms-535(-open) and linux-modules-nvidia-535(-open)-K, RHEL's kmod-nvidia and akmod-nvidia
+_MODULE_PACKAGE = re.compile(r"^(?:nvidia(?:-tesla-\d+)?(?:-open)?-kernel-(?:dkms|source)|nvidia-dkms-\d+(?:-open)?|"
+                             r"linux-modules-nvidia-\d+|kmod-nvidia|akmod-nvidia|dkms-nvidia|nvidia-kmod)")
+
+
+def upstream_version(package_version: str) -> str | None:
+    """The NVIDIA release inside a package version: 535.261.03 of `535.261.03-1~deb12u1`, `3:580.95.05-1.el9`,
+    `535.183.01-0ubuntu0.22.04.1`; None when it carries none."""
+    found = re.search(rf"(?:^|:)({versions.DRIVER})(?=-|$|\+|~)", package_version)
+    return found.group(1) if found else None
+
+
+@dataclass(frozen=True)
+class DebianNames:
+    alternative: str | None = None
+    module_files: tuple[tuple[str, str], ...] = ()
+
+
+def parse_debian_names(text: str) -> DebianNames:
+    """Lines `alt VALUE` (update-alternatives --query nvidia) and `ko FILE [NAME]`, one per nvidia*.ko in the running
+    kernel's DKMS/installer directories (without NAME: the name the kernel gives that file, by kernel_name)."""
+    alternative = None
+    files = []
+    for line in text.splitlines():
+        word, _, rest = line.partition(" ")
+        if word == "alt" and rest.strip():
+            alternative = rest.strip()
+        elif word == "ko":
+            path, _, name = rest.strip().partition(" ")
+            if path.startswith("/"):
+                files.append((path, name.strip() or kernel_name(path)))
+    return DebianNames(alternative, tuple(files))
+
+
+def kernel_name(path: str) -> str:
+    """The name the kernel gives a driver module file: Debian's renamed files drop their flavour part
+    (nvidia-current-uvm.ko, nvidia-tesla-535-uvm.ko, nvidia-current-open.ko -> nvidia_uvm, nvidia_uvm, nvidia), and
+    `-` reads as `_` (`modinfo -F name`, checked on the real-OS tier's nvidia VM)."""
+    base = path.rsplit("/", 1)[-1].split(".ko", 1)[0]
+    base = re.sub(r"^nvidia-(?:current|tesla-\d+)(?:-open)?", "nvidia", base)
+    return base.replace("-", "_")
+
+
+def modprobe_redirect(modprobe_files: Mapping[str, str], name: str = "nvidia") -> str | None:
+    """The modprobe.d line that makes `modprobe NAME` load something (`install nvidia modprobe -i nvidia-current`,
+    `alias nvidia nvidia-current`), from the files kmod reads; None without one."""
+    for text in effective_modprobe_files(modprobe_files).values():
+        for words in parse_modprobe_directives(text):
+            if len(words) >= 3 and words[0] in ("install", "alias") and words[1] == name:
+                return " ".join(words)
+    return None
+
+
+def packaged_driver(packages: tuple[tuple[str, str], ...], names: DebianNames,
+                    modprobe_files: Mapping[str, str] | None = None) -> PackagedDriver | None:
+    """The distribution's driver from the installed driver packages and Debian's names; None without packages."""
+    if not packages:
+        return None
+    owner = next(((n, v) for n, v in packages if _MODULE_PACKAGE.match(n)), None)
+    name, version = owner or next(((n, v) for n, v in packages if upstream_version(v)), packages[0])
+    flavour = None
+    if owner is not None:
+        flavour = "open" if "open" in name else "proprietary"
+    return PackagedDriver(name, upstream_version(version), version, flavour, names.alternative, names.module_files,
+                          modprobe_redirect(modprobe_files or {}))
 
 
 @dataclass(frozen=True)
@@ -109,8 +224,12 @@ def driver_state(facts: Facts) -> DriverState:
     libs, record = facts[USERSPACE]
     module = facts[MODULE]
     smi = facts[SMI]
-    return DriverState(facts.loaded_driver, libs, record, module.version, module.flavour, facts[PACKAGES], smi.status,
-                       smi.text)
+    packages = facts[PACKAGES]
+    names = facts[DEBIAN_NAMES]
+    if module.filename and module.name and (module.filename, module.name) not in names.module_files:
+        names = DebianNames(names.alternative, (*names.module_files, (module.filename, module.name)))
+    return DriverState(facts.loaded_driver, libs, record, module.version, module.flavour, packages, smi.status,
+                       smi.text, packaged_driver(packages, names, facts[MODPROBE_D]))
 
 
 # ---- nvidia-smi -q -------------------------------------------------------------------------------------------
@@ -212,17 +331,36 @@ def parse_cuda_toolkits(files: Mapping[str, str]) -> dict[str, list[str]]:
 
 # user-space libraries of an installed driver (their suffix is the version), and the .run installer's own record
 # of what it installed
+# (Debian keeps them in /usr/lib/<triplet>/nvidia/current/, or nvidia/tesla-535/, behind its alternatives)
 USERSPACE = command("driver_userspace", (
     'for f in /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.* /usr/lib64/libnvidia-ml.so.* '
-    '/usr/lib/aarch64-linux-gnu/libnvidia-ml.so.* /usr/lib/libnvidia-ml.so.*; do '
+    '/usr/lib/aarch64-linux-gnu/libnvidia-ml.so.* /usr/lib/libnvidia-ml.so.* '
+    '/usr/lib/x86_64-linux-gnu/nvidia/*/libnvidia-ml.so.* /usr/lib/aarch64-linux-gnu/nvidia/*/libnvidia-ml.so.*; do '
     '[ -e "$f" ] && echo "lib $f"; done; '
     'command -v nvidia-installer >/dev/null 2>&1 && '
     'echo "installer $(nvidia-installer --version 2>/dev/null | grep -i -m 1 version)"; true'
 ), parse_userspace, module=_M)
-# the nvidia module the running kernel would load (built by DKMS or the installer): version, license, signer
+# the nvidia module the running kernel would load (built by DKMS or the installer): version, license, signer. Where
+# `modinfo nvidia` finds none, the running kernel's module file whose own name is `nvidia` (Debian installs it as
+# nvidia-current.ko, selected through its alternatives)
+# (one find in the DKMS/installer directories and one modinfo: the probe runs under a time limit, and on a slow node,
+# a VM without KVM, each modinfo of the 60 MB module costs seconds)
 MODULE = command("driver_module", (
-    'modinfo nvidia 2>/dev/null | grep -E "^(filename|version|license|signer):"; true'
+    'F="^(filename|version|license|signer|name):"; if ! modinfo nvidia 2>/dev/null | grep -E "$F"; then '
+    'k=$(uname -r); f=$(find "/lib/modules/$k/updates" "/lib/modules/$k/extra" -name "nvidia*.ko*" 2>/dev/null | '
+    'grep -E "/nvidia(-current|-tesla-[0-9]+)?(-open)?\\.ko" | head -n 1); '
+    '[ -n "$f" ] && modinfo "$f" 2>/dev/null | grep -E "$F"; fi; true'
 ), parse_module, module=_M)
+# Debian's names: the driver alternative its packages select, and the nvidia*.ko files in the running kernel's DKMS
+# and installer directories (no modinfo per file: the probe has a time limit, and on a slow node each modinfo of
+# the 60 MB module costs seconds; MODULE reads the main one's own name). What `modprobe nvidia` resolves through
+# is read from the modprobe.d files (kernel.MODPROBE_D) in driver_state
+DEBIAN_NAMES = command("driver_debian_names", (
+    'command -v update-alternatives >/dev/null 2>&1 && '
+    'update-alternatives --query nvidia 2>/dev/null | sed -n "s/^Value: /alt /p"; '
+    'k=$(uname -r); find "/lib/modules/$k/updates" "/lib/modules/$k/extra" -name "nvidia*.ko*" 2>/dev/null | sort | '
+    'sed "s/^/ko /"; true'
+), parse_debian_names, module=_M)
 # does NVML answer? (its error text names a driver/library mismatch)
 SMI = command_section("driver_smi", (
     'command -v nvidia-smi >/dev/null 2>&1 || exit 3; ' + SMI_CALL +
@@ -233,7 +371,7 @@ SMI = command_section("driver_smi", (
 PACKAGES = command("driver_packages", (
     'if command -v dpkg-query >/dev/null 2>&1; then '
     'dpkg-query -W -f \'${Status} ${Package} ${Version}\\n\' 2>/dev/null | grep "^install ok installed" | '
-    'cut -d" " -f4- | grep -E "^(nvidia|libnvidia|linux-modules-nvidia|linux-objects-nvidia|cuda-drivers)"; '
+    'cut -d" " -f4- | grep -E "^(nvidia|libnvidia|linux-modules-nvidia|linux-objects-nvidia|cuda-drivers|libcuda1 |firmware-nvidia)"; '
     'elif command -v rpm >/dev/null 2>&1; then '
     'rpm -qa --qf "%{NAME} %{VERSION}-%{RELEASE}\\n" 2>/dev/null | '
     'grep -E "^(nvidia|kmod-nvidia|akmod-nvidia|xorg-x11-drv-nvidia|cuda-drivers|dkms-nvidia)"; fi; true'

@@ -410,12 +410,14 @@ def parse_kernels(text: str | None) -> Kernels:
     return Kernels(True, tuple(kernels), parse_dkms_status("\n".join(dkms_lines)), grubby, grub_default)
 
 
-# installed kernels (a modules tree with kernel/): headers (build resolves), an nvidia module, the image in /boot;
+# installed kernels (a modules tree with kernel/): headers (build resolves), an nvidia module (nvidia.ko, or Debian's
+# nvidia-current.ko / nvidia-tesla-535.ko: the same module under the file name its packages give it), the image in /boot;
 # DKMS's view; the boot default (grubby on the RHEL family, GRUB_DEFAULT elsewhere). The name is historical: the
 # doctor read it first; the driver step reads it too.
 KERNELS = command_section("doctor_kernels", (
     'for d in /lib/modules/*; do [ -d "$d/kernel" ] || continue; k=${d##*/}; '
-    'm=$(find "$d/" -name "nvidia.ko*" 2>/dev/null | head -n 1); h=-; [ -e "$d/build" ] && h=headers; '
+    'm=$(find "$d/" -name "nvidia*.ko*" 2>/dev/null | grep -E "/nvidia(-current|-tesla-[0-9]+)?(-open)?\\.ko" | '
+    'head -n 1); h=-; [ -e "$d/build" ] && h=headers; '
     'i=-; { [ -e "/boot/vmlinuz-$k" ] || [ -e "$d/vmlinuz" ]; } && i=image; '
     'echo "kernel $k $h ${m:--} $i"; done; '
     'command -v dkms >/dev/null 2>&1 && dkms status 2>/dev/null | sed "s/^/dkms /"; '

@@ -37,7 +37,7 @@ from gpunode.facts.driver import DriverState, driver_state
 from gpunode.facts.holders import FABRIC_MANAGER, MODULES, Holders, gpu_holders
 from gpunode.options import Options
 from gpunode.plan import Action, Earlier, Reboot, RunCommand, Status, StepPlan, blocked, change, ok
-from gpunode.rules import NO_GPU, NO_GPU_FIX, recommended_version
+from gpunode.rules import NO_GPU, NO_GPU_FIX, load_fix, packages_remove, recommended_version
 from gpunode.steps import driver_kernels
 from gpunode.steps.base import Step
 from gpunode.steps.outputs import DriverOutputs
@@ -123,13 +123,19 @@ def requested_version(options: Options) -> str | None:
     return None
 
 
-def _packages_fix(facts: Facts) -> str:
-    if facts.os.family == "rhel":
-        remove = "dnf remove 'nvidia-driver*' 'kmod-nvidia*' 'cuda-drivers*' 'xorg-x11-drv-nvidia*'"
-    else:
-        remove = "apt-get purge 'nvidia-*' 'libnvidia-*' 'linux-modules-nvidia-*' && apt-get autoremove"
-    return (f"either keep the packaged driver and run without --driver, or remove it ({remove}), reboot, and run "
-            "the same command again")
+def _packages_fix(facts: Facts, state: DriverState) -> str:
+    return (packages_remove(facts, state) + "  # removes the packaged driver; then run this command again. To keep "
+            "the packaged driver instead, run without --driver/--driver-run")
+
+
+def _packaged_label(state: DriverState) -> str:
+    """`driver 535.261.03 from Debian's packages (nvidia-kernel-dkms 535.261.03-1~deb12u1, ...)`."""
+    names = ", ".join(f"{n} {v}" for n, v in state.packages[:4]) + (" ..." if len(state.packages) > 4 else "")
+    found = state.packaged
+    if found is None or found.version is None:
+        return f"a driver from distribution packages ({names})"
+    flavour = f", {found.flavour} kernel module" if found.flavour else ""
+    return f"driver {found.version} from distribution packages ({names}{flavour})"
 
 
 def _install_actions(facts: Facts, options: Options, version: str, flavour: Flavour) -> list[Action]:
@@ -173,12 +179,11 @@ def _no_driver(facts: Facts, state: DriverState, options: Options) -> StepPlan:
     """No --driver, nothing loaded: fine without a GPU; with one, the node would end up with a container
     toolkit and no driver, so say what is missing and the exact command that asks for it."""
     if not facts.gpus:
+        if state.packages:
+            return ok(NAME, f"no NVIDIA GPU on this node; {_packaged_label(state)} is installed and left as it is")
         return ok(NAME, "no NVIDIA GPU on this node: no driver to install")
     if state.packages:
-        names = ", ".join(n for n, _ in state.packages[:3])
-        return blocked(NAME, f"a driver from distribution packages ({names}) is installed but not loaded",
-                       fixes.on_node("sudo modprobe nvidia") + "  # if it fails: "
-                       + fixes.on_node("sudo dmesg", fixes.gpunode("explain")) + "; a reboot also loads it")
+        return blocked(NAME, f"{_packaged_label(state)} is installed but not loaded", load_fix(state))
     installed = state.installed or state.module
     if installed:
         return blocked(NAME, f"driver {installed} is installed but not loaded, and no --driver was given",
@@ -215,6 +220,11 @@ def _plan(facts: Facts, options: Options, earlier: Earlier, state: DriverState) 
             return ok(NAME, f"no --driver requested; driver {state.loaded.version} ({state.loaded.flavour} module) "
                             "is loaded and left as it is")
         return _no_driver(facts, state, options)
+    if state.packages and not (state.loaded and state.loaded.version == version and not state.mismatch):
+        # before the GPU check: the packaged driver is the reason a .run cannot go here, GPU or not
+        return blocked(NAME, f"{_packaged_label(state)} is installed; a .run install on top would mix two drivers "
+                             "(NVIDIA's installer and the distribution's packages overwrite each other's files)",
+                       _packages_fix(facts, state))
     if not facts.gpus and not options.bake:  # a bake builds without a GPU
         return blocked(NAME, NO_GPU, NO_GPU_FIX)
     try:
@@ -226,12 +236,8 @@ def _plan(facts: Facts, options: Options, earlier: Earlier, state: DriverState) 
         return blocked(NAME, f"{options.driver_run} is the {named[0]} installer; this node is {arch}",
                        f"use NVIDIA-Linux-{arch}-{version}.run")
 
-    if state.packages:
-        names = ", ".join(f"{n} {v}" for n, v in state.packages[:4]) + (" ..." if len(state.packages) > 4 else "")
-        if state.loaded and state.loaded.version == version and not state.mismatch:
-            return ok(NAME, f"driver {version} is loaded (installed from distribution packages: {names})")
-        return blocked(NAME, f"a driver from distribution packages is installed ({names}); a .run install on top "
-                             "would mix two drivers", _packages_fix(facts))
+    if state.packages:  # loaded at the requested version (any other case was refused above)
+        return ok(NAME, f"driver {version} is loaded ({_packaged_label(state)})")
 
     choice = choose_flavour([d.device for d in facts.gpus], version, options.kernel_module)
     if isinstance(choice, str):

@@ -23,7 +23,7 @@ def test_userspace_module_and_packages_parsers():
                                      "installer nvidia-installer:  version 550.54.15\n")
     assert libs == ("550.54.15",) and record == "550.54.15"
     assert d.parse_module("filename: /x.ko\nversion:        570.124.06\nlicense:        Dual MIT/GPL\n") == \
-        d.ModuleInfo("570.124.06", "open", None)
+        d.ModuleInfo("570.124.06", "open", None, "/x.ko")
     assert d.parse_module("version:        535.129.03\nlicense:        NVIDIA\nsigner:         DKMS module signing key\n") \
         == d.ModuleInfo("535.129.03", "proprietary", "DKMS module signing key")
     assert d.parse_packages("nvidia-container-toolkit 1.17\nkmod-nvidia-latest-dkms 550.54.15-1.el9\n") == (
@@ -107,3 +107,67 @@ def test_cuda_toolkits_from_version_files():
     assert d.parse_cuda_toolkits(files) == {"10.1.243": ["/usr/local/cuda-10.1"],
                                                 "11.8.20220929": ["/usr/local/cuda-11.8"],
                                                 "12.4.1": ["/usr/local/cuda-12.4", "/usr/local/cuda"]}
+
+
+# ---- Debian's packaged driver (real outputs from the real-OS tier's nvidia VM) ---------------------------------
+
+DEBIAN = FIXTURES / "debian-nvidia"
+
+
+def _debian_names() -> d.DebianNames:
+    alternative = next(line.split(": ", 1)[1] for line in
+                       (DEBIAN / "update-alternatives-query-nvidia.txt").read_text().splitlines()
+                       if line.startswith("Value: "))
+    kos = "".join(f"ko {line}\n" for line in (DEBIAN / "modinfo-F-name.txt").read_text().splitlines())
+    return d.parse_debian_names(f"alt {alternative}\n{kos}")
+
+
+def test_debian_names_module_files_and_alternative():
+    names = _debian_names()
+    assert names.alternative == "/usr/lib/nvidia/current"
+    assert ("/lib/modules/6.1.0-56-amd64/updates/dkms/nvidia-current.ko", "nvidia") in names.module_files
+    assert ("/lib/modules/6.1.0-56-amd64/updates/dkms/nvidia-current-uvm.ko", "nvidia_uvm") in names.module_files
+    module = d.parse_module((DEBIAN / "modinfo-nvidia-current.txt").read_text())
+    assert module == d.ModuleInfo("535.309.01", "proprietary", None,
+                                  "/lib/modules/6.1.0-56-amd64/updates/dkms/nvidia-current.ko", "nvidia")
+
+
+def test_kernel_name_rule_agrees_with_real_modinfo():
+    """The probe lists the files without a modinfo each (time limit); the names it derives must be the ones the
+    real `modinfo -F name` gave for every file on the tier's nvidia VM."""
+    for line in (DEBIAN / "modinfo-F-name.txt").read_text().splitlines():
+        path, name = line.split()
+        assert d.kernel_name(path) == name, line
+    bare = d.parse_debian_names("".join(f"ko {line.split()[0]}\n" for line in
+                                        (DEBIAN / "modinfo-F-name.txt").read_text().splitlines()))
+    assert bare.module_files == _debian_names().module_files
+
+
+def test_debian_packaged_driver_owner_version_flavour_and_modprobe_redirect():
+    packages = d.parse_packages((DEBIAN / "dpkg-query.txt").read_text())
+    names = [n for n, _ in packages]
+    assert {"nvidia-kernel-dkms", "nvidia-smi", "libnvidia-ml1", "libcuda1", "firmware-nvidia-gsp"} <= set(names)
+    assert "nvidia-persistenced" not in names and "nvidia-modprobe" not in names  # shipped for .run drivers too
+    linked = {"/etc/modprobe.d/nvidia.conf": (DEBIAN / "etc-nvidia-nvidia-modprobe.conf").read_text()}
+    found = d.packaged_driver(packages, _debian_names(), linked)
+    assert found is not None
+    assert (found.owner, found.version, found.package_version, found.flavour) == (
+        "nvidia-kernel-dkms", "535.309.01", "535.309.01-0+deb12u1", "proprietary")
+    assert found.renamed and found.loads_as_nvidia
+    assert found.modprobe_nvidia == "install nvidia modprobe -i nvidia-current $CMDLINE_OPTS"
+    # the compute-only set (no libcuda1): Debian's modprobe configuration is not linked into /etc/modprobe.d
+    unlinked = d.packaged_driver(packages, _debian_names(), {})
+    assert unlinked is not None and not unlinked.loads_as_nvidia and "libcuda1" in unlinked.debian_load_fix
+    assert d.packaged_driver((), _debian_names(), linked) is None
+
+
+@pytest.mark.parametrize("package_version, upstream", [
+    ("535.309.01-0+deb12u1", "535.309.01"), ("535.261.03-1~deb12u1", "535.261.03"), ("3:580.95.05-1.el9", "580.95.05"),
+    ("535.183.01-0ubuntu0.22.04.1", "535.183.01"), ("20220217+3~deb12u1", None), ("1.2.2", None)])
+def test_upstream_version_of_a_package_version(package_version, upstream):
+    assert d.upstream_version(package_version) == upstream
+
+
+def test_open_flavour_comes_from_the_module_package_name():
+    found = d.packaged_driver((("nvidia-open-kernel-dkms", "535.261.03-1~deb12u1"),), d.DebianNames(), {})
+    assert found is not None and found.flavour == "open" and found.version == "535.261.03"

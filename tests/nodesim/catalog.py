@@ -110,10 +110,10 @@ def debian_catalog(p: Profile) -> list[Entry]:
                            deps=f"linux-modules-nvidia-{br}-server-{k}", arch=a))
             e.append(Entry(f"nvidia-fabricmanager-{br}", f"{ver}-0ubuntu0.{suffix}.1", effects=f"fm:{ver}", arch=a))
     else:
-        dv = "535.216.01-1~deb12u1"
-        e.append(Entry("nvidia-kernel-dkms", dv, deps="dkms", effects="driver:535.216.01:proprietary:dkms", arch=a))
+        dv = "535.261.03-1~deb12u1"  # bookworm's non-free (its security suite carries 535.309.01-0+deb12u1)
+        e.append(Entry("nvidia-kernel-dkms", dv, deps="dkms", effects="driver:535.261.03:proprietary:dkms", arch=a))
         e.append(Entry("nvidia-driver", dv, deps=f"nvidia-kernel-dkms={dv}", arch=a))
-        e.append(Entry("nvidia-open-kernel-dkms", dv, deps="dkms", effects="driver:535.216.01:open:dkms", arch=a))
+        e.append(Entry("nvidia-open-kernel-dkms", dv, deps="dkms", effects="driver:535.261.03:open:dkms", arch=a))
     # NVIDIA CUDA repository
     e.append(Entry("cuda-keyring", "1.1-1", repo="cuda", arch="all",
                    effects=f"file:/etc/apt/sources.list.d/cuda-{d.cuda_repo}-x86_64.list:cuda-list;"

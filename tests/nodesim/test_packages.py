@@ -6,6 +6,9 @@ import hashlib
 
 import pytest
 
+from gpunode.facts import driver as driver_facts
+from tests.conftest import FIXTURES
+
 pytestmark = pytest.mark.integration
 
 TOOLKIT_REPO = ("curl -fsSL https://nvidia.github.io/libnvidia-container/gpgkey | "
@@ -192,3 +195,45 @@ def test_apt_refuses_to_remove_a_held_package_like_real_apt(sim_node):
     assert "nvidia-container-toolkit" in node.installed_packages()
     assert node.ssh("apt-mark unhold nvidia-container-toolkit && apt-get remove -y nvidia-container-toolkit")[0] == 0
     assert "nvidia-container-toolkit" not in node.installed_packages()
+
+
+def test_debian_packaged_driver_has_debians_names(sim_node):
+    """As on the real-OS tier's nvidia VM (tests/fixtures/real/debian-nvidia): DKMS module nvidia-current, module
+    files nvidia-current*.ko in updates/dkms, libnvidia-ml under nvidia/current, bookworm's version; gpunode's
+    facts read them as Debian's packaged driver."""
+    node = sim_node("debian-12-nogpu", kernel_headers=True)
+    rc, _, err = node.ssh("apt-get install -y nvidia-kernel-dkms")
+    assert rc == 0, err
+    kernel = node.kernel
+    rc, out, _ = node.ssh("dkms status")
+    assert out == f"nvidia-current/535.261.03, {kernel}, x86_64: installed\n"
+    assert node.exists(f"/lib/modules/{kernel}/updates/dkms/nvidia-current.ko")
+    assert node.exists(f"/lib/modules/{kernel}/updates/dkms/nvidia-current-uvm.ko")
+    assert not node.exists(f"/lib/modules/{kernel}/updates/dkms/nvidia.ko")
+    assert node.exists("/usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so.535.261.03")
+    rc, _, err = node.ssh("modinfo nvidia")  # real kmod: the file is nvidia-current.ko, no module is named so
+    assert rc == 1 and err == "modinfo: ERROR: Module nvidia not found.\n"
+    rc, out, _ = node.ssh(f"modinfo -F name /lib/modules/{kernel}/updates/dkms/nvidia-current-uvm.ko")
+    assert (rc, out) == (0, "nvidia_uvm\n")
+    # gpunode's module fact finds it by the name the kernel gives the file
+    rc, out, _ = node.ssh(driver_facts.MODULE.snippet)
+    module = driver_facts.parse_module(out)
+    assert (module.version, module.flavour) == ("535.261.03", "proprietary")
+    assert module.filename == f"/lib/modules/{kernel}/updates/dkms/nvidia-current.ko"
+
+
+def test_debian_packaged_driver_without_gpu_answers_as_the_real_programs(sim_node):
+    """The real texts of the tier's nvidia VM (tests/fixtures/real/debian-nvidia, the state with Debian's modprobe
+    configuration linked in): the simulator prints the same for modprobe, nvidia-smi and nvidia-modprobe."""
+    real = FIXTURES / "debian-nvidia"
+    node = sim_node("debian-12-nogpu", kernel_headers=True)
+    assert node.ssh("apt-get install -y nvidia-kernel-dkms")[0] == 0
+    rc, _, err = node.ssh("modprobe nvidia")
+    assert rc == 1 and err == (real / "modprobe-nvidia_with-libcuda1.txt").read_text()
+    _, dmesg, _ = node.ssh("dmesg")
+    kernel_lines = [line.split("] ", 1)[1] for line in (real / "dmesg_modprobe-nvidia_no-gpu.txt").read_text().splitlines()]
+    assert all(line in dmesg for line in kernel_lines), dmesg
+    rc, out, err = node.ssh("nvidia-modprobe -u -c=0")
+    assert (rc, out, err) == (1, "", "")
+    rc, out, _ = node.ssh("nvidia-smi")
+    assert rc == 9 and out == (real / "nvidia-smi_no-gpu.txt").read_text()

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Build the Debian 12 disk image of the real-OS test tier (tests/realos/README.md).
 #
-#   build_image.sh OUT_DIR
+#   build_image.sh OUT_DIR [nvidia]
+#
+# With `nvidia`, the image also carries Debian's packaged NVIDIA driver (non-free, 535), installed by real
+# apt/dpkg inside the image tree at native speed: the real DKMS build of the real kernel modules for the
+# image's own kernel (the one the VM boots), nvidia-smi, libnvidia-ml1, nvidia-modprobe, nvidia-persistenced.
+# No GPU is presented to that guest (realos-fake-gpu is masked): the driver meets a machine without one.
 #
 # Writes into OUT_DIR: disk.raw (sparse, 8 GiB, MBR + one ext4 partition, real grub in the MBR),
 # id_ed25519[.pub] (root's login key), ssh_host_ed25519_key.pub (the guest's host key) and build.log.
@@ -9,7 +14,8 @@
 # boot under QEMU (grub-install needs the guest's own /dev/vda). Needs root, mmdebstrap, qemu-system-x86,
 # e2fsprogs, fdisk (sfdisk) and openssh-client. Runs at nice 10: the machine is shared.
 set -euo pipefail
-OUT=${1:?usage: build_image.sh OUT_DIR}
+OUT=${1:?usage: build_image.sh OUT_DIR [nvidia]}
+VARIANT=${2:-base}
 HERE=$(cd "$(dirname "$0")" && pwd)
 MIRROR=${GPUNODE_REALOS_BUILD_MIRROR:-http://deb.debian.org/debian}
 SIZE_MIB=8192
@@ -26,12 +32,22 @@ ssh-keygen -q -t ed25519 -N '' -C gpunode-realos -f "$OUT/id_ed25519"
 stamp "mmdebstrap (Debian 12 from the archive)"
 # The packages a GPU container host has before gpunode runs: real systemd, grub, initramfs-tools, kmod,
 # apt/dpkg, sshd, python3 (only for the toolkit stand-in), and Debian's docker.io + containerd.
+INCLUDE=systemd-sysv,udev,dbus,linux-image-amd64,grub-pc,initramfs-tools,zstd,kmod,openssh-server,python3,pciutils,iproute2,procps,docker.io,containerd,less
+COMPONENTS=main
+HOOKS=()
+if [ "$VARIANT" = nvidia ]; then
+  # non-free only in this image's own sources (the build chroot's, then the guest's): never the host's
+  COMPONENTS="main contrib non-free non-free-firmware"
+  INCLUDE=$INCLUDE,dkms,linux-headers-amd64
+  HOOKS=(--customize-hook='chroot "$1" sh /usr/local/lib/realos/nvidia-packages.sh')
+fi
 nice -n 10 mmdebstrap --mode=root --variant=apt --format=directory \
-  --include=systemd-sysv,udev,dbus,linux-image-amd64,grub-pc,initramfs-tools,zstd,kmod,openssh-server,python3,pciutils,iproute2,procps,docker.io,containerd,less \
+  --include="$INCLUDE" --components="${COMPONENTS// /,}" \
   --customize-hook="cp -r '$HERE/guest/.' \"\$1/\"" \
-  --customize-hook='chroot "$1" sh /usr/local/lib/realos/customize.sh' \
-  bookworm "$ROOT" "$MIRROR" "${MIRROR%/debian}/debian-security bookworm-security main" \
-  "$MIRROR bookworm-updates main"
+  "${HOOKS[@]}" \
+  --customize-hook="chroot \"\$1\" env REALOS_COMPONENTS='$COMPONENTS' REALOS_VARIANT='$VARIANT' sh /usr/local/lib/realos/customize.sh" \
+  bookworm "$ROOT" "$MIRROR" "${MIRROR%/debian}/debian-security bookworm-security $COMPONENTS" \
+  "$MIRROR bookworm-updates $COMPONENTS"
 
 install -d -m 0700 "$ROOT/root/.ssh"
 install -m 0600 "$OUT/id_ed25519.pub" "$ROOT/root/.ssh/authorized_keys"

@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,8 +72,10 @@ def _unavailable() -> str | None:
     return missing_requirements()
 
 
-@pytest.fixture(scope="session")
-def realos() -> Iterator[Realos]:
+@contextmanager
+def _vm(variant: str, label: str) -> Iterator[Realos]:
+    """A VM of image `variant` with the mirror relay, stopped (and its files removed) when the block ends;
+    GPUNODE_REALOS_KEEP=1 leaves it up. `label` prefixes its stages in the timing table."""
     why = _unavailable()
     keep = os.environ.get("GPUNODE_REALOS_KEEP") == "1"
     if why:
@@ -80,8 +83,8 @@ def realos() -> Iterator[Realos]:
             pytest.fail(f"GPUNODE_REQUIRE_REALOS=1 but the real-OS tier cannot run: {why}")
         pytest.skip(why)
     started = time.monotonic()
-    image = ensure_image()
-    TIMINGS["image (build or cache)"] = round(time.monotonic() - started, 1)
+    image = ensure_image(variant=variant)
+    TIMINGS[f"{label}image (build or cache)"] = round(time.monotonic() - started, 1)
     # not pytest's tmp_path: its basetemp rotation (shared by every pytest run of this user) could remove the
     # VM's disk overlay while it runs
     work = Path(tempfile.mkdtemp(prefix="gpunode-realos."))
@@ -91,8 +94,8 @@ def realos() -> Iterator[Realos]:
     vm = Vm(image, work / "vm", mirror)
     try:
         vm.start()
-        TIMINGS["boot to ssh"] = round(vm.timings["boot to ssh"], 1)
-        TIMINGS["boot finished (systemd)"] = round(vm.timings["boot finished (systemd)"], 1)
+        TIMINGS[f"{label}boot to ssh"] = round(vm.timings["boot to ssh"], 1)
+        TIMINGS[f"{label}boot finished (systemd)"] = round(vm.timings["boot finished (systemd)"], 1)
         yield Realos(vm, mirror, work)
     finally:
         if keep and vm.alive():
@@ -102,6 +105,19 @@ def realos() -> Iterator[Realos]:
             vm.stop()
             shutil.rmtree(work, ignore_errors=True)
         mirror.stop()
+
+
+@pytest.fixture(scope="session")
+def realos() -> Iterator[Realos]:
+    with _vm("base", "") as node:
+        yield node
+
+
+@pytest.fixture(scope="module")
+def realnv() -> Iterator[Realos]:
+    """The nvidia image's VM (Debian's packaged NVIDIA driver, no GPU): up only while its test module runs."""
+    with _vm("nvidia", "nvidia VM: ") as node:
+        yield node
 
 
 def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]

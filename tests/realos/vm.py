@@ -6,7 +6,7 @@ QEMU runs at nice 10 with KVM when the CPU exposes VMX/SVM and /dev/kvm opens, T
 (GPUNODE_REALOS_ACCEL=tcg|kvm forces it). The guest's network is slirp with restrict=on: the only ways in and
 out are the ssh forward on 127.0.0.1 and the guestfwd of 10.0.2.100:80 to the MirrorServer.
 
-Keep a VM up to look around:  sudo .venv/bin/python -m tests.realos.vm up   (prints the ssh command)
+Keep a VM up to look around:  sudo .venv/bin/python -m tests.realos.vm up [nvidia]   (prints the ssh command)
 """
 
 from __future__ import annotations
@@ -54,11 +54,17 @@ def image_key() -> str:
     return h.hexdigest()[:16]
 
 
-def ensure_image(log=print) -> Path:
-    """The cached image directory, built first when missing (one builder at a time, others wait)."""
+def image_dir_prefix(variant: str) -> str:
+    return "image-" if variant == "base" else f"{variant}-image-"
+
+
+def ensure_image(log=print, variant: str = "base") -> Path:
+    """The cached image directory, built first when missing (one builder at a time, others wait).
+    `variant` "nvidia" is the image that also carries Debian's packaged NVIDIA driver (build_image.sh)."""
     root = cache_root()
     root.mkdir(parents=True, exist_ok=True)
-    image = root / f"image-{image_key()}"
+    prefix = image_dir_prefix(variant)
+    image = root / f"{prefix}{image_key()}"
     with open(root / "build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (image / "disk.raw").is_file():
@@ -66,14 +72,16 @@ def ensure_image(log=print) -> Path:
         tmp = root / f"building-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         started = time.monotonic()
-        with open(root / "build.log", "w") as out:
-            rc = subprocess.run(["bash", str(BUILD_SCRIPT), str(tmp)], stdout=out, stderr=subprocess.STDOUT,
-                                timeout=2400).returncode
+        build_log = root / f"build-{variant}.log"
+        with open(build_log, "w") as out:
+            rc = subprocess.run(["bash", str(BUILD_SCRIPT), str(tmp), variant], stdout=out,
+                                stderr=subprocess.STDOUT, timeout=2400).returncode
         if rc != 0:
-            tail = (root / "build.log").read_text(errors="replace")[-4000:]
-            raise RuntimeError(f"build_image.sh failed (exit {rc}); end of {root / 'build.log'}:\n{tail}")
-        for old in root.glob("image-*"):
+            tail = build_log.read_text(errors="replace")[-4000:]
+            raise RuntimeError(f"build_image.sh failed (exit {rc}); end of {build_log}:\n{tail}")
+        for old in root.glob(f"{prefix}*"):
             shutil.rmtree(old, ignore_errors=True)
+        shutil.copy(build_log, tmp / "build.log")
         tmp.rename(image)
         log(f"image built in {time.monotonic() - started:.0f} s: {image}")
         return image
@@ -198,7 +206,7 @@ class Vm:
 
 def main(argv: list[str]) -> int:
     """`python -m tests.realos.vm up`: build/boot a VM and keep it up until Ctrl-C."""
-    if argv[:1] != ["up"]:
+    if argv[:1] != ["up"] or argv[1:] not in ([], ["nvidia"]):
         print(__doc__)
         return 2
     why = missing_requirements()
@@ -207,7 +215,7 @@ def main(argv: list[str]) -> int:
         return 2
     import tempfile
 
-    image = ensure_image()
+    image = ensure_image(variant=argv[1] if argv[1:] else "base")
     work = Path(tempfile.mkdtemp(prefix="gpunode-realos-vm."))
     repo = work / "repo"
     toolkit_repo.build(repo)  # the stand-in toolkit, as the tests serve it

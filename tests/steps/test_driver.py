@@ -158,8 +158,29 @@ def test_an_installed_driver_that_is_not_loaded_is_named_in_the_fix():
     assert shlex.split(p.fix.split("#")[0]) == ["gpunode", "install", "--driver", V]
     packaged = facts(outputs={"driver_packages": Section("nvidia-driver-535 535.183.01-0ubuntu1\n", 0)})
     p = plan(packaged, Options())
-    assert p.status is Status.BLOCKED and "(nvidia-driver-535) is installed but not loaded" in p.reason
+    assert p.status is Status.BLOCKED and \
+        "driver 535.183.01 from distribution packages (nvidia-driver-535 535.183.01-0ubuntu1) is installed but not " \
+        "loaded" in p.reason
     assert p.fix.startswith("sudo modprobe nvidia  #")
+
+
+DEBIAN_PACKAGES = "libnvidia-ml1 535.261.03-1~deb12u1\nnvidia-kernel-dkms 535.261.03-1~deb12u1\n"
+
+
+def test_a_run_over_a_packaged_driver_is_refused_for_the_packages_gpu_or_not():
+    """Debian's packaged driver (seen on the real-OS tier's nvidia VM): a .run on top is refused because of the
+    packages, also on a node without a GPU (where the refusal used to name only the missing GPU), with a fix that
+    removes exactly the installed packages."""
+    for devices in ((T4,), ()):
+        packaged = facts(devices=devices, outputs={"driver_packages": Section(DEBIAN_PACKAGES, 0)})
+        p = plan(packaged, Options(driver=V))
+        assert p.status is Status.BLOCKED and "would mix two drivers" in p.reason, p.reason
+        assert "driver 535.261.03 from distribution packages" in p.reason and "proprietary kernel module" in p.reason
+        command = p.fix.split("  #")[0]
+        assert shlex.split(command) == ["sudo", "apt-get", "purge", "-y", "libnvidia-ml1", "nvidia-kernel-dkms", "&&",
+                                        "sudo", "apt-get", "autoremove", "-y", "--purge"]
+    quiet = plan(facts(devices=(), outputs={"driver_packages": Section(DEBIAN_PACKAGES, 0)}), Options())
+    assert quiet.status is Status.OK and "driver 535.261.03 from distribution packages" in quiet.reason
 
 
 def test_fresh_node_downloads_verifies_and_installs():

@@ -62,9 +62,13 @@ ns_key_trusted() {  # ns_key_trusted KEYID : modules signed with it load under S
 # ---- driver state -----------------------------------------------------------------------------------------
 ns_driver_load_env() {
     DRIVER_VERSION=; DRIVER_FLAVOR=; DRIVER_METHOD=; DRIVER_PKG=; DRIVER_DKMS=0; DRIVER_KERNELS=; DRIVER_SIGNKEY=none
+    DRIVER_DKMS_NAME=nvidia
     [ -r "$NS/driver.env" ] && . "$NS/driver.env"
     :
 }
+# The .ko file of a module name (nvidia, nvidia_uvm, nvidia-uvm): nvidia-uvm.ko, or under Debian's packaged driver
+# (DRIVER_DKMS_NAME=nvidia-current) nvidia-current-uvm.ko; the kernel still calls it nvidia_uvm (modinfo -F name).
+ns_driver_file() { echo "$1" | tr _ - | sed "s/^nvidia/$DRIVER_DKMS_NAME/"; }
 ns_driver_installed() { ns_driver_load_env; [ -n "$DRIVER_VERSION" ]; }
 ns_driver_write_env() {
     cat > "$NS/driver.env" <<EOF
@@ -75,6 +79,7 @@ DRIVER_PKG='$DRIVER_PKG'
 DRIVER_DKMS='$DRIVER_DKMS'
 DRIVER_KERNELS='$DRIVER_KERNELS'
 DRIVER_SIGNKEY='$DRIVER_SIGNKEY'
+DRIVER_DKMS_NAME='$DRIVER_DKMS_NAME'
 EOF
 }
 ns_driver_built_for() {  # ns_driver_built_for KVER
@@ -104,11 +109,11 @@ ns_dkms_build() {  # KVER : build the registered nvidia module for KVER (dkms's 
     DRIVER_KERNELS="${DRIVER_KERNELS:+$DRIVER_KERNELS }$1"
     ns_driver_write_env
     _dk=/lib/modules/$1/updates/dkms
-    mkdir -p "$_dk" "/var/lib/dkms/nvidia/$DRIVER_VERSION/$1/x86_64/module"
-    for _dm in nvidia nvidia-uvm nvidia-modeset nvidia-drm nvidia-peermem; do : > "$_dk/$_dm.ko"; done
+    mkdir -p "$_dk" "/var/lib/dkms/$DRIVER_DKMS_NAME/$DRIVER_VERSION/$1/x86_64/module"
+    for _dm in nvidia nvidia-uvm nvidia-modeset nvidia-drm nvidia-peermem; do : > "$_dk/$(ns_driver_file $_dm).ko"; done
     printf '\nBuilding module:\ncleaning build area...\n'
     printf "'make' -j2 NV_EXCLUDE_BUILD_MODULES='' KERNEL_UNAME=%s modules....\n" "$1"
-    printf 'cleaning build area...\n\nnvidia.ko:\nRunning module version sanity check.\n - Original module\n'
+    printf 'cleaning build area...\n\n%s.ko:\nRunning module version sanity check.\n - Original module\n' "$DRIVER_DKMS_NAME"
     printf '   - No original module exists within this kernel\n - Installation\n   - Installing to %s/\n' "$_dk"
     printf '\ndepmod...\n\nDKMS: install completed.\n'
     return 0
@@ -227,8 +232,21 @@ ns_load_module() {
                     ns_err "modprobe: ERROR: could not insert 'nvidia': Key was rejected by service"; return 1 ;;
                 nodevice)
                     if ns_loaded nouveau; then sed 's/^\[[^]]*\] //' "$NSDATA/errors/dmesg_nvrm-no-adapter-probed_nouveau-conflict.txt" | while IFS= read -r _l; do ns_kmsg "$_l"; done
-                    else ns_kmsg "NVRM: No NVIDIA GPU found."; fi
-                    ns_err "modprobe: ERROR: could not insert 'nvidia': No such device"; return 1 ;;
+                    else
+                        # as the real module logs it (real-OS tier, tests/fixtures/real/debian-nvidia)
+                        ns_kmsg "nvidia-nvlink: Nvlink Core is being initialized, major device number 245"
+                        ns_kmsg "NVRM: No NVIDIA GPU found."
+                        ns_kmsg "nvidia-nvlink: Unregistered Nvlink Core, major device number 245"
+                    fi
+                    if [ "$DRIVER_DKMS_NAME" = nvidia-current ]; then
+                        # kmod around Debian's install hook (install nvidia modprobe -i nvidia-current)
+                        ns_err "modprobe: ERROR: could not insert 'nvidia_current': No such device"
+                        ns_err "modprobe: ERROR: ../libkmod/libkmod-module.c:1047 command_do() Error running install command 'modprobe -i nvidia-current ' for module nvidia: retcode 1"
+                        ns_err "modprobe: ERROR: could not insert 'nvidia': Invalid argument"
+                    else
+                        ns_err "modprobe: ERROR: could not insert 'nvidia': No such device"
+                    fi
+                    return 1 ;;
                 notfound) ns_err "modprobe: FATAL: Module nvidia not found in directory /lib/modules/$(ns_kernel)"; return 1 ;;
             esac
             ns_driver_load_env

@@ -96,6 +96,13 @@ pkg_driver_effect() {  # NAME VER FLAVOR SIGN  -> 0, or 1 with DKMS-style errors
     _k=$(ns_kernel)
     ns_driver_load_env
     DRIVER_VERSION=$2; DRIVER_FLAVOR=$3; DRIVER_METHOD=pkg; DRIVER_PKG=$1; DRIVER_KERNELS=; DRIVER_DKMS=0
+    # Debian's packages (as the real-OS tier's nvidia VM shows): DKMS module nvidia-current, files
+    # nvidia-current*.ko, libraries under LIBDIR/nvidia/current behind the `nvidia` alternative
+    _sub=
+    case "$1" in
+        nvidia-kernel-dkms|nvidia-open-kernel-dkms) DRIVER_DKMS_NAME=nvidia-current; _sub=/nvidia/current ;;
+        *) DRIVER_DKMS_NAME=nvidia ;;
+    esac
     _rc=0
     case "$4" in
         distro) DRIVER_SIGNKEY=distro; DRIVER_KERNELS=$_k ;;
@@ -109,7 +116,11 @@ pkg_driver_effect() {  # NAME VER FLAVOR SIGN  -> 0, or 1 with DKMS-style errors
             DRIVER_SIGNKEY=$(ns_key_id /var/lib/shim-signed/mok/MOK.der)
             if ns_headers_present "$_k"; then
                 DRIVER_KERNELS=$_k
-                mkdir -p "/var/lib/dkms/nvidia/$2/$_k/x86_64/module"
+                mkdir -p "/var/lib/dkms/$DRIVER_DKMS_NAME/$2/$_k/x86_64/module"
+                mkdir -p "/lib/modules/$_k/updates/dkms"
+                for _dm in nvidia nvidia-uvm nvidia-modeset nvidia-drm nvidia-peermem; do
+                    : > "/lib/modules/$_k/updates/dkms/$(ns_driver_file $_dm).ko"
+                done
             else
                 echo "Error! Your kernel headers for kernel $_k cannot be found."
                 if [ "$FAMILY" = rhel ]; then echo "Please install the kernel-devel-$_k package,"
@@ -127,9 +138,9 @@ pkg_driver_effect() {  # NAME VER FLAVOR SIGN  -> 0, or 1 with DKMS-style errors
     for _t in nvidia-persistenced nvidia-modprobe nvidia-debugdump; do
         ns_link_tool "/usr/bin/$_t" nvidia-tool "$NS/pkgfiles/$1"
     done
-    mkdir -p "$LIBDIR"
-    : > "$LIBDIR/libnvidia-ml.so.$2"; ln -sf "libnvidia-ml.so.$2" "$LIBDIR/libnvidia-ml.so.1"
-    pkg_record "$1" "$LIBDIR/libnvidia-ml.so.$2"; pkg_record "$1" "$LIBDIR/libnvidia-ml.so.1"
+    mkdir -p "$LIBDIR$_sub"
+    : > "$LIBDIR$_sub/libnvidia-ml.so.$2"; ln -sf "${_sub#/}${_sub:+/}libnvidia-ml.so.$2" "$LIBDIR/libnvidia-ml.so.1"
+    pkg_record "$1" "$LIBDIR$_sub/libnvidia-ml.so.$2"; pkg_record "$1" "$LIBDIR/libnvidia-ml.so.1"
     ns_unit_exists nvidia-persistenced.service || { ns_unit_create nvidia-persistenced.service "NVIDIA Persistence Daemon" inactive enabled; pkg_record "$1" "unit:nvidia-persistenced.service"; }
     return $_rc
 }

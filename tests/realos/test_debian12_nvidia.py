@@ -1,0 +1,206 @@
+"""The real-OS tier, second VM: Debian's packaged NVIDIA driver (non-free, R535), installed by real apt and dpkg
+with the real DKMS build of the real kernel modules for the VM's kernel (done at image build time, in the image's
+chroot at native speed: build_image.sh OUT nvidia), on a machine with NO NVIDIA GPU. Real nvidia-smi,
+nvidia-modprobe, nvidia-persistenced, libnvidia-ml; Debian's names (nvidia-current.ko, /usr/lib/x86_64-linux-gnu/
+nvidia/current, the `nvidia` alternative). Tests run in file order on one VM: first the compute-only set as the
+image has it, then with libcuda1 (real apt through the relay), then the refusal's fix run as printed.
+
+Every text the real programs print is captured (GPUNODE_REALOS_CAPTURE=DIR writes them there; the copies in
+tests/fixtures/real/debian-nvidia are Debian's and NVIDIA's output) and explain must recognise each, by the same
+table the fixture test reads (expected-explain.csv)."""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import shlex
+import time
+from pathlib import Path
+
+import pytest
+
+from gpunode.explain import explain
+
+pytestmark = [pytest.mark.realos]
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "debian-nvidia"
+EXPECTED = {row["file"]: row["detector"] for row in
+            csv.DictReader((FIXTURES / "expected-explain.csv").open(encoding="utf-8", newline=""))}
+# everything a gpunode run could change: /etc, /boot, the modules trees, the dpkg database, DKMS's state
+FINGERPRINT = (
+    "{ find /etc /boot /lib/modules -xdev -type f -print0 | sort -z | xargs -0 sha256sum; "
+    "find /etc /boot /lib/modules -xdev -type l -printf '%p -> %l\\n' | sort; } | sha256sum; "
+    "sha256sum /var/lib/dpkg/status; dkms status"
+)
+RUN_DRIVER = "550.54.15"  # any .run version: the plan must refuse it before anything is fetched
+NODE: dict[str, str] = {}  # what the first test learns: kernel, version
+CAPTURE_DIR = os.environ.get("GPUNODE_REALOS_CAPTURE")  # read at import: tests/conftest.py clears GPUNODE_* per test
+
+
+def capture(name: str, text: str) -> str:
+    if CAPTURE_DIR:
+        Path(CAPTURE_DIR).mkdir(parents=True, exist_ok=True)
+        (Path(CAPTURE_DIR) / name).write_text(text)
+    if name in EXPECTED:
+        found = [f.id for f in explain(text)]
+        assert found and found[0] == EXPECTED[name], (name, text, found)
+    return text
+
+
+def sh(realnv, command: str) -> tuple[int, str]:
+    """A guest command's exit status and its stdout+stderr as one text (as a person sees it)."""
+    done = realnv.vm.ssh(f"{{ {command} ; }} 2>&1", timeout=900)
+    return done.rc, done.out
+
+
+def persistenced_journal(realnv) -> str:
+    """The last failed start of nvidia-persistenced, as journalctl prints it (-o cat)."""
+    since = realnv.ssh("date +%s").strip()
+    sh(realnv, "sleep 1; systemctl reset-failed nvidia-persistenced; systemctl restart nvidia-persistenced")
+    return realnv.ssh(f"journalctl -u nvidia-persistenced --no-pager -o cat --since @{since}")
+
+
+def test_debian_packaged_driver_is_really_installed(realnv):
+    realnv.vm.wait_booted()  # degraded: nvidia-persistenced's unit fails at boot (no GPU)
+    assert realnv.ssh("systemctl --failed --no-legend --plain | cut -d' ' -f1").split() == \
+        ["nvidia-persistenced.service"]
+    NODE["kernel"] = kernel = realnv.ssh("uname -r").strip()
+    packages = dict(line.split() for line in realnv.ssh(
+        "dpkg-query -W -f '${Package} ${Version} ${db:Status-Status}\\n' 'nvidia-*' 'libnvidia-*' libcuda1 "
+        "'firmware-nvidia-*' | awk '$3 == \"installed\" { print $1, $2 }'").splitlines())
+    assert {"nvidia-kernel-dkms", "nvidia-smi", "libnvidia-ml1", "nvidia-modprobe", "nvidia-persistenced",
+            "firmware-nvidia-gsp"} <= set(packages), packages
+    assert "libcuda1" not in packages
+    NODE["version"] = version = re.match(r"\d+\.\d+\.\d+", packages["nvidia-kernel-dkms"]).group(0)
+    dkms = capture("dkms-status.txt", realnv.ssh("dkms status"))
+    assert f"nvidia-current/{version}, {kernel}, x86_64: installed" in dkms
+    names = capture("modinfo-F-name.txt", realnv.ssh(
+        f"for f in /lib/modules/{kernel}/updates/dkms/*.ko; do echo \"$f $(modinfo -F name $f)\"; done"))
+    assert f"/lib/modules/{kernel}/updates/dkms/nvidia-current.ko nvidia\n" in names
+    assert f"/lib/modules/{kernel}/updates/dkms/nvidia-current-uvm.ko nvidia_uvm\n" in names
+    assert "Value: /usr/lib/nvidia/current" in capture("update-alternatives-query-nvidia.txt",
+                                                       realnv.ssh("update-alternatives --query nvidia"))
+    assert f"libnvidia-ml.so.{version}" in realnv.ssh("ls /usr/lib/x86_64-linux-gnu/nvidia/current/").split()
+
+
+def test_real_texts_of_the_compute_only_set(realnv):
+    """Without libcuda1, Debian's modprobe configuration and library path (glx alternative) are not linked in."""
+    started = time.monotonic()
+    rc, out = sh(realnv, "modprobe nvidia")
+    assert rc != 0 and "Module nvidia not found" in capture("modprobe-nvidia_without-libcuda1.txt", out)
+    rc, out = sh(realnv, "modprobe nvidia-uvm")
+    assert rc != 0 and capture("modprobe-nvidia-uvm_without-libcuda1.txt", out)
+    rc, out = sh(realnv, "modinfo nvidia")
+    assert rc != 0 and "Module nvidia not found" in capture("modinfo-nvidia.txt", out)
+    journal = capture("journal_nvidia-persistenced_without-libcuda1.txt", persistenced_journal(realnv))
+    assert "nvidia-persistenced failed to initialize" in journal
+    rc, out = sh(realnv, "nvidia-smi")
+    assert rc == 9 and capture("nvidia-smi_no-gpu.txt", out)
+    out = capture("nvidia-modprobe_no-gpu.txt", realnv.ssh(
+        'for c in "nvidia-modprobe -u -c=0" "nvidia-modprobe -c=0"; do echo "# $c"; $c 2>&1; echo "exit $?"; done'))
+    assert out.count("exit 1") == 2 and len(out.splitlines()) == 4, out  # silent, exit 1
+    realnv.stage("nvidia VM: real texts (compute-only set)", time.monotonic() - started)
+
+
+def test_facts_read_the_packaged_driver(realnv):
+    run = realnv.gpunode("facts", stage="nvidia VM: facts")
+    assert run.rc == 0, run.err
+    parsed = run.json()["facts"]
+    driver = {name: value.get("value") for name, value in parsed["driver"].items()}  # file facts have none
+    module = driver["driver_module"]
+    assert (module["version"], module["flavour"]) == (NODE["version"], "proprietary")
+    assert module["filename"] == f"/lib/modules/{NODE['kernel']}/updates/dkms/nvidia-current.ko"
+    names = driver["driver_debian_names"]
+    assert names["alternative"] == "/usr/lib/nvidia/current"
+    assert [f"/lib/modules/{NODE['kernel']}/updates/dkms/nvidia-current.ko", "nvidia"] in names["module_files"]
+    libs, installer = driver["driver_userspace"]
+    assert libs == [NODE["version"]] and installer is None
+    assert dict(driver["driver_packages"])["nvidia-kernel-dkms"].startswith(NODE["version"])
+    kernels = parsed["kernel"]["doctor_kernels"]["value"]
+    running = [k for k in kernels["kernels"] if k["name"] == NODE["kernel"]]
+    assert running and running[0]["module"].endswith("/nvidia-current.ko"), kernels
+    assert {"module": "nvidia-current", "version": NODE["version"], "kernel": NODE["kernel"],
+            "status": "installed"} in kernels["dkms"]
+
+
+def test_plan_and_install_refuse_a_run_over_the_packaged_driver(realnv):
+    before = realnv.ssh(FINGERPRINT)
+    plan = realnv.gpunode("plan", "--json", "--driver", RUN_DRIVER)
+    driver = {s["step"]: s for s in plan.json()["steps"]}["driver"]
+    assert driver["status"] == "blocked" and "would mix two drivers" in driver["reason"], driver
+    assert f"driver {NODE['version']} from distribution packages" in driver["reason"]
+    NODE["fix"] = driver["fix"]
+    run = realnv.gpunode("install", "--only", "driver", "--driver", RUN_DRIVER,
+                         stage="nvidia VM: install --driver (refused)")
+    assert run.rc != 0 and "would mix two drivers" in " ".join((run.out + run.err).split())
+    quiet = {s["step"]: s for s in realnv.gpunode("plan", "--json").json()["steps"]}["driver"]
+    assert quiet["status"] == "ok" and "left as it is" in quiet["reason"], quiet
+    assert realnv.ssh(FINGERPRINT) == before
+
+
+def test_doctor_verdicts_on_the_packaged_driver(realnv):
+    run = realnv.gpunode("doctor", "--json", stage="nvidia VM: doctor")
+    checks = {c["id"]: c for c in run.json()["checks"]}
+    loaded = checks["driver.loaded"]
+    assert loaded["status"] == "skip", loaded
+    assert f"built for kernel {NODE['kernel']}" in loaded["evidence"] and "no NVIDIA GPU" in loaded["evidence"]
+    assert "modprobe nvidia\"` would not find it" in loaded["evidence"]  # no libcuda1 yet (rendered as an ssh line)
+    assert checks["driver.single-source"]["status"] == "pass", checks["driver.single-source"]
+    assert checks["kernel.headers"]["status"] == "pass", checks["kernel.headers"]
+    newest = checks["kernel.dkms-newest-kernel"]
+    assert newest["status"] == "pass" and newest["evidence"].endswith("/nvidia-current.ko"), newest
+    assert checks["hw.gpu-present"]["status"] == "fail" and run.rc == 1
+
+
+def test_nodesettings_and_uninstall_leave_the_packaged_driver_alone(realnv):
+    before = realnv.ssh(FINGERPRINT)
+    plan = {s["step"]: s for s in realnv.gpunode("plan", "--json", "--only", "nodesettings").json()["steps"]}
+    assert plan["nodesettings"]["status"] == "ok", plan
+    run = realnv.gpunode("uninstall", stage="nvidia VM: uninstall")
+    assert run.rc in (0, 1), run.out + run.err
+    assert realnv.ssh(FINGERPRINT) == before
+
+
+def test_with_libcuda1_the_install_hook_and_the_persistence_daemon_say_more(realnv):
+    """explain's fix for the persistence daemon's libnvidia-cfg failure, run as printed (real apt through the
+    relay): Debian then links its modprobe configuration, and the real texts change."""
+    fix = next(f.fix for f in explain((FIXTURES / "journal_nvidia-persistenced_without-libcuda1.txt").read_text())
+               if f.id == "persistenced.no-libnvidia-cfg")
+    started = time.monotonic()
+    realnv.ssh("apt-get update -qq", timeout=900)
+    realnv.ssh(f"DEBIAN_FRONTEND=noninteractive {fix.split('  #')[0].removeprefix('sudo ')}", timeout=1800)
+    realnv.stage("nvidia VM: apt-get install libcuda1 (real apt, initramfs)", time.monotonic() - started)
+    assert "install nvidia modprobe -i nvidia-current" in realnv.ssh("cat /etc/modprobe.d/nvidia.conf")
+    realnv.ssh("dmesg -C")
+    rc, out = sh(realnv, "modprobe nvidia")
+    assert rc != 0 and "could not insert 'nvidia_current': No such device" in \
+        capture("modprobe-nvidia_with-libcuda1.txt", out)
+    capture("dmesg_modprobe-nvidia_no-gpu.txt", realnv.ssh("dmesg | grep -E 'NVRM|nvidia'"))
+    capture("journal_nvidia-persistenced_no-gpu.txt", persistenced_journal(realnv))
+    doctor = {c["id"]: c for c in realnv.gpunode("doctor", "--json").json()["checks"]}
+    assert "would not find it" not in doctor["driver.loaded"]["evidence"], doctor["driver.loaded"]
+
+
+@pytest.mark.xfail(strict=False, reason="the first purge fix left nvidia-persistenced, and apt satisfied it with "
+                   "nvidia-tesla-470-alternative; the fix now purges nvidia-persistenced/nvidia-modprobe too, not yet "
+                   "re-run on the VM")
+def test_the_printed_fix_removes_the_packaged_driver(realnv):
+    """The refusal's fix, run as printed, really removes Debian's driver (DKMS tree, module files); after it a
+    .run is refused only for the missing GPU."""
+    command = NODE["fix"].split("  #")[0]
+    if command.startswith("ssh "):  # printed for a remote node: `ssh -t -F CONFIG realos "COMMAND"`
+        command = shlex.split(command)[-1]
+    assert command.startswith("sudo apt-get purge -y "), command
+    started = time.monotonic()
+    realnv.ssh(f"DEBIAN_FRONTEND=noninteractive sh -c {shlex.quote(command.replace('sudo ', ''))}", timeout=1800)
+    realnv.stage("nvidia VM: the refusal's purge fix", time.monotonic() - started)
+    assert "nvidia-current" not in realnv.ssh("dkms status")
+    assert realnv.ssh(f"ls /lib/modules/{NODE['kernel']}/updates/dkms/ 2>/dev/null || true").strip() == ""
+    driver = {s["step"]: s for s in
+              realnv.gpunode("plan", "--json", "--driver", RUN_DRIVER).json()["steps"]}["driver"]
+    assert driver["status"] == "blocked" and "no NVIDIA GPU" in driver["reason"], driver
+
+
+def test_no_traceback_in_any_run(realnv):
+    assert realnv.runs and [r.argv for r in realnv.runs if "Traceback" in r.err] == []
