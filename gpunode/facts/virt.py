@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from gpunode.facts.driver import pci_address
-from gpunode.facts.registry import command
+from gpunode.facts.registry import SMI_CALL, command
 
 _M = __name__.rsplit(".", 1)[-1]
 
@@ -212,6 +212,9 @@ VIRT = command("virt", (
     "if [ -e \"$p/iommu_group\" ]; then g=$(readlink \"$p/iommu_group\"); echo \"~group=${g##*/}\"; "
     "for m in \"$p\"/iommu_group/devices/*; do md=; [ -e \"$m/driver\" ] && md=$(readlink \"$m/driver\") && md=${md##*/}; "
     "echo \"~member=${m##*/} $(cat \"$m/class\" 2>/dev/null) $md\"; done; fi; done; "
-    "command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi --query-gpu=pci.bus_id,memory.total "
-    "--format=csv,noheader,nounits 2>/dev/null | sed 's/^/@mem /'; true"
+    # through the probe's nvidia-smi wrapper: a hung nvidia-smi costs one deadline, and none once an earlier
+    # section found it hung (registry.SMI_CALL)
+    "if command -v nvidia-smi >/dev/null 2>&1; then " + SMI_CALL
+    + "m=$(gpunode_smi --query-gpu=pci.bus_id,memory.total --format=csv,noheader,nounits 2>/dev/null) && "
+    "printf '%s\\n' \"$m\" | sed 's/^/@mem /'; fi; true"
 ), parse_virt, module=_M)

@@ -183,3 +183,15 @@ def test_the_run_probe_leaves_out_only_what_doctor_and_verify_read():
     with pytest.raises(NotGatheredError):
         facts.section(UPGRADES)
     assert gather(FakeConnection(node), FULL).section(UPGRADES).status == 127  # FULL asks; the fake has no answer
+
+
+def test_every_probe_snippet_calls_nvidia_smi_through_the_deadline_wrapper():
+    """A bare nvidia-smi call in any section makes a hung GPU cost the probe's whole timeout (found once: the VM
+    facts' memory query); each call goes through registry.SMI_CALL's gpunode_smi."""
+    import re
+
+    from gpunode.facts.probe import all_sections
+    from gpunode.facts.registry import FULL, SMI_CALL
+    bare = {name: snippet for name, snippet in all_sections(FULL).items()
+            if re.search(r"(?<![\w/-])nvidia-smi\s+-", snippet.replace(SMI_CALL, ""))}
+    assert bare == {}
