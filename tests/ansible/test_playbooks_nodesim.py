@@ -137,8 +137,14 @@ def test_ten_nodes_check_mode_predicts_the_run_which_converges_and_a_second_run_
     for name in names:
         document = facts[name]["ansible_facts"]["gpunode_doctor"]
         assert facts[name]["changed"] is False
-        assert [(c["id"], c["status"], same_node(c["evidence"])) for c in document["checks"]] == [
-            (c["id"], c["status"], same_node(c["evidence"])) for c in fleet_doctor[name]["checks"]]
+        # the same checks and verdicts; the evidence too, but for a gpunode command inside it, which each front
+        # door renders for its users (module arguments for Ansible, a command line for the CLI: gpunode/fixes.py)
+        def seen(checks):
+            return [(c["id"], c["status"], None if "gpunode" in c["evidence"] else same_node(c["evidence"]))
+                    for c in checks]
+        assert seen(document["checks"]) == seen(fleet_doctor[name]["checks"])
+        rendered = {c["id"]: c["evidence"] for c in document["checks"] if "gpunode.gpu.node:" in c["evidence"]}
+        assert all("gpunode install" not in text for text in rendered.values()), rendered
         assert facts[name]["ready"] is (fleet_doctor[name]["status"] == "ok")
     print(f"10 nodes, ansible-playbook wall time: check {check.seconds:.1f}s, run {run.seconds:.1f}s, "
           f"second run {again.seconds:.1f}s, check again {replan.seconds:.1f}s, doctor {doctor.seconds:.1f}s; "

@@ -189,7 +189,8 @@ def test_nvidia_drm_held_by_drm_clients_installs_beside_it_and_the_predicted_reb
 
 
 CHANNEL_LINE = "server_input_channel_open: ctype session"  # sshd logs each channel a client opens (DEBUG1)
-UPGRADE_CHANNELS = 34  # measured: 41 before journal batching; issue 23 aims at 10 (not reached yet)
+UPGRADE_CHANNELS = 39  # measured: 41 before journal batching, 34 after; the node lock (gpunode/nodelock.py: its
+# keeper channel, the take, the stale temp-file sweep, the release) adds 5. Issue 23 aims at 10 (not reached yet)
 
 
 def test_a_driver_upgrade_opens_few_ssh_channels(sim_node, mirror, tmp_path):  # noqa: F811
