@@ -151,3 +151,25 @@ def signals(announce: Callable[[str], None] | None = None) -> Iterator[CancelTok
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
+
+
+@contextmanager
+def sigterm_as_ctrl_c(token: CancelToken) -> Iterator[None]:
+    """For a loop that stops on KeyboardInterrupt (the fleet's main thread): a SIGTERM is the same request as a
+    Ctrl-C, remembered on `token` for the exit code (143). Only Python's default handler is taken over, and only
+    in the main thread."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        if token.signal is None:
+            token.signal = signal.Signals(signum)
+            token.reason = REASONS[token.signal]
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from gpunode.cancel import Cancelled, CancelToken, bind
+from gpunode.cancel import Cancelled, CancelToken, bind, exit_code, sigterm_as_ctrl_c
 from gpunode.connection.base import Connection, Held
 from gpunode.errors import ConnectError, GpunodeError, UsageError
 from gpunode.facts import Facts
@@ -195,6 +195,7 @@ class FleetResults(list[HostResult]):
 
     interrupted: bool = False
     aborted: bool = False
+    interrupted_exit: int = 130  # 143 when a SIGTERM stopped the run (gpunode/cancel.py EXIT_CODES)
     maybe_mid_step: list[str]
 
     def __init__(self, results: Sequence[HostResult] = ()) -> None:
@@ -234,18 +235,21 @@ def run_fleet(hosts: Sequence[InventoryHost], work: Work, *, parallel: int = 8, 
                     grace)
     failed = 0
     stop_reason: str | None = None
-    for group in groups:
-        if token.cancelled:
-            stop_reason = f"not started: {token.reason}"
-        if stop_reason:
-            for host in group:
-                run.finish(host.name, HostResult(host.name, "skipped", error=stop_reason))
-            continue
-        failed += run.batch(group, parallel)
-        if max_fail is not None and failed * 100 / len(hosts) > max_fail:
-            stop_reason = f"not started: {failed} of {len(hosts)} nodes failed, more than --max-fail {max_fail:g}%"
+    with sigterm_as_ctrl_c(token):  # systemd stopping a unit, `timeout`, a CI limit: handled as a Ctrl-C
+        for group in groups:
+            if token.cancelled:
+                stop_reason = f"not started: {token.reason}"
+            if stop_reason:
+                for host in group:
+                    run.finish(host.name, HostResult(host.name, "skipped", error=stop_reason))
+                continue
+            failed += run.batch(group, parallel)
+            if max_fail is not None and failed * 100 / len(hosts) > max_fail:
+                stop_reason = (f"not started: {failed} of {len(hosts)} nodes failed, more than --max-fail "
+                               f"{max_fail:g}%")
     results = FleetResults([run.results[h.name] for h in hosts])
     results.interrupted, results.aborted = token.cancelled, token.aborted
+    results.interrupted_exit = exit_code(token)
     results.maybe_mid_step = run.mid_step
     return results
 
@@ -315,7 +319,7 @@ class _FleetRun:
 
     def _interrupted(self) -> None:
         if not self.token.cancelled:
-            self.token.cancel()
+            self.token.cancel()  # a SIGTERM's reason is on the token already (cancel.sigterm_as_ctrl_c)
             self.deadline = time.monotonic() + self.grace
         else:
             self._abort()

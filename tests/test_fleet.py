@@ -189,6 +189,23 @@ def test_the_grace_period_counts_down_then_aborts():
     assert results.aborted and results[0].status == "interrupted"
 
 
+@pytest.mark.usefixtures("cli_owns_signals")  # gpunode's own handler (tests/conftest.py)
+def test_a_sigterm_stops_a_fleet_as_the_first_ctrl_c_does_and_exits_143():
+    import os
+    import signal
+
+    from gpunode.cli._fleet import fleet_exit_code
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM))  # this process only
+    timer.start()
+    results = run_fleet(HOSTS[:4], stepping_work(), parallel=2)
+    timer.join()
+    assert results.interrupted and not results.aborted
+    assert [r.status for r in results] == ["interrupted", "interrupted", "skipped", "skipped"]
+    assert "not started: stopped (SIGTERM)" in results[3].error
+    assert fleet_exit_code(results) == 143
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handed back
+
+
 def test_a_run_without_interrupt_is_not_marked_interrupted():
     results = run_fleet(HOSTS[:3], stepping_work(steps=2, seconds=0.01), parallel=3)
     assert not results.interrupted and [r.status for r in results] == ["changed"] * 3

@@ -103,10 +103,10 @@ def run_with_view(hosts: list[InventoryHost], columns: Sequence[str], work: Call
 
 
 def fleet_exit_code(results: Sequence[HostResult]) -> int:
-    """130 after a Ctrl-C (whatever the nodes did), else 1 if any node failed or was skipped, 3 if one waits
+    """130 after a Ctrl-C, 143 after a SIGTERM (whatever the nodes did), else 1 if any node failed or was skipped, 3 if one waits
     for a reboot, 0 when every node is done."""
     if isinstance(results, FleetResults) and results.interrupted:
-        return 130
+        return results.interrupted_exit
     if any(r.failed for r in results) or any(r.status == "skipped" for r in results):
         return 1
     if any(r.status == "reboot-pending" for r in results):
