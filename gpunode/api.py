@@ -20,7 +20,7 @@ from gpunode.connection.base import Connection
 from gpunode.doctor.document import doctor_document
 from gpunode.errors import UsageError
 from gpunode.facts import FULL, gather
-from gpunode.options import API, Options, options_for
+from gpunode.options import API, Options, Request, options_for
 from gpunode.plan import StepPlan
 from gpunode.runner import NullReporter, RunReport, apply_pipeline, plan_pipeline
 from gpunode.steps.base import Step
@@ -35,14 +35,6 @@ def pipeline_options() -> dict[str, Any]:
 
 
 PIPELINE_OPTIONS: dict[str, Any] = pipeline_options()
-
-
-@dataclass(frozen=True)
-class Request:
-    """What to run: the steps in pipeline order and the options they read (reboot always off)."""
-
-    steps: tuple[Step, ...]
-    options: Options
 
 
 def _own_name(name: str) -> str:
