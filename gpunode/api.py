@@ -72,7 +72,7 @@ class PipelineResult:
     report: RunReport
     changed_steps: list[str] = field(default_factory=list)
     applied: list[tuple[str, Action]] = field(default_factory=list)  # (step, action) carried out, in order
-    undo: bool = False  # an uninstall (its dry run's report has mode `plan`)
+    undo: bool = False  # an uninstall (its dry run's report has mode `uninstall-dry-run`)
 
     @property
     def changed(self) -> bool:
@@ -106,7 +106,7 @@ class PipelineResult:
         return found
 
     def _file_actions(self) -> list[Action]:
-        if self.report.mode != "plan":
+        if not self.report.dry_run:
             return [a for _, a in self.applied]
         return [a for o in self.report.outcomes if o.result == "planned" for a in o.plan.actions]
 
