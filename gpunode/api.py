@@ -20,7 +20,7 @@ from gpunode.connection.base import Connection
 from gpunode.doctor.document import doctor_document
 from gpunode.errors import UsageError
 from gpunode.facts import FULL, gather
-from gpunode.options import API, Options, options_for
+from gpunode.options import API, Options, Request, options_for
 from gpunode.plan import StepPlan
 from gpunode.runner import NullReporter, RunReport, apply_pipeline, plan_pipeline
 from gpunode.steps.base import Step
@@ -35,14 +35,6 @@ def pipeline_options() -> dict[str, Any]:
 
 
 PIPELINE_OPTIONS: dict[str, Any] = pipeline_options()
-
-
-@dataclass(frozen=True)
-class Request:
-    """What to run: the steps in pipeline order and the options they read (reboot always off)."""
-
-    steps: tuple[Step, ...]
-    options: Options
 
 
 def _own_name(name: str) -> str:
@@ -80,7 +72,7 @@ class PipelineResult:
     report: RunReport
     changed_steps: list[str] = field(default_factory=list)
     applied: list[tuple[str, Action]] = field(default_factory=list)  # (step, action) carried out, in order
-    undo: bool = False  # an uninstall (its dry run's report has mode `plan`)
+    undo: bool = False  # an uninstall (its dry run's report has mode `uninstall-dry-run`)
 
     @property
     def changed(self) -> bool:
@@ -114,7 +106,7 @@ class PipelineResult:
         return found
 
     def _file_actions(self) -> list[Action]:
-        if self.report.mode != "plan":
+        if not self.report.dry_run:
             return [a for _, a in self.applied]
         return [a for o in self.report.outcomes if o.result == "planned" for a in o.plan.actions]
 

@@ -69,7 +69,7 @@ def result_from_report(host: str, report: RunReport) -> HostResult:
         status = "blocked"
     elif "reboot-pending" in results:
         status = "reboot-pending"
-    elif report.mode == "plan":
+    elif report.dry_run:
         status = "planned" if changed else "ok"
     else:
         status = "changed" if changed else "ok"

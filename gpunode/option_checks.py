@@ -13,7 +13,6 @@ import dataclasses
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from gpunode.artifacts.naming import is_url
 from gpunode.artifacts.request import check_sha256_option
 from gpunode.artifacts.request import request as driver_request
 from gpunode.errors import UsageError
-from gpunode.options import Options, OptionSpec, choices_of
+from gpunode.options import Options, OptionSpec, Request, choices_of
 from gpunode.steps.base import Step
 
 Spelling = Callable[[str], str]
@@ -65,14 +64,6 @@ def _respelled(exc: UsageError, spell: Spelling, *names: str) -> UsageError:
             message = pattern.sub(ours, message)
             fix = pattern.sub(ours, fix) if fix else fix
     return UsageError(message, fix=fix)
-
-
-@dataclass(frozen=True)
-class Request:
-    """What plan / install were asked to do: the steps, in pipeline order, and the options they read."""
-
-    steps: tuple[Step, ...]
-    options: Options
 
 
 def defaults(front: str) -> dict[str, Any]:

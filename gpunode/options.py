@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gpunode.artifacts import ProgressBars
+    from gpunode.steps.base import Step
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,16 @@ class Options:
     hold_driver: bool | None = None  # --hold-driver / --no-hold-driver: the driver's packages (a .run has none)
     # driver upgrades (gpunode/steps/driver.py, gpunode/facts/holders.py)
     stop_gpu_services: bool = False  # --stop-gpu-services: stop the GPU services holding the old driver, start them after
+
+
+@dataclass(frozen=True)
+class Request:
+    """What plan / install were asked to do: the steps, in pipeline order, and the options they read. Made by
+    the checks (gpunode/option_checks.py) for every front door: the CLI (gpunode/cli/_inputs.py) and the library
+    (gpunode/api.py, which always turns reboot off)."""
+
+    steps: tuple[Step, ...]
+    options: Options
 
 
 # --- the option table ---------------------------------------------------------------------------------------------

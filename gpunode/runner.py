@@ -83,10 +83,16 @@ class StepOutcome:
         return shown
 
 
+# A run's mode, the JSON report's "mode" for every front door (CLI, fleet, library, Ansible). A dry run changes
+# nothing: install's is "plan", uninstall's "uninstall-dry-run".
+PLAN_MODE, INSTALL_MODE, UNINSTALL_MODE, UNINSTALL_DRY_RUN = "plan", "install", "uninstall", "uninstall-dry-run"
+DRY_RUNS = frozenset({PLAN_MODE, UNINSTALL_DRY_RUN})
+
+
 @dataclass
 class RunReport:
     host: str
-    mode: str  # plan | install
+    mode: str  # PLAN_MODE | INSTALL_MODE | UNINSTALL_MODE | UNINSTALL_DRY_RUN
     node: dict[str, object] = field(default_factory=dict)
     outcomes: list[StepOutcome] = field(default_factory=list)
     reboots: int = 0
@@ -98,9 +104,14 @@ class RunReport:
     traceback: str | None = field(default=None, repr=False)  # an internal error's, for the debug log only
 
     @property
+    def dry_run(self) -> bool:
+        """A plan (install's dry run) or an uninstall's dry run: nothing on the node changes."""
+        return self.mode in DRY_RUNS
+
+    @property
     def reboot_pending(self) -> bool:
         return any(o.result == "reboot-pending" for o in self.outcomes) or (
-            self.mode == "plan" and any(o.plan.reboot_required for o in self.outcomes))
+            self.dry_run and any(o.plan.reboot_required for o in self.outcomes))
 
     @property
     def exit_code(self) -> int:
@@ -126,7 +137,7 @@ class RunReport:
             return "failed"
         if "blocked" in results:
             return "blocked"
-        if self.mode == "plan":
+        if self.dry_run:
             return "changes-pending" if results - {"ok"} else "ready"
         if "reboot-pending" in results:
             return "reboot-pending"

@@ -127,3 +127,32 @@ def test_a_node_command_in_the_words_of_a_fix_still_runs_on_the_node():
     fix = "run `nvidia-smi -L` first; then " + fixes.gpunode("install")
     assert runnable(fix, ["--host", "gpu-01"], ["ssh", "gpu-01"]) == \
         'run `ssh -t gpu-01 "nvidia-smi -L"` first; then gpunode install --host gpu-01'
+
+
+def test_kubectl_and_sudo_reboot_fixes_are_wrapped_for_a_remote_node_from_their_parts(monkeypatch):
+    """The renderer wraps a node command because the fix says it runs on the node, not because its first word is
+    in the CLI's list of node programs: with that list emptied, both still go through ssh; locally they print as
+    they are."""
+    from gpunode.cli import _target
+
+    monkeypatch.setattr(_target, "NODE_PROGRAMS", frozenset())
+    ssh = ["ssh", "-p", "2222", "ubuntu@gpu-01"]
+    kubectl = fixes.on_node("kubectl drain gpu-01 --ignore-daemonsets")
+    reboot = fixes.on_node("sudo reboot") + "  # loads the module that matches"
+    assert runnable(kubectl, ["--host", "gpu-01"], ssh) == \
+        'ssh -t -p 2222 ubuntu@gpu-01 "kubectl drain gpu-01 --ignore-daemonsets"'
+    assert runnable(reboot, ["--host", "gpu-01"], ssh) == \
+        'ssh -t -p 2222 ubuntu@gpu-01 "sudo reboot"  # loads the module that matches'
+    assert runnable(kubectl, ["--local"]) == "kubectl drain gpu-01 --ignore-daemonsets"
+    assert runnable(reboot, ["--local"]) == "sudo reboot  # loads the module that matches"
+    # the same text without its parts is not recognised without the list: the parts are what the renderer reads
+    assert runnable(str(reboot), ["--host", "gpu-01"], ssh) == "sudo reboot  # loads the module that matches"
+
+
+def test_doctors_and_explains_node_commands_are_structured():
+    from gpunode.doctor import driver, gpuhealth, health
+    from gpunode.explain import hooks
+
+    for module in (driver, gpuhealth, health, hooks):
+        source = Path(module.__file__).read_text()
+        assert not re.search(r"""(fix=|, )f?["']sudo (reboot|apt-mark|snap|apt-get|setsebool|rmmod)""", source), module

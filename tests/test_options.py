@@ -116,3 +116,14 @@ def test_a_new_row_reaches_the_fixes_and_their_renderers(extended):
     fix = fixes.gpunode("install", widget_colour="red")
     assert runnable(fix, ["--host", "gpu-01"]) == "gpunode install --host gpu-01 --widget-colour red"
     assert ansible_fix(fix, ["--host", "gpu-01"]) == 'gpunode.gpu.node: {widget_colour: "red"}'
+
+
+def test_one_request_class_for_the_library_and_the_cli():
+    """plan/install's Request is declared once, beside Options; the library and the CLI both make that class."""
+    from gpunode import option_checks
+    from gpunode.cli import _inputs
+
+    made = api.request({"only": ["driver"]})
+    assert type(made) is options.Request
+    assert api.Request is option_checks.Request is _inputs.Request is options.Request
+    assert [s.name for s in made.steps] == ["driver"] and made.options.reboot is False

@@ -59,7 +59,7 @@ def _step_table(report: RunReport, rows: Iterable[tuple[str, str, str]]) -> Tabl
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     table.add_column("#", justify="right")
     table.add_column("step")
-    table.add_column("status" if report.mode == "plan" else "result")
+    table.add_column("status" if report.dry_run else "result")
     table.add_column("reason", overflow="fold")
     for index, (step, shown, reason) in enumerate(rows, 1):
         table.add_row(str(index), step, Text(shown, style=STATUS_STYLE.get(shown, "")), node_text(reason))
@@ -111,7 +111,7 @@ def summary_line(report: RunReport) -> str:
         return "summary: no steps selected"
     line = f"summary: {bits}"
     state = summary["state"]
-    if report.mode == "plan":
+    if report.dry_run:
         line += {"ready": "; nothing to change", "changes-pending": "; nothing was changed (this is a plan)",
                  "blocked": "; blocked: fix the step marked blocked first",
                  "failed": "; a check failed: install would stop before changing anything"}.get(state, "")

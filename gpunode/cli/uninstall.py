@@ -30,13 +30,11 @@ from gpunode.errors import ConnectError, GpunodeError
 from gpunode.fleet import HostResult, LoggedConnection, QueueReporter, result_from_report
 from gpunode.inventory import InventoryHost
 from gpunode.options import Options
-from gpunode.runner import RunReport
+from gpunode.runner import UNINSTALL_DRY_RUN, UNINSTALL_MODE, RunReport
 from gpunode.ui import STATUS_STYLE, clean, labelled, node_text, out, print_json
 from gpunode.undo import select
 from gpunode.undo.engine import uninstall as run_uninstall
 from gpunode.undo.state import UndoRequest
-
-DRY_RUN_MODE = "uninstall-dry-run"  # the JSON "mode" of `uninstall --dry-run` (install's dry run is "plan")
 
 
 @command(reach="rolling")
@@ -81,7 +79,6 @@ def uninstall(target: Target, argv: list[str], only: UndoOnlyOpt = None, dry_run
         summary = data["summary"]
         assert isinstance(summary, dict)
         summary["nothing_to_undo"] = nothing
-        data["mode"] = DRY_RUN_MODE if dry_run else "uninstall"  # the report's own "plan" would read as install's
         print_json(rewrite_fixes(data, target.fixer()))
     elif nothing:
         out.print(node_text(f"{report.host}: nothing to undo (the journal records no change gpunode has not undone)"))
@@ -141,7 +138,7 @@ def _uninstall_fleet(target: Target, hosts: list[InventoryHost], request: UndoRe
             shown["fix"] = fixes[result.host]
         return shown
 
-    mode = DRY_RUN_MODE if dry_run else "uninstall"
+    mode = UNINSTALL_DRY_RUN if dry_run else UNINSTALL_MODE
     results, log_dir = run_with_view(hosts, [name for name in request.steps], work, target, read_only=dry_run)
     print_summary(mode, results, log_dir, target, hosts, extra)
     if not target.json_output:

@@ -159,7 +159,7 @@ def version_mismatch(node: Node) -> Verdict:
     if state.mismatch:
         libs = state.installed or "another version"
         return failed(f"kernel module {loaded_driver.version} is loaded but the user-space libraries are {libs} "
-                      "(NVML: Driver/library version mismatch)", "sudo reboot  # loads the module that matches",
+                      "(NVML: Driver/library version mismatch)", fixes.on_node("sudo reboot") + "  # loads the module that matches",
                       reboot=True)
     return passed(f"module and libraries are both {loaded_driver.version}" if state.installed else
                   f"module {loaded_driver.version} loaded (no other library version found)")

@@ -47,7 +47,7 @@ def ecc(node: Node) -> Verdict:
     pending = [g for g in with_ecc if g.ecc_pending and g.ecc_pending != g.ecc_current]
     if pending:
         return warned("; ".join(f"{_index(node, g.bus)}: ECC {g.ecc_current}, pending {g.ecc_pending}"
-                                for g in pending) + ": takes effect at the next reboot", "sudo reboot", reboot=True)
+                                for g in pending) + ": takes effect at the next reboot", fixes.on_node("sudo reboot"), reboot=True)
     off = [g for g in with_ecc if g.ecc_current == "Disabled"]
     if off:
         return warned(f"ECC is disabled on {', '.join(_index(node, g.bus) for g in off)}: memory errors go "

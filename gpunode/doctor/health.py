@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from gpunode import fixes
 from gpunode.doctor.base import NO_GPU, Node, Verdict, check, failed, passed, skipped, warned
 from gpunode.explain import Finding
 from gpunode.facts import health as health_facts
@@ -124,7 +125,7 @@ def unattended_upgrades(node: Node) -> Verdict:
                           + (f" ({', '.join(tied)} held or blacklisted)" if tied else ""))
         return warned(f"unattended-upgrades is on and may upgrade {', '.join(at_risk)} (not held, not in "
                       "Unattended-Upgrade::Package-Blacklist): new driver libraries under the loaded module break "
-                      "NVML (Driver/library version mismatch)", f"sudo apt-mark hold {' '.join(at_risk)}")
+                      "NVML (Driver/library version mismatch)", fixes.on_node(f"sudo apt-mark hold {' '.join(at_risk)}"))
     if family == "rhel":
         installs = _enabled(node, "dnf-automatic-install.timer") or (
             _enabled(node, "dnf-automatic.timer") and settings.dnf.get("apply_updates", "no").lower() in

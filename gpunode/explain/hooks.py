@@ -57,7 +57,7 @@ def _no_gpu_driver(c: Candidate, doc: Doc) -> Finding:
                    cause="Docker here is the snap package (the text shows it). A snap's daemon runs confined and does "
                          "not see the NVIDIA Container Toolkit installed on the host, so `--gpus` finds no GPU device "
                          "driver. Use Docker from your distribution or docker.com instead.",
-                   fix="sudo snap remove docker",
+                   fix=fixes.on_node("sudo snap remove docker"),
                    also=("curl -fsSL https://get.docker.com | sh  # or your distribution's docker package",
                          fixes.gpunode("install", only=["toolkit", "runtime"])))
 
@@ -302,7 +302,7 @@ def _rm_init(c: Candidate, doc: Doc) -> Finding:
     return _render(c, doc, values={**c.values, "missing_firmware": firmware["fw"] or True},
                    cause="The driver could not load its GSP firmware (the firmware files do not match the kernel "
                          "module: a partial upgrade or a module built from another version), so the GPU did not start.",
-                   fix="sudo reboot  # if the packages are consistent; otherwise reinstall the driver")
+                   fix=fixes.on_node("sudo reboot") + "  # if the packages are consistent; otherwise reinstall the driver")
 
 
 @_hook("kernel.module-missing")
@@ -312,7 +312,7 @@ def _module_missing(c: Candidate, doc: Doc) -> Finding:
         return _render(c, doc)
     values = {"module": c.values["module"], "kernel": kernel}
     return _render(c, doc, values=values, title=f"No {values['module']} module for kernel {kernel}",
-                   fix=f"sudo apt-get install -y linux-headers-{kernel} && sudo dkms autoinstall -k {kernel}",
+                   fix=fixes.on_node(f"sudo apt-get install -y linux-headers-{kernel} && sudo dkms autoinstall -k {kernel}"),
                    also=(f"sudo dnf install -y kernel-devel-{kernel} && sudo dkms autoinstall -k {kernel}  "
                          "# RHEL/Fedora", "dkms status"))
 
@@ -408,7 +408,7 @@ def _nvml_permission(c: Candidate, doc: Doc) -> Finding:
                              "shows it): SELinux denies a container's processes (container_t) host devices unless the "
                              "container_use_devices boolean is on, and driver files need their labels. `--privileged` "
                              "works only because it lifts that confinement.",
-                       fix="sudo setsebool -P container_use_devices on",
+                       fix=fixes.on_node("sudo setsebool -P container_use_devices on"),
                        also=("getenforce  # Enforcing confirms it", "sudo ausearch -m avc -ts recent | grep -i nvidia",
                              "sudo nvidia-container-cli -k list | sudo restorecon -v -f -  # relabel the driver files"))
     rootless = doc.has(_ROOTLESS)
@@ -444,7 +444,7 @@ def _cuda_unknown(c: Candidate, doc: Doc) -> Finding:
                        cause="CUDA failed with 'unknown error' after a suspend/resume (the text says so): nvidia_uvm "
                              "lost its state across the sleep. Reloading it (with no CUDA process running) brings CUDA "
                              "back; keeping the NVIDIA suspend services enabled avoids it.",
-                       fix="sudo rmmod nvidia_uvm && sudo modprobe nvidia_uvm",
+                       fix=fixes.on_node("sudo rmmod nvidia_uvm && sudo modprobe nvidia_uvm"),
                        also=("sudo systemctl enable nvidia-suspend.service nvidia-resume.service  # driver's own "
                              "suspend hooks", "ls -l /dev/nvidia-uvm"))
     return _render(c, doc)

@@ -359,6 +359,40 @@ def effective_containerd(files: Mapping[str, str], *, config: str = CONTAINERD_C
     return Effective(merged, tuple(p for p in loaded if p in files), tuple(unread))
 
 
+# ---- what nvidia-ctk writes ----------------------------------------------------------------------------------
+# One description of nvidia-ctk's entries in each engine's config, read by the checks below (docker_state,
+# containerd_state, crio_state) and by uninstall, which takes exactly these out again (gpunode/undo/engines.py).
+
+
+@dataclass(frozen=True)
+class CtkWrite:
+    """One thing `nvidia-ctk runtime configure` writes: the value at `keys` (the runtime's whole table), only when
+    it is `value` (a default-runtime key it set to "nvidia"), or one `item` of the list at `keys` (an import)."""
+
+    keys: tuple[str, ...]
+    value: str | None = None
+    item: str | None = None
+
+
+def _runtime_writes(runtimes: tuple[str, ...], default: tuple[str, ...]) -> tuple[CtkWrite, CtkWrite]:
+    return CtkWrite((*runtimes, NVIDIA)), CtkWrite(default, value=NVIDIA)
+
+
+def containerd_keys(plugin: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The CRI plugin's runtimes table and default-runtime key in a containerd config."""
+    return ("plugins", plugin, "containerd", "runtimes"), ("plugins", plugin, "containerd", "default_runtime_name")
+
+
+DOCKER_KEYS = (("runtimes",), ("default-runtime",))
+CRIO_KEYS = (("crio", "runtime", "runtimes"), ("crio", "runtime", "default_runtime"))
+CTK_WRITES: dict[str, tuple[CtkWrite, ...]] = {
+    "docker": _runtime_writes(*DOCKER_KEYS),
+    "containerd": (*(w for plugin in CRI_PLUGIN.values() for w in _runtime_writes(*containerd_keys(plugin))),
+                   *(CtkWrite(("imports",), item=import_pattern(posixpath.join(d, posixpath.basename(CONTAINERD_DROPIN)))) for d in CONTAINERD_DROPIN_DIRS)),
+    "crio": _runtime_writes(*CRIO_KEYS),
+}
+
+
 # ---- CRI-O -------------------------------------------------------------------------------------------------
 
 
@@ -429,23 +463,25 @@ def runtime_binary_missing(state: RuntimeState, tools: Collection[str]) -> bool:
 
 
 def docker_state(data: Mapping[str, Any]) -> RuntimeState:
-    entry = _path(data, "runtimes", NVIDIA)
+    runtimes, default_key = DOCKER_KEYS
+    entry = _path(data, *runtimes, NVIDIA)
     binary = entry.get("path") if isinstance(entry, dict) and isinstance(entry.get("path"), str) else None
-    default = data.get("default-runtime")
+    default = _path(data, *default_key)
     return RuntimeState(binary, default if isinstance(default, str) else None)
 
 
 def containerd_state(effective: Mapping[str, Any]) -> RuntimeState:
     version = containerd_config_version(effective) if effective else 2
-    containerd = _path(effective, "plugins", cri_plugin(version), "containerd") or {}
-    binary = _path(containerd, "runtimes", NVIDIA, "options", "BinaryName")
-    default = containerd.get("default_runtime_name") if isinstance(containerd, dict) else None
+    runtimes, default_key = containerd_keys(cri_plugin(version))
+    binary = _path(effective, *runtimes, NVIDIA, "options", "BinaryName")
+    default = _path(effective, *default_key)
     return RuntimeState(binary if isinstance(binary, str) else None, default if isinstance(default, str) else None)
 
 
 def crio_state(effective: Mapping[str, Any]) -> RuntimeState:
-    binary = _path(effective, "crio", "runtime", "runtimes", NVIDIA, "runtime_path")
-    default = _path(effective, "crio", "runtime", "default_runtime")
+    runtimes, default_key = CRIO_KEYS
+    binary = _path(effective, *runtimes, NVIDIA, "runtime_path")
+    default = _path(effective, *default_key)
     return RuntimeState(binary if isinstance(binary, str) else None, default if isinstance(default, str) else None)
 
 

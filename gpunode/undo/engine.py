@@ -15,6 +15,8 @@ from gpunode.options import Options
 from gpunode.plan import Earlier, Status, StepPlan
 from gpunode.records import DriverRecord, FileRecord, HoldRecord, PackagesRecord, UndoRecord
 from gpunode.runner import (
+    UNINSTALL_DRY_RUN,
+    UNINSTALL_MODE,
     Loop,
     NullReporter,
     Reporter,
@@ -144,7 +146,7 @@ def uninstall(conn: Connection, request: UndoRequest, options: Options, reporter
 def _uninstall(conn: Connection, request: UndoRequest, options: Options, reporter: Reporter | None = None, *,
                dry_run: bool = False, command: str = "uninstall") -> RunReport:
     reporter = reporter or NullReporter()
-    report = RunReport(conn.name, "plan" if dry_run else "uninstall")
+    report = RunReport(conn.name, UNINSTALL_DRY_RUN if dry_run else UNINSTALL_MODE)
     facts = gather(conn)
     text = journal_text(facts)  # the probe read it: no second read
     journal = journal_from(conn, text)

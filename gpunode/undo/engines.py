@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from gpunode.facts.containers import (
     CONTAINERD_DROPIN,
-    CONTAINERD_DROPIN_DIRS,
-    CRI_PLUGIN,
+    CTK_WRITES,
     NVIDIA,
     ConfigError,
+    CtkWrite,
     dump_daemon_json,
     dump_toml,
     parse_daemon_json,
@@ -26,15 +25,6 @@ from gpunode.facts.containers import (
 )
 
 _ABSENT = object()
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One thing nvidia-ctk adds for gpunode: the value at `keys` (when `ours(value)`), or one `item` of a list."""
-
-    keys: tuple[str, ...]
-    ours: Callable[[Any], bool] = lambda value: True
-    item: Any = _ABSENT
 
 
 def _get(data: Any, keys: tuple[str, ...]) -> Any:
@@ -57,13 +47,14 @@ def _drop(data: dict[str, Any], keys: tuple[str, ...], original: Mapping[str, An
         del parent[keys[depth - 1]]
 
 
-def strip_entries(data: Mapping[str, Any], original: Mapping[str, Any] | None, entries: tuple[Entry, ...]
+def strip_entries(data: Mapping[str, Any], original: Mapping[str, Any] | None, entries: tuple[CtkWrite, ...]
                   ) -> dict[str, Any]:
-    """`data` without gpunode's entries, given the user's data before gpunode (None: gpunode created the file)."""
+    """`data` without nvidia-ctk's `entries` (gpunode/facts/containers.py CTK_WRITES), given the user's data before
+    gpunode (None: gpunode created the file)."""
     out = copy.deepcopy(dict(data))
     for e in entries:
         now, before = _get(out, e.keys), _get(original, e.keys)
-        if e.item is not _ABSENT:
+        if e.item is not None:
             if isinstance(now, list) and e.item in now and not (isinstance(before, list) and e.item in before):
                 rest = [v for v in now if v != e.item]
                 parent = _get(out, e.keys[:-1])
@@ -72,25 +63,13 @@ def strip_entries(data: Mapping[str, Any], original: Mapping[str, Any] | None, e
                 else:
                     _drop(out, e.keys, original)
             continue
-        if now is _ABSENT or not e.ours(now) or now == before:
+        if now is _ABSENT or (e.value is not None and now != e.value) or now == before:
             continue  # not there, or the user's own value (set before gpunode, or changed since)
         if before is _ABSENT:
             _drop(out, e.keys, original)
         else:
             _get(out, e.keys[:-1])[e.keys[-1]] = copy.deepcopy(before)
     return out
-
-
-def _is_nvidia(value: Any) -> bool:
-    return value == NVIDIA
-
-
-DOCKER_ENTRIES = (Entry(("runtimes", NVIDIA)), Entry(("default-runtime",), _is_nvidia))
-CONTAINERD_ENTRIES = tuple(e for plugin in CRI_PLUGIN.values() for e in (
-    Entry(("plugins", plugin, "containerd", "runtimes", NVIDIA)),
-    Entry(("plugins", plugin, "containerd", "default_runtime_name"), _is_nvidia))) + tuple(
-    Entry(("imports",), item=f"{d}/*.toml") for d in CONTAINERD_DROPIN_DIRS)
-CRIO_ENTRIES = (Entry(("crio", "runtime", "runtimes", NVIDIA)), Entry(("crio", "runtime", "default_runtime"), _is_nvidia))
 
 
 def strip_docker(text: str, original: str | None = None) -> str | None:
@@ -100,11 +79,11 @@ def strip_docker(text: str, original: str | None = None) -> str | None:
         before = parse_daemon_json(original) if original is not None else None
     except ConfigError:
         return None
-    stripped = strip_entries(data, before, DOCKER_ENTRIES)
+    stripped = strip_entries(data, before, CTK_WRITES["docker"])
     return text if stripped == data else dump_daemon_json(stripped)
 
 
-def _toml_stripper(entries: tuple[Entry, ...]) -> Callable[[str, str | None], str | None]:
+def _toml_stripper(entries: tuple[CtkWrite, ...]) -> Callable[[str, str | None], str | None]:
     def strip(text: str, original: str | None = None) -> str | None:
         try:
             data = parse_toml(text, "config")
@@ -116,8 +95,8 @@ def _toml_stripper(entries: tuple[Entry, ...]) -> Callable[[str, str | None], st
     return strip
 
 
-strip_containerd = _toml_stripper(CONTAINERD_ENTRIES)
-strip_crio = _toml_stripper(CRIO_ENTRIES)
+strip_containerd = _toml_stripper(CTK_WRITES["containerd"])
+strip_crio = _toml_stripper(CTK_WRITES["crio"])
 
 STRIP = {"docker": strip_docker, "containerd": strip_containerd, "crio": strip_crio}
 # what to take out by hand when the file does not parse

@@ -43,5 +43,8 @@ def test_dry_run_json_names_its_mode(monkeypatch):
     assert dry["mode"] == "uninstall-dry-run" and dry["summary"]["nothing_to_undo"] is False
     fleet = json.loads(cli.invoke(app, ["uninstall", "-H", "n", "-H", "m", "--dry-run", "--json"]).stdout)
     assert fleet["mode"] == "uninstall-dry-run"
+    # each host's own report names the same mode, from the RunReport (not "plan", install's dry run)
+    assert [h["report"]["mode"] for h in fleet["hosts"]] == ["uninstall-dry-run"] * 2
+    assert {h["status"] for h in fleet["hosts"]} == {"planned"}  # a dry run's hosts are planned, not changed
     done = json.loads(cli.invoke(app, ["uninstall", "--host", "n", "--json"]).stdout)
     assert done["mode"] == "uninstall"

@@ -97,3 +97,38 @@ def test_a_key_by_key_edit_removes_gpunodes_copies_and_keeps_one_only_when_it_wo
     [edit] = [a for a in plan.actions if isinstance(a, StripEntries)]
     assert edit.keep_copy and edit.removes == (toml_backup,)
     assert any("a copy of it as it is now is kept" in n for n in plan.notes)
+
+
+def _at(data, keys):
+    for key in keys:
+        data = data[key]
+    return data
+
+
+def test_what_nvidia_ctk_writes_is_described_once_for_the_checks_and_for_uninstall(monkeypatch):
+    """facts/containers.py CTK_WRITES is the one description: the writers put exactly those entries, the checks
+    find them there, and uninstall takes out just those (and nothing when the description says less)."""
+    from gpunode.facts import containers as c
+
+    user = {"log-driver": "json-file"}
+    written = c.configure_docker(user, True)
+    for w in c.CTK_WRITES["docker"]:
+        assert w.value is None or _at(written, w.keys) == w.value
+    assert c.docker_state(written).satisfies(True)
+    assert json.loads(strip_docker(c.dump_daemon_json(written), json.dumps(user))) == user
+
+    crio = c.add_crio_runtime({}, True)
+    for w in c.CTK_WRITES["crio"]:
+        assert w.value is None or _at(crio, w.keys) == w.value
+    assert c.crio_state(crio).satisfies(True)
+    assert tomllib.loads(strip_crio(dump_toml(crio), None)) == {}
+
+    containerd = c.add_containerd_runtime({}, 2, True)
+    plugin = c.cri_plugin(2)
+    ours = [w for w in c.CTK_WRITES["containerd"] if plugin in w.keys]
+    assert len(ours) == 2 and all(w.value is None or _at(containerd, w.keys) == w.value for w in ours)
+    assert c.containerd_state(containerd).satisfies(True)
+
+    # a description without the default-runtime entry: uninstall leaves that key alone
+    monkeypatch.setitem(c.CTK_WRITES, "docker", c.CTK_WRITES["docker"][:1])
+    assert json.loads(strip_docker(c.dump_daemon_json(written), json.dumps(user))) == {**user, "default-runtime": "nvidia"}

@@ -235,7 +235,7 @@ reboot_required:
   returned: success
   type: bool
 mode:
-  description: V(plan) in check mode, else V(install) (V(uninstall) with O(state=absent)).
+  description: V(plan) in check mode, else V(install); with O(state=absent), V(uninstall-dry-run) in check mode, else V(uninstall).
   returned: success
   type: str
 node:
