@@ -378,28 +378,25 @@ class Connection(ABC):
             result = self._run_if_root(cmd, timeout)
             if result is not None:
                 return result.check() if check else result
-        prefix: tuple[str, ...] = ()
-        feed = b""
-        if sudo:
-            prefix, with_password = self._privilege()
-            if with_password:
-                feed = self._password_line()
+        prefix, feed = self._elevation(sudo)
         line = render(cmd, privilege=prefix)
         code, out, err, timed_out = self._exec(line, feed + (stdin or b""), timeout)
         shown = ("sudo " if prefix else "") + display(cmd)
         result = Result(shown, code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), timed_out)
         return result.check() if check else result
 
+    def _elevation(self, sudo: bool) -> tuple[tuple[str, ...], bytes]:
+        """The privilege prefix a command runs with, and the password line to feed it first (empty: none)."""
+        if not sudo:
+            return (), b""
+        prefix, with_password = self._privilege()
+        return prefix, self._password_line() if with_password else b""
+
     def hold(self, cmd: Cmd, *, sudo: bool = False, until: str, timeout: float = 60.0) -> Held | None:
         """Run `cmd` on the node and keep it running, its stdin open, until `Held.release()` closes that input
         (or the connection goes: gpunode stopped or died). Returns once the command printed `until` or ended;
         None when the transport cannot keep a command running."""
-        prefix: tuple[str, ...] = ()
-        feed = b""
-        if sudo:
-            prefix, with_password = self._privilege()
-            if with_password:
-                feed = self._password_line()
+        prefix, feed = self._elevation(sudo)
         return self._hold(render(cmd, privilege=prefix), feed, until.encode(), timeout)
 
     def read_file(self, path: str, *, sudo: bool = False) -> str | None:
