@@ -182,9 +182,8 @@ def test_with_libcuda1_the_install_hook_and_the_persistence_daemon_say_more(real
     assert "would not find it" not in doctor["driver.loaded"]["evidence"], doctor["driver.loaded"]
 
 
-@pytest.mark.xfail(strict=False, reason="the first purge fix left nvidia-persistenced, and apt satisfied it with "
-                   "nvidia-tesla-470-alternative; the fix now purges nvidia-persistenced/nvidia-modprobe too, not yet "
-                   "re-run on the VM")
+# the first purge fix left nvidia-persistenced, and apt satisfied it with nvidia-tesla-470-alternative; the fix
+# purges nvidia-persistenced/nvidia-modprobe too (passed on the VM, 2026-11-24)
 def test_the_printed_fix_removes_the_packaged_driver(realnv):
     """The refusal's fix, run as printed, really removes Debian's driver (DKMS tree, module files); after it a
     .run is refused only for the missing GPU."""
