@@ -292,7 +292,7 @@ def test_state_absent_undoes_the_install_check_mode_predicts_it_and_a_second_run
     check = ansible.playbook(node_play("{state: absent}"), "--check", "--diff")
     assert check.rc == 0, check.stdout + check.stderr
     predicted = check.results()
-    assert all(predicted[h]["changed"] and predicted[h]["mode"] == "plan" for h in names), predicted
+    assert all(predicted[h]["changed"] and predicted[h]["mode"] == "uninstall-dry-run" for h in names), predicted
     assert all(node_state(n) == installed[n.name] and changing_calls(n) == [] for n in nodes)
     diffs = {d["after_header"] for d in predicted["gpu-00"]["diff"]}
     assert "/dev/null" in diffs  # a file gpunode created is removed
