@@ -66,8 +66,11 @@ def load_fix(state: DriverState) -> str:
     nvidia-current.ko) and nothing redirects the name."""
     modprobe = fixes.on_node("sudo modprobe nvidia")
     if state.packaged is not None and not state.packaged.loads_as_nvidia:
-        command, _, why = state.packaged.debian_load_fix.partition("  #")
-        return fixes.on_node(command) + ("  #" + why if why else "") + "; then: " + modprobe
+        # Debian links its modprobe configuration (nvidia -> nvidia-current) and its libraries' loader path
+        # through the glx alternative, which libcuda1 (or the full nvidia-driver) registers
+        return (fixes.on_node("sudo apt-get install -y libcuda1") + "  # Debian links its modprobe configuration "
+                "(nvidia -> nvidia-current) and the loader path of its libraries through the glx alternative, "
+                "registered with libcuda1 (or the full nvidia-driver); then: " + modprobe)
     return (modprobe + "  # if it fails: " + fixes.on_node("sudo dmesg", fixes.gpunode("explain"))
             + "; a reboot also loads it")
 

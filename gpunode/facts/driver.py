@@ -56,13 +56,6 @@ class PackagedDriver:
         return self.modprobe_nvidia is not None or not self.renamed
 
     @property
-    def debian_load_fix(self) -> str:
-        """How to make `modprobe nvidia` work when Debian's modprobe configuration is not linked in."""
-        return ("sudo apt-get install -y libcuda1  # Debian links its modprobe configuration (nvidia -> "
-                "nvidia-current) and the loader path of its libraries through the glx alternative, registered with "
-                "libcuda1 (or the full nvidia-driver)")
-
-    @property
     def renamed(self) -> bool:
         """The module file of `nvidia` is not nvidia.ko (Debian's nvidia-current.ko, nvidia-tesla-535.ko)."""
         return any(name == "nvidia" and not f.rsplit("/", 1)[-1].startswith("nvidia.ko") for f, name in

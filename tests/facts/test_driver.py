@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 
+from gpunode import rules
 from gpunode.facts import Facts
 from gpunode.facts import driver as d
 from gpunode.facts.kernel import parse_nvidia_version
@@ -157,7 +158,9 @@ def test_debian_packaged_driver_owner_version_flavour_and_modprobe_redirect():
     assert found.modprobe_nvidia == "install nvidia modprobe -i nvidia-current $CMDLINE_OPTS"
     # the compute-only set (no libcuda1): Debian's modprobe configuration is not linked into /etc/modprobe.d
     unlinked = d.packaged_driver(packages, _debian_names(), {})
-    assert unlinked is not None and not unlinked.loads_as_nvidia and "libcuda1" in unlinked.debian_load_fix
+    assert unlinked is not None and not unlinked.loads_as_nvidia
+    state = d.DriverState(packages=tuple(packages), packaged=unlinked)
+    assert "libcuda1" in rules.load_fix(state)  # the fix for it (gpunode/rules.py)
     assert d.packaged_driver((), _debian_names(), linked) is None
 
 
