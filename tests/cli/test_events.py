@@ -163,6 +163,10 @@ def test_local_selects_the_local_connection_without_touching_this_machine(monkey
 
     monkeypatch.setattr(connection, "open_connection", spy)
     monkeypatch.setattr(LocalConnection, "_exec", lambda self, line, stdin, timeout: fake._exec(line, stdin, timeout))
+    # the node lock's kept process (Connection.hold) would run on this machine: hold as the fake does (no keeper),
+    # so the lock too goes through _exec to the fake node
+    monkeypatch.setattr(LocalConnection, "_hold", lambda self, line, stdin, until, timeout: fake._hold(
+        line, stdin, until, timeout))
     monkeypatch.setattr("os.geteuid", lambda: 0)
     result = runner.invoke(app, ["install", "--local", "--only", "nouveau", "--progress", "jsonl"])
     assert result.exit_code == 0, result.output
