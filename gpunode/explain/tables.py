@@ -191,7 +191,13 @@ CATALOGUE_SCHEMA = {"emitter": text_field, "message": text_field, "id": _id, "so
 # Values a catalogued message's {placeholders} are rendered with (tests and benchmarks/explain_holdout.py).
 SAMPLE_VALUES = {"pci": "0000:3b:00.0", "hash": "0f3c9a1e7d2b4c6a8e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d",
                  "version": "535.161.08", "n": "1", "cuda": "12.4", "runtime": "nvidia",
-                 "kernel": "6.8.0-45-generic", "uuid": "e78e68c0-4e6a-737e-f9cc-4223fe50aead"}
+                 "kernel": "6.8.0-45-generic", "uuid": "e78e68c0-4e6a-737e-f9cc-4223fe50aead", "pid": "4242",
+                 "signal": "31", "code": "1", "ldconfig": "/sbin/ldconfig.real"}
+# A message may also keep its source's own format verbs (C printf, Go fmt): each is rendered with a realistic value
+# of its kind, so a row can be the format string exactly as the emitter's code spells it.
+FORMAT_VERB = re.compile(r'%(?:"PRI[diux]\d*"|[-+ #0]*\d*(?:\.\d+)?(?:hh|h|ll|l|z|j|t)?([sdiuoxXqvwpfeg%]))')
+VERB_VALUES = {"s": "nvidia", "v": "nvidia", "w": "no such file or directory", "q": '"nvidia"', "d": "1", "i": "1",
+               "u": "1", "o": "20600", "x": "1f", "X": "1F", "p": "0x7ffd5e8c", "f": "1.5", "e": "1.5e+00", "g": "1.5", "%": "%", None: "1"}
 
 
 @dataclass(frozen=True)
@@ -203,8 +209,13 @@ class Message:
     line: int
 
     def render(self, values: dict[str, str] | None = None) -> str:
+        """The message with every {name} and every format verb (%s, %d, %q, %v, ...) filled with a sample value."""
         values = {**SAMPLE_VALUES, **(values or {})}
-        return re.sub(r"\{(\w+)\}", lambda m: values.get(m[1], m[0]), self.template)
+        text = FORMAT_VERB.sub(lambda m: VERB_VALUES[m[1]], self.template)
+        return re.sub(r"\{(\w+)\}", lambda m: values.get(m[1], m[0]), text)
+
+    def placeholders(self) -> set[str]:
+        return set(re.findall(r"\{(\w+)\}", self.template))
 
 
 def catalogue(directory: Any = None) -> tuple[Message, ...]:
@@ -222,5 +233,9 @@ def catalogue(directory: Any = None) -> tuple[Message, ...]:
         if row["id"] not in known and not row["id"].startswith(("xid.", "sxid.")):
             raise DataError(f"data/{name} line {row['_line']}: id {row['id']} is not a finding id of the explain "
                             "tables", fix="add a detector row for it, or name an existing id")
-        messages.append(Message(row["emitter"], row["message"], row["id"], row["source"], row["_line"]))
+        message = Message(row["emitter"], row["message"], row["id"], row["source"], row["_line"])
+        if message.placeholders() - set(SAMPLE_VALUES):
+            raise DataError(f"data/{name} line {row['_line']}: {{{sorted(message.placeholders() - set(SAMPLE_VALUES))[0]}}} "
+                            "has no sample value", fix="use a name of tables.SAMPLE_VALUES, or a format verb such as %s")
+        messages.append(message)
     return tuple(messages)
