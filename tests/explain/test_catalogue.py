@@ -4,11 +4,13 @@ its finding first; a message the rules do not recognise fails here."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from gpunode.compat import DataError
 from gpunode.explain import explain
-from gpunode.explain.tables import catalogue
+from gpunode.explain.tables import Message, catalogue
 
 MESSAGES = catalogue()
 
@@ -37,3 +39,66 @@ def test_a_catalogue_row_naming_an_unknown_finding_is_refused(tmp_path):
         "emitter,message,id,source\nsome tool,some message,nope.unknown,some source document\n", encoding="utf-8")
     with pytest.raises(DataError, match="line 2: id nope.unknown"):
         catalogue(tmp_path)
+
+
+def test_format_verbs_are_rendered_with_sample_values():
+    message = Message("x", 'unit %s pid %d name %q err %v pid %"PRId32" mode %o %-8s 100%% {pci}', "x.y", "s", 1)
+    text = message.render()
+    assert "%" not in text.replace("100%", "") and "{" not in text
+    assert text == 'unit nvidia pid 1 name "nvidia" err nvidia pid 1 mode 20600 nvidia   100% 0000:3b:00.0'.replace(
+        "nvidia   ", "nvidia ")
+
+
+def test_a_placeholder_without_a_sample_value_is_refused(tmp_path):
+    (tmp_path / "explain_catalogue.csv").write_text(
+        "emitter,message,id,source\nsome tool,failed for {nosuchvalue},driver.not-loaded,some source document\n",
+        encoding="utf-8")
+    with pytest.raises(DataError, match=r"line 2: \{nosuchvalue\} has no sample value"):
+        catalogue(tmp_path)
+
+
+# Repositories fetched for the catalogue: a row citing one names the commit, the file and the line.
+FETCHED = ("NVIDIA/libnvidia-container", "NVIDIA/nvidia-container-toolkit", "NVIDIA/k8s-device-plugin",
+           "NVIDIA/gpu-operator", "NVIDIA/nvidia-modprobe", "NVIDIA/nvidia-persistenced", "NVIDIA/nvidia-installer",
+           "NVIDIA/open-gpu-kernel-modules")
+
+
+@pytest.mark.parametrize("message", MESSAGES, ids=[f"{m.line}-{m.id}" for m in MESSAGES])
+def test_a_source_in_a_fetched_repository_names_commit_file_and_line(message):
+    cited = [repo for repo in FETCHED if f"{repo}@" in message.source or f"{repo} " in message.source]
+    if cited:
+        assert re.search(r"NVIDIA/[\w-]+@[0-9a-f]{7,40} [\w./-]+:\d+", message.source), message.source
+    emitter = message.emitter.lower()
+    if "nvml" in emitter or emitter.startswith(("cuda runtime", "cuda driver api")):
+        assert re.search(r"\b(?:nvml|driver_types|cuda)\.h:\d+|return\.go:\d+", message.source), message.source
+
+
+# What a GPU node's NVML can answer (nvmlErrorString's table in libnvidia-ml, nvml.h's codes): every code a node
+# can fail with is catalogued, in the library's words and in go-nvml's names.
+NODE_NVML_CODES = {
+    "Insufficient Permissions": "NO_PERMISSION", "Insufficient External Power": "INSUFFICIENT_POWER",
+    "Driver Not Loaded": "DRIVER_NOT_LOADED", "Interrupt Request Issue": "IRQ_ISSUE",
+    "NVML Shared Library Not Found": "LIBRARY_NOT_FOUND", "Function Not Found": "FUNCTION_NOT_FOUND",
+    "Corrupted infoROM": "CORRUPTED_INFOROM", "GPU is lost": "GPU_IS_LOST", "GPU requires reset": "RESET_REQUIRED",
+    "GPU access blocked by the operating system": "OPERATING_SYSTEM",
+    "Driver/library version mismatch": "LIB_RM_VERSION_MISMATCH", "Unknown Error": "UNKNOWN"}
+# libnvidia-container's stages (src/cli/configure.c): each one's error is catalogued.
+CLI_STAGES = ("input", "initialization", "permission", "container", "detection", "device", "mig-config", "mig-monitor",
+              "requirement", "mount", "ldcache")
+
+
+def test_every_nvml_code_and_every_nvidia_container_cli_stage_is_catalogued():
+    texts = [m.template.lower() for m in MESSAGES]
+    for words, code in NODE_NVML_CODES.items():
+        assert any(words.lower() in t for t in texts), words
+        assert any(f"error_{code.lower()}" in t for t in texts), code
+    for stage in CLI_STAGES:
+        assert any(t.startswith(f"nvidia-container-cli: {stage} error: ") for t in texts), stage
+
+
+@pytest.mark.parametrize("stage", CLI_STAGES)
+def test_any_nvidia_container_cli_stage_error_is_recognised_with_its_detail(stage):
+    text = f"nvidia-container-cli: {stage} error: frobnicate failed: no such widget: unknown"
+    finding = explain(text)[0]
+    assert finding.id == "toolkit.cli-failed"
+    assert stage in finding.title and "frobnicate failed: no such widget" in finding.cause
