@@ -320,6 +320,36 @@ def _toolkit_skew(node: SimNode, undo: Undo) -> None:
     undo.then(lambda: node.install_package("libnvidia-container1=1.20.0-1"))
 
 
+def _passthrough(**how: object) -> Variant:
+    """The node as a KVM host passing its T4 to a VM (SimNode.pass_through_gpu), undone path by path."""
+    def apply(node: SimNode, undo: Undo) -> None:
+        for path in node.passthrough_paths(0):
+            undo.keep(path)
+        node.pass_through_gpu(0, **how)  # type: ignore[arg-type]
+    return apply
+
+
+def _gpu_mode(**values: str) -> Variant:
+    """What nvidia-smi -q says of how the T4 is attached (SimNode.set_gpu_health's virtualization keys)."""
+    def apply(node: SimNode, undo: Undo) -> None:
+        undo.keep("var/lib/nodesim/gpuhealth")
+        node.set_gpu_health(0, **values)
+    return apply
+
+
+def _in_a_vm(node: SimNode, undo: Undo) -> None:
+    """The node as a QEMU/KVM guest: DMI names the machine, the CPU carries the hypervisor flag."""
+    undo.write("/sys/class/dmi/id/sys_vendor", "QEMU\n")
+    undo.write("/sys/class/dmi/id/product_name", "Standard PC (Q35 + ICH9, 2009)\n")
+    cpuinfo = node.read("/proc/cpuinfo") or ""
+    undo.write("/proc/cpuinfo", cpuinfo.replace("\n\n", "\nflags\t\t: fpu vme de pse msr hypervisor\n\n"))
+
+
+def _vgpu_manager_in_a_vm(node: SimNode, undo: Undo) -> None:
+    _in_a_vm(node, undo)
+    _gpu_mode(virt_mode="Host VGPU", host_vgpu_mode="SR-IOV")(node, undo)
+
+
 # (check, status, variant, other checks allowed to warn). Lines marked "constructed" are not real captures.
 T4_VARIANTS: list[tuple[str, str, Variant, set[str]]] = [
     ("hw.vgpu", "fail", _kmsg(BOOT_LOG + "[    5.4] NVRM: GPU 0000:00:1e.0: vGPU is not supported by this driver "
@@ -331,6 +361,14 @@ T4_VARIANTS: list[tuple[str, str, Variant, set[str]]] = [
         undo.write("/sys/bus/pci/devices/0000:00:1e.0/resource",
                    gpu_resource(0, "0x000000c000000000 0x000000c00fffffff 0x000000000014220c")),  # 256 MiB
         undo.write("/sys/bus/pci/devices/0000:00:1e.0/resource1_resize", "0000000000003f00\n")), set()),
+    # a passthrough host: the GPU's HDMI audio function still on its host driver makes the IOMMU group not viable
+    ("hw.iommu", "fail", _passthrough(audio_driver="snd_hda_intel"), set()),
+    ("hw.iommu", "fail", _passthrough(iommu=False), set()),  # the IOMMU off: no groups at all
+    ("hw.iommu", "warn", _passthrough(remapped=False), set()),  # no interrupt remapping
+    # the vGPU (GRID) guest driver on a passed-through GPU, unlicensed; the vGPU Manager inside a VM
+    ("hw.vgpu-driver-mode", "warn", _gpu_mode(virt_mode="Pass-Through", vgpu_license="Unlicensed (Restricted)"),
+     set()),
+    ("hw.vgpu-driver-mode", "fail", _vgpu_manager_in_a_vm, set()),
     ("boot.secure-boot", "fail", _secure_boot, set()),
     ("kernel.nouveau-loaded", "fail", _nouveau, set()),
     ("kernel.nouveau-blacklisted", "warn",
@@ -393,11 +431,37 @@ def assert_exactly(checks: dict[str, dict], check_id: str, status: str, baseline
             assert check["status"] == "skip", (other, baseline[other], check)
 
 
-@pytest.mark.parametrize("variant", T4_VARIANTS, ids=[f"{v[0]}-{v[1]}" for v in T4_VARIANTS])
+@pytest.mark.parametrize("variant", T4_VARIANTS, ids=[f"{v[0]}-{v[1]}-{i}" for i, v in enumerate(T4_VARIANTS)])
 def test_broken_t4_variant(t4, variant):
     check_id, status, apply, also_warn = variant
     with broken(t4, apply, T4_BASELINE):
         assert_exactly(doctor(t4), check_id, status, T4_BASELINE, also_warn)
+
+
+def test_a_passthrough_host_with_a_viable_group_and_remapped_interrupts_passes_hw_iommu(t4):
+    with broken(t4, _passthrough(), T4_BASELINE):
+        checks = doctor(t4)
+        assert checks["hw.iommu"]["status"] == "pass", checks["hw.iommu"]
+        assert "0000:00:1e.0 group 14" in checks["hw.iommu"]["evidence"]
+        assert "interrupts are remapped" in checks["hw.iommu"]["evidence"]
+        assert set(flagged(checks)) == set()
+
+
+def test_the_passthrough_variants_name_their_evidence_and_the_hosts_fix(t4):
+    with broken(t4, _passthrough(audio_driver="snd_hda_intel"), T4_BASELINE):
+        check = doctor(t4)["hw.iommu"]
+        assert "0000:00:1e.1 (snd_hda_intel)" in check["evidence"] and "not viable" in check["evidence"]
+        assert "KVM" in check["fix"]
+    with broken(t4, _gpu_mode(virt_mode="Pass-Through", vgpu_license="Unlicensed (Restricted)"), T4_BASELINE):
+        check = doctor(t4)["hw.vgpu-driver-mode"]
+        assert "'Unlicensed (Restricted)'" in check["evidence"] and "nvidia-gridd" in check["fix"]
+    with broken(t4, _gpu_mode(virt_mode="Pass-Through", vgpu_license="Licensed (Expiry: 2027-3-8 23:59:59 GMT)"),
+                T4_BASELINE):
+        check = doctor(t4)["hw.vgpu-driver-mode"]
+        assert check["status"] == "pass" and "vGPU guest driver, licensed" in check["evidence"]
+    with broken(t4, _vgpu_manager_in_a_vm, T4_BASELINE):
+        check = doctor(t4)["hw.vgpu-driver-mode"]
+        assert "Host VGPU" in check["evidence"] and "KVM / QEMU" in check["evidence"]
 
 
 def test_broken_t4_variant_end_of_life_branch(t4, mirror):
@@ -476,7 +540,6 @@ def test_variants_cover_every_check_the_simulator_can_break():
                 "pkg.pending-upgrades"}
     # not reachable in the simulator (unit-tested in tests/doctor/): every driver package in its catalog replaces
     # the .run driver; its GPUs that need the open module (B200) also need NVLink-5 fabric management gpunode does
-    # not set up; it has no CRI-O; it has no IOMMU groups or vfio-pci binding and no vGPU driver (hw.iommu and
-    # hw.vgpu-driver-mode: tests/doctor/test_virt.py)
+    # not set up; it has no CRI-O
     assert {c.id for c in CHECKS} - covered == {"driver.single-source", "driver.module-flavour",
-                                                "container.crio-nvidia-runtime", "hw.iommu", "hw.vgpu-driver-mode"}
+                                                "container.crio-nvidia-runtime"}

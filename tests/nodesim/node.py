@@ -1078,13 +1078,16 @@ class SimNode:
     HEALTH_KEYS = ("ecc", "ecc_pending", "vol_sram_cor", "vol_sram_unc", "vol_dram_cor", "vol_dram_unc",
                    "agg_sram_cor", "agg_sram_unc", "agg_dram_cor", "agg_dram_unc", "retired_sbe", "retired_dbe",
                    "retired_pending", "remap_cor", "remap_unc", "remap_pending", "remap_failed", "gsp",
-                   "mig_pending", "mig_devices")
+                   "mig_pending", "mig_devices", "virt_mode", "host_vgpu_mode", "vgpu_product", "vgpu_license")
 
     def set_gpu_health(self, index: int | None = None, **values: object) -> None:
         """What `nvidia-smi -q` reports for GPU `index` (None: every GPU): `ecc`/`ecc_pending` ("Enabled",
         "Disabled"), error counters (`vol_dram_unc=2`, `agg_dram_unc`, `vol_sram_cor` ...), `retired_dbe`,
         `retired_pending` / `remap_pending` / `remap_failed` (True/False), `remap_unc`, `remap_cor`, `gsp`
-        (True: firmware in use, False: N/A; default: in use with the open module only). None removes a value."""
+        (True: firmware in use, False: N/A; default: in use with the open module only), and how the GPU is attached:
+        `virt_mode` ("None", "Pass-Through", "VGPU", "Host VGPU"), `host_vgpu_mode`, and for the vGPU (GRID)
+        driver `vgpu_product` / `vgpu_license` ("Licensed (Expiry: ...)", "Unlicensed (Restricted)"), which add
+        the "vGPU Software Licensed Product" block. None removes a value."""
         unknown = set(values) - set(self.HEALTH_KEYS)
         if unknown:
             raise TypeError(f"unknown GPU health key(s): {', '.join(sorted(unknown))}")
@@ -1102,6 +1105,52 @@ class SimNode:
                     value = ",".join(value)
                 rows[(str(i), key)] = str(value)
         self.write(f"{STATE}/gpuhealth", "".join(f"{i}\t{k}\t{v}\n" for (i, k), v in sorted(rows.items())))
+
+    def passthrough_paths(self, index: int = 0) -> tuple[str, ...]:
+        """Every path pass_through_gpu changes (for a caller that restores them)."""
+        bus = self.profile.gpus.bus_ids[index]
+        return (f"sys/bus/pci/devices/{bus}/driver", f"sys/bus/pci/devices/{bus}/iommu_group",
+                f"sys/bus/pci/devices/{_function(bus, 1)}", "sys/bus/pci/drivers/vfio-pci", "sys/kernel/iommu_groups",
+                "sys/bus/pci/drivers/snd_hda_intel", "proc/interrupts", "sys/class/iommu")
+
+    def pass_through_gpu(self, index: int = 0, *, group: int = 14, audio_driver: str | None = "vfio-pci",
+                         iommu: bool = True, remapped: bool = True) -> None:
+        """This node as a KVM host handing GPU `index` to a VM, as sysfs shows it: the GPU bound to vfio-pci, in
+        IOMMU group `group` with its HDMI audio function (.1, class 0x040300) bound to `audio_driver` (None: no
+        driver); with `iommu` False the kernel made no IOMMU groups (the IOMMU is off); /proc/interrupts has
+        remapped (IR-) interrupt chips when `remapped`, and an Intel IOMMU unit whose ecap says so. The simulated
+        nvidia-smi still answers for the GPU (the simulator does not model the driver losing it)."""
+        bus = self.profile.gpus.bus_ids[index]
+        audio = _function(bus, 1)
+        dev = f"sys/bus/pci/devices/{bus}"
+        self._w(f"sys/bus/pci/devices/{audio}/class", "0x040300\n")
+        (self.root / "sys/bus/pci/drivers/vfio-pci").mkdir(parents=True, exist_ok=True)
+        for name in {"vfio-pci", audio_driver} - {None}:
+            (self.root / "sys/bus/pci/drivers" / str(name)).mkdir(parents=True, exist_ok=True)
+        self.remove(f"{dev}/driver")
+        os.symlink("../../drivers/vfio-pci", self.root / dev / "driver")
+        self.remove(f"sys/bus/pci/devices/{audio}/driver")
+        if audio_driver:
+            os.symlink(f"../../drivers/{audio_driver}", self.root / "sys/bus/pci/devices" / audio / "driver")
+        self.remove("sys/kernel/iommu_groups")
+        self.remove(f"{dev}/iommu_group")
+        if iommu:
+            members = self.root / "sys/kernel/iommu_groups" / str(group) / "devices"
+            members.mkdir(parents=True)
+            for other in range(group):  # the rest of the machine's groups
+                (self.root / "sys/kernel/iommu_groups" / str(other) / "devices").mkdir(parents=True)
+            for function in (bus, audio):
+                os.symlink(f"../../../../bus/pci/devices/{function}", members / function)
+                self.remove(f"sys/bus/pci/devices/{function}/iommu_group")
+                os.symlink(f"../../../../kernel/iommu_groups/{group}",
+                           self.root / "sys/bus/pci/devices" / function / "iommu_group")
+        chip = "IR-PCI-MSI" if remapped else "PCI-MSI"
+        self._w("proc/interrupts", "           CPU0       CPU1\n"
+                f"  24:          0         12  {chip} 524288-edge      vfio-msix[0]({bus})\n"
+                f"  25:          0          3  {chip} 2623488-edge      snd_hda_intel:card0\n")
+        self.remove("sys/class/iommu")
+        if iommu:  # DMAR unit: ecap bit 3 is interrupt remapping
+            self._w("sys/class/iommu/dmar0/intel-iommu/ecap", ("f020df" if remapped else "f020d7") + "\n")
 
     def set_mig(self, index: int, enabled: bool, devices: tuple[str, ...] = (), pending: bool | None = None) -> None:
         """MIG mode of GPU `index` (nvidia-smi's mig.mode.current, -q, and the MIG devices `-L` lists, e.g.
@@ -1220,6 +1269,11 @@ class SimNode:
         (self.root / STATE / "urls" / fname).write_bytes(data)
         lines.append(f"{url}\t{fname}")
         index.write_text("\n".join(lines) + "\n")
+
+
+def _function(bus: str, function: int) -> str:
+    """Another function of the PCI device at `bus` (0000:00:1e.0 -> 0000:00:1e.1)."""
+    return f"{bus.rpartition('.')[0]}.{function}"
 
 
 def gpu_resource(index: int, bar1: str = "") -> str:

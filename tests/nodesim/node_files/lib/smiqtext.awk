@@ -1,7 +1,8 @@
 # nvidia-smi -q (text) over /var/lib/nodesim/gpus, with the health state the host set in /var/lib/nodesim/gpuhealth
 # (lines "INDEX<TAB>KEY<TAB>VALUE"; see SimNode.set_gpu_health / set_mig).  Block names, order and indentation
 # follow the real captures in shared/fixtures/real/nvidia-smi-q-text: MIG Mode and MIG devices after the header
-# fields, GSP Firmware Version, Fabric (Hopper+ on NVSwitch), ECC Mode / ECC Errors (the SRAM/DRAM layout of
+# fields, GSP Firmware Version, GPU Virtualization Mode (and the vGPU driver's licence block), Fabric (Hopper+
+# on NVSwitch), ECC Mode / ECC Errors (the SRAM/DRAM layout of
 # R510+), Retired Pages (Yes/No and counts before Ampere, N/A from Ampere on), Remapped Rows (a block from Ampere
 # on, a single N/A line before).
 #   awk -F'\t' -v pm=Enabled|Disabled -v fm=1|0 -v flavor=open|proprietary -v ver=VER -v health=FILE -f smiqtext.awk GPUS
@@ -34,6 +35,19 @@ BEGIN {
     # GSP: always with the open module; the proprietary module runs it where the host says so (NVreg_EnableGpuFirmware)
     gsp = h(i, "gsp", (flavor == "open") ? "on" : "off")
     kv("GSP Firmware Version", gsp == "on" ? ver : "N/A")
+    # printed when the host set a mode (real drivers always print it; the kernel-log-only hw.vgpu variant needs a
+    # nvidia-smi that does not say "None")
+    if (h(i, "virt_mode", "") != "") {
+        print "    GPU Virtualization Mode"
+        kv2("Virtualization Mode", h(i, "virt_mode", ""))
+        kv2("Host VGPU Mode", h(i, "host_vgpu_mode", "N/A"))
+        kv2("vGPU Heterogeneous Mode", "N/A")
+    }
+    if (h(i, "vgpu_license", "") != "") {
+        print "    vGPU Software Licensed Product"
+        kv2("Product Name", h(i, "vgpu_product", "NVIDIA Virtual Compute Server"))
+        kv2("License Status", h(i, "vgpu_license", ""))
+    }
     if ($21 != "0") {
         print "    Fabric"
         kv2("State", ($21 == "2" && !fm) ? "In Progress" : "Completed")
