@@ -60,14 +60,15 @@ def test_a_placeholder_without_a_sample_value_is_refused(tmp_path):
 # Repositories fetched for the catalogue: a row citing one names the commit, the file and the line.
 FETCHED = ("NVIDIA/libnvidia-container", "NVIDIA/nvidia-container-toolkit", "NVIDIA/k8s-device-plugin",
            "NVIDIA/gpu-operator", "NVIDIA/nvidia-modprobe", "NVIDIA/nvidia-persistenced", "NVIDIA/nvidia-installer",
-           "NVIDIA/open-gpu-kernel-modules")
+           "NVIDIA/open-gpu-kernel-modules", "NVIDIA/enroot", "NVIDIA/nvidia-docker", "moby/moby", "containers/crun",
+           "cri-o/cri-o", "dell/dkms", "apptainer/apptainer")
 
 
 @pytest.mark.parametrize("message", MESSAGES, ids=[f"{m.line}-{m.id}" for m in MESSAGES])
 def test_a_source_in_a_fetched_repository_names_commit_file_and_line(message):
     cited = [repo for repo in FETCHED if f"{repo}@" in message.source or f"{repo} " in message.source]
     if cited:
-        assert re.search(r"NVIDIA/[\w-]+@[0-9a-f]{7,40} [\w./-]+:\d+", message.source), message.source
+        assert re.search(r"[\w-]+/[\w.-]+@[0-9a-f]{7,40} [\w./-]+:\d+", message.source), message.source
     emitter = message.emitter.lower()
     if "nvml" in emitter or emitter.startswith(("cuda runtime", "cuda driver api")):
         assert re.search(r"\b(?:nvml|driver_types|cuda)\.h:\d+|return\.go:\d+", message.source), message.source
