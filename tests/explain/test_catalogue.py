@@ -103,3 +103,26 @@ def test_any_nvidia_container_cli_stage_error_is_recognised_with_its_detail(stag
     finding = explain(text)[0]
     assert finding.id == "toolkit.cli-failed"
     assert stage in finding.title and "frobnicate failed: no such widget" in finding.cause
+
+
+# The CUDA errors a node (not the program) can cause, by their driver_types.h names (nvidia-cuda-runtime-cu12
+# 12.9.79): each is catalogued with its header line.
+NODE_CUDA_ERRORS = ("cudaErrorMemoryAllocation", "cudaErrorInitializationError", "cudaErrorStubLibrary",
+                    "cudaErrorInsufficientDriver", "cudaErrorCallRequiresNewerDriver", "cudaErrorDevicesUnavailable",
+                    "cudaErrorNoDevice", "cudaErrorInvalidDevice", "cudaErrorNoKernelImageForDevice",
+                    "cudaErrorECCUncorrectable", "cudaErrorNvlinkUncorrectable", "cudaErrorUnsupportedPtxVersion",
+                    "cudaErrorIllegalAddress", "cudaErrorLaunchFailure", "cudaErrorSystemNotReady",
+                    "cudaErrorSystemDriverMismatch", "cudaErrorCompatNotSupportedOnDevice",
+                    "cudaErrorMpsConnectionFailed", "cudaErrorUnknown")
+# The GPU Operator validator's stages (cmd/nvidia-validator/main.go@a22dbf6 'error validating <stage>').
+OPERATOR_STAGES = ("driver installation", "nvidia-fs driver installation", "gdrcopy driver installation",
+                   "nvidia-peermem driver installation", "toolkit installation", "cuda workload",
+                   "plugin installation", "MOFED driver installation", "vfio-pci driver installation",
+                   "vGPU Manager installation", "vGPU devices", "CC Manager installation")
+
+
+def test_every_node_cuda_error_and_every_operator_stage_is_catalogued():
+    for name in NODE_CUDA_ERRORS:
+        assert any(re.search(rf"driver_types\.h:\d+ {name} = \d+", m.source) for m in MESSAGES), name
+    for stage in OPERATOR_STAGES:
+        assert any(f"error validating {stage}: " in m.template for m in MESSAGES), stage
