@@ -422,7 +422,20 @@ def _nvml_permission(c: Candidate, doc: Doc) -> Finding:
                        also=("sudo setsebool -P container_use_devices on  # when getenforce says Enforcing",
                              "sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml  # device nodes of the CDI "
                              "spec"))
+    mig = doc.has(_MIG)
+    if mig:
+        return _render(c, doc, values={"mig": True}, excerpt=_with_line(c, doc, mig),
+                       cause="An NVML query was refused on a MIG-enabled GPU (the text shows MIG): a container sees "
+                             "only its own MIG devices, and reading the parent GPU's state (memory, MIG layout) needs "
+                             "the MIG monitor capability, which the NVIDIA runtime grants only with "
+                             "NVIDIA_MIG_MONITOR_DEVICES=all (the device plugin and GPU feature discovery need it).",
+                       fix="nvidia-smi -L  # MIG devices listed",
+                       also=("kubectl -n kube-system set env ds/nvidia-device-plugin-daemonset "
+                             "NVIDIA_MIG_MONITOR_DEVICES=all  # your plugin's namespace and name",))
     return _render(c, doc)
+
+
+_MIG = compile_pattern(r"\bMIG\b|\bmig-(?:enabled|mode|strategy|devices?)\b|MIG-GPU-|\bmigStrategy\b")
 
 
 _SUSPEND = compile_pattern(r"\b(?:after|from) (?:waking|wake|resume|resuming|suspend|sleep|hibernat\w*)|\bsuspend(?:ed)?"
@@ -495,3 +508,20 @@ def _gpu_owner(c: Candidate, doc: Doc) -> Finding:
                    cause=f"The GPU is driven by {name}, not nvidia.ko (lspci -k in the text says so): {name} must be "
                          "blacklisted, the initramfs rebuilt and the node rebooted before the NVIDIA driver can bind.",
                    fix=fixes.gpunode("install", only="nouveau"), also=("lspci -nnk -d 10de:",))
+
+
+# --- a container started without a GPU request (the run command in the same paste) ------------------------------
+
+_CONTAINER_RUN = compile_pattern(r"\b(?:docker|podman|nerdctl)(?:\s+container)?\s+run\b[^\n]*")
+_GPU_REQUEST = compile_pattern(r"--gpus\b|--device[= ]+(?:[\w.-]+/[\w-]+=|/dev/nvidia)|--runtime[= ]+nvidia|"
+                               r"NVIDIA_VISIBLE_DEVICES|--hooks-dir|--nv\b|--cdi")
+
+
+@_hook("container.no-gpu-injected")
+def _no_gpu_injected(c: Candidate, doc: Doc) -> Finding | None:
+    if c.detector.variant != "cuda-in-container":
+        return _render(c, doc)
+    run = next((m for m in _CONTAINER_RUN.finditer(doc.text) if not _GPU_REQUEST.search(m[0])), None)
+    if run is None:  # no container command, or one that asked for a GPU: the CUDA message keeps its own cause
+        return None
+    return _render(c, doc, values={"command": run[0].strip()}, excerpt=_with_line(c, doc, run))
