@@ -498,3 +498,67 @@ def test_operator_and_daemon_findings_carry_their_values():
     assert f.id == "persistenced.device-failed" and "0000:41:00.0" in f.title
     (f,) = explain("Warning FailedCreatePodSandBox failed to find runtime handler nvidia from runtime list map[runc:0x1]")
     assert f.id == "crio.no-runtime-handler" and "'nvidia'" in f.title
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("slurmstepd: error: pyxis:     [ERROR] Command not found: nvidia-container-cli, see "
+     "https://github.com/NVIDIA/libnvidia-container\nslurmstepd: error: pyxis:     [ERROR] "
+     "/etc/enroot/hooks.d/98-nvidia.sh exited with return code 1", "docker.toolkit-binary-missing"),
+    ("WARNING:jax._src.xla_bridge:CUDA backend failed to initialize: Unable to load cuDNN. (Set "
+     "TF_CPP_MIN_LOG_LEVEL=0 and rerun for more info.)", "cuda.libraries-missing"),
+    ("Error: stat nvidia.com/gpu=all: no such file or directory", "cdi.runtime-too-old"),
+    ("nvidia-container-cli: mount error: failed to add device rules: write "
+     "/sys/fs/cgroup/devices/lxc/abc/devices.allow: operation not permitted: unknown", "toolkit.device-filter-denied"),
+    ("$ nvidia-smi\nFailed to initialize NVML: GPU access blocked by the operating system", "wsl.gpu-blocked"),
+    ("2019/03/01 10:00:00 Loading NVML\n2019/03/01 10:00:00 Failed to initialize NVML: could not load NVML library.",
+     "kube.device-plugin-no-nvml"),
+    ("/usr/bin/nvidia-container-cli: error while loading shared libraries: libnvidia-container.so.1: cannot open "
+     "shared object file: No such file or directory", "toolkit.libnvidia-container-missing"),
+    ("the card fell off the bus twice this week (Xid 79)", "kernel.fallen-off-bus"),
+    ("torch.cuda.is_available() fails with error 802 on the H100 node", "fabricmanager.802"),
+    ("RuntimeError: CUDA error: forward compatibility was attempted on non supported HW", "cuda.forward-compat"),
+    ("nvidia-persistenced[12]: NUMA: Failed to open /sys/devices/system/memory/auto_online_blocks: Permission denied\n"
+     "nvidia-persistenced[11]: nvidia-persistenced failed to initialize. Check syslog for more details.",
+     "persistenced.numa-online"),
+    ("pynvml.NVMLError_NoPermission: Insufficient Permissions", "nvml.no-permission"),
+], ids=["enroot-command-not-found", "jax-unable-to-load", "engine-without-cdi", "cgroup-v1-write", "wsl-blocked",
+        "device-plugin-go-nvml", "libnvidia-container-so", "xid-79-prose", "error-802-prose", "error-804",
+        "persistenced-numa", "nvml-call-permission"])
+def test_messages_of_the_families_batch_5_found_missing(text, expected):
+    assert [f.id for f in explain(text)][:1] == [expected]
+
+
+def test_a_cuda_driver_error_in_a_container_started_without_a_gpu_request_is_the_missing_injection():
+    error = "Failed to allocate device vector A (error code CUDA driver version is insufficient for CUDA runtime version)!"
+    plain = explain(f"$ sudo podman run -it --rm docker.io/mirrorgooglecontainers/cuda-vector-add:v0.1\n{error}")
+    assert plain[0].id == "container.no-gpu-injected"
+    assert plain[0].excerpt.splitlines() == ["sudo podman run -it --rm docker.io/mirrorgooglecontainers/cuda-vector-add:v0.1",
+                                             error]  # the decisive line is quoted with the headline
+    assert "cuda.insufficient-driver" in [f.id for f in plain]
+    for asked in ("docker run --gpus all img", "podman run --device nvidia.com/gpu=all img",
+                  "docker run --runtime=nvidia -e NVIDIA_VISIBLE_DEVICES=0 img"):
+        assert [f.id for f in explain(f"$ {asked}\n{error}")][:1] == ["cuda.insufficient-driver"], asked
+    assert [f.id for f in explain(error)][:1] == ["cuda.insufficient-driver"]  # no command shown: no guess
+
+
+def test_an_nvml_permission_error_on_a_mig_node_needs_the_mig_monitor_capability():
+    error = "error getting device memory info: Insufficient Permissions"
+    mig = explain(f"MIG mode is enabled on GPU 0\n{error}")[0]
+    assert mig.id == "nvml.no-permission" and mig.values.get("mig") is True and "NVIDIA_MIG_MONITOR_DEVICES" in mig.cause
+    assert "MIG mode" in mig.excerpt and error in mig.excerpt
+    assert explain(error)[0].values.get("mig") is None
+
+
+def test_a_prose_mention_next_to_the_log_line_that_proves_it_is_one_finding():
+    text = ("Our GPU has fallen off the bus again.\n"
+            "[  12.5] NVRM: The NVIDIA GPU 0000:3b:00.0 (PCI ID: 10de:2330) installed in this system has fallen off "
+            "the bus and is not responding to commands.")
+    ids = [f.id for f in explain(text)]
+    assert ids.count("kernel.fallen-off-bus") == 1 and explain(text)[0].values["pci"] == "0000:3b:00.0"
+
+
+def test_every_variant_keeps_what_its_row_yields_to():
+    # kernel.fallen-off-bus's first row yields to xid.79; its later prose row yields to nothing: the union decides
+    text = ("NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n"
+            "NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.")
+    assert "kernel.fallen-off-bus" not in [f.id for f in explain(text)]
