@@ -525,3 +525,31 @@ def _no_gpu_injected(c: Candidate, doc: Doc) -> Finding | None:
     if run is None:  # no container command, or one that asked for a GPU: the CUDA message keeps its own cause
         return None
     return _render(c, doc, values={"command": run[0].strip()}, excerpt=_with_line(c, doc, run))
+
+
+# --- WSL: NVML's "blocked by the operating system" means the /dev/dxg path when the paste shows WSL ---------------
+
+_WSL = compile_pattern(r"/usr/lib/wsl/|\bmicrosoft-standard|\bWSL ?2?\b|/dev/dxg\b|\bdxgkrnl\b|\bGPU-PV\b")
+
+
+@_hook("nvml.os-blocked")
+def _os_blocked(c: Candidate, doc: Doc) -> Finding | None:
+    if c.detector.variant != "wsl":
+        return _render(c, doc)
+    wsl = doc.has(_WSL)
+    if wsl is None:  # the WSL reading needs WSL in the paste; the code's general cause stands otherwise
+        return None
+    return _render(c, doc, values={"wsl": True}, excerpt=_with_line(c, doc, wsl))
+
+
+# --- package repositories: only NVIDIA's key is ours to explain ---------------------------------------------------
+
+_NVIDIA_KEYS = {"A4B469963BF863CC", "F60F4B3D7FA2AF80", "DDCAE044F796ECB0"}  # CUDA repo (2022, older), toolkit repo
+
+
+@_hook("repo.nvidia-key-missing")
+def _repo_key(c: Candidate, doc: Doc) -> Finding | None:
+    line = doc.excerpt(c.match.start(), c.match.end())
+    if c.values["key"].upper() not in _NVIDIA_KEYS and "nvidia" not in line.lower():
+        return None  # another vendor's repository
+    return _render(c, doc, values={"key": c.values["key"].upper()})

@@ -509,14 +509,15 @@ def test_operator_and_daemon_findings_carry_their_values():
     ("Error: stat nvidia.com/gpu=all: no such file or directory", "cdi.runtime-too-old"),
     ("nvidia-container-cli: mount error: failed to add device rules: write "
      "/sys/fs/cgroup/devices/lxc/abc/devices.allow: operation not permitted: unknown", "toolkit.device-filter-denied"),
-    ("$ nvidia-smi\nFailed to initialize NVML: GPU access blocked by the operating system", "wsl.gpu-blocked"),
+    ("$ /usr/lib/wsl/lib/nvidia-smi\nFailed to initialize NVML: GPU access blocked by the operating system",
+     "nvml.os-blocked"),
     ("2019/03/01 10:00:00 Loading NVML\n2019/03/01 10:00:00 Failed to initialize NVML: could not load NVML library.",
      "kube.device-plugin-no-nvml"),
     ("/usr/bin/nvidia-container-cli: error while loading shared libraries: libnvidia-container.so.1: cannot open "
      "shared object file: No such file or directory", "toolkit.libnvidia-container-missing"),
     ("the card fell off the bus twice this week (Xid 79)", "kernel.fallen-off-bus"),
     ("torch.cuda.is_available() fails with error 802 on the H100 node", "fabricmanager.802"),
-    ("RuntimeError: CUDA error: forward compatibility was attempted on non supported HW", "cuda.forward-compat"),
+    ("RuntimeError: CUDA error: forward compatibility was attempted on non supported HW", "cuda.compat-unsupported"),
     ("nvidia-persistenced[12]: NUMA: Failed to open /sys/devices/system/memory/auto_online_blocks: Permission denied\n"
      "nvidia-persistenced[11]: nvidia-persistenced failed to initialize. Check syslog for more details.",
      "persistenced.numa-online"),
@@ -562,3 +563,47 @@ def test_every_variant_keeps_what_its_row_yields_to():
     text = ("NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n"
             "NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.")
     assert "kernel.fallen-off-bus" not in [f.id for f in explain(text)]
+
+
+def test_nvml_blocked_by_the_os_reads_as_wsl_only_when_the_paste_shows_wsl():
+    error = "Failed to initialize NVML: GPU access blocked by the operating system"
+    wsl = [f for f in explain(f"Linux PC 5.15.153.1-microsoft-standard-WSL2\n{error}") if f.id == "nvml.os-blocked"]
+    assert wsl and wsl[0].values.get("wsl") is True and "/dev/dxg" in wsl[0].cause
+    assert all(f.values.get("wsl") is None for f in explain(error) if f.id == "nvml.os-blocked")
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("RuntimeError: No CUDA GPUs are available", "cuda.no-device"),
+    ("UserWarning: CUDA initialization: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions "
+     "before calling NumCudaDevices() that might have already set an error? Error 999: unknown error",
+     "cuda.unknown-error"),
+    ("ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).",
+     "container.shm-too-small"),
+    ("NCCL WARN Error while creating shared memory segment /dev/shm/nccl-abc (size 9637888)", "container.shm-too-small"),
+    ("W: GPG error: https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2004/x86_64  InRelease: The "
+     "following signatures couldn't be verified because the public key is not available: NO_PUBKEY A4B469963BF863CC",
+     "repo.nvidia-key-missing"),
+    ("E: Unable to locate package nvidia-container-toolkit", "repo.nvidia-package-missing"),
+    ("E: Package 'nvidia-docker2' has no installation candidate", "repo.nvidia-package-missing"),
+    ("The following packages have unmet dependencies:\n nvidia-container-toolkit : Depends: "
+     "nvidia-container-toolkit-base (= 1.14.3-1) but 1.15.0-1 is to be installed", "repo.toolkit-version-mix"),
+    ("Error! Your kernel headers for kernel 5.15.0-91-generic cannot be found at /lib/modules/5.15.0-91-generic/build",
+     "dkms.headers-missing"),
+    ("nvidia-container-cli: initialization error: WSL environment detected but no adapters were found: unknown.",
+     "toolkit.wsl-no-adapter"),
+    ("OSError: libcudart.so.11.0: cannot open shared object file: No such file or directory", "cuda.libraries-missing"),
+    ("bash: nvidia-smi: command not found", "smi.not-installed"),
+    ("|   0  NVIDIA A100-SXM4-80GB          On  | 00000000:07:00.0 Off |                  ERR! |",
+     "smi.gpu-error-state"),
+    ("Could not resolve Linux kernel version", "operator.driver-kernel"),
+], ids=["pytorch-no-gpus", "error-999", "dataloader-shm", "nccl-shm", "repo-key", "package-missing",
+        "no-installation-candidate", "toolkit-version-mix", "dkms-headers", "wsl-no-adapter", "libcudart",
+        "smi-not-found", "smi-err", "operator-driver-kernel"])
+def test_common_gpu_errors_a_new_user_pastes(text, expected):
+    assert [f.id for f in explain(text)][:1] == [expected]
+
+
+def test_other_vendors_keys_and_a_package_merely_named_are_not_findings():
+    assert explain("W: GPG error: https://download.docker.com/linux/ubuntu focal InRelease: The following signatures "
+                   "couldn't be verified because the public key is not available: NO_PUBKEY 7EA0A9C3F273FCD8") == []
+    assert explain("installed package nvidia-container-toolkit 1.14.3 ok") == []
