@@ -46,10 +46,28 @@ _SNAP = compile_pattern(r"\bsnap (?:services|list|install|remove)[^\n]*docker|/s
                         r"/var/snap/docker")
 
 
+_DOCKER_DESKTOP = compile_pattern(r"\bDocker Desktop\b(?! for Windows)|\bdocker-desktop\b|\bdesktop-linux\b")
+
+
+def _docker_desktop(c: Candidate, doc: Doc, line: re.Match[str], values: dict[str, Any]) -> Finding:
+    """Docker Desktop on Linux runs its engine in a VM that has no NVIDIA driver: the decisive line wins."""
+    return _render(c, doc, values={**values, "docker_desktop": True}, excerpt=_with_line(c, doc, line),
+                   cause="This is Docker Desktop (the text shows it). On Linux Docker Desktop runs the engine inside "
+                         "its own virtual machine, which has neither the host's NVIDIA driver nor the GPU, so GPU "
+                         "containers cannot work there (Docker Desktop supports GPUs only on Windows with WSL 2). Use "
+                         "Docker Engine on the host instead.",
+                   fix="docker context use default",
+                   also=("curl -fsSL https://get.docker.com | sh  # Docker Engine, if only Desktop is installed",
+                         fixes.gpunode("install", only=["toolkit", "runtime"])))
+
+
 @_hook("docker.no-gpu-driver")
 def _no_gpu_driver(c: Candidate, doc: Doc) -> Finding:
     caps = [cap.strip() for cap in c.values.get("caps", "").replace(" ", ",").split(",") if cap.strip()]
     values = {"driver": c.values.get("driver", ""), "capabilities": caps}
+    desktop = doc.has(_DOCKER_DESKTOP)
+    if desktop:
+        return _docker_desktop(c, doc, desktop, values)
     if not doc.has(_SNAP):
         return _render(c, doc, values=values)
     values["snap"] = True
@@ -133,6 +151,9 @@ def _insufficient(c: Candidate, doc: Doc) -> Finding:
 @_hook("lib.nvml-missing")
 def _nvml_missing(c: Candidate, doc: Doc) -> Finding:
     values = {"library": c.values.get("library", "libnvidia-ml.so.1"), "reporter": c.detector.variant}
+    desktop = doc.has(_DOCKER_DESKTOP) if c.detector.variant == "nvidia-container-cli" else None
+    if desktop:
+        return _docker_desktop(c, doc, desktop, values)
     return _render(c, doc, values=values)
 
 

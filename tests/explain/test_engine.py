@@ -607,3 +607,32 @@ def test_other_vendors_keys_and_a_package_merely_named_are_not_findings():
     assert explain("W: GPG error: https://download.docker.com/linux/ubuntu focal InRelease: The following signatures "
                    "couldn't be verified because the public key is not available: NO_PUBKEY 7EA0A9C3F273FCD8") == []
     assert explain("installed package nvidia-container-toolkit 1.14.3 ok") == []
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("UnexpectedAdmissionError: Allocate failed due to can't allocate unhealthy devices nvidia.com/gpu, which is "
+     "unexpected", "kube.unhealthy-gpu"),
+    ("Error: crun: executable file `nvidia-smi` not found in $PATH: No such file or directory: OCI runtime attempted "
+     "to invoke a command that was not found", "container.no-gpu-injected"),
+    ("modprobe: ERROR: could not insert 'nvidia': Operation not permitted", "secureboot.module-rejected"),
+    ("Could not find cuda drivers on your machine, GPU will not be used.", "cuda.libraries-missing"),
+    ("Found GPU0 Tesla K40m which is of cuda capability 3.5.\n    PyTorch no longer supports this GPU because it is "
+     "too old.", "cuda.no-kernel-image"),
+    ("nvidia-container-cli: initialization error: nvml error: unknown error: unknown.", "nvml.unknown-error"),
+    ('msg="unable to load cuda driver library" error="cuda driver library init failure: 999"', "cuda.unknown-error"),
+], ids=["kubelet-unhealthy", "crun-no-nvidia-smi", "insmod-eperm", "tf-no-cuda-drivers", "pytorch-gpu-too-old",
+        "cli-nvml-unknown", "ollama-999"])
+def test_more_wordings_of_known_causes(text, expected):
+    assert [f.id for f in explain(text)][:1] == [expected]
+
+
+@pytest.mark.parametrize("headline", [
+    'docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].',
+    "nvidia-container-cli: initialization error: load library failed: libnvidia-ml.so.1: cannot open shared object "
+    "file: no such file or directory"])
+def test_docker_desktop_in_the_paste_is_the_cause(headline):
+    plain = explain(headline)[0]
+    desktop = explain(f"{headline}\n$ docker context ls\ndesktop-linux *  moby  Docker Desktop")[0]
+    assert plain.id == desktop.id and plain.values.get("docker_desktop") is None
+    assert desktop.values["docker_desktop"] is True and desktop.fix == "docker context use default"
+    assert "desktop-linux" in desktop.excerpt and headline.split(":")[0] in desktop.excerpt
