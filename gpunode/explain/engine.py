@@ -63,7 +63,7 @@ def explain(text: str) -> list[Finding]:
     if terminal != normalised:  # lines that may have been cut by a terminal: read that way too
         known = {hit[3] for hit in hits}
         hits += [hit for hit in _hits(Doc(terminal)) if hit[3] not in known]
-    present = {hit[2].id for hit in hits}
+    present = {hit[2].id for hit in hits if not hit[2].values.get("from_prose")}  # a mere mention supersedes nothing
     superseded_by: dict[str, set[str]] = {}  # what any variant of an id yields to (a finding does not keep its variant)
     for detector in tables()[0]:
         superseded_by.setdefault(detector.id, set()).update(detector.superseded_by)

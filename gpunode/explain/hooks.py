@@ -207,6 +207,8 @@ def _fm_802(c: Candidate, doc: Doc) -> Finding:
 
 @_hook("fabricmanager.version-mismatch")
 def _fm_mismatch(c: Candidate, doc: Doc) -> Finding:
+    if "driver_version" not in c.values:  # said in prose: no versions to pin
+        return _render(c, doc)
     driver = c.values["driver_version"]
     branch = int(driver.split(".")[0])
     apt = (f"sudo apt-get install -y nvidia-fabricmanager={driver}-1" if branch >= 580 else
@@ -534,6 +536,7 @@ def _gpu_owner(c: Candidate, doc: Doc) -> Finding:
 # --- a container started without a GPU request (the run command in the same paste) ------------------------------
 
 _CONTAINER_RUN = compile_pattern(r"\b(?:docker|podman|nerdctl)(?:\s+container)?\s+run\b[^\n]*")
+_APPTAINER = compile_pattern(r"\b(?:singularity|apptainer)\b")
 _GPU_REQUEST = compile_pattern(r"--gpus\b|--device[= ]+(?:[\w.-]+/[\w-]+=|/dev/nvidia)|--runtime[= ]+nvidia|"
                                r"NVIDIA_VISIBLE_DEVICES|--hooks-dir|--nv\b|--cdi")
 
@@ -543,6 +546,8 @@ def _no_gpu_injected(c: Candidate, doc: Doc) -> Finding | None:
     if c.detector.variant != "cuda-in-container":
         return _render(c, doc)
     run = next((m for m in _CONTAINER_RUN.finditer(doc.text) if not _GPU_REQUEST.search(m[0])), None)
+    if run is None and not _GPU_REQUEST.search(doc.text):
+        run = doc.has(_APPTAINER)  # Apptainer/Singularity named, and no --nv anywhere in the paste
     if run is None:  # no container command, or one that asked for a GPU: the CUDA message keeps its own cause
         return None
     return _render(c, doc, values={"command": run[0].strip()}, excerpt=_with_line(c, doc, run))

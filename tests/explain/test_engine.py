@@ -636,3 +636,42 @@ def test_docker_desktop_in_the_paste_is_the_cause(headline):
     assert plain.id == desktop.id and plain.values.get("docker_desktop") is None
     assert desktop.values["docker_desktop"] is True and desktop.fix == "docker context use default"
     assert "desktop-linux" in desktop.excerpt and headline.split(":")[0] in desktop.excerpt
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("nvidia-device-plugin-daemonset-x7k2p   0/1     CrashLoopBackOff   12         39m", "kube.device-plugin-no-nvml"),
+    ("$ nvidia-smi\nFailed to initialize NVML: Driver / library version mismatch", "nvml.mismatch"),
+    ("slurmd: fatal: We were configured to autodetect nvml functionality, but we weren't able to find that lib when "
+     "Slurm was configured.", "slurm.no-nvml"),
+    ("slurmd[5797]: fatal: gres.conf duplicate records for gpu", "slurm.gres-duplicate"),
+    ("slurmd: fatal: can't stat gres.conf file /dev/nvidia3: No such file or directory", "slurm.gres-device-missing"),
+    ("Building DKMS module: nvidia-570.133.07... FAILED!", "dkms.build-failed"),
+    ("RuntimeError: Attempting to deserialize object on a CUDA device but torch.cuda.is_available() is False. If you "
+     "are running on a CPU-only machine, please use torch.load with map_location=torch.device('cpu')",
+     "cuda.cpu-only-build"),
+    ("pip gave me the cpu only version of pytorch", "cuda.cpu-only-build"),
+    ("the fabric manager and drivers will not be in sync after apt-get upgrade", "fabricmanager.version-mismatch"),
+    ("libcuda reported version is: Not found: was unable to find libcuda.so DSO loaded into this program",
+     "cuda.no-driver"),
+    ("our base image nvidia/cuda:11.8.0-base does not include cuDNN", "cuda.libraries-missing"),
+    ("dmesg showed Xid 48 on GPU 3 twice this week", "xid.48"),
+], ids=["plugin-crashloop", "mismatch-spaced", "slurm-no-nvml", "slurm-gres-duplicate", "slurm-gres-device",
+        "dkms-distribution-hook", "torch-deserialize", "torch-cpu-prose", "fm-out-of-sync-prose", "tf-libcuda-dso",
+        "no-cudnn-prose", "xid-prose"])
+def test_families_batch_6_found_missing(text, expected):
+    assert [f.id for f in explain(text)][:1] == [expected]
+
+
+def test_an_xid_named_in_prose_is_weaker_than_the_kernel_line_and_supersedes_nothing():
+    logged = explain("[ 9.1] NVRM: Xid (PCI:0000:3b:00): 48, pid=7, name=python, An uncorrectable double bit error\n"
+                     "we saw Xid 48 again")
+    assert [f.id for f in logged].count("xid.48") == 1 and logged[0].values["pci"] == "0000:3b:00"
+    prose = explain("I recovered an xid 79 error from my logs back then; the PSU was failing")
+    assert [f.id for f in prose][:2] == ["kernel.fallen-off-bus", "xid.79"]  # the mention does not drop the cause
+    assert prose[1].values["from_prose"] is True
+
+
+def test_a_libcuda_error_under_apptainer_without_nv_is_the_missing_gpu():
+    error = "ImportError: libcuda.so.1: cannot open shared object file: No such file or directory"
+    assert explain(f"$ apptainer exec image.sif python train.py\n{error}")[0].id == "container.no-gpu-injected"
+    assert explain(f"$ apptainer exec --nv image.sif python train.py\n{error}")[0].id == "cuda.no-driver"
