@@ -537,6 +537,9 @@ def _gpu_owner(c: Candidate, doc: Doc) -> Finding:
 
 _CONTAINER_RUN = compile_pattern(r"\b(?:docker|podman|nerdctl)(?:\s+container)?\s+run\b[^\n]*")
 _APPTAINER = compile_pattern(r"\b(?:singularity|apptainer)\b")
+# The paste itself says the container has no GPU: nvidia-smi fails inside it, or containerd's default runtime is not nvidia
+_NO_GPU_SAID = compile_pattern(r"nvidia-smi\b[^\n.]{0,40}?\b(?:didn'?t|doesn'?t|does not|did not|not) work\w*[^\n.]{0,20}?\b"
+                               r"(?:in|inside) (?:the )?(?:docker|container|pod)|\bno\b[^\n]{0,12}default_runtime_name\s*=\s*\"?nvidia")
 _GPU_REQUEST = compile_pattern(r"--gpus\b|--device[= ]+(?:[\w.-]+/[\w-]+=|/dev/nvidia)|--runtime[= ]+nvidia|"
                                r"NVIDIA_VISIBLE_DEVICES|--hooks-dir|--nv\b|--cdi")
 
@@ -547,7 +550,7 @@ def _no_gpu_injected(c: Candidate, doc: Doc) -> Finding | None:
         return _render(c, doc)
     run = next((m for m in _CONTAINER_RUN.finditer(doc.text) if not _GPU_REQUEST.search(m[0])), None)
     if run is None and not _GPU_REQUEST.search(doc.text):
-        run = doc.has(_APPTAINER)  # Apptainer/Singularity named, and no --nv anywhere in the paste
+        run = doc.has(_APPTAINER) or doc.has(_NO_GPU_SAID)  # Apptainer without --nv, or the paste says so
     if run is None:  # no container command, or one that asked for a GPU: the CUDA message keeps its own cause
         return None
     return _render(c, doc, values={"command": run[0].strip()}, excerpt=_with_line(c, doc, run))
@@ -579,3 +582,34 @@ def _repo_key(c: Candidate, doc: Doc) -> Finding | None:
     if c.values["key"].upper() not in _NVIDIA_KEYS and "nvidia" not in line.lower():
         return None  # another vendor's repository
     return _render(c, doc, values={"key": c.values["key"].upper()})
+
+
+# --- the open kernel module flavour (GSP could not start with it) -------------------------------------------------
+
+_OPEN_MODULE = compile_pattern(r"Open Kernel Module|nvidia-kernel-open|nvidia-open\b|open(?: source)? (?:kernel module|KM)\b|"
+                               r"open-gpu-kernel-modules|NVreg_OpenRmEnableUnsupportedGpus")
+
+
+@_hook("kernel.open-module-unsupported")
+def _open_module(c: Candidate, doc: Doc) -> Finding | None:
+    if c.detector.variant != "gsp-init":
+        return _render(c, doc)
+    flavour = doc.has(_OPEN_MODULE)
+    if flavour is None:  # GSP failing without the open module in sight: the RmInitAdapter finding explains it
+        return None
+    return _render(c, doc, excerpt=_with_line(c, doc, flavour))
+
+
+# --- a riser or external link named next to a GPU that fails ---------------------------------------------------------
+
+_GPU_FAILS = compile_pattern(r"GPU is lost|fallen off|fell off|falls? off|couldn'?t communicate with the NVIDIA driver|"
+                             r"Unable to determine the device handle|No devices were found|Xid\W{0,12}79|not (?:be )?seen by "
+                             r"nvidia-smi|(?:disconnects?|drops?) (?:from|off) the (?:PCIe )?bus")
+
+
+@_hook("hw.pcie-link")
+def _pcie_link(c: Candidate, doc: Doc) -> Finding | None:
+    failing = doc.has(_GPU_FAILS)
+    if failing is None:  # a riser mentioned in passing is no finding
+        return None
+    return _render(c, doc, excerpt=_with_line(c, doc, failing))

@@ -675,3 +675,35 @@ def test_a_libcuda_error_under_apptainer_without_nv_is_the_missing_gpu():
     error = "ImportError: libcuda.so.1: cannot open shared object file: No such file or directory"
     assert explain(f"$ apptainer exec image.sif python train.py\n{error}")[0].id == "container.no-gpu-injected"
     assert explain(f"$ apptainer exec --nv image.sif python train.py\n{error}")[0].id == "cuda.no-driver"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("containerd[32689]: containerd: toml: cannot load TOML value of type string into a Go integer",
+     "containerd.config-invalid"),
+    ('level=warning msg="failed to load plugin io.containerd.grpc.v1.cri" error="invalid plugin config: no '
+     'corresponding runtime configured in `containerd.runtimes` for `containerd` `default_runtime_name = \\"runc\\"`"',
+     "containerd.config-invalid"),
+    ("jaxlib.xla_extension.XlaRuntimeError: INTERNAL: cudaErrorSymbolNotFound : named symbol not found",
+     "cuda.insufficient-driver"),
+    ("RuntimeError: Internal: libdevice not found at ./libdevice.10.bc", "cuda.libraries-missing"),
+    ("Error: OCI runtime error: crun: fsopen_mount `tmpfs`: Function not implemented", "crun.fsopen-unsupported"),
+    ("ldconfig: /usr/lib/wsl/lib/libcuda.so.1 is not a symbolic link", "wsl.libcuda-not-symlink"),
+    ("mokutil --test-key /var/lib/dkms/mok.pub reports not enrolled and nvidia-smi couldn't communicate with the "
+     "NVIDIA driver", "secureboot.module-rejected"),
+    ("the GPU on the riser is not seen by nvidia-smi:\nNVIDIA-SMI has failed because it couldn't communicate with the "
+     "NVIDIA driver.", "hw.pcie-link"),
+], ids=["containerd-toml-type", "containerd-cri-plugin", "cuda-symbol-not-found", "libdevice", "crun-fsopen",
+        "wsl-libcuda-copy", "mok-not-enrolled", "riser"])
+def test_families_batch_7_found_missing(text, expected):
+    assert [f.id for f in explain(text)][:1] == [expected]
+
+
+def test_context_lines_that_batch_7_showed_decide():
+    gsp = ("NVRM RmInitAdapter: Cannot initialize GSP firmware RM\n"
+           "NVRM: GPU 0000:01:00.0: RmInitAdapter failed! (0x63:0x56:1689)")
+    assert explain(gsp)[0].id == "kernel.rm-init-failed"  # no open module in sight: the stock finding
+    opened = explain(f"{gsp}\nafter switching back from nvidia-kernel-open-515 it loads")[0]
+    assert opened.id == "kernel.open-module-unsupported" and "nvidia-kernel-open" in opened.excerpt
+    assert explain("we use a PCIe riser for the second card")[:1] == []  # a riser in passing is no finding
+    said = explain("torch.cuda.is_available() = False\nnvidia-smi didn't work in docker either")
+    assert said[0].id == "container.no-gpu-injected"
