@@ -9,7 +9,7 @@ a reason read elsewhere in the text): `gpunode.explain.hooks` refines those. Xid
 Ranking: the strongest evidence first (the row's strength: a root cause such as Secure Boot rejecting the
 module outranks its consequence, nvidia-smi failing), then the order in the text. A finding whose row says it is
 superseded by another id present in the same text is dropped; of several variants of one cause, the strongest
-stays.
+stays, and a weaker finding of the same id that adds no value of its own (a prose mention) is dropped.
 """
 
 from __future__ import annotations
@@ -20,14 +20,11 @@ from gpunode.explain import hooks, xid
 from gpunode.explain.candidate import candidates
 from gpunode.explain.finding import Doc, Finding
 from gpunode.explain.normalise import normalise
-from gpunode.explain.tables import Detector, tables
+from gpunode.explain.tables import tables
 
 
-def _superseded(finding: Finding, detectors: dict[str, Detector], present: set[str]) -> bool:
-    detector = detectors.get(finding.id)
-    if detector is None:
-        return False
-    for other in detector.superseded_by:
+def _superseded(finding: Finding, superseded_by: dict[str, set[str]], present: set[str]) -> bool:
+    for other in superseded_by.get(finding.id, ()):
         if any(p != finding.id and (p.startswith(other) if other.endswith(".") else p == other) for p in present):
             return True
     return False
@@ -66,8 +63,22 @@ def explain(text: str) -> list[Finding]:
     if terminal != normalised:  # lines that may have been cut by a terminal: read that way too
         known = {hit[3] for hit in hits}
         hits += [hit for hit in _hits(Doc(terminal)) if hit[3] not in known]
-    present = {hit[2].id for hit in hits}
-    by_id = {d.id: d for d in tables()[0]}
-    kept = [hit for hit in hits if not _superseded(hit[2], by_id, present)]
+    present = {hit[2].id for hit in hits if not hit[2].values.get("from_prose")}  # a mere mention supersedes nothing
+    superseded_by: dict[str, set[str]] = {}  # what any variant of an id yields to (a finding does not keep its variant)
+    for detector in tables()[0]:
+        superseded_by.setdefault(detector.id, set()).update(detector.superseded_by)
+    kept = [hit for hit in hits if not _superseded(hit[2], superseded_by, present)]
     kept.sort(key=lambda hit: (-hit[0], hit[1]))
-    return [hit[2] for hit in kept]
+    return _distinct([hit[2] for hit in kept])
+
+
+def _distinct(findings: list[Finding]) -> list[Finding]:
+    """Drop a finding that repeats a stronger one of the same id and says nothing it does not (a mention of the
+    cause in prose next to the log line that proves it, a second wording of the same message)."""
+    out: list[Finding] = []
+    for finding in findings:
+        same = [f for f in out if f.id == finding.id]
+        if any(all(other.values.get(k) == v for k, v in finding.values.items()) for other in same):
+            continue
+        out.append(finding)
+    return out

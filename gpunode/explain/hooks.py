@@ -46,10 +46,28 @@ _SNAP = compile_pattern(r"\bsnap (?:services|list|install|remove)[^\n]*docker|/s
                         r"/var/snap/docker")
 
 
+_DOCKER_DESKTOP = compile_pattern(r"\bDocker Desktop\b(?! for Windows)|\bdocker-desktop\b|\bdesktop-linux\b")
+
+
+def _docker_desktop(c: Candidate, doc: Doc, line: re.Match[str], values: dict[str, Any]) -> Finding:
+    """Docker Desktop on Linux runs its engine in a VM that has no NVIDIA driver: the decisive line wins."""
+    return _render(c, doc, values={**values, "docker_desktop": True}, excerpt=_with_line(c, doc, line),
+                   cause="This is Docker Desktop (the text shows it). On Linux Docker Desktop runs the engine inside "
+                         "its own virtual machine, which has neither the host's NVIDIA driver nor the GPU, so GPU "
+                         "containers cannot work there (Docker Desktop supports GPUs only on Windows with WSL 2). Use "
+                         "Docker Engine on the host instead.",
+                   fix="docker context use default",
+                   also=("curl -fsSL https://get.docker.com | sh  # Docker Engine, if only Desktop is installed",
+                         fixes.gpunode("install", only=["toolkit", "runtime"])))
+
+
 @_hook("docker.no-gpu-driver")
 def _no_gpu_driver(c: Candidate, doc: Doc) -> Finding:
     caps = [cap.strip() for cap in c.values.get("caps", "").replace(" ", ",").split(",") if cap.strip()]
     values = {"driver": c.values.get("driver", ""), "capabilities": caps}
+    desktop = doc.has(_DOCKER_DESKTOP)
+    if desktop:
+        return _docker_desktop(c, doc, desktop, values)
     if not doc.has(_SNAP):
         return _render(c, doc, values=values)
     values["snap"] = True
@@ -133,6 +151,9 @@ def _insufficient(c: Candidate, doc: Doc) -> Finding:
 @_hook("lib.nvml-missing")
 def _nvml_missing(c: Candidate, doc: Doc) -> Finding:
     values = {"library": c.values.get("library", "libnvidia-ml.so.1"), "reporter": c.detector.variant}
+    desktop = doc.has(_DOCKER_DESKTOP) if c.detector.variant == "nvidia-container-cli" else None
+    if desktop:
+        return _docker_desktop(c, doc, desktop, values)
     return _render(c, doc, values=values)
 
 
@@ -186,6 +207,8 @@ def _fm_802(c: Candidate, doc: Doc) -> Finding:
 
 @_hook("fabricmanager.version-mismatch")
 def _fm_mismatch(c: Candidate, doc: Doc) -> Finding:
+    if "driver_version" not in c.values:  # said in prose: no versions to pin
+        return _render(c, doc)
     driver = c.values["driver_version"]
     branch = int(driver.split(".")[0])
     apt = (f"sudo apt-get install -y nvidia-fabricmanager={driver}-1" if branch >= 580 else
@@ -422,7 +445,20 @@ def _nvml_permission(c: Candidate, doc: Doc) -> Finding:
                        also=("sudo setsebool -P container_use_devices on  # when getenforce says Enforcing",
                              "sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml  # device nodes of the CDI "
                              "spec"))
+    mig = doc.has(_MIG)
+    if mig:
+        return _render(c, doc, values={"mig": True}, excerpt=_with_line(c, doc, mig),
+                       cause="An NVML query was refused on a MIG-enabled GPU (the text shows MIG): a container sees "
+                             "only its own MIG devices, and reading the parent GPU's state (memory, MIG layout) needs "
+                             "the MIG monitor capability, which the NVIDIA runtime grants only with "
+                             "NVIDIA_MIG_MONITOR_DEVICES=all (the device plugin and GPU feature discovery need it).",
+                       fix="nvidia-smi -L  # MIG devices listed",
+                       also=("kubectl -n kube-system set env ds/nvidia-device-plugin-daemonset "
+                             "NVIDIA_MIG_MONITOR_DEVICES=all  # your plugin's namespace and name",))
     return _render(c, doc)
+
+
+_MIG = compile_pattern(r"\bMIG\b|\bmig-(?:enabled|mode|strategy|devices?)\b|MIG-GPU-|\bmigStrategy\b")
 
 
 _SUSPEND = compile_pattern(r"\b(?:after|from) (?:waking|wake|resume|resuming|suspend|sleep|hibernat\w*)|\bsuspend(?:ed)?"
@@ -495,3 +531,85 @@ def _gpu_owner(c: Candidate, doc: Doc) -> Finding:
                    cause=f"The GPU is driven by {name}, not nvidia.ko (lspci -k in the text says so): {name} must be "
                          "blacklisted, the initramfs rebuilt and the node rebooted before the NVIDIA driver can bind.",
                    fix=fixes.gpunode("install", only="nouveau"), also=("lspci -nnk -d 10de:",))
+
+
+# --- a container started without a GPU request (the run command in the same paste) ------------------------------
+
+_CONTAINER_RUN = compile_pattern(r"\b(?:docker|podman|nerdctl)(?:\s+container)?\s+run\b[^\n]*")
+_APPTAINER = compile_pattern(r"\b(?:singularity|apptainer)\b")
+# The paste itself says the container has no GPU: nvidia-smi fails inside it, or containerd's default runtime is not nvidia
+_NO_GPU_SAID = compile_pattern(r"nvidia-smi\b[^\n.]{0,40}?\b(?:didn'?t|doesn'?t|does not|did not|not) work\w*[^\n.]{0,20}?\b"
+                               r"(?:in|inside) (?:the )?(?:docker|container|pod)|\bno\b[^\n]{0,12}default_runtime_name\s*=\s*\"?nvidia")
+_GPU_REQUEST = compile_pattern(r"--gpus\b|--device[= ]+(?:[\w.-]+/[\w-]+=|/dev/nvidia)|--runtime[= ]+nvidia|"
+                               r"NVIDIA_VISIBLE_DEVICES|--hooks-dir|--nv\b|--cdi")
+
+
+@_hook("container.no-gpu-injected")
+def _no_gpu_injected(c: Candidate, doc: Doc) -> Finding | None:
+    if c.detector.variant != "cuda-in-container":
+        return _render(c, doc)
+    run = next((m for m in _CONTAINER_RUN.finditer(doc.text) if not _GPU_REQUEST.search(m[0])), None)
+    if run is None and not _GPU_REQUEST.search(doc.text):
+        run = doc.has(_APPTAINER) or doc.has(_NO_GPU_SAID)  # Apptainer without --nv, or the paste says so
+    if run is None:  # no container command, or one that asked for a GPU: the CUDA message keeps its own cause
+        return None
+    return _render(c, doc, values={"command": run[0].strip()}, excerpt=_with_line(c, doc, run))
+
+
+# --- WSL: NVML's "blocked by the operating system" means the /dev/dxg path when the paste shows WSL ---------------
+
+_WSL = compile_pattern(r"/usr/lib/wsl/|\bmicrosoft-standard|\bWSL ?2?\b|/dev/dxg\b|\bdxgkrnl\b|\bGPU-PV\b")
+
+
+@_hook("nvml.os-blocked")
+def _os_blocked(c: Candidate, doc: Doc) -> Finding | None:
+    if c.detector.variant != "wsl":
+        return _render(c, doc)
+    wsl = doc.has(_WSL)
+    if wsl is None:  # the WSL reading needs WSL in the paste; the code's general cause stands otherwise
+        return None
+    return _render(c, doc, values={"wsl": True}, excerpt=_with_line(c, doc, wsl))
+
+
+# --- package repositories: only NVIDIA's key is ours to explain ---------------------------------------------------
+
+_NVIDIA_KEYS = {"A4B469963BF863CC", "F60F4B3D7FA2AF80", "DDCAE044F796ECB0"}  # CUDA repo (2022, older), toolkit repo
+
+
+@_hook("repo.nvidia-key-missing")
+def _repo_key(c: Candidate, doc: Doc) -> Finding | None:
+    line = doc.excerpt(c.match.start(), c.match.end())
+    if c.values["key"].upper() not in _NVIDIA_KEYS and "nvidia" not in line.lower():
+        return None  # another vendor's repository
+    return _render(c, doc, values={"key": c.values["key"].upper()})
+
+
+# --- the open kernel module flavour (GSP could not start with it) -------------------------------------------------
+
+_OPEN_MODULE = compile_pattern(r"Open Kernel Module|nvidia-kernel-open|nvidia-open\b|open(?: source)? (?:kernel module|KM)\b|"
+                               r"open-gpu-kernel-modules|NVreg_OpenRmEnableUnsupportedGpus")
+
+
+@_hook("kernel.open-module-unsupported")
+def _open_module(c: Candidate, doc: Doc) -> Finding | None:
+    if c.detector.variant != "gsp-init":
+        return _render(c, doc)
+    flavour = doc.has(_OPEN_MODULE)
+    if flavour is None:  # GSP failing without the open module in sight: the RmInitAdapter finding explains it
+        return None
+    return _render(c, doc, excerpt=_with_line(c, doc, flavour))
+
+
+# --- a riser or external link named next to a GPU that fails ---------------------------------------------------------
+
+_GPU_FAILS = compile_pattern(r"GPU is lost|fallen off|fell off|falls? off|couldn'?t communicate with the NVIDIA driver|"
+                             r"Unable to determine the device handle|No devices were found|Xid\W{0,12}79|not (?:be )?seen by "
+                             r"nvidia-smi|(?:disconnects?|drops?) (?:from|off) the (?:PCIe )?bus")
+
+
+@_hook("hw.pcie-link")
+def _pcie_link(c: Candidate, doc: Doc) -> Finding | None:
+    failing = doc.has(_GPU_FAILS)
+    if failing is None:  # a riser mentioned in passing is no finding
+        return None
+    return _render(c, doc, excerpt=_with_line(c, doc, failing))

@@ -3,12 +3,14 @@
 Removes ANSI escapes, shell prompts (bash, zsh, PowerShell, `(env) user@host:~$`, `[root@host dir]#`), markdown
 quoting (`> `, e-mail replies), code fences and common indentation, log prefixes (dmesg in every format: `[  12.3]`,
 `[+0.000421]`, `-T`, `-e`, `-x`; journald/syslog with or without host, ISO stamps, /dev/kmsg records, rsyslog's
-`#012`, CI step prefixes), folds curly quotes, odd spaces and hyphens, unescapes messages quoted by Go/JSON (the
-2017-2019 `\\\"error running hook` form), and joins lines a terminal or the kernel wrapped.
+`#012`, CI step prefixes), folds curly quotes, odd spaces and hyphens, decodes HTML entities (`&quot;`, `&#39;`),
+unescapes messages quoted by Go/JSON (the 2017-2019 `\\\"error running hook` form), and joins lines a terminal or
+the kernel wrapped.
 """
 
 from __future__ import annotations
 
+import html
 import re
 from dataclasses import dataclass
 
@@ -54,6 +56,7 @@ _FENCE = re.compile(r"^\s*(?:```|~~~)")
 _FENCE_WITH_TEXT = re.compile(r"^(\s*)(```+|~~~+)(.*\S.*)$")  # "```docker: Error ..." (or "```bash", an info string)
 _BULLET = re.compile(r"^(?:[-*+\u2022]|\d{1,2}[.)])\s+")  # a Markdown or chat list item: "- ", "* ", "1. ", "2) "
 _HTML_BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
+_HTML_ENTITY = re.compile(r"&(?:#\d{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,7});")  # &quot; &#34; &gt; (a page or e-mail copy)
 _HTML_TAG = re.compile(r"</?(?:details|summary|code|pre|kbd|tt|b|strong|em|i|p|div|span)(?:\s[^<>]*)?>", re.IGNORECASE)
 _TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
 _TABLE_RULE = re.compile(r"^\s*\|?(?:\s*:?-{3,}:?\s*\|)+\s*:?-*:?\s*$")  # |---|:--:| (not nvidia-smi's +---+)
@@ -173,6 +176,7 @@ def _table_cells(lines: list[str]) -> list[str]:
 
 def _lines(text: str, terminal: bool) -> list[_Line]:
     text = _ANSI.sub("", text).replace("\r\n", "\n").replace("\r", "\n")
+    text = _HTML_ENTITY.sub(lambda m: html.unescape(m[0]), text)
     text = _HTML_TAG.sub("", _HTML_BREAK.sub("\n", text))
     text = _CONTROL.sub("", text.translate(_CHARS)).expandtabs(8)
     physical = _table_cells([part for line in text.split("\n") for part in _fences(_QUOTE.sub("", line))])

@@ -187,5 +187,30 @@ def _sxids(doc: Doc) -> Iterator[Hit]:
             ("journalctl -u nvidia-fabricmanager -b", "sudo nvidia-bug-report.sh"), strength)
 
 
+# An Xid named in prose ("an Xid 79 error", "`Xid 48 / 171`: uncorrectable ECC"), without the kernel's line: weaker
+# evidence (no GPU address, no detail), ranked below any log line and below the table rows that read such prose.
+_XID_PROSE = re.compile(r"(?<![\w(])Xid(?:\s+error)?[\s:#]*(?P<xid>\d{1,3})\b(?!\s*\))", re.IGNORECASE)
+PROSE_STRENGTH = 38
+
+
+def _prose_xids(doc: Doc, logged: set[int]) -> Iterator[Hit]:
+    seen: set[int] = set()
+    for m in _XID_PROSE.finditer(doc.text):
+        xid = int(m["xid"])
+        if xid in logged or xid in seen:
+            continue
+        seen.add(xid)
+        meaning, severity = tables()[1].get(xid, (f"Xid {xid} is not in gpunode's table; see NVIDIA's Xid catalog",
+                                                   "unknown"))
+        cause = (f"The text names Xid {xid} (there is no kernel log line with the GPU's address): {meaning}. "
+                 f"Action: {SEVERITY_TEXT[severity]}.")
+        values: dict[str, Any] = {"xid": xid, "meaning": meaning, "severity": severity,
+                                  "action": SEVERITY_TEXT[severity], "from_prose": True}
+        yield PROSE_STRENGTH, m.start(), Finding(
+            f"xid.{xid}", f"Xid {xid}: {meaning.split(':')[0]}", cause, "sudo dmesg -T | grep -E 'NVRM: Xid'",
+            doc.excerpt(m.start(), m.end()), values, (XID_CATALOG_URL,), PROSE_STRENGTH)
+
+
 def findings(doc: Doc) -> list[Hit]:
-    return [*_xids(doc), *_sxids(doc)]
+    logged = [*_xids(doc)]
+    return [*logged, *_prose_xids(doc, {int(hit[2].values["xid"]) for hit in logged}), *_sxids(doc)]

@@ -26,7 +26,10 @@ def test_every_text_is_listed_once_with_provenance():
     for row in ROWS:
         assert row["url"].startswith("https://github.com/") and row["date"] and row["what"], row["file"]
         assert f"`{row['file']}`" in manifest, row["file"]
-        assert row["expected"] in IDS or row["expected"].startswith(("xid.", "sxid.")), row["expected"]
+        known = row["expected"] in IDS or row["expected"].startswith(("xid.", "sxid."))
+        # a blind batch may expect a cause explain had no finding for when it was measured (that is what it found)
+        assert known or (row["set"] == "unseen" and re.fullmatch(r"[a-z]+(?:\.[a-z0-9-]+)+", row["expected"])), \
+            row["expected"]
 
 
 def test_the_split_follows_the_fixed_rule():

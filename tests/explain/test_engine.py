@@ -498,3 +498,212 @@ def test_operator_and_daemon_findings_carry_their_values():
     assert f.id == "persistenced.device-failed" and "0000:41:00.0" in f.title
     (f,) = explain("Warning FailedCreatePodSandBox failed to find runtime handler nvidia from runtime list map[runc:0x1]")
     assert f.id == "crio.no-runtime-handler" and "'nvidia'" in f.title
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("slurmstepd: error: pyxis:     [ERROR] Command not found: nvidia-container-cli, see "
+     "https://github.com/NVIDIA/libnvidia-container\nslurmstepd: error: pyxis:     [ERROR] "
+     "/etc/enroot/hooks.d/98-nvidia.sh exited with return code 1", "docker.toolkit-binary-missing"),
+    ("WARNING:jax._src.xla_bridge:CUDA backend failed to initialize: Unable to load cuDNN. (Set "
+     "TF_CPP_MIN_LOG_LEVEL=0 and rerun for more info.)", "cuda.libraries-missing"),
+    ("Error: stat nvidia.com/gpu=all: no such file or directory", "cdi.runtime-too-old"),
+    ("nvidia-container-cli: mount error: failed to add device rules: write "
+     "/sys/fs/cgroup/devices/lxc/abc/devices.allow: operation not permitted: unknown", "toolkit.device-filter-denied"),
+    ("$ /usr/lib/wsl/lib/nvidia-smi\nFailed to initialize NVML: GPU access blocked by the operating system",
+     "nvml.os-blocked"),
+    ("2019/03/01 10:00:00 Loading NVML\n2019/03/01 10:00:00 Failed to initialize NVML: could not load NVML library.",
+     "kube.device-plugin-no-nvml"),
+    ("/usr/bin/nvidia-container-cli: error while loading shared libraries: libnvidia-container.so.1: cannot open "
+     "shared object file: No such file or directory", "toolkit.libnvidia-container-missing"),
+    ("the card fell off the bus twice this week (Xid 79)", "kernel.fallen-off-bus"),
+    ("torch.cuda.is_available() fails with error 802 on the H100 node", "fabricmanager.802"),
+    ("RuntimeError: CUDA error: forward compatibility was attempted on non supported HW", "cuda.compat-unsupported"),
+    ("nvidia-persistenced[12]: NUMA: Failed to open /sys/devices/system/memory/auto_online_blocks: Permission denied\n"
+     "nvidia-persistenced[11]: nvidia-persistenced failed to initialize. Check syslog for more details.",
+     "persistenced.numa-online"),
+    ("pynvml.NVMLError_NoPermission: Insufficient Permissions", "nvml.no-permission"),
+], ids=["enroot-command-not-found", "jax-unable-to-load", "engine-without-cdi", "cgroup-v1-write", "wsl-blocked",
+        "device-plugin-go-nvml", "libnvidia-container-so", "xid-79-prose", "error-802-prose", "error-804",
+        "persistenced-numa", "nvml-call-permission"])
+def test_messages_of_the_families_batch_5_found_missing(text, expected):
+    assert [f.id for f in explain(text)][:1] == [expected]
+
+
+def test_a_cuda_driver_error_in_a_container_started_without_a_gpu_request_is_the_missing_injection():
+    error = "Failed to allocate device vector A (error code CUDA driver version is insufficient for CUDA runtime version)!"
+    plain = explain(f"$ sudo podman run -it --rm docker.io/mirrorgooglecontainers/cuda-vector-add:v0.1\n{error}")
+    assert plain[0].id == "container.no-gpu-injected"
+    assert plain[0].excerpt.splitlines() == ["sudo podman run -it --rm docker.io/mirrorgooglecontainers/cuda-vector-add:v0.1",
+                                             error]  # the decisive line is quoted with the headline
+    assert "cuda.insufficient-driver" in [f.id for f in plain]
+    for asked in ("docker run --gpus all img", "podman run --device nvidia.com/gpu=all img",
+                  "docker run --runtime=nvidia -e NVIDIA_VISIBLE_DEVICES=0 img"):
+        assert [f.id for f in explain(f"$ {asked}\n{error}")][:1] == ["cuda.insufficient-driver"], asked
+    assert [f.id for f in explain(error)][:1] == ["cuda.insufficient-driver"]  # no command shown: no guess
+
+
+def test_an_nvml_permission_error_on_a_mig_node_needs_the_mig_monitor_capability():
+    error = "error getting device memory info: Insufficient Permissions"
+    mig = explain(f"MIG mode is enabled on GPU 0\n{error}")[0]
+    assert mig.id == "nvml.no-permission" and mig.values.get("mig") is True and "NVIDIA_MIG_MONITOR_DEVICES" in mig.cause
+    assert "MIG mode" in mig.excerpt and error in mig.excerpt
+    assert explain(error)[0].values.get("mig") is None
+
+
+def test_a_prose_mention_next_to_the_log_line_that_proves_it_is_one_finding():
+    text = ("Our GPU has fallen off the bus again.\n"
+            "[  12.5] NVRM: The NVIDIA GPU 0000:3b:00.0 (PCI ID: 10de:2330) installed in this system has fallen off "
+            "the bus and is not responding to commands.")
+    ids = [f.id for f in explain(text)]
+    assert ids.count("kernel.fallen-off-bus") == 1 and explain(text)[0].values["pci"] == "0000:3b:00.0"
+
+
+def test_every_variant_keeps_what_its_row_yields_to():
+    # kernel.fallen-off-bus's first row yields to xid.79; its later prose row yields to nothing: the union decides
+    text = ("NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\n"
+            "NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.")
+    assert "kernel.fallen-off-bus" not in [f.id for f in explain(text)]
+
+
+def test_nvml_blocked_by_the_os_reads_as_wsl_only_when_the_paste_shows_wsl():
+    error = "Failed to initialize NVML: GPU access blocked by the operating system"
+    wsl = [f for f in explain(f"Linux PC 5.15.153.1-microsoft-standard-WSL2\n{error}") if f.id == "nvml.os-blocked"]
+    assert wsl and wsl[0].values.get("wsl") is True and "/dev/dxg" in wsl[0].cause
+    assert all(f.values.get("wsl") is None for f in explain(error) if f.id == "nvml.os-blocked")
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("RuntimeError: No CUDA GPUs are available", "cuda.no-device"),
+    ("UserWarning: CUDA initialization: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions "
+     "before calling NumCudaDevices() that might have already set an error? Error 999: unknown error",
+     "cuda.unknown-error"),
+    ("ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).",
+     "container.shm-too-small"),
+    ("NCCL WARN Error while creating shared memory segment /dev/shm/nccl-abc (size 9637888)", "container.shm-too-small"),
+    ("W: GPG error: https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2004/x86_64  InRelease: The "
+     "following signatures couldn't be verified because the public key is not available: NO_PUBKEY A4B469963BF863CC",
+     "repo.nvidia-key-missing"),
+    ("E: Unable to locate package nvidia-container-toolkit", "repo.nvidia-package-missing"),
+    ("E: Package 'nvidia-docker2' has no installation candidate", "repo.nvidia-package-missing"),
+    ("The following packages have unmet dependencies:\n nvidia-container-toolkit : Depends: "
+     "nvidia-container-toolkit-base (= 1.14.3-1) but 1.15.0-1 is to be installed", "repo.toolkit-version-mix"),
+    ("Error! Your kernel headers for kernel 5.15.0-91-generic cannot be found at /lib/modules/5.15.0-91-generic/build",
+     "dkms.headers-missing"),
+    ("nvidia-container-cli: initialization error: WSL environment detected but no adapters were found: unknown.",
+     "toolkit.wsl-no-adapter"),
+    ("OSError: libcudart.so.11.0: cannot open shared object file: No such file or directory", "cuda.libraries-missing"),
+    ("bash: nvidia-smi: command not found", "smi.not-installed"),
+    ("|   0  NVIDIA A100-SXM4-80GB          On  | 00000000:07:00.0 Off |                  ERR! |",
+     "smi.gpu-error-state"),
+    ("Could not resolve Linux kernel version", "operator.driver-kernel"),
+], ids=["pytorch-no-gpus", "error-999", "dataloader-shm", "nccl-shm", "repo-key", "package-missing",
+        "no-installation-candidate", "toolkit-version-mix", "dkms-headers", "wsl-no-adapter", "libcudart",
+        "smi-not-found", "smi-err", "operator-driver-kernel"])
+def test_common_gpu_errors_a_new_user_pastes(text, expected):
+    assert [f.id for f in explain(text)][:1] == [expected]
+
+
+def test_other_vendors_keys_and_a_package_merely_named_are_not_findings():
+    assert explain("W: GPG error: https://download.docker.com/linux/ubuntu focal InRelease: The following signatures "
+                   "couldn't be verified because the public key is not available: NO_PUBKEY 7EA0A9C3F273FCD8") == []
+    assert explain("installed package nvidia-container-toolkit 1.14.3 ok") == []
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("UnexpectedAdmissionError: Allocate failed due to can't allocate unhealthy devices nvidia.com/gpu, which is "
+     "unexpected", "kube.unhealthy-gpu"),
+    ("Error: crun: executable file `nvidia-smi` not found in $PATH: No such file or directory: OCI runtime attempted "
+     "to invoke a command that was not found", "container.no-gpu-injected"),
+    ("modprobe: ERROR: could not insert 'nvidia': Operation not permitted", "secureboot.module-rejected"),
+    ("Could not find cuda drivers on your machine, GPU will not be used.", "cuda.libraries-missing"),
+    ("Found GPU0 Tesla K40m which is of cuda capability 3.5.\n    PyTorch no longer supports this GPU because it is "
+     "too old.", "cuda.no-kernel-image"),
+    ("nvidia-container-cli: initialization error: nvml error: unknown error: unknown.", "nvml.unknown-error"),
+    ('msg="unable to load cuda driver library" error="cuda driver library init failure: 999"', "cuda.unknown-error"),
+], ids=["kubelet-unhealthy", "crun-no-nvidia-smi", "insmod-eperm", "tf-no-cuda-drivers", "pytorch-gpu-too-old",
+        "cli-nvml-unknown", "ollama-999"])
+def test_more_wordings_of_known_causes(text, expected):
+    assert [f.id for f in explain(text)][:1] == [expected]
+
+
+@pytest.mark.parametrize("headline", [
+    'docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].',
+    "nvidia-container-cli: initialization error: load library failed: libnvidia-ml.so.1: cannot open shared object "
+    "file: no such file or directory"])
+def test_docker_desktop_in_the_paste_is_the_cause(headline):
+    plain = explain(headline)[0]
+    desktop = explain(f"{headline}\n$ docker context ls\ndesktop-linux *  moby  Docker Desktop")[0]
+    assert plain.id == desktop.id and plain.values.get("docker_desktop") is None
+    assert desktop.values["docker_desktop"] is True and desktop.fix == "docker context use default"
+    assert "desktop-linux" in desktop.excerpt and headline.split(":")[0] in desktop.excerpt
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("nvidia-device-plugin-daemonset-x7k2p   0/1     CrashLoopBackOff   12         39m", "kube.device-plugin-no-nvml"),
+    ("$ nvidia-smi\nFailed to initialize NVML: Driver / library version mismatch", "nvml.mismatch"),
+    ("slurmd: fatal: We were configured to autodetect nvml functionality, but we weren't able to find that lib when "
+     "Slurm was configured.", "slurm.no-nvml"),
+    ("slurmd[5797]: fatal: gres.conf duplicate records for gpu", "slurm.gres-duplicate"),
+    ("slurmd: fatal: can't stat gres.conf file /dev/nvidia3: No such file or directory", "slurm.gres-device-missing"),
+    ("Building DKMS module: nvidia-570.133.07... FAILED!", "dkms.build-failed"),
+    ("RuntimeError: Attempting to deserialize object on a CUDA device but torch.cuda.is_available() is False. If you "
+     "are running on a CPU-only machine, please use torch.load with map_location=torch.device('cpu')",
+     "cuda.cpu-only-build"),
+    ("pip gave me the cpu only version of pytorch", "cuda.cpu-only-build"),
+    ("the fabric manager and drivers will not be in sync after apt-get upgrade", "fabricmanager.version-mismatch"),
+    ("libcuda reported version is: Not found: was unable to find libcuda.so DSO loaded into this program",
+     "cuda.no-driver"),
+    ("our base image nvidia/cuda:11.8.0-base does not include cuDNN", "cuda.libraries-missing"),
+    ("dmesg showed Xid 48 on GPU 3 twice this week", "xid.48"),
+], ids=["plugin-crashloop", "mismatch-spaced", "slurm-no-nvml", "slurm-gres-duplicate", "slurm-gres-device",
+        "dkms-distribution-hook", "torch-deserialize", "torch-cpu-prose", "fm-out-of-sync-prose", "tf-libcuda-dso",
+        "no-cudnn-prose", "xid-prose"])
+def test_families_batch_6_found_missing(text, expected):
+    assert [f.id for f in explain(text)][:1] == [expected]
+
+
+def test_an_xid_named_in_prose_is_weaker_than_the_kernel_line_and_supersedes_nothing():
+    logged = explain("[ 9.1] NVRM: Xid (PCI:0000:3b:00): 48, pid=7, name=python, An uncorrectable double bit error\n"
+                     "we saw Xid 48 again")
+    assert [f.id for f in logged].count("xid.48") == 1 and logged[0].values["pci"] == "0000:3b:00"
+    prose = explain("I recovered an xid 79 error from my logs back then; the PSU was failing")
+    assert [f.id for f in prose][:2] == ["kernel.fallen-off-bus", "xid.79"]  # the mention does not drop the cause
+    assert prose[1].values["from_prose"] is True
+
+
+def test_a_libcuda_error_under_apptainer_without_nv_is_the_missing_gpu():
+    error = "ImportError: libcuda.so.1: cannot open shared object file: No such file or directory"
+    assert explain(f"$ apptainer exec image.sif python train.py\n{error}")[0].id == "container.no-gpu-injected"
+    assert explain(f"$ apptainer exec --nv image.sif python train.py\n{error}")[0].id == "cuda.no-driver"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("containerd[32689]: containerd: toml: cannot load TOML value of type string into a Go integer",
+     "containerd.config-invalid"),
+    ('level=warning msg="failed to load plugin io.containerd.grpc.v1.cri" error="invalid plugin config: no '
+     'corresponding runtime configured in `containerd.runtimes` for `containerd` `default_runtime_name = \\"runc\\"`"',
+     "containerd.config-invalid"),
+    ("jaxlib.xla_extension.XlaRuntimeError: INTERNAL: cudaErrorSymbolNotFound : named symbol not found",
+     "cuda.insufficient-driver"),
+    ("RuntimeError: Internal: libdevice not found at ./libdevice.10.bc", "cuda.libraries-missing"),
+    ("Error: OCI runtime error: crun: fsopen_mount `tmpfs`: Function not implemented", "crun.fsopen-unsupported"),
+    ("ldconfig: /usr/lib/wsl/lib/libcuda.so.1 is not a symbolic link", "wsl.libcuda-not-symlink"),
+    ("mokutil --test-key /var/lib/dkms/mok.pub reports not enrolled and nvidia-smi couldn't communicate with the "
+     "NVIDIA driver", "secureboot.module-rejected"),
+    ("the GPU on the riser is not seen by nvidia-smi:\nNVIDIA-SMI has failed because it couldn't communicate with the "
+     "NVIDIA driver.", "hw.pcie-link"),
+], ids=["containerd-toml-type", "containerd-cri-plugin", "cuda-symbol-not-found", "libdevice", "crun-fsopen",
+        "wsl-libcuda-copy", "mok-not-enrolled", "riser"])
+def test_families_batch_7_found_missing(text, expected):
+    assert [f.id for f in explain(text)][:1] == [expected]
+
+
+def test_context_lines_that_batch_7_showed_decide():
+    gsp = ("NVRM RmInitAdapter: Cannot initialize GSP firmware RM\n"
+           "NVRM: GPU 0000:01:00.0: RmInitAdapter failed! (0x63:0x56:1689)")
+    assert explain(gsp)[0].id == "kernel.rm-init-failed"  # no open module in sight: the stock finding
+    opened = explain(f"{gsp}\nafter switching back from nvidia-kernel-open-515 it loads")[0]
+    assert opened.id == "kernel.open-module-unsupported" and "nvidia-kernel-open" in opened.excerpt
+    assert explain("we use a PCIe riser for the second card")[:1] == []  # a riser in passing is no finding
+    said = explain("torch.cuda.is_available() = False\nnvidia-smi didn't work in docker either")
+    assert said[0].id == "container.no-gpu-injected"

@@ -122,3 +122,11 @@ def test_markdown_and_chat_pastes():
     assert normalise("[10:42 AM] No devices were found") == "No devices were found"
     assert normalise("<details><summary>log</summary>\nNo devices were found<br>done</details>") == \
         "log\nNo devices were found\ndone"
+
+
+def test_html_entities_of_a_web_or_mail_copy_are_decoded():
+    assert normalise("could not select device driver &quot;&quot; with capabilities: [[gpu]]") == \
+        'could not select device driver "" with capabilities: [[gpu]]'
+    assert normalise("exec: &#34;nvidia-smi&#34;: executable file not found in $PATH &amp;&amp; 5 &gt; 4") == \
+        'exec: "nvidia-smi": executable file not found in $PATH && 5 > 4'
+    assert normalise("a &notanentity; stays") == "a &notanentity; stays"
