@@ -546,7 +546,7 @@ _GPU_REQUEST = compile_pattern(r"--gpus\b|--device[= ]+(?:[\w.-]+/[\w-]+=|/dev/n
 
 @_hook("container.no-gpu-injected")
 def _no_gpu_injected(c: Candidate, doc: Doc) -> Finding | None:
-    if c.detector.variant != "cuda-in-container":
+    if not c.detector.variant.startswith("cuda-in-container"):  # every "cuda-in-container*" variant needs the run line
         return _render(c, doc)
     run = next((m for m in _CONTAINER_RUN.finditer(doc.text) if not _GPU_REQUEST.search(m[0])), None)
     if run is None and not _GPU_REQUEST.search(doc.text):
