@@ -765,7 +765,7 @@ def test_context_lines_that_batch_7_showed_decide():
      "kernel.unknown-symbol"),
     ("[   12.3] nvidia_uvm: Unknown symbol nvUvmInterfaceRegisterGpu (err -2)", "kernel.unknown-symbol"),
     ("[   15.1] rm_init_adapter failed, device minor number 0", "kernel.rm-init-failed"),
-    ("RuntimeError: CUDA error: uncorrectable ECC error encountered", "hw.ecc-uncorrectable"),
+    ("RuntimeError: CUDA error: uncorrectable ECC error encountered", "cuda.ecc-uncorrectable"),
     ("(VMExtensionProvisioningError) VM has reported a failure when processing extension 'NvidiaGpuDriverLinux'. "
      "Error message: DPKG frontend (/var/lib/dpkg/lock-frontend) is locked", "cloud.azure-gpu-extension"),
 ], ids=["torch-oom", "jax-oom", "illegal-address", "device-assert", "nccl-system", "nccl-cuda", "nccl-timeout",
