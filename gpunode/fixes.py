@@ -17,6 +17,7 @@ is a gpunode command (from_text).
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -49,6 +50,8 @@ class Gpunode:
             elif isinstance(value, (list, tuple)):
                 for item in value:
                     words += [flag, str(item)]
+            elif isinstance(value, Verbatim):
+                words += [flag, value]
             else:
                 words += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
         return words
@@ -56,7 +59,8 @@ class Gpunode:
     def text(self, node_args: Iterable[str] = ()) -> str:
         """The command line; `node_args` (how to reach the node, e.g. --host gpu-01) right after the command."""
         reach = list(node_args) if self.command in NODE_COMMANDS else []
-        return shlex.join(["gpunode", self.command, *reach, *self.option_words()])
+        return " ".join(w if isinstance(w, Verbatim) else shlex.quote(w)
+                        for w in ["gpunode", self.command, *reach, *self.option_words()])
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,22 @@ class OnNode:
 
 
 @dataclass(frozen=True)
+class Here:
+    """A command line run where the user is (the machine gpunode runs on, Ansible's controller), not on the node:
+    `kubectl` against the cluster, a look at a Dockerfile where the image is built."""
+
+    command: str
+
+    def text(self) -> str:
+        return self.command
+
+
+class Verbatim(str):
+    """An option value printed as it is, unquoted: a data table's `<placeholder>` the user fills in (`gpunode
+    install --driver <a newer branch>`)."""
+
+
+@dataclass(frozen=True)
 class Output:
     """The output of the commands that failed, where the front door shows it: above, in a terminal; in the task
     result's `output`, in Ansible."""
@@ -83,7 +103,10 @@ class Output:
         return "see the output above"
 
 
-Part = str | Gpunode | OnNode | Output
+Part = str | Gpunode | OnNode | Here | Output
+
+# where a command in a data table runs (the `runs` column of data/explain_detectors.csv, installer_failures.csv)
+RUNS = ("node", "controller", "manual")
 
 
 def flag_of(name: str, value: Any = True) -> str:
@@ -134,9 +157,11 @@ class Fix(str):
         return Fix(other, self)
 
     def render(self, gpunode: Callable[[Gpunode], str], node: Callable[[OnNode], str],
-               output: Callable[[Output], str] = Output.text, prose: Callable[[str], str] = str) -> str:
+               output: Callable[[Output], str] = Output.text, prose: Callable[[str], str] = str,
+               here: Callable[[Here], str] = Here.text) -> str:
         return "".join(prose(p) if isinstance(p, str) else gpunode(p) if isinstance(p, Gpunode) else
-                       node(p) if isinstance(p, OnNode) else output(p) for p in self.parts)
+                       node(p) if isinstance(p, OnNode) else here(p) if isinstance(p, Here) else output(p)
+                       for p in self.parts)
 
     def commands(self) -> list[Gpunode]:
         return [p for p in self.parts if isinstance(p, Gpunode)]
@@ -153,6 +178,29 @@ def on_node(command: str, into: Gpunode | Fix | None = None) -> Fix:
     return Fix(OnNode(command, target))
 
 
+def here(command: str) -> Fix:
+    """A fix that is one command run where the user is, not on the node (kubectl against the cluster)."""
+    return Fix(Here(command))
+
+
+def commented(command: Fix, comment: str) -> Fix:
+    """`command  # comment`: a command and a note for the person running it."""
+    return command + "  # " + comment
+
+
+def from_row(text: str, runs: str | None) -> str:
+    """A data table's fix as data: `runs` says where its command runs (RUNS; None: a gpunode command where the text
+    is one, else words for a person). The command is the text up to a `  # comment`."""
+    if runs is None or runs == "manual":
+        return from_text(text)
+    parsed = from_text(text)
+    if isinstance(parsed, Fix):  # a gpunode command (or a node command piped into one) is where it says
+        return parsed
+    command, sep, comment = text.partition("  #")
+    part = OnNode(command) if runs == "node" else Here(command)
+    return Fix(part) + sep + comment
+
+
 def from_text(text: str) -> str:
     """A data table's fix (data/*.csv) as data where it is a gpunode command (up to a `  # comment`): the same text
     as a Fix, or the text as it is when it is anything else. Only an exact round trip is accepted."""
@@ -161,9 +209,11 @@ def from_text(text: str) -> str:
     if pipe:  # `sudo dmesg | gpunode explain`: the node's output into gpunode here
         into = from_text("gpunode " + here)
         return Fix(OnNode(there, into.commands()[0])) + sep + comment if isinstance(into, Fix) else text
+    held = _PLACEHOLDER.findall(command)  # `<a newer branch>`: one word, printed as it is
     try:
-        words = shlex.split(command)
-    except ValueError:
+        words = [held[int(w[len(_HELD):])] if w.startswith(_HELD) else w
+                 for w in shlex.split(_PLACEHOLDER.sub(lambda m: f"{_HELD}{held.index(m.group(0))}", command))]
+    except (ValueError, IndexError):
         return text
     if len(words) < 2 or words[0] != "gpunode" or words[1].startswith("-"):
         return text
@@ -183,7 +233,8 @@ def from_text(text: str) -> str:
             return text
         name, fixed = flags.get(word, (word[2:].replace("-", "_"), None))
         if fixed is None and rest and not rest[0].startswith("--"):
-            given.append((name, rest.pop(0)))
+            value = rest.pop(0)
+            given.append((name, Verbatim(value) if value in held else value))
         else:
             given.append((name, True if fixed is None else fixed))
     parsed = Fix(Gpunode(words[1], tuple(given)))
@@ -192,13 +243,27 @@ def from_text(text: str) -> str:
     return parsed + sep + comment if same else text
 
 
+_PLACEHOLDER = re.compile(r"<[^<>]+>")
+_HELD = "\x00held"
+
+
 def fill(text: str, values: Callable[[str], str]) -> str:
     """`text` with `values` applied to its words (a data table's %(name)s placeholders), parts kept."""
     if not isinstance(text, Fix):
         return values(text)
-    return Fix(*(values(p) if isinstance(p, str) else
-                 Gpunode(p.command, tuple((n, values(v) if isinstance(v, str) else v) for n, v in p.options))
-                 if isinstance(p, Gpunode) else p for p in text.parts))
+    def part(p: Part) -> Part:
+        if isinstance(p, str):
+            return values(p)
+        if isinstance(p, Gpunode):
+            return Gpunode(p.command, tuple((n, values(v) if isinstance(v, str) and not isinstance(v, Verbatim)
+                                             else v) for n, v in p.options))
+        if isinstance(p, OnNode):
+            return OnNode(values(p.command), p.into)
+        if isinstance(p, Here):
+            return Here(values(p.command))
+        return p
+
+    return Fix(*(part(p) for p in text.parts))
 
 
 def join(*parts: Part | Fix) -> Fix:

@@ -7,6 +7,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 from gpunode import fixes
 from gpunode.cli._target import runnable
 from gpunode.options import Options
@@ -110,8 +112,45 @@ def test_a_data_tables_gpunode_command_is_read_as_data_and_other_text_is_left_al
     assert parsed.commands()[0].options == (("only", "toolkit"), ("only", "runtime"), ("k8s", True))
     piped = fixes.from_text("sudo dmesg | gpunode explain")
     assert isinstance(piped, fixes.Fix) and isinstance(piped.parts[0], fixes.OnNode)
-    for text in ("gpunode install --driver <a newer branch>", "sudo apt-get install -y x", "gpunode  install"):
+    for text in ("sudo apt-get install -y x", "gpunode  install", "gpunode install --driver 'a b'c"):
         assert not isinstance(fixes.from_text(text), fixes.Fix)
+    # a <placeholder> the person fills in is one value, printed as it is
+    held = fixes.from_text("gpunode install --driver <a newer branch>  # if it recurs")
+    assert isinstance(held, fixes.Fix) and held == "gpunode install --driver <a newer branch>  # if it recurs"
+    assert runnable(held, ["--host", "gpu-01"]) == "gpunode install --host gpu-01 --driver <a newer branch>  # if it recurs"
+
+
+def test_a_data_tables_runs_column_says_where_each_command_runs():
+    node = fixes.from_row("sudo dmesg -T | grep NVRM  # the reason", "node")
+    assert isinstance(node, fixes.Fix) and isinstance(node.parts[0], fixes.OnNode)
+    assert node.parts[0].command == "sudo dmesg -T | grep NVRM" and node == "sudo dmesg -T | grep NVRM  # the reason"
+    here = fixes.from_row("kubectl get runtimeclass", "controller")
+    assert isinstance(here, fixes.Fix) and isinstance(here.parts[0], fixes.Here)
+    assert fixes.from_row("gpunode doctor", "controller").commands()[0].command == "doctor"
+    assert not isinstance(fixes.from_row("read the log", "manual"), fixes.Fix)
+    assert not isinstance(fixes.from_row("sudo reboot", None), fixes.Fix)  # left empty: not guessed from the words
+    ssh = ["ssh", "gpu-01"]
+    assert runnable(node, [], ssh) == "ssh gpu-01 'sudo dmesg -T | grep NVRM'  # the reason".replace(
+        "ssh gpu-01 'sudo dmesg -T | grep NVRM'", 'ssh -t gpu-01 "sudo dmesg -T | grep NVRM"')
+    assert runnable(here, ["--host", "gpu-01"], ssh) == "kubectl get runtimeclass"
+
+
+def test_a_detector_row_without_the_runs_column_still_loads(tmp_path):
+    from gpunode.datatables import DataError, data_dir
+    from gpunode.explain.tables import DETECTOR_TABLES, load
+
+    header = "id,variant,strength,key,pattern,title,cause,fix,also,superseded_by,source,runs\n"
+    row = "gpu.x,,50,,some text,A title,A cause,sudo reboot,gpunode doctor,,a source"
+    for name in DETECTOR_TABLES:
+        (tmp_path / name).write_text(header + row + "\n", encoding="utf-8")
+    (tmp_path / "xid.csv").write_text((data_dir() / "xid.csv").read_text(encoding="utf-8"), encoding="utf-8")
+    detectors, _ = load(tmp_path)
+    assert detectors[0].fix == "sudo reboot" and not isinstance(detectors[0].fix, fixes.Fix)
+    assert isinstance(detectors[0].also[0], fixes.Fix)
+    for name in DETECTOR_TABLES:
+        (tmp_path / name).write_text(header + row + ",node\n", encoding="utf-8")
+    with pytest.raises(DataError, match="runs has 1 words for 2 commands"):
+        load(tmp_path)
 
 
 def test_explains_table_fixes_reach_the_renderers_as_data():
