@@ -1,18 +1,18 @@
 """Fixes as data: what to do about a problem, in parts a front door renders for its users.
 
-A fix is prose with commands in it. A command is either a gpunode command with its options (`Gpunode`: the CLI
-prints `gpunode install --host gpu-01 --only toolkit`, Ansible prints the module arguments that do the same) or a
-command line to run ON THE NODE (`OnNode`: the CLI wraps it in `ssh ... '...'` for a remote node). Everything else
-is words for a person (a manual action).
+A fix is prose with commands in it. A command is a gpunode command with its options (`Gpunode`: the CLI prints
+`gpunode install --host gpu-01 --only toolkit`, Ansible prints the module arguments that do the same, the library
+gives the options as data), a command line to run ON THE NODE (`OnNode`: the CLI wraps it in `ssh ... '...'` for a
+remote node), or a command line run where the user is (`Here`: kubectl against the cluster). Everything else is
+words for a person (a manual action).
 
 `Fix` is also the plain text of the fix (a `str`), so every report, JSON document and test that reads a fix as
 text keeps working; the renderers (gpunode/cli/_target.py, the Ansible bridge) read its parts. Fixes are joined
 with `+` (which keeps the parts), never with f-strings (which would keep only the text).
 
-Nothing outside the renderers and this module spells `gpunode <command>` (tests/test_fixes.py scans the source).
-A fix that is a plain `str` (a data table's prose, text read back from a journal) is still rendered by the CLI's
-older text rules (gpunode/cli/_target.py runnable()); explain's tables are read into Fix values where their text
-is a gpunode command (from_text).
+Nothing outside the renderers and this module spells `gpunode <command>`, and no `sudo ...` is bare text
+(tests/test_fixes.py scans the source). A fix that is a plain `str` is words: no renderer guesses commands in it.
+explain's tables say where each command runs (their `runs` column, read by from_row).
 """
 
 from __future__ import annotations
@@ -166,36 +166,59 @@ class Fix(str):
     def commands(self) -> list[Gpunode]:
         return [p for p in self.parts if isinstance(p, Gpunode)]
 
+    def to_data(self) -> list[dict[str, Any]]:
+        """The parts as JSON-able data, for a program acting on the fix (gpunode/api.py): {"words": text},
+        {"gpunode": command, "options": {name: value}} (the option table's names, as api.request takes them),
+        {"node": command line, "into": the gpunode command it is piped into, or None}, {"here": command line},
+        {"output": true}."""
+        def command(part: Gpunode) -> dict[str, Any]:
+            options: dict[str, Any] = {}
+            for name, value in part.options:
+                if name in options and isinstance(options[name], list):
+                    options[name] = [*options[name], *(value if isinstance(value, (list, tuple)) else [value])]
+                elif name in options:
+                    options[name] = [options[name], *(value if isinstance(value, (list, tuple)) else [value])]
+                else:
+                    options[name] = list(value) if isinstance(value, tuple) else value
+            return {"gpunode": part.command, "options": options}
+
+        return [{"words": p} if isinstance(p, str) else command(p) if isinstance(p, Gpunode) else
+                {"node": p.command, "into": command(p.into) if p.into else None} if isinstance(p, OnNode) else
+                {"here": p.command} if isinstance(p, Here) else {"output": True} for p in self.parts]
+
 
 def gpunode(command: str, **options: Any) -> Fix:
     """A fix that is one gpunode command: gpunode("install", only="toolkit")."""
     return Fix(Gpunode(command, tuple(options.items())))
 
 
-def on_node(command: str, into: Gpunode | Fix | None = None) -> Fix:
-    """A fix that is one command run on the node."""
+def on_node(command: str, into: Gpunode | Fix | None = None, note: str | None = None) -> Fix:
+    """A fix that is one command run on the node (`note`: words for the person after it, `  # note`)."""
     target = into.commands()[0] if isinstance(into, Fix) else into
-    return Fix(OnNode(command, target))
+    fix = Fix(OnNode(command, target))
+    return fix if note is None else fix + "  # " + note
 
 
-def here(command: str) -> Fix:
+def here(command: str, note: str | None = None) -> Fix:
     """A fix that is one command run where the user is, not on the node (kubectl against the cluster)."""
-    return Fix(Here(command))
-
-
-def commented(command: Fix, comment: str) -> Fix:
-    """`command  # comment`: a command and a note for the person running it."""
-    return command + "  # " + comment
+    fix = Fix(Here(command))
+    return fix if note is None else fix + "  # " + note
 
 
 def from_row(text: str, runs: str | None) -> str:
     """A data table's fix as data: `runs` says where its command runs (RUNS; None: a gpunode command where the text
-    is one, else words for a person). The command is the text up to a `  # comment`."""
+    is one, else words for a person). The command is the text up to a `  # comment`; for `controller`, words
+    ending in `: ` may come before a gpunode command (`nvidia-docker 1.x is deprecated: gpunode install ...`)."""
     if runs is None or runs == "manual":
         return from_text(text)
     parsed = from_text(text)
     if isinstance(parsed, Fix):  # a gpunode command (or a node command piped into one) is where it says
         return parsed
+    words, spelled, command = text.partition("gpunode ")
+    if runs == "controller" and spelled and words.endswith(": "):  # `words: gpunode install ...`
+        parsed = from_text(spelled + command)
+        if isinstance(parsed, Fix):
+            return words + parsed
     command, sep, comment = text.partition("  #")
     part = OnNode(command) if runs == "node" else Here(command)
     return Fix(part) + sep + comment
@@ -268,6 +291,11 @@ def fill(text: str, values: Callable[[str], str]) -> str:
 
 def join(*parts: Part | Fix) -> Fix:
     return Fix(*parts)
+
+
+def join_with(separator: str, items: Iterable[str]) -> Fix:
+    """`separator.join(items)` that keeps the items' parts (str.join keeps only their text)."""
+    return Fix(*[part for i, item in enumerate(items) for part in ((separator,) if i else ()) + (item,)])
 
 
 def same_run(opts: Options, command: str = "install", **changes: Any) -> Fix:

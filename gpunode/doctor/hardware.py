@@ -22,7 +22,7 @@ def gpu_present(node: Node) -> Verdict:
         where = ", ".join(g.address for g in found)
         return passed(f"{len(found)} NVIDIA GPU(s): {node.gpu_list()} at {where}")
     return failed("no NVIDIA GPU was found: no PCI display device with vendor 0x10de",
-                  "lspci -nn -d 10de:  # on a VM, check that the GPU is attached or passed through")
+                  fixes.on_node("lspci -nn -d 10de:", note="on a VM, check that the GPU is attached or passed through"))
 
 
 @check("hw.vgpu", "hardware", "vGPU instance has the vGPU (GRID) driver")
@@ -69,7 +69,8 @@ def mig_mode(node: Node) -> Verdict:
         first = pending[0]
         shown = "; ".join(f"GPU {g.index} ({g.bus}): MIG {g.mig_current}, pending {g.mig_pending}" for g in pending)
         return warned(f"{shown}: the change takes effect only after a GPU reset",
-                      f"sudo nvidia-smi -r -i {first.index}  # when the GPU is idle; or reboot the node", reboot=True)
+                      fixes.on_node(f"sudo nvidia-smi -r -i {first.index}") + "  # when the GPU is idle; or reboot the node",
+                      reboot=True)
     enabled = [g for g in node.smi_gpus if g.mig_current == "Enabled"]
     if enabled:
         return passed(f"MIG enabled on GPU {', '.join(str(g.index) for g in enabled)}: containers get MIG devices "
