@@ -42,8 +42,9 @@ def ecc(node: Node) -> Verdict:
     if bad:
         shown = "; ".join(f"{_index(node, g.bus)}: {g.volatile_uncorrectable} uncorrectable ECC error(s) since the "
                           "driver loaded" for g in bad)
-        return failed(shown + ": results computed on it may be corrupt", "drain the node, then: sudo nvidia-smi -r "
-                      "# or reboot; if errors return, the GPU needs service", reboot=True)
+        return failed(shown + ": results computed on it may be corrupt", "drain the node, then: "
+                      + fixes.on_node("sudo nvidia-smi -r") + " # or reboot; if errors return, the GPU needs service",
+                      reboot=True)
     pending = [g for g in with_ecc if g.ecc_pending and g.ecc_pending != g.ecc_current]
     if pending:
         return warned("; ".join(f"{_index(node, g.bus)}: ECC {g.ecc_current}, pending {g.ecc_pending}"
@@ -80,7 +81,7 @@ def row_remapping(node: Node) -> Verdict:
         what = "; ".join(f"{_index(node, g.bus)}: " + ("row remap pending" if g.remap_pending else
                                                        "page retirement pending") for g in pending)
         return failed(what + ": the GPU needs a reset before it takes jobs",
-                      "drain the node, then: sudo nvidia-smi -r  # or reboot", reboot=True)
+                      "drain the node, then: " + fixes.on_node("sudo nvidia-smi -r", note="or reboot"), reboot=True)
     remapped = [g for g in gpus if g.remapped_uncorrectable]
     if remapped:
         return passed("rows remapped earlier and in effect: " + ", ".join(

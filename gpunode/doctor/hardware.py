@@ -11,8 +11,8 @@ VGPU_LINE = re.compile(r"^.*NVRM.*\b(?:vGPU|GRID)\b.*$", re.M)
 GRID_FIX = ("install NVIDIA's vGPU (GRID) guest driver for this vGPU software release (NVIDIA-Linux-x86_64-<version>-"
             "grid.run from the NVIDIA Licensing Portal or your cloud's GRID driver page), then: "
             + fixes.gpunode("install", skip="driver"))
-LICENCE_FIX = ("set ServerAddress or the client configuration token in /etc/nvidia/gridd.conf, then: sudo systemctl "
-               "restart nvidia-gridd")
+LICENCE_FIX = ("set ServerAddress or the client configuration token in /etc/nvidia/gridd.conf, then: "
+               + fixes.on_node("sudo systemctl restart nvidia-gridd"))
 
 
 @check("hw.gpu-present", "hardware", "NVIDIA GPU present (PCI)")

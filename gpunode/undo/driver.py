@@ -31,6 +31,7 @@ from gpunode.undo.state import LEGACY_NOTE, NodeState, Record, UndoRequest
 NAME = "driver"
 UNINSTALL = ("nvidia-installer", "--uninstall", "--silent")
 SKIP_UNLOAD = "--skip-module-unload"
+_BY_HAND = "to remove a .run driver by hand: " + fixes.on_node("sudo " + shlex.join(UNINSTALL))
 
 
 def _again(request: UndoRequest, *, stop_gpu_services: bool = False) -> fixes.Fix:
@@ -55,12 +56,12 @@ def _driver(records: list[Record], state: NodeState, facts: Facts, request: Undo
     if not installs:
         return ok(NAME, "gpunode installed no driver here") if not request.legacy else ok(
             NAME, "not undone: the journal predates undo records", LEGACY_NOTE,
-            "to remove a .run driver by hand: sudo nvidia-installer --uninstall --silent")
+            _BY_HAND)
     first, last = installs[0], installs[-1]
     previous, version = first.previous, last.version
     if version is None:  # the node did not say which version it installed: nothing to compare, so nothing removed
         return ok(NAME, "the driver gpunode installed was not recorded (the node did not report its version); left "
-                        "as it is", "to remove a .run driver by hand: sudo nvidia-installer --uninstall --silent")
+                        "as it is", _BY_HAND)
     if previous not in (None, "-"):
         return ok(NAME, f"driver {previous} was installed before gpunode; left in place",
                   f"gpunode installed {version} over it; to go back: " + fixes.gpunode("install", driver=previous)
