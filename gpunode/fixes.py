@@ -199,6 +199,12 @@ def on_node(command: str, into: Gpunode | Fix | None = None, note: str | None = 
     return fix if note is None else fix + "  # " + note
 
 
+def runs(fix: str) -> str:
+    """Where a fix's first command runs (RUNS): node, controller (a gpunode command, or Here), or manual (words)."""
+    first = next((p for p in getattr(fix, "parts", ()) if not isinstance(p, str)), None)
+    return "node" if isinstance(first, OnNode) else "controller" if isinstance(first, (Gpunode, Here)) else "manual"
+
+
 def here(command: str, note: str | None = None) -> Fix:
     """A fix that is one command run where the user is, not on the node (kubectl against the cluster)."""
     fix = Fix(Here(command))
@@ -207,21 +213,24 @@ def here(command: str, note: str | None = None) -> Fix:
 
 def from_row(text: str, runs: str | None) -> str:
     """A data table's fix as data: `runs` says where its command runs (RUNS; None: a gpunode command where the text
-    is one, else words for a person). The command is the text up to a `  # comment`; for `controller`, words
-    ending in `: ` may come before a gpunode command (`nvidia-docker 1.x is deprecated: gpunode install ...`)."""
+    is one, else words for a person). The command is the text up to a `  # comment`; a few words ending in `: `
+    may come before it (`without a reboot: sudo ...`, `nvidia-docker 1.x is deprecated: gpunode install ...`)."""
     if runs is None or runs == "manual":
         return from_text(text)
     parsed = from_text(text)
     if isinstance(parsed, Fix):  # a gpunode command (or a node command piped into one) is where it says
         return parsed
-    words, spelled, command = text.partition("gpunode ")
-    if runs == "controller" and spelled and words.endswith(": "):  # `words: gpunode install ...`
-        parsed = from_text(spelled + command)
-        if isinstance(parsed, Fix):
-            return words + parsed
+    lead = _LEAD.match(text)  # `without a reboot: sudo ...`, `Ubuntu: sudo ...`: words, then the command
+    words, text = (lead.group(0), text[lead.end():]) if lead else ("", text)
+    parsed = from_text(text)
+    if isinstance(parsed, Fix):
+        return words + parsed
     command, sep, comment = text.partition("  #")
     part = OnNode(command) if runs == "node" else Here(command)
-    return Fix(part) + sep + comment
+    return words + Fix(part) + sep + comment
+
+
+_LEAD = re.compile(r"[A-Za-z][A-Za-z0-9 ,.()/-]{0,40}: (?=\S)")
 
 
 def from_text(text: str) -> str:
