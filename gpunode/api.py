@@ -20,6 +20,7 @@ from gpunode.connection.base import Connection
 from gpunode.doctor.document import doctor_document
 from gpunode.errors import UsageError
 from gpunode.facts import FULL, gather
+from gpunode.fixes import Fix
 from gpunode.options import API, Options, Request, options_for
 from gpunode.plan import StepPlan
 from gpunode.runner import NullReporter, RunReport, apply_pipeline, plan_pipeline
@@ -109,6 +110,17 @@ class PipelineResult:
         if not self.report.dry_run:
             return [a for _, a in self.applied]
         return [a for o in self.report.outcomes if o.result == "planned" for a in o.plan.actions]
+
+    def fixes(self) -> list[dict[str, object]]:
+        """What to do about each step that did not finish, as data (gpunode/fixes.py Fix.to_data): a gpunode
+        command as the options this module's `request` takes, a command for the node, words."""
+        found: list[dict[str, object]] = []
+        for o in self.report.outcomes:
+            fix = o.fix
+            if fix and o.result not in ("ok", "changed", "planned", "not-run"):
+                parts = fix.to_data() if isinstance(fix, Fix) else [{"words": str(fix)}]
+                found.append({"step": o.step, "result": o.result, "fix": str(fix), "parts": parts})
+        return found
 
     def to_dict(self) -> dict[str, object]:
         data = self.report.to_dict()

@@ -83,6 +83,9 @@ def read_table(text: str, name: str, schema: Mapping[str, Parser], key: str | No
         line = reader.line_num
         if not fields or all(not f.strip() for f in fields):
             continue
+        # a row may leave out optional columns at the end (rows written before such a column was added)
+        while len(fields) < len(expected) and getattr(schema[expected[len(fields)]], "optional", False):
+            fields.append("")
         if len(fields) != len(expected):
             raise DataError(f"{where} line {line}: {len(fields)} fields, expected {len(expected)} "
                             f"({','.join(expected)})", fix="quote fields that contain commas")

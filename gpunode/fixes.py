@@ -1,22 +1,23 @@
 """Fixes as data: what to do about a problem, in parts a front door renders for its users.
 
-A fix is prose with commands in it. A command is either a gpunode command with its options (`Gpunode`: the CLI
-prints `gpunode install --host gpu-01 --only toolkit`, Ansible prints the module arguments that do the same) or a
-command line to run ON THE NODE (`OnNode`: the CLI wraps it in `ssh ... '...'` for a remote node). Everything else
-is words for a person (a manual action).
+A fix is prose with commands in it. A command is a gpunode command with its options (`Gpunode`: the CLI prints
+`gpunode install --host gpu-01 --only toolkit`, Ansible prints the module arguments that do the same, the library
+gives the options as data), a command line to run ON THE NODE (`OnNode`: the CLI wraps it in `ssh ... '...'` for a
+remote node), or a command line run where the user is (`Here`: kubectl against the cluster). Everything else is
+words for a person (a manual action).
 
 `Fix` is also the plain text of the fix (a `str`), so every report, JSON document and test that reads a fix as
 text keeps working; the renderers (gpunode/cli/_target.py, the Ansible bridge) read its parts. Fixes are joined
 with `+` (which keeps the parts), never with f-strings (which would keep only the text).
 
-Nothing outside the renderers and this module spells `gpunode <command>` (tests/test_fixes.py scans the source).
-A fix that is a plain `str` (a data table's prose, text read back from a journal) is still rendered by the CLI's
-older text rules (gpunode/cli/_target.py runnable()); explain's tables are read into Fix values where their text
-is a gpunode command (from_text).
+Nothing outside the renderers and this module spells `gpunode <command>`, and no `sudo ...` is bare text
+(tests/test_fixes.py scans the source). A fix that is a plain `str` is words: no renderer guesses commands in it.
+explain's tables say where each command runs (their `runs` column, read by from_row).
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -49,6 +50,8 @@ class Gpunode:
             elif isinstance(value, (list, tuple)):
                 for item in value:
                     words += [flag, str(item)]
+            elif isinstance(value, Verbatim):
+                words += [flag, value]
             else:
                 words += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
         return words
@@ -56,7 +59,8 @@ class Gpunode:
     def text(self, node_args: Iterable[str] = ()) -> str:
         """The command line; `node_args` (how to reach the node, e.g. --host gpu-01) right after the command."""
         reach = list(node_args) if self.command in NODE_COMMANDS else []
-        return shlex.join(["gpunode", self.command, *reach, *self.option_words()])
+        return " ".join(w if isinstance(w, Verbatim) else shlex.quote(w)
+                        for w in ["gpunode", self.command, *reach, *self.option_words()])
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,22 @@ class OnNode:
 
 
 @dataclass(frozen=True)
+class Here:
+    """A command line run where the user is (the machine gpunode runs on, Ansible's controller), not on the node:
+    `kubectl` against the cluster, a look at a Dockerfile where the image is built."""
+
+    command: str
+
+    def text(self) -> str:
+        return self.command
+
+
+class Verbatim(str):
+    """An option value printed as it is, unquoted: a data table's `<placeholder>` the user fills in (`gpunode
+    install --driver <a newer branch>`)."""
+
+
+@dataclass(frozen=True)
 class Output:
     """The output of the commands that failed, where the front door shows it: above, in a terminal; in the task
     result's `output`, in Ansible."""
@@ -83,7 +103,10 @@ class Output:
         return "see the output above"
 
 
-Part = str | Gpunode | OnNode | Output
+Part = str | Gpunode | OnNode | Here | Output
+
+# where a command in a data table runs (the `runs` column of data/explain_detectors.csv, installer_failures.csv)
+RUNS = ("node", "controller", "manual")
 
 
 def flag_of(name: str, value: Any = True) -> str:
@@ -134,12 +157,34 @@ class Fix(str):
         return Fix(other, self)
 
     def render(self, gpunode: Callable[[Gpunode], str], node: Callable[[OnNode], str],
-               output: Callable[[Output], str] = Output.text, prose: Callable[[str], str] = str) -> str:
+               output: Callable[[Output], str] = Output.text, prose: Callable[[str], str] = str,
+               here: Callable[[Here], str] = Here.text) -> str:
         return "".join(prose(p) if isinstance(p, str) else gpunode(p) if isinstance(p, Gpunode) else
-                       node(p) if isinstance(p, OnNode) else output(p) for p in self.parts)
+                       node(p) if isinstance(p, OnNode) else here(p) if isinstance(p, Here) else output(p)
+                       for p in self.parts)
 
     def commands(self) -> list[Gpunode]:
         return [p for p in self.parts if isinstance(p, Gpunode)]
+
+    def to_data(self) -> list[dict[str, Any]]:
+        """The parts as JSON-able data, for a program acting on the fix (gpunode/api.py): {"words": text},
+        {"gpunode": command, "options": {name: value}} (the option table's names, as api.request takes them),
+        {"node": command line, "into": the gpunode command it is piped into, or None}, {"here": command line},
+        {"output": true}."""
+        def command(part: Gpunode) -> dict[str, Any]:
+            options: dict[str, Any] = {}
+            for name, value in part.options:
+                if name in options and isinstance(options[name], list):
+                    options[name] = [*options[name], *(value if isinstance(value, (list, tuple)) else [value])]
+                elif name in options:
+                    options[name] = [options[name], *(value if isinstance(value, (list, tuple)) else [value])]
+                else:
+                    options[name] = list(value) if isinstance(value, tuple) else value
+            return {"gpunode": part.command, "options": options}
+
+        return [{"words": p} if isinstance(p, str) else command(p) if isinstance(p, Gpunode) else
+                {"node": p.command, "into": command(p.into) if p.into else None} if isinstance(p, OnNode) else
+                {"here": p.command} if isinstance(p, Here) else {"output": True} for p in self.parts]
 
 
 def gpunode(command: str, **options: Any) -> Fix:
@@ -147,10 +192,45 @@ def gpunode(command: str, **options: Any) -> Fix:
     return Fix(Gpunode(command, tuple(options.items())))
 
 
-def on_node(command: str, into: Gpunode | Fix | None = None) -> Fix:
-    """A fix that is one command run on the node."""
+def on_node(command: str, into: Gpunode | Fix | None = None, note: str | None = None) -> Fix:
+    """A fix that is one command run on the node (`note`: words for the person after it, `  # note`)."""
     target = into.commands()[0] if isinstance(into, Fix) else into
-    return Fix(OnNode(command, target))
+    fix = Fix(OnNode(command, target))
+    return fix if note is None else fix + "  # " + note
+
+
+def runs(fix: str) -> str:
+    """Where a fix's first command runs (RUNS): node, controller (a gpunode command, or Here), or manual (words)."""
+    first = next((p for p in getattr(fix, "parts", ()) if not isinstance(p, str)), None)
+    return "node" if isinstance(first, OnNode) else "controller" if isinstance(first, (Gpunode, Here)) else "manual"
+
+
+def here(command: str, note: str | None = None) -> Fix:
+    """A fix that is one command run where the user is, not on the node (kubectl against the cluster)."""
+    fix = Fix(Here(command))
+    return fix if note is None else fix + "  # " + note
+
+
+def from_row(text: str, runs: str | None) -> str:
+    """A data table's fix as data: `runs` says where its command runs (RUNS; None: a gpunode command where the text
+    is one, else words for a person). The command is the text up to a `  # comment`; a few words ending in `: `
+    may come before it (`without a reboot: sudo ...`, `nvidia-docker 1.x is deprecated: gpunode install ...`)."""
+    if runs is None or runs == "manual":
+        return from_text(text)
+    parsed = from_text(text)
+    if isinstance(parsed, Fix):  # a gpunode command (or a node command piped into one) is where it says
+        return parsed
+    lead = _LEAD.match(text)  # `without a reboot: sudo ...`, `Ubuntu: sudo ...`: words, then the command
+    words, text = (lead.group(0), text[lead.end():]) if lead else ("", text)
+    parsed = from_text(text)
+    if isinstance(parsed, Fix):
+        return words + parsed
+    command, sep, comment = text.partition("  #")
+    part = OnNode(command) if runs == "node" else Here(command)
+    return words + Fix(part) + sep + comment
+
+
+_LEAD = re.compile(r"(?!sudo )[A-Za-z][A-Za-z0-9 ,.()/-]{0,40}: (?=\S)")
 
 
 def from_text(text: str) -> str:
@@ -161,9 +241,11 @@ def from_text(text: str) -> str:
     if pipe:  # `sudo dmesg | gpunode explain`: the node's output into gpunode here
         into = from_text("gpunode " + here)
         return Fix(OnNode(there, into.commands()[0])) + sep + comment if isinstance(into, Fix) else text
+    held = _PLACEHOLDER.findall(command)  # `<a newer branch>`: one word, printed as it is
     try:
-        words = shlex.split(command)
-    except ValueError:
+        words = [held[int(w[len(_HELD):])] if w.startswith(_HELD) else w
+                 for w in shlex.split(_PLACEHOLDER.sub(lambda m: f"{_HELD}{held.index(m.group(0))}", command))]
+    except (ValueError, IndexError):
         return text
     if len(words) < 2 or words[0] != "gpunode" or words[1].startswith("-"):
         return text
@@ -183,7 +265,8 @@ def from_text(text: str) -> str:
             return text
         name, fixed = flags.get(word, (word[2:].replace("-", "_"), None))
         if fixed is None and rest and not rest[0].startswith("--"):
-            given.append((name, rest.pop(0)))
+            value = rest.pop(0)
+            given.append((name, Verbatim(value) if value in held else value))
         else:
             given.append((name, True if fixed is None else fixed))
     parsed = Fix(Gpunode(words[1], tuple(given)))
@@ -192,17 +275,36 @@ def from_text(text: str) -> str:
     return parsed + sep + comment if same else text
 
 
+_PLACEHOLDER = re.compile(r"<[^<>]+>")
+_HELD = "\x00held"
+
+
 def fill(text: str, values: Callable[[str], str]) -> str:
     """`text` with `values` applied to its words (a data table's %(name)s placeholders), parts kept."""
     if not isinstance(text, Fix):
         return values(text)
-    return Fix(*(values(p) if isinstance(p, str) else
-                 Gpunode(p.command, tuple((n, values(v) if isinstance(v, str) else v) for n, v in p.options))
-                 if isinstance(p, Gpunode) else p for p in text.parts))
+    def part(p: Part) -> Part:
+        if isinstance(p, str):
+            return values(p)
+        if isinstance(p, Gpunode):
+            return Gpunode(p.command, tuple((n, values(v) if isinstance(v, str) and not isinstance(v, Verbatim)
+                                             else v) for n, v in p.options))
+        if isinstance(p, OnNode):
+            return OnNode(values(p.command), p.into)
+        if isinstance(p, Here):
+            return Here(values(p.command))
+        return p
+
+    return Fix(*(part(p) for p in text.parts))
 
 
 def join(*parts: Part | Fix) -> Fix:
     return Fix(*parts)
+
+
+def join_with(separator: str, items: Iterable[str]) -> Fix:
+    """`separator.join(items)` that keeps the items' parts (str.join keeps only their text)."""
+    return Fix(*[part for i, item in enumerate(items) for part in ((separator,) if i else ()) + (item,)])
 
 
 def same_run(opts: Options, command: str = "install", **changes: Any) -> Fix:

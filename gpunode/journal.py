@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gpunode import fixes
 from gpunode.connection.base import Connection
 from gpunode.errors import GpunodeError
 from gpunode.records import RecordError, parse_records
@@ -103,7 +104,7 @@ def read_journal(conn: Connection) -> dict[str, Any]:
 
 
 def parse_journal(text: str, host: str) -> dict[str, Any]:
-    fix = f"move it aside (it is only a record): sudo mv {JOURNAL_PATH} {JOURNAL_PATH}.broken"
+    fix = "move it aside (it is only a record): " + fixes.on_node(f"sudo mv {JOURNAL_PATH} {JOURNAL_PATH}.broken")
     try:
         data = json.loads(text)
     except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the parser goes

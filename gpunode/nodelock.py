@@ -175,8 +175,8 @@ def acquire(conn: Connection, command: str, timeout: float, note: Callable[[str]
                              fix="let that run finish (" + fixes.gpunode("status") + " shows it), then run the same "
                                  "command again; or wait longer with --lock-timeout SECONDS" + (
                                      "" if holder.pid not in ("-", "?") else
-                                     f"; if no gpunode run is active on the node any more (this lock has no keeper "
-                                     f"process to tell), remove it: sudo rm -f {LOCK_PATH}"))
+                                     "; if no gpunode run is active on the node any more (this lock has no keeper "
+                                     "process to tell), remove it: " + fixes.on_node(f"sudo rm -f {LOCK_PATH}")))
         if not announced:
             note(f"waiting up to {timeout:.0f}s for another gpunode run on this node: {holder.describe()}")
             announced = True

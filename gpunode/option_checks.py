@@ -219,8 +219,8 @@ def mig_layout(given: str | list[str] | tuple[str, ...] | None, spell: Spelling 
     if not profiles or bad:
         m = spell("mig_layout")
         raise UsageError(f"{m} {text!r}: {bad[0] if bad else 'no profile'} is not a MIG profile",
-                         fix=f"list GPU instance profiles as `nvidia-smi mig -lgip` names them, e.g. "
-                             f"{m} 1g.10gb,1g.10gb,2g.20gb")
+                         fix="list GPU instance profiles as `" + fixes.on_node("nvidia-smi mig -lgip")
+                             + f"` names them, e.g. {m} 1g.10gb,1g.10gb,2g.20gb")
     return profiles
 
 

@@ -53,12 +53,10 @@ def packages_remove(facts: Facts, state: DriverState) -> str:
         # satisfies them with another flavour (seen on the real-OS tier: nvidia-tesla-470-alternative came in)
         listed += ["nvidia-persistenced", "nvidia-modprobe"]
     names = shlex.join(dict.fromkeys(listed))
+    reboot = " && sudo reboot" if state.loaded is not None or facts.module_loaded("nvidia") else ""
     if facts.os.family == "rhel":
-        remove = f"sudo dnf remove -y {names}"
-    else:
-        remove = f"sudo apt-get purge -y {names} && sudo apt-get autoremove -y --purge"
-    loaded = state.loaded is not None or facts.module_loaded("nvidia")
-    return fixes.on_node(remove + (" && sudo reboot" if loaded else ""))
+        return fixes.on_node(f"sudo dnf remove -y {names}{reboot}")
+    return fixes.on_node(f"sudo apt-get purge -y {names} && sudo apt-get autoremove -y --purge{reboot}")
 
 
 def load_fix(state: DriverState) -> str:
@@ -76,7 +74,7 @@ def load_fix(state: DriverState) -> str:
 
 
 NO_GPU = "no NVIDIA GPU on this node: the driver would have nothing to drive"
-NO_GPU_FIX = "check `lspci -nn -d 10de:` (a VM needs the GPU passed through), or drop --driver"
+NO_GPU_FIX = "check `" + fixes.on_node("lspci -nn -d 10de:") + "` (a VM needs the GPU passed through), or drop --driver"
 
 
 def package_manager(facts: Facts) -> str | None:

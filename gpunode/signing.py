@@ -10,8 +10,8 @@ from gpunode import fixes
 KEY = "/root/gpunode-mok.priv"  # on the node; --module-signing-key
 CERT = "/root/gpunode-mok.der"  # on the node; --module-signing-cert (DER, what mokutil enrolls)
 
-MAKE_AND_ENROLL = (f"sudo openssl req -new -x509 -newkey rsa:2048 -nodes -days 36500 -subj '/CN=gpunode module "
-                   f"signing/' -keyout {KEY} -outform DER -out {CERT} && sudo mokutil --import {CERT}")
+MAKE_AND_ENROLL = fixes.on_node(f"sudo openssl req -new -x509 -newkey rsa:2048 -nodes -days 36500 -subj '/CN=gpunode "
+                                f"module signing/' -keyout {KEY} -outform DER -out {CERT} && sudo mokutil --import {CERT}")
 FLAGS = f"--module-signing-key {KEY} --module-signing-cert {CERT}"
 
 
@@ -23,7 +23,7 @@ def install_command(version: str | None) -> fixes.Fix:
 
 def fix(version: str | None, os_id: str = "") -> fixes.Fix:
     """Every way out when Secure Boot would refuse an unsigned module; Ubuntu's signed packages only on Ubuntu."""
-    text = ("choose one: (1) make a key pair on the node and enroll it: `" + fixes.on_node(MAKE_AND_ENROLL)
+    text = ("choose one: (1) make a key pair on the node and enroll it: `" + MAKE_AND_ENROLL
             + "` (mokutil asks for a one-time password; confirm the key in MOK Manager at the next boot), then run "
             + install_command(version) + "; (2) disable Secure Boot in the firmware")
     if os_id == "ubuntu" and version:

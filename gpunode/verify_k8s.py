@@ -68,7 +68,7 @@ def _plugin(conn: Connection, kube: Callable[..., tuple[str, ...]], facts: Facts
     if not result.ok:
         text = (result.stderr or result.stdout).strip()
         return Outcome(test, "fail", f"kubectl could not read node {node}: {text.splitlines()[-1] if text else 'no output'}",
-                       "check that the API server is up and the node has joined (`" + fixes.on_node("kubectl get nodes") + "`)",
+                       "check that the API server is up and the node has joined (`" + fixes.here("kubectl get nodes") + "`)",
                        result.exit_code)
     advertised = allocatable(result.stdout) or 0
     ds = conn.run(kube("-n", k8s_facts.NAMESPACE, "get", "daemonset", PLUGIN_DS, "-o", "json"), sudo=True, timeout=60)
@@ -82,12 +82,12 @@ def _plugin(conn: Connection, kube: Callable[..., tuple[str, ...]], facts: Facts
     ready = status.get("numberReady", 0)
     if not ready:
         return Outcome(test, "fail", f"the device plugin is not running ({ready} of {status.get('desiredNumberScheduled', '?')} "
-                       "pods ready)", fixes.on_node(f"kubectl -n {k8s_facts.NAMESPACE} logs daemonset/{PLUGIN_DS}")
+                       "pods ready)", fixes.here(f"kubectl -n {k8s_facts.NAMESPACE} logs daemonset/{PLUGIN_DS}")
                        + "  # then " + fixes.gpunode("doctor"))
     if not facts[k8s_facts.CLUSTER].socket:
         return Outcome(test, "fail", f"the device plugin's socket {k8s_facts.DEVICE_PLUGIN_SOCKET} is missing: the "
-                       "kubelet has no GPU plugin registered", f"kubectl -n {k8s_facts.NAMESPACE} rollout restart "
-                       f"daemonset/{PLUGIN_DS}")
+                       "kubelet has no GPU plugin registered",
+                       fixes.here(f"kubectl -n {k8s_facts.NAMESPACE} rollout restart daemonset/{PLUGIN_DS}"))
     if advertised < 1:
         return Outcome(test, "fail", f"node {node} advertises no allocatable nvidia.com/gpu", FIX_DEPLOY)
     return Outcome(test, "pass", f"device plugin running ({ready} ready), socket present, node advertises "

@@ -3,10 +3,11 @@ get node-simulator nodes (tests/nodesim)."""
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 os.environ.setdefault("COLUMNS", "200")  # stable rich layout, before gpunode.ui creates its consoles
@@ -75,3 +76,63 @@ def cli_owns_signals() -> Iterator[None]:
 
 def fixture_files(folder: str) -> list[Path]:
     return sorted(p for p in (FIXTURES / folder).iterdir() if p.is_file())
+
+
+# -- the node side of gpunode never runs on this machine ---------------------------------------------------
+# gpunode's node side keeps its state under /var/lib/gpunode (journal, run lock, bake marker, k8s manifests:
+# gpunode/journal.py, nodelock.py, facts/bake.py, steps/k8s.py) and makes private work directories and upload
+# temporaries in /var/tmp (gpunode/connection/base.py TEMP_PARENT: gpunode.XXXXXX, .gpunode-upload.XXXXXX,
+# .gpunode-tmp.XXXXXX), and a Secure Boot key pair in /root (gpunode/signing.py). A test that lets a local
+# connection run for real (a --local command with only part of the connection faked) writes there: the session
+# fails at its end, naming the paths.
+NODE_STATE_DIRS = ("/var/lib/gpunode",)
+NODE_TEMP_DIRS = {"/var/tmp": ("gpunode.??????", ".gpunode-upload.??????", ".gpunode-tmp.??????")}
+NODE_FILES = ("/root/gpunode-mok.priv", "/root/gpunode-mok.der")
+
+
+def node_side_snapshot(state_dirs: Sequence[str] = NODE_STATE_DIRS,
+                       temp_dirs: dict[str, tuple[str, ...]] = NODE_TEMP_DIRS,
+                       files: Sequence[str] = NODE_FILES) -> dict[str, tuple[float, int] | str]:
+    """Every path gpunode's node side would write on this machine: path -> (mtime, size), or "dir"."""
+    found: dict[str, tuple[float, int] | str] = {}
+
+    def note(path: Path) -> None:
+        try:
+            info = path.lstat()
+        except OSError:
+            return
+        found[str(path)] = "dir" if path.is_dir() and not path.is_symlink() else (info.st_mtime, info.st_size)
+
+    for top in state_dirs:
+        root = Path(top)
+        note(root)
+        if root.is_dir():
+            for dirpath, dirnames, filenames in os.walk(root, onerror=lambda _: None):
+                for name in dirnames + filenames:
+                    note(Path(dirpath) / name)
+    for top, patterns in temp_dirs.items():
+        try:
+            names = os.listdir(top)
+        except OSError:
+            continue
+        for name in names:
+            if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns):
+                note(Path(top) / name)
+    for name in files:
+        note(Path(name))
+    return found
+
+
+def node_side_changes(before: dict[str, tuple[float, int] | str], after: dict[str, tuple[float, int] | str]
+                      ) -> list[str]:
+    """The paths written or left behind between two snapshots (new or changed; removed ones are not ours)."""
+    return sorted(path for path, state in after.items() if before.get(path) != state)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def node_side_guard() -> Iterator[None]:
+    before = node_side_snapshot()
+    yield
+    changed = node_side_changes(before, node_side_snapshot())
+    assert not changed, ("a test wrote gpunode's node-side state on this machine (a local connection ran for real): "
+                         + ", ".join(changed))

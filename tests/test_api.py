@@ -196,3 +196,16 @@ def test_file_diffs_include_the_files_nvidia_ctk_edits():
     runtime = next(o for o in result.report.outcomes if o.step == "runtime")
     shown = "".join(a.diff() for a in runtime.plan.actions if hasattr(a, "diff"))
     assert "/etc/docker/daemon.json" in shown  # the same file in plan's own diff
+
+
+def test_a_blocked_steps_fix_is_data_the_library_takes_back_as_its_request():
+    """A library user gets the fix's gpunode command as the options `api.request` takes, not as CLI text."""
+    conn = FakeConnection(gpu_node())
+    planned = api.plan(conn, api.request({"only": ["driver"]}))
+    found = planned.fixes()
+    assert [f["step"] for f in found] == ["driver"] and found[0]["result"] == "blocked"
+    command = next(p for p in found[0]["parts"] if "gpunode" in p)
+    assert command["gpunode"] == "install" and command["options"]["driver"]
+    again = api.request({**command["options"], "only": ["driver"]})
+    assert api.plan(conn, again).report.outcomes[0].result != "blocked"
+    assert found[0]["fix"].startswith("gpunode install --driver ")

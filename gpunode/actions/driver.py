@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from gpunode import cancel
+from gpunode import cancel, fixes
 from gpunode.actions.base import Action, command_line, undo_look
 from gpunode.artifacts import ProgressBars, silent
 from gpunode.artifacts.makeself import read_header
@@ -278,7 +278,8 @@ class StopGpuServices(Action):
                 restored = restore(conn, (), tuple(reversed(stopped)))
                 raise CommandError(f"could not stop {unit}: " + (result.stderr.strip() or f"exit {result.exit_code}")
                                    + (f"\n{restored}" if restored else ""),
-                                   fix=f"`systemctl status {unit}` says why; stop it yourself, then run again",
+                                   fix="`" + fixes.on_node(f"systemctl status {unit}")
+                                   + "` says why; stop it yourself, then run again",
                                    stderr=result.stderr, exit_code=result.exit_code)
         return None
 
@@ -317,8 +318,9 @@ class UnloadModules(Action):
         restored = restore(conn, self.modules, self.restore_units)
         raise CommandError(f"{', '.join(stays)} would not unload: something the plan did not see holds it"
                            + ("\n" + "\n".join(used) if used else "") + (f"\n{restored}" if restored else ""),
-                           fix="find what holds the GPU (`sudo fuser -v /dev/nvidia*`, `nvidia-smi`), stop it, "
-                               "then run the same command again; or reboot and run it again")
+                           fix="find what holds the GPU (`" + fixes.on_node("sudo fuser -v /dev/nvidia*") + "`, `"
+                               + fixes.on_node("nvidia-smi") + "`), stop it, then run the same command again; or "
+                               "reboot and run it again")
 
 
 @dataclass(frozen=True)
@@ -346,5 +348,6 @@ class StartGpuServices(Action):
                 failed.append(f"{unit}: {result.stderr.strip() or f'exit {result.exit_code}'}")
         if failed:
             raise CommandError("could not start again: " + "; ".join(failed),
-                               fix=f"`journalctl -u {failed[0].split(':')[0]}` says why; fix it and run again")
+                               fix="`" + fixes.on_node(f"journalctl -u {failed[0].split(':')[0]}")
+                               + "` says why; fix it and run again")
         return None

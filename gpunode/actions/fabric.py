@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gpunode import fixes
 from gpunode.actions.base import Action, command_line, undo_look
 from gpunode.connection.base import Connection
 from gpunode.errors import CommandError
@@ -62,8 +63,8 @@ class StartFabricManager(Action):
         if not result.ok:
             log = conn.run(Script(_LOG_TAIL.body, (self.log,), _LOG_TAIL.name), sudo=True, timeout=60).stdout.strip()
             raise CommandError(f"{service} did not start" + (f"; {self.log} says:\n{log}" if log else ""),
-                               fix="the fabric manager version must equal the loaded driver's exactly; check "
-                                   f"`journalctl -u {service}`")
+                               fix="the fabric manager version must equal the loaded driver's exactly; check `"
+                                   + fixes.on_node(f"journalctl -u {service}") + "`")
         deadline = time.monotonic() + self.wait
         while True:
             stuck = self.unsettled(conn.run(FABRIC_STATE, sudo=True, timeout=120).stdout)
@@ -72,7 +73,7 @@ class StartFabricManager(Action):
             time.sleep(POLL_SECONDS)
         if stuck:
             raise CommandError(f"{service} runs, but the fabric is not ready: " + "; ".join(stuck[:4]),
-                               fix=f"look at {self.log} and `nvidia-smi -q` (Fabric section)")
+                               fix=f"look at {self.log} and `" + fixes.on_node("nvidia-smi -q") + "` (Fabric section)")
         return None
 
     def apply_recorded(self, conn: Connection) -> tuple[str | None, list[UndoRecord]]:

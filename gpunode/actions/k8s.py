@@ -94,7 +94,7 @@ class WaitForGpus(Action):
         if seen != self.expected:
             shown = "could not be read" if seen is None else f"advertises nvidia.com/gpu: {seen}"
             raise CommandError(f"node {self.node} {shown} after {self.wait:.0f}s (expected {self.expected})",
-                               fix="check the device plugin's pod: `" + fixes.on_node(
+                               fix="check the device plugin's pod: `" + fixes.here(
                                    "kubectl -n kube-system logs daemonset/nvidia-device-plugin-daemonset")
                                + "`, then run `" + fixes.gpunode("verify", k8s=True) + "`")
         return None

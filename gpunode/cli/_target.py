@@ -1,5 +1,5 @@
-"""How the user asked to reach nodes, checked once (gpunode/cli/_inputs.py), and the one function that makes
-a printed `gpunode ...` fix runnable for the node it was about."""
+"""How the user asked to reach nodes, checked once (gpunode/cli/_inputs.py), and the CLI's renderer of fixes
+(gpunode/fixes.py): each made runnable, as printed, for the node it was about."""
 
 from __future__ import annotations
 
@@ -13,22 +13,11 @@ from typing import Any
 from gpunode import connection
 from gpunode.connection import Connection, ConnectionSpec
 from gpunode.errors import GpunodeError
-from gpunode.fixes import NODE_COMMANDS, Fix, OnNode
+from gpunode.fixes import Fix, OnNode
 from gpunode.inventory import InventoryHost
 from gpunode.shell import Secret
 
 DEFAULT_CONNECT_TIMEOUT = 15.0
-_GPUNODE = re.compile(rf"(?<![\w./-])gpunode ({'|'.join(NODE_COMMANDS)})(?![\w-])")
-
-
-# Programs a fix runs ON THE NODE (as opposed to gpunode, which runs here). A fix that starts with one, or a
-# `backticked` command that does, is a node command: for a remote node it is printed as `ssh ... 'command'`.
-NODE_PROGRAMS = frozenset({
-    "sudo", "lspci", "dmesg", "nvidia-smi", "nvidia-ctk", "journalctl", "systemctl", "cloud-init", "mokutil",
-    "modprobe", "lsmod", "dpkg", "rpm", "apt-get", "apt-mark", "dnf", "yum", "zypper", "docker", "podman",
-    "crictl", "dkms", "snap", "visudo", "ubuntu-drivers", "update-initramfs", "dracut", "cat", "grep"})
-_BACKTICKED = re.compile(r"`([^`\n]+)`")
-_LOCAL_PIPE = re.compile(r"\s\|\s*gpunode\s")  # `sudo dmesg | gpunode explain`: dmesg there, explain here
 _DOUBLE_QUOTE_SAFE = re.compile(r'[^"$`\\!]*')
 
 
@@ -37,47 +26,16 @@ def _remote_word(command: str) -> str:
     return f'"{command}"' if _DOUBLE_QUOTE_SAFE.fullmatch(command) else shlex.quote(command)
 
 
-def on_node(command: str, ssh: Sequence[str]) -> str:
-    """`command` run on the node through ssh; a pipe into a local `gpunode` stays on this machine."""
-    if not ssh or command.split(maxsplit=1)[:1] == ["ssh"]:
-        return command
-    piped = _LOCAL_PIPE.search(command)
-    there, here = (command[:piped.start()].rstrip(), command[piped.start():]) if piped else (command.rstrip(), "")
-    tty = [] if here else ["-t"]  # sudo may ask for a password; a pipe needs clean output instead
-    return shlex.join([ssh[0], *tty, *ssh[1:]]) + " " + _remote_word(there) + here
+def runnable(fix: str, node_args: Sequence[str], ssh: Sequence[str] = ()) -> str:
+    """A fix (gpunode/fixes.py) as printed for this node: each gpunode command with the node's options (already
+    quoted) right after the command (`gpunode install --driver X` about gpu-01 becomes `gpunode install --host
+    gpu-01 --driver X`); with `ssh` (the argv that reaches a remote node, e.g. ["ssh", "-p", "2222",
+    "ubuntu@gpu-01"]) each command for the node through it (`ssh -t -p 2222 ubuntu@gpu-01 "sudo modprobe
+    nvidia"`; piped into a gpunode command here: only its node side); commands where the user is (kubectl) and
+    words as they are. Text that is not a Fix is words: nothing in it is guessed to be a command."""
+    if not isinstance(fix, Fix):
+        return fix
 
-
-# the second word of a command line that is not prose: `nvidia-smi -L`, `docker run ...`, `systemctl restart x`
-_COMMAND_SECOND_WORDS = frozenset({"run", "restart", "start", "stop", "status", "enable", "info", "install",
-                                   "remove", "purge", "reinstall", "config", "cdi", "runtime", "versionlock", "hold"})
-
-
-def _is_node_command(text: str, whole: bool = False) -> bool:
-    """A command for the node: its first word is a node program. A whole fix (rather than a `backticked` span)
-    must also look like a command line, not a sentence that starts with a program's name: `sudo ...`, one
-    word, or a second word that is an option or a subcommand."""
-    words = text.partition("  #")[0].split()
-    if not words or words[0] not in NODE_PROGRAMS:
-        return False
-    if not whole or words[0] == "sudo" or len(words) == 1:
-        return True
-    return words[1].startswith("-") or words[1] in _COMMAND_SECOND_WORDS
-
-
-def _node_commands(fix: str, ssh: Sequence[str]) -> str:
-    """Node commands in a fix prefixed with how to reach the node: the whole fix when it starts with one (up
-    to a `  # comment`), and every `backticked` one."""
-    fix = _BACKTICKED.sub(lambda m: f"`{on_node(m.group(1), ssh)}`" if _is_node_command(m.group(1)) else m.group(0),
-                          fix)
-    if _is_node_command(fix, whole=True):
-        command, sep, comment = fix.partition("  #")
-        fix = on_node(command, ssh) + sep + comment
-    return fix
-
-
-def _structured(fix: Fix, node_args: Sequence[str], ssh: Sequence[str]) -> str:
-    """A structured fix for this node: each gpunode command with the node's options, each node command through
-    ssh (a node command piped into a local gpunode command: only its node side)."""
     def node(part: OnNode) -> str:
         if not ssh:
             return part.text()
@@ -85,35 +43,15 @@ def _structured(fix: Fix, node_args: Sequence[str], ssh: Sequence[str]) -> str:
         there = shlex.join([ssh[0], *tty, *ssh[1:]]) + " " + _remote_word(part.command)
         return there + (" | " + part.into.text() if part.into else "")
 
-    def prose(part: str) -> str:  # words between the commands: a `backticked` node command in them still runs there
-        return _node_commands(part, ssh) if ssh else part
-
-    return fix.render(lambda command: command.text(node_args), node, prose=prose)
+    return fix.render(lambda command: command.text(node_args), node)
 
 
-def runnable(fix: str, node_args: Sequence[str], ssh: Sequence[str] = ()) -> str:
-    """Every `gpunode <command>` in a fix, with the node's options (already quoted) right after the command.
-    `gpunode install --driver X` about gpu-01 becomes `gpunode install --host gpu-01 --driver X`. With `ssh`
-    (the argv that reaches a remote node, e.g. ["ssh", "-p", "2222", "ubuntu@gpu-01"]) node commands such as
-    `sudo modprobe nvidia` become `ssh -t -p 2222 ubuntu@gpu-01 "sudo modprobe nvidia"`."""
-    if isinstance(fix, Fix):
-        return _structured(fix, node_args, ssh)
-    if ssh:
-        fix = _node_commands(fix, ssh)
-    if not node_args:
-        return fix
-    inserted = " " + shlex.join(node_args)
-    # idempotent: a command already made for this node (e.g. the `next` command) is left as it is
-    return _GPUNODE.sub(lambda m: m.group(0) if m.string.startswith(inserted, m.end()) else m.group(0) + inserted,
-                        fix)
-
-
-TEXT_KEYS = frozenset({"fix", "reason", "notes", "error", "evidence", "also", "next"})  # prose that may hold a fix
+TEXT_KEYS = frozenset({"fix", "reason", "notes", "error", "evidence", "also", "next"})  # where a Fix may be
 
 
 def rewrite_fixes(data: Any, fixer: Callable[[str], str], prose: bool = False) -> Any:
-    """Every fix (and any `gpunode ...` in reasons and notes) in a JSON document, made runnable for the node:
-    the same text a human sees."""
+    """Every fix (a Fix in a fix, note, reason ...) in a JSON document, made runnable for the node: the same text a
+    human sees."""
     if isinstance(data, str):
         return fixer(data) if prose else data
     if isinstance(data, dict):

@@ -17,6 +17,8 @@ Exit codes: 0 something was recognised, 1 nothing was, 2 usage error (no text, u
           "cause": "...",                 # why it happens, for this text
           "fix": "gpunode install --driver 580.178.04",   # the command to run first
           "also": ["nvidia-smi  # ..."],  # further commands or checks, in order (may be empty)
+          "runs": {"fix": "controller",   # where each command runs: node (on the GPU machine), controller
+                   "also": ["node"]},     #   (where you run gpunode, kubectl), manual (words for a person)
           "excerpt": "...",               # the line that proved it, normalised (prompts, timestamps removed)
           "values": {                     # what was read out of the text; keys depend on the id, e.g.
             "cuda_required": "12.8",      #   cuda.requirement: condition, cuda_required, driver_min,
@@ -36,7 +38,9 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
+from gpunode import fixes
 from gpunode.cli._params import JsonOpt, command, expected_errors
+from gpunode.cli._target import rewrite_fixes, runnable
 from gpunode.errors import UsageError
 from gpunode.explain import Finding
 from gpunode.explain import explain as explain_text
@@ -97,8 +101,8 @@ def _render(finding: Finding) -> None:
     out.print(Text.assemble(("● ", _SEVERITY_STYLE.get(str(severity), "bold cyan")), (clean(finding.title), "bold"),
                             ("  " + finding.id, "dim")))
     rows: list[tuple[str, str, str]] = [("seen", finding.excerpt, "dim"), ("cause", finding.cause, ""),
-                                        ("fix", finding.fix, "bold green")]
-    rows += [("also", command, "") for command in finding.also]
+                                        ("fix", runnable(finding.fix, []), "bold green")]
+    rows += [("also", runnable(command, []), "") for command in finding.also]
     shown = {k: v for k, v in finding.values.items() if k not in ("meaning", "action", "detail") and v not in ("", [])}
     if shown:
         rows.append(("values", ", ".join(f"{k}={_value(v)}" for k, v in shown.items()), "dim"))
@@ -109,6 +113,13 @@ def _render(finding: Finding) -> None:
             head = f"  {label:<{indent - 3}} " if number == 0 else " " * indent
             line.rstrip()
             out.print(Text.assemble((head, "bold"), line), soft_wrap=True)
+
+
+def _document(finding: Finding) -> dict[str, object]:
+    """A finding for --json: its fixes rendered here (explain reaches no node), and where each command runs."""
+    data = rewrite_fixes(finding.to_dict(), lambda text: runnable(text, []))
+    data["runs"] = {"fix": fixes.runs(finding.fix), "also": [fixes.runs(a) for a in finding.also]}
+    return data
 
 
 def _value(value: object) -> str:
@@ -135,7 +146,7 @@ def explain(
                              fix='gpunode explain "ERROR TEXT", --file LOG, or pipe the text in')
     findings = explain_text(content)
     if json_output:
-        print_json({"schema_version": SCHEMA_VERSION, "findings": [f.to_dict() for f in findings]})
+        print_json({"schema_version": SCHEMA_VERSION, "findings": [_document(f) for f in findings]})
     elif findings:
         for index, finding in enumerate(findings):
             if index:

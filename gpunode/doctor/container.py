@@ -368,9 +368,9 @@ def rootless_docker(node: Node) -> Verdict:
     home = homes[0]
     return warned(f"rootless docker in {', '.join(homes)}, but {CTK_CONFIG} does not set nvidia-container-cli."
                   "no-cgroups: its containers fail to get the GPU",
-                  "sudo nvidia-ctk config --set nvidia-container-cli.no-cgroups --in-place && (as that user) "
-                  f"nvidia-ctk runtime configure --runtime=docker --config={home}/.config/docker/daemon.json && "
-                  "systemctl --user restart docker")
+                  fixes.on_node("sudo nvidia-ctk config --set nvidia-container-cli.no-cgroups --in-place && (as that "
+                                f"user) nvidia-ctk runtime configure --runtime=docker --config={home}/.config/docker/"
+                                "daemon.json && systemctl --user restart docker"))
 
 
 @check("container.dev-char-symlinks", "container", "/dev/char links to the NVIDIA devices")
@@ -419,7 +419,7 @@ def cdi_spec(node: Node) -> Verdict:
         return skipped("no engine here uses CDI (no podman; CDI not enabled in docker)")
     specs = node.facts[container_facts.CDI_SPECS]
     nvidia = [(path, version) for path, version in specs if "nvidia" in path or version]
-    generate = "sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml"
+    generate = fixes.on_node("sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml")
     if not nvidia:
         return failed(f"{', '.join(users)} finds GPUs through a CDI spec, and there is none in /etc/cdi or "
                       "/var/run/cdi", generate)
@@ -428,7 +428,7 @@ def cdi_spec(node: Node) -> Verdict:
     if stale:
         path, version = stale[0]
         return failed(f"{path} was generated for driver {version}, but {loaded} is loaded: containers would mount "
-                      "libraries that are gone", f"sudo nvidia-ctk cdi generate --output={path}")
+                      "libraries that are gone", fixes.on_node(f"sudo nvidia-ctk cdi generate --output={path}"))
     return passed(", ".join(path for path, _ in nvidia))
 
 

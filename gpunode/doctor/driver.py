@@ -236,8 +236,8 @@ def branch_supports_gpu(node: Node) -> Verdict:
                       compat.fix_for(checks, driver))
     if unknown:
         return warned(f"{', '.join(unknown)}: not in gpunode's GPU table, so driver {driver} could not be checked",
-                      "nvidia-smi -q | grep -i 'product name'  # then check NVIDIA's supported-GPU list for the "
-                      "driver release")
+                      fixes.on_node("nvidia-smi -q | grep -i 'product name'",
+                                    note="then check NVIDIA's supported-GPU list for the driver release"))
     return passed("; ".join(c.reason for c in checks))
 
 

@@ -90,20 +90,22 @@ def manager_active(node: Node) -> Verdict:
         last = log.splitlines()[-1] if log else ""
         findings = explain(log) if log else []
         why = f"; {rules.FABRIC_MANAGER_LOG}: {last}" if last else ""
-        fix = f"sudo systemctl enable --now {rules.FABRIC_MANAGER}  # then: journalctl -u {rules.FABRIC_MANAGER} -b"
+        fix = (fixes.on_node(f"sudo systemctl enable --now {rules.FABRIC_MANAGER}")
+               + f"  # then: journalctl -u {rules.FABRIC_MANAGER} -b")
         return failed(f"{rules.FABRIC_MANAGER_UNIT} is {state}{why}" + (f" ({findings[0].title})" if findings else ""), fix)
     fabric = [g for g in node.facts[fabric_facts.FABRIC_STATE] if g.reported]
     broken = [g for g in fabric if not g.settled and g.state != "In Progress"]
     if broken:
         return failed("fabric not ready: " + "; ".join(f"GPU {g.gpu} {g.state}/{g.status}" for g in broken[:4]),
-                      f"sudo systemctl restart {rules.FABRIC_MANAGER}  # and read {rules.FABRIC_MANAGER_LOG}")
+                      fixes.on_node(f"sudo systemctl restart {rules.FABRIC_MANAGER}")
+                      + f"  # and read {rules.FABRIC_MANAGER_LOG}")
     if not unit.is_enabled:
         return warned(f"{rules.FABRIC_MANAGER_UNIT} runs but is not enabled: after a reboot the fabric stays unprogrammed",
-                      f"sudo systemctl enable {rules.FABRIC_MANAGER}")
+                      fixes.on_node(f"sudo systemctl enable {rules.FABRIC_MANAGER}"))
     busy = [g for g in fabric if g.state == "In Progress"]
     if busy:
         return warned(f"{rules.FABRIC_MANAGER_UNIT} is active; the fabric is still being programmed on {len(busy)} GPU(s)",
-                      f"nvidia-smi -q | grep -A3 Fabric  # should reach Completed; if not: sudo systemctl restart "
-                      f"{rules.FABRIC_MANAGER}")
+                      fixes.on_node("nvidia-smi -q | grep -A3 Fabric",
+                                    note=f"should reach Completed; if not: sudo systemctl restart {rules.FABRIC_MANAGER}"))
     done = f", fabric Completed on {len(fabric)} GPU(s)" if fabric else ""
     return passed(f"{rules.FABRIC_MANAGER_UNIT} active and enabled{done}")

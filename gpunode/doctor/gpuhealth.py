@@ -42,8 +42,9 @@ def ecc(node: Node) -> Verdict:
     if bad:
         shown = "; ".join(f"{_index(node, g.bus)}: {g.volatile_uncorrectable} uncorrectable ECC error(s) since the "
                           "driver loaded" for g in bad)
-        return failed(shown + ": results computed on it may be corrupt", "drain the node, then: sudo nvidia-smi -r "
-                      "# or reboot; if errors return, the GPU needs service", reboot=True)
+        return failed(shown + ": results computed on it may be corrupt", "drain the node, then: "
+                      + fixes.on_node("sudo nvidia-smi -r") + " # or reboot; if errors return, the GPU needs service",
+                      reboot=True)
     pending = [g for g in with_ecc if g.ecc_pending and g.ecc_pending != g.ecc_current]
     if pending:
         return warned("; ".join(f"{_index(node, g.bus)}: ECC {g.ecc_current}, pending {g.ecc_pending}"
@@ -51,7 +52,7 @@ def ecc(node: Node) -> Verdict:
     off = [g for g in with_ecc if g.ecc_current == "Disabled"]
     if off:
         return warned(f"ECC is disabled on {', '.join(_index(node, g.bus) for g in off)}: memory errors go "
-                      "undetected", "sudo nvidia-smi -e 1 && sudo reboot", reboot=False)
+                      "undetected", fixes.on_node("sudo nvidia-smi -e 1 && sudo reboot"), reboot=False)
     history = [g for g in with_ecc if g.aggregate_uncorrectable]
     if history:
         return passed("ECC enabled; no uncorrectable error since the driver loaded ("
@@ -80,7 +81,7 @@ def row_remapping(node: Node) -> Verdict:
         what = "; ".join(f"{_index(node, g.bus)}: " + ("row remap pending" if g.remap_pending else
                                                        "page retirement pending") for g in pending)
         return failed(what + ": the GPU needs a reset before it takes jobs",
-                      "drain the node, then: sudo nvidia-smi -r  # or reboot", reboot=True)
+                      "drain the node, then: " + fixes.on_node("sudo nvidia-smi -r", note="or reboot"), reboot=True)
     remapped = [g for g in gpus if g.remapped_uncorrectable]
     if remapped:
         return passed("rows remapped earlier and in effect: " + ", ".join(
@@ -164,8 +165,8 @@ def mig_layout(node: Node) -> Verdict:
                 differ.append(f"GPU {index}: {_wanted_text(have)}, configured {_wanted_text(profiles)}")
         if differ:
             return warned(f"MIG layout differs from mig-parted's {layout.selected!r}: " + "; ".join(differ),
-                          f"sudo nvidia-mig-parted apply -f /etc/nvidia-mig-manager/config.yaml -c "
-                          f"{layout.selected}  # and: sudo systemctl enable nvidia-mig-manager.service")
+                          fixes.on_node("sudo nvidia-mig-parted apply -f /etc/nvidia-mig-manager/config.yaml -c "
+                                        f"{layout.selected}") + "  # and: sudo systemctl enable nvidia-mig-manager.service")
         return passed(f"MIG layout matches mig-parted's {layout.selected!r}")
     if not enabled:
         return passed("MIG is not enabled; no MIG layout configured")
@@ -173,8 +174,8 @@ def mig_layout(node: Node) -> Verdict:
     if empty:
         return warned(f"MIG is enabled on GPU {', '.join(map(str, empty))} but it has no MIG device (instances do "
                       "not survive a reboot) and no mig-parted configuration is selected",
-                      "sudo nvidia-smi mig -i " + str(empty[0]) + " -cgi PROFILES -C  # PROFILES from "
-                      f"`nvidia-smi mig -i {empty[0]} -lgip`; to keep them: install nvidia-mig-manager")
+                      fixes.on_node(f"sudo nvidia-smi mig -i {empty[0]} -cgi PROFILES -C") + "  # PROFILES from `"
+                      + fixes.on_node(f"nvidia-smi mig -i {empty[0]} -lgip") + "`; to keep them: install nvidia-mig-manager")
     counts = ", ".join(f"GPU {i}: {len(layout.devices.get(i, ()))}" for i in enabled)
     return warned(f"MIG devices now ({counts}) but no mig-parted configuration is selected: the layout is lost at "
                   "the next reboot", "install nvidia-mig-manager and set MIG_PARTED_SELECTED_CONFIG for "
@@ -209,11 +210,12 @@ def pending_upgrades(node: Node) -> Verdict:
     kernels = sorted((u for u in pending if _is_kernel(u.name)), key=lambda u: kernel_key(u.name))
     notes = []
     if driver:
-        hold = "sudo dnf versionlock add " if node.facts.os.family == "rhel" else "sudo apt-mark hold "
+        hold = "dnf versionlock add" if node.facts.os.family == "rhel" else "apt-mark hold"
         changes = ", ".join(f"{u.name} {u.old} -> {u.new}" if u.old else f"{u.name} {u.new}" for u in driver[:4])
         return warned(f"the next upgrade changes the driver: {changes}: the libraries then no longer match the "
                       "loaded module until a reboot (Driver/library version mismatch)",
-                      f"{hold}{' '.join(u.name for u in driver)}  # or upgrade in a maintenance window and reboot")
+                      fixes.on_node(f"sudo {hold} {' '.join(u.name for u in driver)}")
+                      + "  # or upgrade in a maintenance window and reboot")
     if kernels and node.driver_version:
         new = kernels[-1]
         release = _kernel_release(new.name) or new.new
@@ -227,8 +229,9 @@ def pending_upgrades(node: Node) -> Verdict:
         elif dkms:
             return warned(f"the next upgrade installs kernel {release} without its headers: DKMS cannot build the "
                           "nvidia module and the node boots without a driver",
-                          f"sudo apt-get install -y linux-headers-{release}" if node.facts.os.family == "debian"
-                          else "sudo dnf install -y kernel-devel  # the version of the new kernel")
+                          fixes.on_node(f"sudo apt-get install -y linux-headers-{release}")
+                          if node.facts.os.family == "debian" else
+                          fixes.on_node("sudo dnf install -y kernel-devel") + "  # the version of the new kernel")
         else:
             return warned(f"the next upgrade installs kernel {release} and the nvidia module is not built by DKMS "
                           "(a .run installed without --dkms?): the node boots without a driver",

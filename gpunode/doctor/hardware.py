@@ -11,8 +11,8 @@ VGPU_LINE = re.compile(r"^.*NVRM.*\b(?:vGPU|GRID)\b.*$", re.M)
 GRID_FIX = ("install NVIDIA's vGPU (GRID) guest driver for this vGPU software release (NVIDIA-Linux-x86_64-<version>-"
             "grid.run from the NVIDIA Licensing Portal or your cloud's GRID driver page), then: "
             + fixes.gpunode("install", skip="driver"))
-LICENCE_FIX = ("set ServerAddress or the client configuration token in /etc/nvidia/gridd.conf, then: sudo systemctl "
-               "restart nvidia-gridd")
+LICENCE_FIX = ("set ServerAddress or the client configuration token in /etc/nvidia/gridd.conf, then: "
+               + fixes.on_node("sudo systemctl restart nvidia-gridd"))
 
 
 @check("hw.gpu-present", "hardware", "NVIDIA GPU present (PCI)")
@@ -22,7 +22,7 @@ def gpu_present(node: Node) -> Verdict:
         where = ", ".join(g.address for g in found)
         return passed(f"{len(found)} NVIDIA GPU(s): {node.gpu_list()} at {where}")
     return failed("no NVIDIA GPU was found: no PCI display device with vendor 0x10de",
-                  "lspci -nn -d 10de:  # on a VM, check that the GPU is attached or passed through")
+                  fixes.on_node("lspci -nn -d 10de:", note="on a VM, check that the GPU is attached or passed through"))
 
 
 @check("hw.vgpu", "hardware", "vGPU instance has the vGPU (GRID) driver")
@@ -69,7 +69,8 @@ def mig_mode(node: Node) -> Verdict:
         first = pending[0]
         shown = "; ".join(f"GPU {g.index} ({g.bus}): MIG {g.mig_current}, pending {g.mig_pending}" for g in pending)
         return warned(f"{shown}: the change takes effect only after a GPU reset",
-                      f"sudo nvidia-smi -r -i {first.index}  # when the GPU is idle; or reboot the node", reboot=True)
+                      fixes.on_node(f"sudo nvidia-smi -r -i {first.index}") + "  # when the GPU is idle; or reboot the node",
+                      reboot=True)
     enabled = [g for g in node.smi_gpus if g.mig_current == "Enabled"]
     if enabled:
         return passed(f"MIG enabled on GPU {', '.join(str(g.index) for g in enabled)}: containers get MIG devices "

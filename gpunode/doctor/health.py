@@ -138,5 +138,5 @@ def unattended_upgrades(node: Node) -> Verdict:
             return passed("dnf-automatic installs updates; the NVIDIA driver packages are versionlocked"
                           if tied else "dnf-automatic installs updates; no NVIDIA driver package is installed")
         return warned(f"dnf-automatic installs updates and may upgrade {', '.join(at_risk)} (not versionlocked)",
-                      f"sudo dnf versionlock add {' '.join(at_risk)}")
+                      fixes.on_node(f"sudo dnf versionlock add {' '.join(at_risk)}"))
     return skipped(f"automatic upgrades are not checked on {node.facts.os}")

@@ -18,7 +18,7 @@ from gpunode.facts.packages import unit
 PLUGIN = "daemonset/nvidia-device-plugin-daemonset"
 CONFIG = "configmap/nvidia-device-plugin-config"
 FIX_K8S = fixes.gpunode("install", only="k8s")
-_RESTART_PLUGIN = fixes.on_node("kubectl -n kube-system rollout restart daemonset/nvidia-device-plugin-daemonset")
+_RESTART_PLUGIN = fixes.here("kubectl -n kube-system rollout restart daemonset/nvidia-device-plugin-daemonset")
 _REPLICAS = re.compile(r"timeSlicing:(?:.|\n)*?replicas:\s*(\d+)")
 
 
@@ -73,13 +73,13 @@ def device_plugin(node: Node) -> Verdict:
                        "no kubeconfig on the node (looked for " + ", ".join(k8s_facts.KUBECONFIGS) + ")")
     if not cluster.reachable:
         return failed(f"kubectl could not read node {cluster.node_name}: {cluster.error or 'no answer'}",
-                      "check the API server and that the node joined: " + fixes.on_node("kubectl get nodes"))
+                      "check the API server and that the node joined: " + fixes.here("kubectl get nodes"))
     if PLUGIN not in cluster.objects:
         return failed("the NVIDIA device plugin is not deployed (kube-system/nvidia-device-plugin-daemonset)", FIX_K8S)
     ready = (cluster.objects[PLUGIN].get("status") or {}).get("numberReady", 0)
     if not ready:
         return failed("the device plugin's pods are not ready",
-                      fixes.on_node("kubectl -n kube-system logs daemonset/nvidia-device-plugin-daemonset"))
+                      fixes.here("kubectl -n kube-system logs daemonset/nvidia-device-plugin-daemonset"))
     if not cluster.socket:
         return failed(f"{k8s_facts.DEVICE_PLUGIN_SOCKET} is missing: the plugin has not registered with the kubelet",
                       _RESTART_PLUGIN)

@@ -35,7 +35,7 @@ def secure_boot(node: Node) -> Verdict:
         if rejected:
             return failed(f"the kernel rejected a module: {rejected[0].excerpt}", rejected[0].fix)
         return warned(sb.evidence or "could not read the Secure Boot state",
-                      "sudo mokutil --sb-state  # install mokutil if it is missing")
+                      fixes.on_node("sudo mokutil --sb-state") + "  # install mokutil if it is missing")
     if node.facts.loaded_driver:
         signer = _signer(node)
         return passed(f"Secure Boot is on ({sb.evidence}) and the nvidia module is loaded"
@@ -102,11 +102,17 @@ def nouveau_initramfs(node: Node) -> Verdict:
 
 
 def _headers_install(node: Node, kernel: str) -> str:
+    """The command that installs `kernel`'s headers on the node (a Fix), or words when no package manager is known."""
     manager = rules.package_manager(node.facts)
     package = pkgmgr.headers_package(manager or "", kernel)
     if package is not None:
-        return f"sudo {'apt-get' if manager == 'apt' else manager} install -y {package}"
+        return fixes.on_node(f"sudo {'apt-get' if manager == 'apt' else manager} install -y {package}")
     return f"install the kernel headers for {kernel} with the distribution's package manager"
+
+
+def _then(headers: str, build: str) -> str:
+    """The headers installed, then `build` (a node command): one node command, or words then the command's text."""
+    return fixes.on_node(f"{headers} && {build}") if isinstance(headers, fixes.Fix) else f"{headers} && {build}"
 
 
 @check("kernel.headers", "kernel", "headers for the running kernel")
@@ -131,18 +137,18 @@ def _rebuild_fix(node: Node, kernel: str, has_headers: bool) -> str:
         return fixes.gpunode("install", driver=version) + f"  # installs the headers of {kernel} if missing and " \
             "builds the nvidia module for it (DKMS)"
     if any(e.module.startswith("nvidia") for e in node.kernels.dkms):
-        build = f"sudo dkms autoinstall -k {kernel}"
-        return build if has_headers else f"{_headers_install(node, kernel)} && {build}"
+        build = fixes.on_node(f"sudo dkms autoinstall -k {kernel}")
+        return build if has_headers else _then(_headers_install(node, kernel), build)
     module_packages = [n for n in node.packages if n.startswith("linux-modules-nvidia-") and
                        n.endswith("-" + node.facts.kernel)]
     if module_packages:
-        return f"sudo apt-get install -y {module_packages[0][: -len(node.facts.kernel)]}{kernel}"
+        return fixes.on_node(f"sudo apt-get install -y {module_packages[0][: -len(node.facts.kernel)]}{kernel}")
     try:
         arch = normalize_arch(node.facts.arch)
     except GpunodeError:
         arch = node.facts.arch
-    build = f"sudo sh NVIDIA-Linux-{arch}-{version}.run --silent --kernel-module-only --kernel-name={kernel}"
-    return build if has_headers else f"{_headers_install(node, kernel)} && {build}"
+    build = fixes.on_node(f"sudo sh NVIDIA-Linux-{arch}-{version}.run --silent --kernel-module-only --kernel-name={kernel}")
+    return build if has_headers else _then(_headers_install(node, kernel), build)
 
 
 @check("kernel.dkms-newest-kernel", "kernel", "NVIDIA module built for the kernel the next boot runs")

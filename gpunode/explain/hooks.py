@@ -56,8 +56,9 @@ def _docker_desktop(c: Candidate, doc: Doc, line: re.Match[str], values: dict[st
                          "its own virtual machine, which has neither the host's NVIDIA driver nor the GPU, so GPU "
                          "containers cannot work there (Docker Desktop supports GPUs only on Windows with WSL 2). Use "
                          "Docker Engine on the host instead.",
-                   fix="docker context use default",
-                   also=("curl -fsSL https://get.docker.com | sh  # Docker Engine, if only Desktop is installed",
+                   fix=fixes.on_node("docker context use default"),
+                   also=(fixes.on_node("curl -fsSL https://get.docker.com | sh",
+                                       note="Docker Engine, if only Desktop is installed"),
                          fixes.gpunode("install", only=["toolkit", "runtime"])))
 
 
@@ -76,7 +77,7 @@ def _no_gpu_driver(c: Candidate, doc: Doc) -> Finding:
                          "not see the NVIDIA Container Toolkit installed on the host, so `--gpus` finds no GPU device "
                          "driver. Use Docker from your distribution or docker.com instead.",
                    fix=fixes.on_node("sudo snap remove docker"),
-                   also=("curl -fsSL https://get.docker.com | sh  # or your distribution's docker package",
+                   also=(fixes.on_node("curl -fsSL https://get.docker.com | sh", note="or your distribution's docker package"),
                          fixes.gpunode("install", only=["toolkit", "runtime"])))
 
 
@@ -211,10 +212,10 @@ def _fm_mismatch(c: Candidate, doc: Doc) -> Finding:
         return _render(c, doc)
     driver = c.values["driver_version"]
     branch = int(driver.split(".")[0])
-    apt = (f"sudo apt-get install -y nvidia-fabricmanager={driver}-1" if branch >= 580 else
-           f"sudo apt-get install -y nvidia-fabricmanager-{branch}={driver}-1")
+    package = f"nvidia-fabricmanager={driver}-1" if branch >= 580 else f"nvidia-fabricmanager-{branch}={driver}-1"
     dnf = f"nvidia-fabric{'' if branch >= 580 else '-'}manager-{driver}-1"
-    return _render(c, doc, also=(f"{apt}  # Ubuntu; RHEL: sudo dnf install -y {dnf}", *c.detector.also))
+    return _render(c, doc, also=(fixes.on_node(f"sudo apt-get install -y {package}",
+                                               note=f"Ubuntu; RHEL: sudo dnf install -y {dnf}"), *c.detector.also))
 
 
 # --- nvidia-installer -------------------------------------------------------------------------------------------
@@ -261,16 +262,16 @@ _UNSUPPORTED_EVIDENCE = compile_pattern(r"is not supported by (?:the )?NVIDIA [\
                                         r"could not insert 'nvidia': No such device|Kernel module load error: No such "
                                         r"device")
 _LIKELY = (("secure-boot", _SB_EVIDENCE, "Secure Boot is on and the module is not signed with a key the firmware trusts",
-            "mokutil --sb-state"),
+            fixes.on_node("mokutil --sb-state")),
            ("nouveau", _NOUVEAU_EVIDENCE, "nouveau (or another driver) holds the GPU",
             fixes.gpunode("install", only="nouveau")),
            ("vgpu", _VGPU_EVIDENCE, "this is a vGPU guest, which needs the vGPU (GRID) guest driver matching the host's "
             "vGPU manager", "nvidia-smi vgpu  # on the host: the vGPU manager version the guest driver must match"),
            ("kernel-mismatch", _BUILD_EVIDENCE, "the module was built for a different kernel than the running one",
-            "sudo apt-get install -y linux-headers-$(uname -r)  # then re-run the installer"),
+            fixes.on_node("sudo apt-get install -y linux-headers-$(uname -r)", note="then re-run the installer")),
            ("unsupported-gpu", _UNSUPPORTED_EVIDENCE, "no GPU in the machine is supported by this driver release or "
             "module flavour (the kernel reports 'No such device')",
-            "lspci -nn -d 10de:  # then pick a driver branch that supports that PCI id"))
+            fixes.on_node("lspci -nn -d 10de:", note="then pick a driver branch that supports that PCI id")))
 
 
 @_hook("installer.nvidia-ko-load")
@@ -279,7 +280,8 @@ def _installer_ko(c: Candidate, doc: Doc) -> Finding:
     module = c.values["module"]
     values = {"module": module if module.endswith(".ko") else f"{module}.ko", "likely": [n for n, _, _ in likely]}
     log = _installer_values(doc).get("log_file", _DEFAULT_LOG)
-    also: list[str] = [f"sudo grep -A20 -E 'Kernel module load error|Kernel messages' {log}", fixes.gpunode("doctor")]
+    also: list[str] = [fixes.on_node(f"sudo grep -A20 -E 'Kernel module load error|Kernel messages' {log}"),
+                       fixes.gpunode("doctor")]
     if not likely:
         return _installer(c, doc, values=values, also=tuple(also))
     if likely[0][0] == "secure-boot":
@@ -336,8 +338,8 @@ def _module_missing(c: Candidate, doc: Doc) -> Finding:
     values = {"module": c.values["module"], "kernel": kernel}
     return _render(c, doc, values=values, title=f"No {values['module']} module for kernel {kernel}",
                    fix=fixes.on_node(f"sudo apt-get install -y linux-headers-{kernel} && sudo dkms autoinstall -k {kernel}"),
-                   also=(f"sudo dnf install -y kernel-devel-{kernel} && sudo dkms autoinstall -k {kernel}  "
-                         "# RHEL/Fedora", "dkms status"))
+                   also=(fixes.on_node(f"sudo dnf install -y kernel-devel-{kernel} && sudo dkms autoinstall -k {kernel}",
+                                       note="RHEL/Fedora"), fixes.on_node("dkms status")))
 
 
 @_hook("secureboot.module-rejected")
@@ -359,7 +361,7 @@ def _dkms(c: Candidate, doc: Doc) -> Finding | None:
     if not log:
         return _render(c, doc, values=values)
     values.update(log_file=log["log"], module=log["module"], module_version=log["version"])
-    return _render(c, doc, values=values, fix=f"sudo tail -n 50 {log['log']}")
+    return _render(c, doc, values=values, fix=fixes.on_node(f"sudo tail -n 50 {log['log']}"))
 
 
 # --- context: a decisive line elsewhere in the paste wins over the headline's stock cause -----------------------
@@ -386,8 +388,9 @@ def _no_device(c: Candidate, doc: Doc) -> Finding:
                              "started without GPU access (no --gpus, no nvidia runtime); on a host, nvidia.ko is not "
                              "loaded or not installed.",
                        fix=fixes.gpunode("doctor"),
-                       also=("docker run --rm --gpus all ubuntu nvidia-smi  # a container needs --gpus (or the nvidia "
-                             "runtime)", "cat /proc/driver/nvidia/version  # on the host"))
+                       also=(fixes.on_node("docker run --rm --gpus all ubuntu nvidia-smi",
+                                           note="a container needs --gpus (or the nvidia runtime)"),
+                             fixes.on_node("cat /proc/driver/nvidia/version", note="on the host")))
     visible = doc.has(_VISIBLE)
     if visible:
         value = visible["visible"]
@@ -412,8 +415,8 @@ def _devices_busy(c: Candidate, doc: Doc) -> Finding:
                    cause=f"The GPU's compute mode is {name} (the text shows it): only one process may hold a CUDA "
                          "context on it, and another process already does. Wait for it, pick another GPU, or set the "
                          "compute mode back to Default if sharing is allowed.",
-                   fix="nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv",
-                   also=("sudo nvidia-smi -c DEFAULT  # only if several processes may share the GPU",))
+                   fix=fixes.on_node("nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv"),
+                   also=(fixes.on_node("sudo nvidia-smi -c DEFAULT", note="only if several processes may share the GPU"),))
 
 
 _SELINUX = compile_pattern(r"\bSELinux\b|\bsetenforce\b|\bgetenforce\b|\bcontainer_t\b|\bavc:|\bsetsebool\b|"
@@ -432,8 +435,10 @@ def _nvml_permission(c: Candidate, doc: Doc) -> Finding:
                              "container_use_devices boolean is on, and driver files need their labels. `--privileged` "
                              "works only because it lifts that confinement.",
                        fix=fixes.on_node("sudo setsebool -P container_use_devices on"),
-                       also=("getenforce  # Enforcing confirms it", "sudo ausearch -m avc -ts recent | grep -i nvidia",
-                             "sudo nvidia-container-cli -k list | sudo restorecon -v -f -  # relabel the driver files"))
+                       also=(fixes.on_node("getenforce", note="Enforcing confirms it"),
+                             fixes.on_node("sudo ausearch -m avc -ts recent | grep -i nvidia"),
+                             fixes.on_node("sudo nvidia-container-cli -k list | sudo restorecon -v -f -",
+                                           note="relabel the driver files")))
     rootless = doc.has(_ROOTLESS)
     if rootless:
         return _render(c, doc, values={"engine": "podman"}, excerpt=_with_line(c, doc, rootless),
@@ -441,10 +446,10 @@ def _nvml_permission(c: Candidate, doc: Doc) -> Finding:
                              "container passes /dev/nvidia* with the host's owner and mode, which must allow your "
                              "user (crw-rw-rw- by default), and SELinux (when enforcing) must allow container_t to use "
                              "devices.",
-                       fix="ls -l /dev/nvidia*",
-                       also=("sudo setsebool -P container_use_devices on  # when getenforce says Enforcing",
-                             "sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml  # device nodes of the CDI "
-                             "spec"))
+                       fix=fixes.on_node("ls -l /dev/nvidia*"),
+                       also=(fixes.on_node("sudo setsebool -P container_use_devices on", note="when getenforce says Enforcing"),
+                             fixes.on_node("sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml",
+                                           note="device nodes of the CDI spec")))
     mig = doc.has(_MIG)
     if mig:
         return _render(c, doc, values={"mig": True}, excerpt=_with_line(c, doc, mig),
@@ -452,9 +457,9 @@ def _nvml_permission(c: Candidate, doc: Doc) -> Finding:
                              "only its own MIG devices, and reading the parent GPU's state (memory, MIG layout) needs "
                              "the MIG monitor capability, which the NVIDIA runtime grants only with "
                              "NVIDIA_MIG_MONITOR_DEVICES=all (the device plugin and GPU feature discovery need it).",
-                       fix="nvidia-smi -L  # MIG devices listed",
-                       also=("kubectl -n kube-system set env ds/nvidia-device-plugin-daemonset "
-                             "NVIDIA_MIG_MONITOR_DEVICES=all  # your plugin's namespace and name",))
+                       fix=fixes.on_node("nvidia-smi -L", note="MIG devices listed"),
+                       also=(fixes.here("kubectl -n kube-system set env ds/nvidia-device-plugin-daemonset "
+                                        "NVIDIA_MIG_MONITOR_DEVICES=all", note="your plugin's namespace and name"),))
     return _render(c, doc)
 
 
@@ -481,8 +486,8 @@ def _cuda_unknown(c: Candidate, doc: Doc) -> Finding:
                              "lost its state across the sleep. Reloading it (with no CUDA process running) brings CUDA "
                              "back; keeping the NVIDIA suspend services enabled avoids it.",
                        fix=fixes.on_node("sudo rmmod nvidia_uvm && sudo modprobe nvidia_uvm"),
-                       also=("sudo systemctl enable nvidia-suspend.service nvidia-resume.service  # driver's own "
-                             "suspend hooks", "ls -l /dev/nvidia-uvm"))
+                       also=(fixes.on_node("sudo systemctl enable nvidia-suspend.service nvidia-resume.service",
+                                           note="driver's own suspend hooks"), fixes.on_node("ls -l /dev/nvidia-uvm")))
     return _render(c, doc)
 
 
@@ -525,12 +530,12 @@ def _gpu_owner(c: Candidate, doc: Doc) -> Finding:
                              "passthrough to a virtual machine, so nvidia.ko cannot drive it on this host. Either use "
                              "it in the VM, or remove the vfio-pci binding (modprobe.d ids=, or the kernel command "
                              "line) and reboot.",
-                       fix="grep -rn -E 'vfio|pci-stub' /etc/modprobe.d /proc/cmdline",
-                       also=("lspci -nnk -d 10de:",))
+                       fix=fixes.on_node("grep -rn -E 'vfio|pci-stub' /etc/modprobe.d /proc/cmdline"),
+                       also=(fixes.on_node("lspci -nnk -d 10de:"),))
     return _render(c, doc, values=values, excerpt=_with_line(c, doc, owner),
                    cause=f"The GPU is driven by {name}, not nvidia.ko (lspci -k in the text says so): {name} must be "
                          "blacklisted, the initramfs rebuilt and the node rebooted before the NVIDIA driver can bind.",
-                   fix=fixes.gpunode("install", only="nouveau"), also=("lspci -nnk -d 10de:",))
+                   fix=fixes.gpunode("install", only="nouveau"), also=(fixes.on_node("lspci -nnk -d 10de:"),))
 
 
 # --- a container started without a GPU request (the run command in the same paste) ------------------------------

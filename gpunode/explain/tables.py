@@ -13,7 +13,10 @@ so a message matches however it was wrapped; `@PCI@` and `@VER@` stand for a PCI
 Named groups become the finding's values (`name__2` is a second spelling of `name`; names starting with `_` stay
 internal) and fill `%(name)s` in the texts. `key` names the values that make two matches separate findings (one
 per GPU, one per condition); `superseded_by` lists ids (a trailing `.` = every id with that prefix) whose presence
-makes this finding a mere consequence, dropped. `also` separates commands with ` ;; `.
+makes this finding a mere consequence, dropped. `also` separates commands with ` ;; `. `runs` (optional, last)
+says where each command runs, one word per command (the fix, then each of also): node (the CLI runs it through
+ssh for a remote node), controller (where the user is: gpunode, kubectl) or manual (words for a person); left
+empty, a gpunode command runs on the controller and anything else is words.
 """
 
 from __future__ import annotations
@@ -112,6 +115,14 @@ def _commands(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(" ;; ") if part.strip())
 
 
+def _runs(text: str) -> tuple[str, ...]:
+    words = tuple(text.split())
+    wrong = [w for w in words if w not in fixes.RUNS]
+    if wrong:
+        raise ValueError(f"{wrong[0]!r} is not one of {', '.join(fixes.RUNS)}")
+    return words
+
+
 def _xid(text: str) -> int:
     if not text.isdigit():
         raise ValueError(f"{text!r} is not an Xid number")
@@ -120,7 +131,7 @@ def _xid(text: str) -> int:
 
 DETECTOR_SCHEMA = {"id": _id, "variant": optional_field(_word), "strength": _strength, "key": optional_field(_names),
                    "pattern": _pattern, "title": text_field, "cause": text_field, "fix": text_field, "also": optional_field(_commands),
-                   "superseded_by": optional_field(_names), "source": source_field}
+                   "superseded_by": optional_field(_names), "source": source_field, "runs": optional_field(_runs)}
 XID_SCHEMA = {"xid": _xid, "meaning": text_field, "severity": choice_field(*SEVERITIES), "source": source_field}
 DETECTOR_TABLES = ("explain_detectors.csv", "installer_failures.csv")
 
@@ -143,8 +154,14 @@ def _detectors(text: str, name: str) -> list[Detector]:
         if unknown or set(key) - group_names(regex):
             raise DataError(f"{where}: {', '.join(sorted(unknown | (set(key) - group_names(regex))))} is not a named "
                             "group of the pattern", fix="name the group in the pattern, or drop the placeholder")
+        commands = [row["fix"], *(row["also"] or ())]
+        runs = row["runs"] or (None,) * len(commands)
+        if len(runs) != len(commands):
+            raise DataError(f"{where}: column runs has {len(runs)} words for {len(commands)} commands (fix, then each "
+                            "of also)", fix="give one of " + "/".join(fixes.RUNS) + " for each, or leave runs empty")
+        fix, *also = (fixes.from_row(text, at) for text, at in zip(commands, runs, strict=True))
         detectors.append(Detector(row["id"], variant, row["strength"], key, regex, row["title"], row["cause"],
-                                  fixes.from_text(row["fix"]), tuple(fixes.from_text(a) for a in row["also"] or ()),
+                                  fix, tuple(also),
                                   row["superseded_by"] or (), row["source"], name, row["_line"]))
     return detectors
 

@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from gpunode import fixes
 from gpunode.explain.finding import Doc, Finding
 from gpunode.explain.tables import MACROS, compile_pattern, tables
 
@@ -46,7 +47,11 @@ _RECOVERY = re.compile(r"changed from (?P<from>0x[0-9a-fA-F]+) \((?P<from_text>[
 
 def _reset_command(pci: str) -> str:
     address = pci if "." in pci else f"{pci}.0"
-    return f"sudo nvidia-smi -r -i {address}"
+    return fixes.on_node(f"sudo nvidia-smi -r -i {address}")
+
+
+_REBOOT = fixes.on_node("sudo reboot")
+_BUG_REPORT = fixes.on_node("sudo nvidia-bug-report.sh")
 
 
 def _xid_finding(xid: int, pci: str, lines: list[re.Match[str]], doc: Doc) -> Finding:
@@ -74,10 +79,9 @@ def _xid_finding(xid: int, pci: str, lines: list[re.Match[str]], doc: Doc) -> Fi
         values["gpu_instance"] = first["gi"]
     values["detail"] = detail
     reset = _reset_command(pci)
-    fix = {"info": "sudo journalctl -k | grep -i xid  # nothing to do now; watch whether it repeats",
+    fix = {"info": fixes.on_node("sudo journalctl -k | grep -i xid") + "  # nothing to do now; watch whether it repeats",
            "app": "compute-sanitizer <program>  # after restarting the job, if the fault recurs",
-           "reset": reset, "reboot": "sudo reboot", "hardware": "sudo nvidia-bug-report.sh",
-           "unknown": "sudo nvidia-bug-report.sh"}.get(severity, reset)
+           "reset": reset, "reboot": _REBOOT, "hardware": _BUG_REPORT, "unknown": _BUG_REPORT}.get(severity, reset)
     also: list[str] = []
     if xid in (94, 95):
         rst = re.search(r"\bRST:\s*(Yes|No)", rest, re.IGNORECASE)
@@ -89,7 +93,7 @@ def _xid_finding(xid: int, pci: str, lines: list[re.Match[str]], doc: Doc) -> Fi
         if drst:
             values["drain_and_reset"] = drst[1].lower() == "yes"
         if xid == 94 and severity == "app":
-            fix = f"{reset}  # when the GPU is idle, after restarting the job: remaps the failing memory"
+            fix = reset + "  # when the GPU is idle, after restarting the job: remaps the failing memory"
     elif severity == "nvlink":
         fatal = re.search(r"\b(Non-?fatal|Fatal)\b", rest, re.IGNORECASE)
         if fatal:
@@ -97,35 +101,36 @@ def _xid_finding(xid: int, pci: str, lines: list[re.Match[str]], doc: Doc) -> Fi
             severity = "reset" if values["fatal"] else "info"
         else:
             severity = "reset"
-        fix = reset if severity == "reset" else "nvidia-smi nvlink -e -i " + (pci if "." in pci else f"{pci}.0")
+        fix = reset if severity == "reset" else fixes.on_node("nvidia-smi nvlink -e -i " + (pci if "." in pci else
+                                                                                           f"{pci}.0"))
     elif xid == 154:
         rm = _RECOVERY.search(rest)
         if rm:
             values["recovery_action"] = rm["to_text"]
             action = rm["to_text"].lower()
             if "reboot" in action:
-                severity, fix = "reboot", "sudo reboot"
+                severity, fix = "reboot", _REBOOT
             elif "reset" in action or "flr" in action:
                 severity, fix = "reset", reset
             elif "drain" in action:
                 severity, fix = "reset", reset
     elif xid == 48:
-        also.append("nvidia-smi -q -d ECC,ROW_REMAPPER,PAGE_RETIREMENT -i " + (pci if "." in pci else f"{pci}.0"))
+        also.append(fixes.on_node("nvidia-smi -q -d ECC,ROW_REMAPPER,PAGE_RETIREMENT -i " + (pci if "." in pci else
+                                                                                              f"{pci}.0")))
     elif xid == 63:
-        fix = f"{reset}  # when the GPU is idle, to apply the remap"
-        also.append("nvidia-smi -q -d ROW_REMAPPER -i " + (pci if "." in pci else f"{pci}.0"))
+        fix = reset + "  # when the GPU is idle, to apply the remap"
+        also.append(fixes.on_node("nvidia-smi -q -d ROW_REMAPPER -i " + (pci if "." in pci else f"{pci}.0")))
     elif xid == 79:
-        also.append("sudo nvidia-bug-report.sh  # before rebooting")
+        also.append(_BUG_REPORT + "  # before rebooting")
     elif xid == 74:
-        also.append("nvidia-smi nvlink -s -i " + (pci if "." in pci else f"{pci}.0"))
+        also.append(fixes.on_node("nvidia-smi nvlink -s -i " + (pci if "." in pci else f"{pci}.0")))
     elif xid == 54:
         fix = "power off and connect the GPU's auxiliary power cables"
     values["meaning"] = meaning
     values["severity"] = severity
     values["action"] = SEVERITY_TEXT[severity]
     if severity in ("reboot", "hardware", "unknown") or xid in (48, 64, 95, 119, 120):
-        also.append("if it recurs on the same GPU: collect `sudo nvidia-bug-report.sh` and contact your "
-                    "hardware vendor")
+        also.append("if it recurs on the same GPU: collect `" + _BUG_REPORT + "` and contact your hardware vendor")
     also.append(XID_CATALOG_URL)
     times = f" ({len(lines)} times)" if len(lines) > 1 else ""
     cause = f"Xid {xid} on GPU {pci}{times}: {meaning}. Action: {SEVERITY_TEXT[severity]}."
@@ -172,19 +177,19 @@ def _sxids(doc: Doc) -> Iterator[Hit]:
         if fatal:
             cause = (f"NVSwitch {pci} reported fatal error SXid {sxid}. The NVLink fabric through that switch is "
                      "down; the GPUs on it need a reset (in practice, a reboot) and fabric manager a restart.")
-            fix = "sudo reboot"
+            fix = _REBOOT
         else:
             cause = (f"NVSwitch {pci} reported non-fatal error SXid {sxid}"
                      + (f" on port {values['port']}" if "port" in values else "")
                      + ". Work goes on; if the count keeps growing on the same port, have the NVLink/NVSwitch "
                      "hardware checked.")
-            fix = "nvidia-smi nvlink -e  # NVLink error counters per GPU"
+            fix = fixes.on_node("nvidia-smi nvlink -e") + "  # NVLink error counters per GPU"
         times = f" ({len(matches)} times)" if len(matches) > 1 else ""
         strength = STRENGTH["reset"] if fatal else STRENGTH["info"]
         yield strength, first.start(), Finding(
             f"sxid.{sxid}", f"NVSwitch {'fatal' if fatal else 'non-fatal'} error SXid {sxid}{times}", cause, fix,
             doc.excerpt(first.start(), first.end()), values,
-            ("journalctl -u nvidia-fabricmanager -b", "sudo nvidia-bug-report.sh"), strength)
+            (fixes.on_node("journalctl -u nvidia-fabricmanager -b"), _BUG_REPORT), strength)
 
 
 # An Xid named in prose ("an Xid 79 error", "`Xid 48 / 171`: uncorrectable ECC"), without the kernel's line: weaker
@@ -207,7 +212,7 @@ def _prose_xids(doc: Doc, logged: set[int]) -> Iterator[Hit]:
         values: dict[str, Any] = {"xid": xid, "meaning": meaning, "severity": severity,
                                   "action": SEVERITY_TEXT[severity], "from_prose": True}
         yield PROSE_STRENGTH, m.start(), Finding(
-            f"xid.{xid}", f"Xid {xid}: {meaning.split(':')[0]}", cause, "sudo dmesg -T | grep -E 'NVRM: Xid'",
+            f"xid.{xid}", f"Xid {xid}: {meaning.split(':')[0]}", cause, fixes.on_node("sudo dmesg -T | grep -E 'NVRM: Xid'"),
             doc.excerpt(m.start(), m.end()), values, (XID_CATALOG_URL,), PROSE_STRENGTH)
 
 

@@ -20,6 +20,7 @@ import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpunode import fixes
 from gpunode.facts.k8s import CLUSTER, K8S_UNITS
 from gpunode.facts.k8s import UNITS as K8S_UNIT_STATES
 from gpunode.facts.packages import UnitState, parse_units, unit_states
@@ -241,9 +242,11 @@ class Holders:
         return bool(self.services or self.blocking)
 
     def drain(self) -> str:
-        """The kubectl command that drains this node."""
-        name = shlex.quote(self.node_name) if self.node_name else '"$(hostname)"'
-        return f"kubectl drain {name} --ignore-daemonsets --delete-emptydir-data"
+        """The kubectl command that drains this node: run where the user is (kubectl against the cluster), or on
+        the node when only the node knows its name (`$(hostname)`)."""
+        if self.node_name:
+            return fixes.here(f"kubectl drain {shlex.quote(self.node_name)} --ignore-daemonsets --delete-emptydir-data")
+        return fixes.on_node('kubectl drain "$(hostname)" --ignore-daemonsets --delete-emptydir-data')
 
     def lines(self) -> list[str]:
         return ([f"service {u} ({service_description(u)})" for u in self.services]

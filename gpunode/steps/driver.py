@@ -258,8 +258,8 @@ def _plan(facts: Facts, options: Options, earlier: Earlier, state: DriverState) 
             if state.smi_status not in (None, 0):
                 first = state.smi_text.splitlines()[0] if state.smi_text else f"exit {state.smi_status}"
                 return blocked(NAME, f"driver {version} is loaded but nvidia-smi fails: {first}",
-                               "see `dmesg | grep -i nvrm`: a GPU this module flavour cannot drive (--kernel-module), "
-                               "or a GPU that fell off the bus")
+                               "see `" + fixes.on_node("dmesg | grep -i nvrm") + "`: a GPU this module flavour cannot "
+                               "drive (--kernel-module), or a GPU that fell off the bus")
             extra = () if loaded.flavour == choice.flavour else (
                 f"the {loaded.flavour} module is loaded; the automatic choice would be {choice.flavour} "
                 "(pass --kernel-module to switch)",)
@@ -294,7 +294,8 @@ def _install(facts: Facts, options: Options, version: str, choice: Flavour, note
                              "the unsigned NVIDIA module", signing.fix(version, facts.os.id))
     if facts.secure_boot.enabled:
         notes.append("Secure Boot is on: the module is signed with --module-signing-key; its certificate must be "
-                     "enrolled (`sudo mokutil --import` it, confirmed at the next boot) or the kernel refuses the module")
+                     "enrolled (`" + fixes.on_node("sudo mokutil --import") + "` it, confirmed at the next boot) or the "
+                     "kernel refuses the module")
     elif facts.secure_boot.enabled is None:
         notes.append(f"Secure Boot state unknown ({facts.secure_boot.evidence}): an unsigned module may be refused")
     if facts.module_loaded("nouveau"):
@@ -360,7 +361,7 @@ def _blocked_by_holders(loaded: str, version: str, found: Holders, options: Opti
             todo.append("`" + fixes.on_node("docker stop " + " ".join(shlex.quote(n) for n in dict.fromkeys(names)))
                         + "`")
         if any(p.in_pod for p in found.processes):
-            todo.append("drain the node (`" + fixes.on_node(found.drain()) + "`) and remove the GPU DaemonSet pods "
+            todo.append("drain the node (`" + found.drain() + "`) and remove the GPU DaemonSet pods "
                         "(device plugin, DCGM exporter) from it")
         then = same_install(options, stop_gpu_services=bool(found.services) or options.stop_gpu_services)
         return blocked(NAME, f"driver {loaded} is loaded and in use: {listing}. Replacing it with {version} needs "
@@ -379,8 +380,8 @@ def _replace_loaded(facts: Facts, options: Options, version: str, choice: Flavou
     found = gpu_holders(facts)
     old = facts.loaded_driver.version if facts.loaded_driver else "(unknown version)"
     if found.kubelet:
-        notes.append(f"a Kubernetes node ({found.kubelet}): drain it first (`{found.drain()}`) so no pod loses its "
-                     "GPU during the install")
+        notes.append(f"a Kubernetes node ({found.kubelet}): drain it first (`" + found.drain() + "`) so no pod loses "
+                     "its GPU during the install")
     if found.unread:
         notes.append(f"could not read {', '.join(found.unread)}: the list of what holds the GPU may be incomplete")
     if found.blocking or (found.services and not options.stop_gpu_services):

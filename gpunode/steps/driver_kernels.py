@@ -46,8 +46,8 @@ def _installs_with_dkms(plan: StepPlan) -> bool:
 
 def _remove_kernel(manager: str, kernel: str) -> str:
     if manager == "apt":
-        return f"sudo apt-get remove linux-image-{kernel}"
-    return f"sudo {manager} remove kernel-core-{pkgmgr.rpm_kernel_version(kernel)}"
+        return fixes.on_node(f"sudo apt-get remove linux-image-{kernel}")
+    return fixes.on_node(f"sudo {manager} remove kernel-core-{pkgmgr.rpm_kernel_version(kernel)}")
 
 
 def _headers_offered(facts: Facts, package: str) -> bool | None:
@@ -85,8 +85,8 @@ def kernel_builds(facts: Facts, options: Options, version: str, running: str,
                     NAME, f"kernel {k.name} is installed but {package} (its headers) is not available from the "
                           f"configured repositories: DKMS cannot build the nvidia module for it, and a boot into it "
                           "comes up without the driver",
-                    f"install {package} from where kernel {k.name} came from, or remove that kernel "
-                    f"(`{_remove_kernel(manager, k.name)}`) so the next boot stays on {running}; then run the same "
+                    f"install {package} from where kernel {k.name} came from, or remove that kernel (`"
+                    + _remove_kernel(manager, k.name) + f"`) so the next boot stays on {running}; then run the same "
                     "command again")
             actions.append(install_packages(f"install {package}: kernel {k.name} has no headers to build against",
                                             manager, (package,), refresh=offered is None,
@@ -97,7 +97,7 @@ def kernel_builds(facts: Facts, options: Options, version: str, running: str,
     notes.append(f"installed kernel(s) not running: {', '.join(k.name for k in targets)}{boots}")
     if facts.secure_boot.enabled:
         notes.append("Secure Boot is on: DKMS signs what it builds with its own key (/var/lib/dkms/mok.pub), which "
-                     "must be enrolled (`sudo mokutil --import /var/lib/dkms/mok.pub`)")
+                     "must be enrolled (`" + fixes.on_node("sudo mokutil --import /var/lib/dkms/mok.pub") + "`)")
     return actions, notes, None
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpunode import fabric_packages, pkgmgr, rules
+from gpunode import fabric_packages, fixes, pkgmgr, rules
 from gpunode.actions.fabric import StartFabricManager
 from gpunode.actions.packages import install_packages, package_command
 from gpunode.facts import Facts
@@ -216,8 +216,8 @@ def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> Step
     held = held_packages(installed, lock_files) | set(locks)
     state = unit(facts[package_facts.UNITS], UNIT)
     if state.masked:
-        return blocked(NAME, f"{UNIT} is masked: fabric manager cannot start", f"sudo systemctl unmask {SERVICE}, "
-                       "then run again")
+        return blocked(NAME, f"{UNIT} is masked: fabric manager cannot start", fixes.on_node(f"sudo systemctl unmask {SERVICE}")
+                       + ", then run again")
 
     actions: list[Action] = []
     notes = [f"driver version {driver} from {source}"]

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from gpunode import fixes
 from gpunode.facts import Facts
 from gpunode.facts import kernel as kernel_facts
 from gpunode.facts import nodesettings as settings_facts
@@ -160,7 +161,8 @@ def _persistence(facts: Facts, loaded: bool) -> Part:
     state: UnitState = unit(facts[package_facts.UNITS], UNIT)
     if state.masked:
         return Part(f"{UNIT} is masked: left alone", notes=(
-            f"persistence mode is not kept; `sudo systemctl unmask {SERVICE}` and run again to have it",))
+            "persistence mode is not kept; `" + fixes.on_node(f"sudo systemctl unmask {SERVICE}")
+            + "` and run again to have it",))
     actions: list[Action] = []
     problems: list[str] = []
     notes: list[str] = []

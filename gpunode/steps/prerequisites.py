@@ -13,7 +13,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from gpunode import bake, pkgmgr
+from gpunode import bake, fixes, pkgmgr
 from gpunode.actions.packages import install_packages
 from gpunode.facts import Facts
 from gpunode.facts import kernel as kernel_facts
@@ -103,9 +103,10 @@ def headers_fix(facts: Facts, manager: str) -> str:
         return HEADERS_FIX
     m = pkgmgr.get(manager)
     steps = [m.refresh_argv] if m.refresh_argv else []
-    command = " && ".join("sudo " + shlex.join(argv) for argv in [*steps, m.install(wanted)])
+    command = fixes.on_node(" && ".join("sudo " + shlex.join(argv) for argv in [*steps, m.install(wanted)]))
     return (f"the running kernel {facts.kernel} is not the one the repositories carry headers for: install the "
-            f"current kernel with `{command}`, reboot into it (`sudo reboot`), and run the same command again")
+            "current kernel with `" + command + "`, reboot into it (`" + fixes.on_node("sudo reboot")
+            + "`), and run the same command again")
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -215,13 +215,15 @@ def _select(survey: EngineSurvey, options: Options, facts: Facts) -> tuple[list[
     if survey.snap_docker:
         unreachable.append("docker from the snap store (its daemon.json lives under /var/snap/docker and it cannot "
                            "use the host's nvidia-container-runtime)")
-        notes.append("snap docker found: nvidia-ctk does not configure it; remove it (`snap remove docker`) and use "
-                     "docker-ce or docker.io from apt")
+        notes.append("snap docker found: nvidia-ctk does not configure it; remove it (`" + fixes.on_node("snap remove docker")
+                     + "`) and use docker-ce or docker.io from apt")
     for home in survey.rootless_docker:
         unreachable.append(f"rootless docker of {home}")
-        notes.append(f"rootless docker in {home}: configure it as that user with `nvidia-ctk runtime configure "
-                     f"--runtime=docker --config={home}/.config/docker/daemon.json`, `systemctl --user restart "
-                     "docker`, and `sudo nvidia-ctk config --set nvidia-container-cli.no-cgroups --in-place`")
+        notes.append(f"rootless docker in {home}: configure it as that user with `"
+                     + fixes.on_node(f"nvidia-ctk runtime configure --runtime=docker --config={home}/.config/docker/"
+                                     "daemon.json") + "`, `" + fixes.on_node("systemctl --user restart docker")
+                     + "`, and `" + fixes.on_node("sudo nvidia-ctk config --set nvidia-container-cli.no-cgroups "
+                                                  "--in-place") + "`")
     if options.engines:
         wanted = []
         for raw in options.engines:
@@ -283,8 +285,8 @@ def _plan(facts: Facts, options: Options, earlier: Earlier) -> tuple[StepPlan, l
     stops = [p.blocked for p in plans if p.blocked]
     if stops:
         others = [n for n in selected if n not in {p.engine for p in plans if p.blocked}]
-        fix = "; ".join(s[1] for s in stops) + (f" (or pass --engine {others[0]} to configure only that)"
-                                               if others else "")
+        fix = fixes.join_with("; ", (s[1] for s in stops)) + (f" (or pass --engine {others[0]} to configure only "
+                                                               "that)" if others else "")
         stopped = blocked(NAME, "; ".join(s[0] for s in stops), fix, *notes)
         return dataclasses.replace(stopped, lasting=any(p.lasting for p in plans if p.blocked)), []
     actions = [a for p in plans for a in p.actions]

@@ -31,6 +31,7 @@ from gpunode.undo.state import LEGACY_NOTE, NodeState, Record, UndoRequest
 NAME = "driver"
 UNINSTALL = ("nvidia-installer", "--uninstall", "--silent")
 SKIP_UNLOAD = "--skip-module-unload"
+_BY_HAND = "to remove a .run driver by hand: " + fixes.on_node("sudo " + shlex.join(UNINSTALL))
 
 
 def _again(request: UndoRequest, *, stop_gpu_services: bool = False) -> fixes.Fix:
@@ -55,12 +56,12 @@ def _driver(records: list[Record], state: NodeState, facts: Facts, request: Undo
     if not installs:
         return ok(NAME, "gpunode installed no driver here") if not request.legacy else ok(
             NAME, "not undone: the journal predates undo records", LEGACY_NOTE,
-            "to remove a .run driver by hand: sudo nvidia-installer --uninstall --silent")
+            _BY_HAND)
     first, last = installs[0], installs[-1]
     previous, version = first.previous, last.version
     if version is None:  # the node did not say which version it installed: nothing to compare, so nothing removed
         return ok(NAME, "the driver gpunode installed was not recorded (the node did not report its version); left "
-                        "as it is", "to remove a .run driver by hand: sudo nvidia-installer --uninstall --silent")
+                        "as it is", _BY_HAND)
     if previous not in (None, "-"):
         return ok(NAME, f"driver {previous} was installed before gpunode; left in place",
                   f"gpunode installed {version} over it; to go back: " + fixes.gpunode("install", driver=previous)
@@ -91,7 +92,7 @@ def _remove(facts: Facts, request: UndoRequest, version: str, loaded: str | None
     if found.unread:
         notes.append(f"could not read {', '.join(found.unread)}: the list of what holds the GPU may be incomplete")
     if found.kubelet:
-        notes.append(f"a Kubernetes node ({found.kubelet}): drain it first (`{found.drain()}`)")
+        notes.append(f"a Kubernetes node ({found.kubelet}): drain it first (`" + found.drain() + "`)")
     services = tuple(u for u in found.services if u not in request.stopping)
     if found.blocking:
         return _blocked(found, services, version, request, notes)
@@ -127,17 +128,17 @@ def _remove(facts: Facts, request: UndoRequest, version: str, loaded: str | None
 
 def _blocked(found: Holders, services: tuple[str, ...], version: str, request: UndoRequest, notes: list[str]
              ) -> StepPlan:
-    fixes = []
+    todo: list[str] = []
     procs = [p for p in found.processes if not p.in_pod and not p.container]
     if procs:
-        fixes.append("end or move " + ", ".join(f"PID {p.pid} ({p.name})" for p in procs[:6])
+        todo.append("end or move " + ", ".join(f"PID {p.pid} ({p.name})" for p in procs[:6])
                      + " yourself (gpunode never ends a process that is not a known GPU service)")
     names = [c.name or c.id[:12] for c in found.containers] + \
         [p.container[:12] for p in found.processes if p.container and not p.in_pod]
     if names:
-        fixes.append("`docker stop " + " ".join(shlex.quote(n) for n in dict.fromkeys(names)) + "`")
+        todo.append("`" + fixes.on_node("docker stop " + " ".join(shlex.quote(n) for n in dict.fromkeys(names))) + "`")
     if any(p.in_pod for p in found.processes):
-        fixes.append(f"drain the node (`{found.drain()}`) and remove the GPU DaemonSet pods from it")
+        todo.append("drain the node (`" + found.drain() + "`) and remove the GPU DaemonSet pods from it")
     again = _again(request, stop_gpu_services=bool(services) or request.stop_gpu_services)
     return blocked(NAME, f"driver {version} is in use: {'; '.join(found.lines())}. Its uninstaller needs every one "
-                         "of these gone", "; ".join(fixes) + "; then " + again, *notes)
+                         "of these gone", fixes.join_with("; ", todo) + "; then " + again, *notes)

@@ -59,7 +59,7 @@ def test_json_shape():
     data = json.loads(result.stdout)
     assert data["schema_version"] == 1 and len(data["findings"]) == 1
     finding = data["findings"][0]
-    assert set(finding) == {"id", "title", "cause", "fix", "also", "excerpt", "values"}
+    assert set(finding) == {"id", "title", "cause", "fix", "also", "runs", "excerpt", "values"}
     assert finding["id"] == "cuda.requirement" and isinstance(finding["also"], list)
     assert finding["values"]["cuda_required"] == "12.8" and finding["values"]["driver_min"] == "570.26"
 
@@ -116,3 +116,17 @@ def test_human_output_does_not_interpret_markup():
                                             'device driver "" with capabilities: [[gpu]].'])
     assert result.exit_code == 0
     assert "[bold]x[/bold]" in result.stdout and "[[gpu]]" in result.stdout
+
+
+def test_json_says_where_each_command_runs_and_the_text_is_the_renderers():
+    """The explain tables' `runs` column (and the hooks' parts) reach --json: node commands, gpunode/kubectl
+    commands where the user is, words."""
+    result = runner.invoke(app, ["explain", "--json", "Failed to initialize NVML: Driver/library version mismatch"])
+    finding = json.loads(result.stdout)["findings"][0]
+    assert finding["fix"] == "sudo reboot" and finding["runs"]["fix"] == "node"
+    assert len(finding["runs"]["also"]) == len(finding["also"])
+    assert set(finding["runs"]["also"]) <= {"node", "controller", "manual"} and "node" in finding["runs"]["also"]
+    kube = json.loads(runner.invoke(app, ["explain", "--json", "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."]
+                                    ).stdout)["findings"][0]
+    assert any(a.startswith("kubectl") and r == "controller" for a, r in zip(kube["also"], kube["runs"]["also"],
+                                                                             strict=True)), kube

@@ -9,7 +9,7 @@ import shlex
 import pytest
 from typer.testing import CliRunner
 
-from gpunode import connection
+from gpunode import connection, fixes
 from gpunode.cli import app
 from gpunode.cli._target import Target, runnable
 from gpunode.inventory import InventoryHost
@@ -27,25 +27,32 @@ def _target(**kw) -> Target:
 
 
 def test_runnable_inserts_the_node_right_after_the_subcommand():
-    assert runnable("gpunode install --driver 580.178.04", ["--host", "gpu-01"]) == \
+    assert runnable(fixes.gpunode("install", driver="580.178.04"), ["--host", "gpu-01"]) == \
         "gpunode install --host gpu-01 --driver 580.178.04"
-    # every gpunode command in the text, including one in a trailing comment; other programs untouched
-    text = "gpunode doctor  # then gpunode install --only toolkit; nvidia-smi"
-    assert runnable(text, ["--host", "n"]) == "gpunode doctor --host n  # then gpunode install --host n --only toolkit; nvidia-smi"
+    # every gpunode command of the fix, including one in a trailing comment; words untouched
+    fix = fixes.gpunode("doctor") + "  # then " + fixes.gpunode("install", only="toolkit") + "; nvidia-smi"
+    assert runnable(fix, ["--host", "n"]) == "gpunode doctor --host n  # then gpunode install --host n --only toolkit; nvidia-smi"
     # offline commands take no node
-    assert runnable("gpunode compat --gpu H100", ["--host", "n"]) == "gpunode compat --gpu H100"
-    assert runnable("gpunode install --driver X", []) == "gpunode install --driver X"
+    assert runnable(fixes.gpunode("compat", gpu="H100"), ["--host", "n"]) == "gpunode compat --gpu H100"
+    assert runnable(fixes.gpunode("install", driver="X"), []) == "gpunode install --driver X"
 
 
 def test_runnable_leaves_a_command_already_made_for_the_node_alone():
-    once = runnable("gpunode install --driver X", ["--host", "n", "--identity", "/k"])
+    once = runnable(fixes.gpunode("install", driver="X"), ["--host", "n", "--identity", "/k"])
     assert runnable(once, ["--host", "n", "--identity", "/k"]) == once == "gpunode install --host n --identity /k --driver X"
+
+
+def test_text_that_is_not_a_fix_is_words_and_left_as_it_is():
+    """Nothing is guessed from the words: a command spelled in text stays as written (the source scans in
+    tests/test_fixes.py keep such text out of gpunode)."""
+    for text in ("gpunode install --driver X", "sudo modprobe nvidia", "see `nvidia-smi -L`"):
+        assert runnable(text, ["--host", "n"], ["ssh", "n"]) == text
 
 
 def test_node_args_quote_every_value_and_carry_the_connection_options():
     t = _target(hosts=["ops user@gpu-01:2222"], identity=["/keys/my key"], known_hosts=["/tmp/kh"],
                 ssh_config="/cfg/ssh config", ask_become_pass=True, connect_timeout=30.0, accept_new_host_key=True)
-    fix = t.fix("gpunode install --only toolkit")
+    fix = t.fix(fixes.gpunode("install", only="toolkit"))
     assert fix is not None
     words = shlex.split(fix)  # a shell reads back exactly the values given
     assert words[:4] == ["gpunode", "install", "--host", "ops user@gpu-01:2222"]
@@ -59,8 +66,8 @@ def test_node_args_quote_every_value_and_carry_the_connection_options():
 def test_fleet_nodes_from_an_inventory_are_named_by_inventory_and_limit():
     t = _target(hosts=["extra-01"], inventory="inv/hosts.ini")
     in_inventory = InventoryHost("gpu-07", address="10.0.0.7", user="ubuntu")
-    assert t.fix("gpunode doctor", in_inventory) == "gpunode doctor --inventory inv/hosts.ini --limit gpu-07"
-    assert t.fix("gpunode doctor", InventoryHost("extra-01")) == "gpunode doctor --host extra-01"
+    assert t.fix(fixes.gpunode("doctor"), in_inventory) == "gpunode doctor --inventory inv/hosts.ini --limit gpu-07"
+    assert t.fix(fixes.gpunode("doctor"), InventoryHost("extra-01")) == "gpunode doctor --host extra-01"
 
 
 def test_doctor_fix_names_the_host_and_connection_options(serve, tmp_path):
@@ -116,7 +123,7 @@ def test_fleet_doctor_fixes_name_each_node_and_a_legend_explains_the_marks(monke
 @pytest.mark.parametrize("value", ["a b", "x;rm -rf /", "$(id)", "it's"])
 def test_node_values_survive_a_shell_round_trip(value):
     t = _target(hosts=[value], identity=[value])
-    fix = t.fix("gpunode verify")
+    fix = t.fix(fixes.gpunode("verify"))
     assert fix is not None
     words = shlex.split(fix)
     assert words[words.index("--host") + 1] == value and words[words.index("--identity") + 1] == value
@@ -148,13 +155,13 @@ def test_a_steps_fix_reaches_the_cli_as_data_in_text_and_json(docker_without_too
     from gpunode.fixes import Fix
 
     seen = []
-    structured = _target._structured
+    render = _target.runnable
 
-    def spy(fix, node_args, ssh):
+    def spy(fix, node_args, ssh=()):
         seen.append(fix)
-        return structured(fix, node_args, ssh)
+        return render(fix, node_args, ssh)
 
-    monkeypatch.setattr(_target, "_structured", spy)
+    monkeypatch.setattr(_target, "runnable", spy)
     for extra in ([], ["--json"]):
         seen.clear()
         result = runner.invoke(app, ["plan", "--host", "root@gpu-01", "--only", "runtime", *extra])

@@ -8,9 +8,9 @@ import shlex
 
 from typer.testing import CliRunner
 
-from gpunode import compat, gpus
+from gpunode import compat, fixes, gpus
 from gpunode.cli import app
-from gpunode.cli._target import on_node, runnable
+from gpunode.cli._target import runnable
 from tests.cli.conftest import flat
 from tests.doctor.fakes import finished, set_output
 from tests.fakes.connection import ROCKY_9, FakeNode
@@ -122,7 +122,8 @@ def test_headers_advice_follows_the_distribution(serve):
 
 # -- node commands in fixes, for a remote node --------------------------------------------------------------------
 def test_node_commands_are_run_through_ssh_with_the_same_port_and_key():
-    fix = "sudo modprobe nvidia  # if it fails: `sudo dmesg | gpunode explain`"
+    fix = (fixes.on_node("sudo modprobe nvidia") + "  # if it fails: `"
+           + fixes.on_node("sudo dmesg", fixes.gpunode("explain")) + "`")
     made = runnable(fix, ["--host", "ubuntu@gpu-01:2222"], SSH)
     assert made == ('ssh -t -p 2222 ubuntu@gpu-01 "sudo modprobe nvidia"  # if it fails: '
                     '`ssh -p 2222 ubuntu@gpu-01 "sudo dmesg" | gpunode explain`')
@@ -132,9 +133,9 @@ def test_node_commands_are_run_through_ssh_with_the_same_port_and_key():
 
 def test_a_node_command_with_shell_characters_reaches_the_node_unchanged():
     command = "sudo apt-get purge 'nvidia-*' && echo \"$HOME\""
-    words = shlex.split(on_node(command, SSH))
+    words = shlex.split(runnable(fixes.on_node(command), [], SSH))
     assert words == ["ssh", "-t", "-p", "2222", "ubuntu@gpu-01", command]
-    assert shlex.split(on_node("sudo reboot", SSH))[-1] == "sudo reboot"
+    assert shlex.split(runnable(fixes.on_node("sudo reboot"), [], SSH))[-1] == "sudo reboot"
 
 
 def test_doctor_on_a_remote_node_prints_node_commands_through_ssh(serve, tmp_path):

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gpunode import compat, gpus
+from gpunode import compat, fixes, gpus
 from gpunode.cli import app
 from gpunode.cli._target import runnable
 from gpunode.doctor import CHECKS
@@ -125,8 +125,8 @@ def test_fresh_node_fails_where_work_is_left(sim_node):  # noqa: F811
     assert flagged(checks) == {"kernel.nouveau-loaded": "fail", "kernel.nouveau-blacklisted": "fail",
                                "driver.loaded": "fail", "container.toolkit-installed": "fail"}
     # fixes name the node they are about (gpunode/cli/_target.py), so they run there as printed
-    assert checks["kernel.nouveau-loaded"]["fix"] == runnable("gpunode install --only nouveau --reboot", node.cli_args())
-    install = runnable("gpunode install --driver", node.cli_args())
+    assert checks["kernel.nouveau-loaded"]["fix"] == runnable(fixes.gpunode("install", only="nouveau", reboot=True), node.cli_args())
+    install = runnable(fixes.gpunode("install", driver=True), node.cli_args())
     fix = checks["driver.loaded"]["fix"]
     assert fix.startswith(install + " ")  # with a release that suits the T4, from the branch table
     version = fix[len(install):].split()[0]
@@ -134,7 +134,7 @@ def test_fresh_node_fails_where_work_is_left(sim_node):  # noqa: F811
     assert compat.driver_supports(gpus.architecture_of(gpus.lookup_id(0x1EB8)), compat.parse_driver(version))[0]
     assert checks["container.docker-nvidia-runtime"]["status"] == "skip"  # waits for the toolkit
     assert checks["hw.gpu-present"]["evidence"] == "1 NVIDIA GPU(s): Tesla T4 (Turing) at 0000:00:1e.0"
-    assert "fix: " + runnable("gpunode install --only nouveau --reboot", node.cli_args()) in " ".join(result.stdout.split())
+    assert "fix: " + runnable(fixes.gpunode("install", only="nouveau", reboot=True), node.cli_args()) in " ".join(result.stdout.split())
 
 
 def test_node_without_gpu(sim_node):  # noqa: F811
@@ -470,7 +470,7 @@ def test_broken_t4_variant_end_of_life_branch(t4, mirror):
         assert_exactly(checks, "driver.branch-lifecycle", "warn", T4_BASELINE, set())
         assert checks["driver.branch-lifecycle"]["evidence"] == (
             f"driver {OLD}: R470 LTSB reached end of life in 2024-07")
-        assert checks["driver.branch-lifecycle"]["fix"].startswith(runnable("gpunode install --driver 580.", t4.cli_args()))
+        assert checks["driver.branch-lifecycle"]["fix"].startswith(runnable(fixes.gpunode("install"), t4.cli_args()) + " --driver 580.")
 
 
 def _unattended(node: SimNode, undo: Undo) -> None:
@@ -524,7 +524,7 @@ def test_broken_variant_driver_branch_too_old_for_the_gpu(mirror):
         checks = doctor(node)
         assert checks["driver.branch-supports-gpu"]["status"] == "fail"
         assert "Ada Lovelace" in checks["driver.branch-supports-gpu"]["evidence"]
-        assert checks["driver.branch-supports-gpu"]["fix"].startswith(runnable("gpunode install --driver ", node.cli_args()))
+        assert checks["driver.branch-supports-gpu"]["fix"].startswith(runnable(fixes.gpunode("install"), node.cli_args()) + " --driver ")
         assert set(flagged(checks)) == {"driver.branch-supports-gpu", "driver.branch-lifecycle"}
         assert checks["driver.loaded"]["status"] == "skip"  # the branch is why it does not load
     finally:

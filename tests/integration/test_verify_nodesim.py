@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 from typer.testing import CliRunner
 
+from gpunode import fixes
 from gpunode.cli import app
 from gpunode.cli._target import runnable
 from tests.integration.test_doctor_nodesim import Mirror, V, finish, invoke
@@ -72,8 +73,8 @@ def test_driver_too_old_for_the_image_fails_explained(t4):
     for test in data["tests"]:
         assert test["status"] == "fail" and test["findings"][0]["id"] == "cuda.requirement"
         assert "unsatisfied condition: cuda>=13.1" in test["output"]
-        assert test["fix"].startswith(runnable("gpunode install --driver ", t4.cli_args()))
-        assert test["fix"].endswith(runnable(f"gpunode verify --image {IMAGE}", t4.cli_args()))
+        assert test["fix"].startswith(runnable(fixes.gpunode("install"), t4.cli_args()) + " --driver ")
+        assert test["fix"].endswith(runnable(fixes.gpunode("verify", image=IMAGE), t4.cli_args()))
 
 
 def test_runtime_not_configured_fails_explained_then_passes_once_wired_in(mirror):
