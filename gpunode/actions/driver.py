@@ -14,6 +14,7 @@ from gpunode.artifacts.source import Source, Verified, obtain
 from gpunode.connection.base import TEMP_PARENT, Connection, DiskFree, megabytes
 from gpunode.errors import CommandError
 from gpunode.explain import installer_failure
+from gpunode.actions.packages import PackageCommand
 from gpunode.records import DriverRecord, UndoRecord
 from gpunode.shell import Script
 
@@ -348,3 +349,19 @@ class StartGpuServices(Action):
             raise CommandError("could not start again: " + "; ".join(failed),
                                fix=f"`journalctl -u {failed[0].split(':')[0]}` says why; fix it and run again")
         return None
+
+
+@dataclass(frozen=True)
+class InstallDriverPackages(PackageCommand):
+    """--driver-source packages: the route's packages at their exact versions in one transaction (DKMS, where the
+    route builds, runs in their post-install scripts). Records what the transaction added (PackagesRecord, so
+    `uninstall` purges exactly those) and the driver it put in place with its source."""
+
+    version: str = ""
+    previous: str | None = None
+
+    kind = "driver-packages"
+
+    def apply_recorded(self, conn: Connection) -> tuple[str | None, list[UndoRecord]]:
+        note, records = super().apply_recorded(conn)
+        return note, [*records, DriverRecord(version=self.version, previous=self.previous, source="packages")]
