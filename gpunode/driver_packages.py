@@ -196,7 +196,7 @@ def is_route_package(name: str) -> bool:
     return any(re.match(p, name) for os_key in ("debian", "ubuntu", "rhel", "sles") for p in candidate_names(os_key))
 
 
-def sources_fix(os_key: str, codename: str | None) -> str:
+def sources_fix(os_key: str, codename: str | None, version: str = "") -> str:
     """The command that makes the route's repository available (runnable as printed on the node)."""
     if os_key == "debian":
         suite = codename or "bookworm"
@@ -208,6 +208,7 @@ def sources_fix(os_key: str, codename: str | None) -> str:
         return ("sudo add-apt-repository -y restricted && sudo add-apt-repository -y multiverse && "
                 "sudo apt-get update")
     if os_key == "rhel":
-        return (f"sudo dnf config-manager --add-repo {CUDA_REPO}/rhel9/x86_64/cuda-rhel9.repo && "
+        major = version.split(".", 1)[0] or "9"
+        return (f"sudo dnf config-manager --add-repo {CUDA_REPO}/rhel{major}/x86_64/cuda-rhel{major}.repo && "
                 "sudo dnf makecache")
     return f"sudo zypper addrepo {CUDA_REPO}/sles15/x86_64/cuda-sles15.repo && sudo zypper refresh"

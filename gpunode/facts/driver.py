@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 from packaging.version import Version
 
 from gpunode import versions
-from gpunode.journal import JOURNAL_PATH
 from gpunode.facts.kernel import MODPROBE_D, LoadedDriver, effective_modprobe_files, parse_modprobe_directives
 from gpunode.facts.registry import HUNG, SMI_CALL, Section, command, command_section, files, smi_output
+from gpunode.journal import JOURNAL_PATH
 
 if TYPE_CHECKING:
     from gpunode.facts import Facts

@@ -49,7 +49,7 @@ def installed(facts: Facts) -> dict[str, tuple[str, bool]]:
 def route_of(facts: Facts, options: Options, version: str, flavour: str) -> routes.Route | StepPlan:
     os_key = routes.route_os(facts.os.id, facts.os.family)
     if os_key is None:
-        return blocked(NAME, f"no packages route for {facts.os.id or 'this OS'} {facts.os.version_id}: gpunode knows "
+        return blocked(NAME, f"no packages route for {facts.os.id or 'this OS'} {facts.os.version}: gpunode knows "
                              "Debian's non-free, Ubuntu's archive, NVIDIA's CUDA repository for the RHEL family and "
                              "SUSE", fixes.same_run(options, "install", driver_source="run") + "  # NVIDIA's .run")
     kernel = (bake.target_kernel(facts, options) if options.bake else None) or facts.kernel
@@ -71,9 +71,8 @@ def _missing(facts: Facts, options: Options, route: routes.Route, version: str) 
     for w in route.missing:
         have = ", ".join(w.offered[:6]) if w.offered else "none"
         lines.append(f"{w.name} (offered: {have})")
-    codename = facts.os.codename if hasattr(facts.os, "codename") else None
     offered_any = any(w.offered for w in route.packages)
-    fix = (fixes.on_node(routes.sources_fix(os_key, codename)) + "  # makes the repository available (a "
+    fix = (fixes.on_node(routes.sources_fix(os_key, facts.os.codename, facts.os.version)) + "  # makes the repository available (a "
            "gpunode-private source file); then run the same command again") if not offered_any else (
         fixes.on_node("sudo apt-get update" if os_key in ("debian", "ubuntu") else "sudo dnf makecache")
         + "  # refreshes the package lists; if the version is still not offered, choose one the repositories "

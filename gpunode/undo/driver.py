@@ -19,8 +19,8 @@ import dataclasses
 import shlex
 
 from gpunode import fixes, pkgmgr
-from gpunode.actions.packages import package_command
 from gpunode.actions.driver import StopGpuServices, UnloadModules
+from gpunode.actions.packages import package_command
 from gpunode.facts import Facts
 from gpunode.facts.holders import MODULES, Holders, gpu_holders
 from gpunode.plan import Action, Reboot, RunCommand, Status, StepPlan, blocked, change, ok

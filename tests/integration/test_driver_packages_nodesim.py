@@ -12,7 +12,6 @@ from typer.testing import CliRunner
 
 from gpunode.actions import packages as package_actions
 from gpunode.cli import app
-from tests.nodesim.fixtures import host_guard, nodesim_available, sim_node  # noqa: F401 - pytest fixtures
 
 pytestmark = pytest.mark.integration
 
@@ -81,7 +80,11 @@ def test_debian_install_rerun_upgrade_uninstall(sim_node) -> None:  # type: igno
 
     # status and doctor say packages own the driver
     code, out = run(node, "status")
-    assert "packages" in out, out
+    line = next(x for x in out.splitlines() if x.startswith(f"driver {DEBIAN_NEW}: "))
+    assert "installed by gpunode from packages (" in line and "nvidia-kernel-dkms" in line, out
+    code, out = run(node, "doctor", "--format", "json")
+    single = next(c for c in json.loads(out)["checks"] if c["id"] == "driver.single-source")
+    assert "from distribution packages" in single["evidence"] and "installed by gpunode" in single["evidence"]
 
     # uninstall purges exactly what gpunode added
     code, out = run(node, "uninstall", "--only", "driver", "--stop-gpu-services")
