@@ -19,13 +19,13 @@ import shlex
 from gpunode import bake, fixes, pkgmgr
 from gpunode import driver_packages as routes
 from gpunode.actions.driver import InstallDriverPackages
-from gpunode.actions.packages import package_command
+from gpunode.actions.packages import install_packages, package_command
 from gpunode.facts import Facts
 from gpunode.facts import driver as driver_facts
 from gpunode.facts import fabric as fabric_facts
 from gpunode.facts.driver import DriverState
 from gpunode.facts.holders import MODULES
-from gpunode.facts.packages import PKG_STATUS
+from gpunode.facts.packages import PACKAGE_LOCKS, PKG_STATUS, held_packages
 from gpunode.options import Options
 from gpunode.plan import Action, Reboot, RunCommand, StepPlan, blocked, change, ok
 from gpunode.rules import NO_GPU, NO_GPU_FIX, package_manager
@@ -40,9 +40,11 @@ def manager_of(facts: Facts, os_key: str) -> str | None:
 
 def installed(facts: Facts) -> dict[str, tuple[str, bool]]:
     """{name: (version, held)} of the driver packages installed (dpkg/rpm, with apt-mark holds)."""
-    found = {n: (v, False) for n, v in facts[driver_facts.PACKAGES]}
-    for name, pkg in (facts.get(PKG_STATUS) or {}).items():
-        found[name] = (pkg.version, pkg.held)
+    status = facts.get(PKG_STATUS) or {}
+    held = held_packages(status, facts.get(PACKAGE_LOCKS) or {})
+    found = {n: (v, n in held) for n, v in facts[driver_facts.PACKAGES]}
+    for name, pkg in status.items():
+        found[name] = (pkg.version, name in held)
     return found
 
 
@@ -143,16 +145,21 @@ def plan(facts: Facts, options: Options, state: DriverState, version: str, flavo
     return _install(facts, options, state, version, route, manager, notes, others, run_there)
 
 
-def _hold(manager: str, route: routes.Route, names: list[str], options: Options) -> Action:
+def _hold(facts: Facts, manager: str, route: routes.Route, names: list[str], options: Options) -> list[Action]:
+    """apt-mark hold / dnf versionlock add (its plugin installed first when missing) / zypper addlock."""
     m = pkgmgr.get(manager)
     specs = [(n, v) for n, v in route.specs() if n in names]
-    return package_command(f"hold the driver packages ({', '.join(names)}) so no upgrade moves them alone",
-                           manager, m.hold_all(specs), packages=names, lock_timeout=options.lock_timeout)
+    first: list[Action] = []
+    if m.versionlock_plugin and m.versionlock_plugin not in (facts.get(PKG_STATUS) or {}):
+        first.append(install_packages(f"install the {manager} versionlock plugin", manager, (m.versionlock_plugin,),
+                                      lock_timeout=options.lock_timeout))
+    return [*first, package_command(f"hold the driver packages ({', '.join(names)}) so no upgrade moves them alone",
+                                    manager, m.hold_all(specs), packages=names, lock_timeout=options.lock_timeout)]
 
 
 def _in_place(facts: Facts, options: Options, state: DriverState, version: str, route: routes.Route, manager: str,
               notes: list[str], unheld: list[str]) -> StepPlan:
-    holds = [_hold(manager, route, unheld, options)] if unheld else []
+    holds = _hold(facts, manager, route, unheld, options) if unheld else []
     label = f"driver {version} from packages ({route.module.name} {route.module.version})"
     loaded = state.loaded
     if options.bake or not facts.gpus:
@@ -217,7 +224,7 @@ def _install(facts: Facts, options: Options, state: DriverState, version: str, r
     elif loaded_modules or facts.loaded_driver is not None:
         from gpunode.steps.driver import replace_loaded_with
 
-        hold = (_hold(manager, route, [n for n, _ in route.specs()], options),) \
+        hold = tuple(_hold(facts, manager, route, [n for n, _ in route.specs()], options)) \
             if options.hold_driver is not False else ()
         replaced = replace_loaded_with(facts, options, version, notes, reason, loaded_modules,
                                        lambda stays, units: [install], hold)
@@ -226,7 +233,7 @@ def _install(facts: Facts, options: Options, state: DriverState, version: str, r
         actions += [install, RunCommand(f"load the driver {version} kernel module", ("modprobe", "nvidia"),
                                         timeout=120)]
     if options.hold_driver is not False:
-        actions.append(_hold(manager, route, [n for n, _ in route.specs()], options))
+        actions += _hold(facts, manager, route, [n for n, _ in route.specs()], options)
     return change(NAME, reason, actions, *notes)
 
 

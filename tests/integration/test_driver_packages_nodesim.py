@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from gpunode.actions import packages as package_actions
 from gpunode.cli import app
+from gpunode.driver_packages import sources_fix
 
 pytestmark = pytest.mark.integration
 
@@ -201,11 +202,12 @@ def test_ubuntu_switch_from_a_run_gpunode_installed_to_packages_and_back(sim_nod
 def test_rocky_from_the_cuda_repository(sim_node) -> None:  # type: ignore[no-untyped-def]
     node = sim_node("rocky-9-t4")
     args = ("--driver-source", "packages", "--driver", "535.274.02", *STEPS)
-    code, out = run(node, "plan", *args[:-1])
-    assert code == 1 and "cuda-rhel9.repo" in out, out  # no CUDA repository yet: the fix adds it
-    fix = next(line for line in out.splitlines() if "config-manager --add-repo" in line)
-    command = fix[fix.index("sudo dnf"):].split("  #")[0].replace("sudo ", "")
-    assert node.ssh(command)[0] == 0
+    blocked = driver_step(plan_json(node, *args))
+    assert blocked["status"] == "blocked", blocked  # no CUDA repository yet: the fix adds it
+    command = sources_fix("rhel", "", "9")
+    assert "cuda-rhel9.repo" in command and command in blocked["fix"], blocked["fix"]
+    rc, _, err = node.ssh(command)
+    assert rc == 0, err
     step = driver_step(plan_json(node, *args))
     text = json.dumps(step)
     assert "kmod-nvidia-latest-dkms-535.274.02-1.el9" in text and "nvidia-driver:535-dkms" in text
