@@ -222,7 +222,7 @@ def _plan(facts: Facts, options: Options, earlier: Earlier, state: DriverState) 
                             "is loaded and left as it is")
         return _no_driver(facts, state, options)
     if options.driver_source == "packages":
-        return _from_packages(facts, options, state, version)
+        return _from_packages(facts, options, state, version, earlier)
     if state.packages and not (state.loaded and state.loaded.version == version and not state.mismatch):
         # before the GPU check: the packaged driver is the reason a .run cannot go here, GPU or not
         return blocked(NAME, f"{_packaged_label(state)} is installed; a .run install on top would mix two drivers "
@@ -290,7 +290,8 @@ def _plan(facts: Facts, options: Options, earlier: Earlier, state: DriverState) 
     return _install(facts, options, version, choice, notes, reason, earlier)
 
 
-def _from_packages(facts: Facts, options: Options, state: DriverState, version: str) -> StepPlan:
+def _from_packages(facts: Facts, options: Options, state: DriverState, version: str, earlier: Earlier
+                   ) -> StepPlan:
     """--driver-source packages (gpunode/steps/driver_packages.py): the flavour chosen per GPU as for the .run."""
     choice = choose_flavour([d.device for d in facts.gpus], version, options.kernel_module)
     if isinstance(choice, str):
@@ -302,7 +303,7 @@ def _from_packages(facts: Facts, options: Options, state: DriverState, version: 
         if kernel is None or kernel not in bake.installed_kernels(facts):
             return _bake_plan(facts, options, version, choice, notes, state)  # its refusals name the kernel
         notes.append(f"bake: the module is built for {kernel} (and every kernel with headers) and not loaded")
-    return driver_packages.plan(facts, options, state, version, choice.flavour, notes)
+    return driver_packages.plan(facts, options, state, version, choice.flavour, notes, earlier)
 
 
 def _install(facts: Facts, options: Options, version: str, choice: Flavour, notes: list[str], reason: str,

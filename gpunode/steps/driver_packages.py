@@ -27,7 +27,7 @@ from gpunode.facts.driver import DriverState
 from gpunode.facts.holders import MODULES
 from gpunode.facts.packages import PACKAGE_LOCKS, PKG_STATUS, held_packages
 from gpunode.options import Options
-from gpunode.plan import Action, Reboot, RunCommand, StepPlan, blocked, change, ok
+from gpunode.plan import Action, Earlier, Reboot, RunCommand, StepPlan, blocked, change, ok
 from gpunode.rules import NO_GPU, NO_GPU_FIX, package_manager
 
 NAME = "driver"
@@ -67,20 +67,21 @@ def _gsp_gpu(device: int) -> bool:
     return _open_need(device) != "unsupported"
 
 
-def _missing(facts: Facts, options: Options, route: routes.Route, version: str) -> StepPlan:
+def _missing(facts: Facts, options: Options, route: routes.Route, version: str, notes: list[str]) -> StepPlan:
     os_key = routes.route_os(facts.os.id, facts.os.family) or ""
     lines = []
     for w in route.missing:
         have = ", ".join(w.offered[:6]) if w.offered else "none"
         lines.append(f"{w.name} (offered: {have})")
     offered_any = any(w.offered for w in route.packages)
-    fix = (fixes.on_node(routes.sources_fix(os_key, facts.os.codename, facts.os.version)) + "  # makes the repository available (a "
-           "gpunode-private source file); then run the same command again") if not offered_any else (
+    where = f" (into {routes.DEBIAN_NONFREE_LIST}, gpunode's own file)" if os_key == "debian" else ""
+    fix = (fixes.on_node(routes.sources_fix(os_key, facts.os.codename, facts.os.version))
+           + f"  # makes the repository available{where}; then run the same command again") if not offered_any else (
         fixes.on_node("sudo apt-get update" if os_key in ("debian", "ubuntu") else "sudo dnf makecache")
         + "  # refreshes the package lists; if the version is still not offered, choose one the repositories "
         "have: " + fixes.same_run(options, "install", driver=_nearest(route) or version))
     plan = blocked(NAME, f"the configured repositories do not offer driver {version} for the {route.id} route: "
-                         + "; ".join(lines), fix, route.why)
+                         + "; ".join(lines), fix, *notes, route.why)
     return dataclasses.replace(plan, lasting=True)  # no step of this run adds repositories: nothing runs
 
 
@@ -104,10 +105,16 @@ def _fabric_missing(facts: Facts, version: str, manager: str) -> str | None:
     return None
 
 
-def plan(facts: Facts, options: Options, state: DriverState, version: str, flavour: str, notes: list[str]
-         ) -> StepPlan:
+def plan(facts: Facts, options: Options, state: DriverState, version: str, flavour: str, notes: list[str],
+         earlier: Earlier | None = None) -> StepPlan:
     if not facts.gpus and not options.bake:
         return blocked(NAME, NO_GPU, NO_GPU_FIX)
+    if facts.module_loaded("nouveau") and not options.bake:
+        nouveau = earlier.plan("nouveau") if earlier is not None else None
+        if nouveau is None or not nouveau.reboot_required:
+            return blocked(NAME, "nouveau is loaded: the nvidia module cannot load while it holds the GPU",
+                           "let the nouveau step blacklist it (do not --skip nouveau), reboot, and run again")
+        notes = [*notes, "runs after the reboot the nouveau step needs (pass --reboot to have gpunode do it)"]
     found = route_of(facts, options, version, flavour)
     if isinstance(found, StepPlan):
         return found
@@ -115,13 +122,17 @@ def plan(facts: Facts, options: Options, state: DriverState, version: str, flavo
     os_key = routes.route_os(facts.os.id, facts.os.family) or ""
     manager = manager_of(facts, os_key) or "apt"
     if route.missing:
-        return _missing(facts, options, route, version)
+        return _missing(facts, options, route, version, notes)
     fm = _fabric_missing(facts, version, manager)
     if fm:
         return dataclasses.replace(blocked(NAME, f"NVSwitch node: the repositories offer the driver {version} but not "
                                                  f"its fabric manager: {fm}", "choose a --driver release whose fabric "
                                                  "manager the repositories carry (apt-cache policy / dnf list "
                                                  "--showduplicates nvidia-fabricmanager*)"), lasting=True)
+    if facts.secure_boot.enabled and not route.precompiled and os_key != "ubuntu":
+        notes.append("Secure Boot is on: DKMS signs the module with its own key (Debian: /var/lib/dkms/mok.pub), "
+                     "which must be enrolled (`sudo mokutil --import` it, confirmed at the next boot) or the kernel "
+                     "refuses the module")
     notes = [*notes, f"{route.id}: {route.why}",
              "packages: " + ", ".join(f"{n} {v}" for n, v in route.specs())]
     have = installed(facts)
