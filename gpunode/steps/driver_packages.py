@@ -14,7 +14,6 @@ at package install for every kernel with headers).
 from __future__ import annotations
 
 import dataclasses
-import shlex
 
 from gpunode import bake, fixes, pkgmgr
 from gpunode import driver_packages as routes
@@ -216,7 +215,7 @@ def _install(facts: Facts, options: Options, state: DriverState, version: str, r
         stream = f"nvidia-driver:{version.split('.')[0]}-{'open' if 'open' in route.module.name else 'dkms'}"
         transaction.append(("dnf", "module", "enable", "-y", stream))
     if others:
-        transaction.append(_purge(manager, others))
+        transaction.append(pkgmgr.get(manager).purge(others))
     transaction.append(m.install(specs, downgrade=True))
     install = InstallDriverPackages(f"install NVIDIA driver {version} from packages: " + ", ".join(specs),
                                     manager=manager, cmds=tuple(transaction), packages=tuple(n for n, _ in
@@ -246,15 +245,3 @@ def _install(facts: Facts, options: Options, state: DriverState, version: str, r
     if options.hold_driver is not False:
         actions += _hold(facts, manager, route, [n for n, _ in route.specs()], options)
     return change(NAME, reason, actions, *notes)
-
-
-def _purge(manager: str, names: list[str]) -> tuple[str, ...]:
-    if manager == "apt":
-        return ("apt-get", "purge", "-y", "--allow-change-held-packages", *names)
-    return pkgmgr.get(manager).remove(names)
-
-
-def remove_commands(manager: str, names: list[str]) -> str:
-    """The command that removes the route's packages (for a refusal's fix)."""
-    return "sudo " + shlex.join(_purge(manager, names))
-

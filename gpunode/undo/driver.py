@@ -92,10 +92,9 @@ def _packages(records: list[Record], state: NodeState, facts: Facts, request: Un
         return ok(NAME, f"the driver packages gpunode installed (driver {version}) are no longer installed", *notes)
     loaded = facts.loaded_driver.version if facts.loaded_driver else None
     m = pkgmgr.get(manager or "apt")
-    argv = (("apt-get", "purge", "-y", "--allow-change-held-packages", *names) if m.name == "apt"
-            else m.remove(names))
     purge = package_command(f"remove NVIDIA driver {version} from packages (gpunode installed them): "
-                            + ", ".join(names), m.name, argv, packages=names, lock_timeout=request.lock_timeout)
+                            + ", ".join(names), m.name, m.purge(names), packages=names,
+                            lock_timeout=request.lock_timeout)
     decided = _remove(facts, request, version, loaded, purge)
     return dataclasses.replace(decided, notes=(*decided.notes, *notes)) if notes else decided
 

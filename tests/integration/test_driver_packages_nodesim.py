@@ -195,6 +195,15 @@ def test_ubuntu_switch_from_a_run_gpunode_installed_to_packages_and_back(sim_nod
         assert code == 0, out
         assert (node.driver() or {}).get("method") == "pkg" and node.is_loaded("nvidia")
         assert not node.exists("/usr/bin/nvidia-installer")
+        # and back to a .run: the packages gpunode installed are purged first, never mixed
+        back = ("--driver", "535.129.03", "--cache-dir", str(tmp_path / "c"), "--stop-gpu-services", *STEPS)
+        step = driver_step(plan_json(node, *back))
+        assert "switching source" in json.dumps(step) and "apt-get purge" in json.dumps(step), step
+        code, out = run(node, "install", *back)
+        assert code == 0, out
+        assert (node.driver() or {}).get("method") == "run" and node.is_loaded("nvidia")
+        assert not [n for n in node.installed_packages() if n.startswith(("nvidia-", "linux-modules-nvidia"))
+                    and "container" not in n]
     finally:
         mirror.stop()
 
