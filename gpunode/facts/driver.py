@@ -139,8 +139,9 @@ _MODULE_PACKAGE = re.compile(r"^(?:nvidia(?:-tesla-\d+)?(?:-open)?-kernel-(?:dkm
 
 def upstream_version(package_version: str) -> str | None:
     """The NVIDIA release inside a package version: 535.261.03 of `535.261.03-1~deb12u1`, `3:580.95.05-1.el9`,
-    `535.183.01-0ubuntu0.22.04.1`; None when it carries none."""
-    found = re.search(rf"(?:^|:)({versions.DRIVER})(?=-|$|\+|~)", package_version)
+    `535.183.01-0ubuntu0.22.04.1`, SUSE's kernel module packages `580.95.05_k6.4.0_150600.23.25-1`; None when it
+    carries none."""
+    found = re.search(rf"(?:^|:)({versions.DRIVER})(?=-|$|\+|~|_k)", package_version)
     return found.group(1) if found else None
 
 

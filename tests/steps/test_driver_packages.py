@@ -125,3 +125,30 @@ def test_no_gpu_needs_bake_and_the_flavour_follows_the_gpu():
 def test_install_records_the_driver_and_its_source():
     action = dataclasses.replace(plan(node()).actions[0])
     assert isinstance(action, InstallDriverPackages) and action.kind == "driver-packages"
+
+
+def test_nvswitch_node_needs_the_fabric_manager_of_exactly_that_release():
+    switch = PciDevice("0000:05:00.0", 0x10DE, 0x22A3, 0x068000)
+    f = node(devices=(0x2330,))
+    offered = "nvidia-fabricmanager-535:\n  Version table:\n     535.183.01-1 500\n"
+    blocked = plan(dataclasses.replace(f, pci=(*f.pci, switch), outputs={**f.outputs,
+                                                                         "fm_available": Section(offered, 0)}))
+    assert blocked.status is Status.BLOCKED and blocked.lasting and "nvidia-fabricmanager-535 535.261.03" in \
+        blocked.reason
+    fine = f"nvidia-fabricmanager-535:\n  Version table:\n     {OLD}-1 500\n"
+    ok = plan(dataclasses.replace(f, pci=(*f.pci, switch), outputs={**f.outputs, "fm_available": Section(fine, 0)}))
+    assert ok.status is Status.CHANGE
+
+
+def test_suse_route_uses_zypper_with_exact_versions_and_locks():
+    sles = parse_os_release('ID="sles"\nID_LIKE="suse"\nVERSION_ID="15.6"\nPRETTY_NAME="SLES 15 SP6"\n')
+    offered = ("S | Name | Type | Version | Arch | Repository\n"
+               "  | nvidia-driver-G06-kmp-default | package | 580.95.05_k6.4.0_150600.23.25-1 | x86_64 | cuda\n"
+               "  | nvidia-compute-utils-G06 | package | 580.95.05-1 | x86_64 | cuda\n")
+    f = dataclasses.replace(node(offered=offered, devices=(0x1EB8,)), os=sles)
+    p = plan(f, "580.95.05", kernel_module="proprietary")
+    assert p.status is Status.CHANGE, p.reason
+    install = next(a for a in p.actions if isinstance(a, InstallDriverPackages))
+    assert install.manager == "zypper" and "nvidia-driver-G06-kmp-default-580.95.05_k6.4.0_150600.23.25-1" in \
+        install.commands()[-1]
+    assert any("zypper --non-interactive addlock" in c for a in p.actions for c in a.commands())
