@@ -455,3 +455,6 @@ def parse_gpunode_driver(text: str) -> GpunodeDriver:
 # the journal's record of the driver gpunode installed (which source), read by the driver step to switch sources
 GPUNODE_DRIVER = command("gpunode_driver_source", f"cat {JOURNAL_PATH} 2>/dev/null",
                          parse_gpunode_driver, module=_M)
+
+# the apt pin gpunode writes for a packages route (gpunode/driver_packages.py APT_PIN)
+APT_PIN_FILE = files("driver_apt_pin", ("/etc/apt/preferences.d/gpunode-nvidia-driver",), module=_M)

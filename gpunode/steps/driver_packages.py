@@ -26,7 +26,7 @@ from gpunode.facts.driver import DriverState
 from gpunode.facts.holders import MODULES
 from gpunode.facts.packages import PACKAGE_LOCKS, PKG_STATUS, held_packages
 from gpunode.options import Options
-from gpunode.plan import Action, Earlier, Reboot, RunCommand, StepPlan, blocked, change, ok
+from gpunode.plan import Action, Earlier, Reboot, RunCommand, Status, StepPlan, WriteFile, blocked, change, ok
 from gpunode.rules import NO_GPU, NO_GPU_FIX, package_manager
 
 NAME = "driver"
@@ -147,12 +147,35 @@ def plan(facts: Facts, options: Options, state: DriverState, version: str, flavo
                              "packages on top would mix two drivers",
                        fixes.on_node("sudo nvidia-installer --uninstall --silent") + "  # removes the .run driver "
                        "(then reboot if it was loaded); then run this command again", *notes)
+    pin = _pin(facts, manager, version)
     exact = all(have.get(n, ("", False))[0] == v for n, v in route.specs())
     hold = options.hold_driver is not False
     unheld = [n for n, _ in route.specs() if not have.get(n, ("", False))[1]]
     if exact and not others and not run_there:
-        return _in_place(facts, options, state, version, route, manager, notes, unheld if hold else [])
-    return _install(facts, options, state, version, route, manager, notes, others, run_there)
+        placed = _in_place(facts, options, state, version, route, manager, notes, unheld if hold else [])
+        if pin is None:
+            return placed
+        if placed.status is Status.OK:
+            return change(NAME, f"{placed.reason}; pinning its release for apt", [pin], *placed.notes)
+        return dataclasses.replace(placed, actions=(pin, *placed.actions))
+    decided = _install(facts, options, state, version, route, manager, notes, others, run_there)
+    if pin is None or decided.status is not Status.CHANGE:
+        return decided
+    at = next(i for i, a in enumerate(decided.actions) if isinstance(a, InstallDriverPackages))
+    return dataclasses.replace(decided, actions=(*decided.actions[:at], pin, *decided.actions[at:]))
+
+
+def _pin(facts: Facts, manager: str, version: str) -> WriteFile | None:
+    """apt: the preferences file that pins the driver's packages at the release (routes.APT_PIN); None when it is
+    there already, or the manager is not apt."""
+    if manager != "apt":
+        return None
+    now = facts[driver_facts.APT_PIN_FILE].get(routes.APT_PIN)
+    wanted = routes.apt_pin(version)
+    if now is not None and now.rstrip("\n") == wanted.rstrip("\n"):
+        return None
+    return WriteFile(f"pin the driver's packages at release {version} for apt ({routes.APT_PIN})",
+                     path=routes.APT_PIN, after=wanted, before=now)
 
 
 def _hold(facts: Facts, manager: str, route: routes.Route, names: list[str], options: Options) -> list[Action]:

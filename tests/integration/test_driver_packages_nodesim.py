@@ -61,6 +61,7 @@ def test_debian_install_rerun_upgrade_uninstall(sim_node) -> None:  # type: igno
     have = node.installed_packages()
     assert have["nvidia-kernel-dkms"] == "535.261.03-1~deb12u1" and have["libcuda1"] == "535.261.03-1~deb12u1"
     assert set(DEBIAN_SET) <= set(node.held_packages())
+    assert "Pin: version 535.261.03-*" in node.read("/etc/apt/preferences.d/gpunode-nvidia-driver")
     assert node.is_loaded("nvidia")
     assert "open-kernel" not in " ".join(have)  # T4 + R535: proprietary, as the .run path chooses
 
@@ -76,6 +77,7 @@ def test_debian_install_rerun_upgrade_uninstall(sim_node) -> None:  # type: igno
     assert code == 0, out
     have = node.installed_packages()
     assert have["nvidia-kernel-dkms"] == "535.309.01-0+deb12u1" and have["nvidia-smi"] == "535.309.01-0+deb12u1"
+    assert "Pin: version 535.309.01-*" in node.read("/etc/apt/preferences.d/gpunode-nvidia-driver")
     assert "nvidia-kernel-dkms" in node.held_packages()
     assert (node.driver() or {}).get("version") == DEBIAN_NEW and node.is_loaded("nvidia")
 
@@ -92,6 +94,7 @@ def test_debian_install_rerun_upgrade_uninstall(sim_node) -> None:  # type: igno
     assert code == 0, out
     have = node.installed_packages()
     assert not any(name in have for name in DEBIAN_SET), have
+    assert not node.exists("/etc/apt/preferences.d/gpunode-nvidia-driver")
     assert "dkms" in have  # the prerequisites step's, removed only by its own undo
 
 

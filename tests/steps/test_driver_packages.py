@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from gpunode import driver_packages as routes
 from gpunode.actions.driver import InstallDriverPackages, UnloadModules
 from gpunode.actions.packages import PackageCommand
 from gpunode.facts import Facts
@@ -40,11 +41,12 @@ def node(*, offered: str | None = None, installed: str | None = None, held: bool
         outs["driver_packages"] = Section("".join(f"{n} {ver(n)}\n" for n in SET), 0)
         outs["driver_userspace"] = Section(f"lib /usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so."
                                            f"{installed.split('-')[0]}\n", 0)
+    pinned = {routes.APT_PIN: routes.apt_pin(installed.split("-")[0])} if installed else {}
     nvrm = (f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {loaded}  Thu Oct 19 18:56:32 UTC 2023\n"
             if loaded else None)
     return Facts(os=DEBIAN, kernel="6.1.0-18-amd64", arch="x86_64",
                  pci=tuple(PciDevice(f"0000:{0x17 + i:02x}:00.0", 0x10DE, d, 0x030200) for i, d in enumerate(devices)),
-                 secure_boot=SecureBoot(False, False, "efivar 0"), outputs=outs,
+                 secure_boot=SecureBoot(False, False, "efivar 0"), outputs=outs, files=pinned,
                  loaded_driver=parse_nvidia_version(nvrm) if nvrm else None,
                  modules=frozenset({"nvidia"} if loaded else ()))
 
@@ -56,7 +58,9 @@ def plan(f: Facts, version: str = OLD, **opts: object):  # type: ignore[no-untyp
 def test_fresh_debian_installs_the_compute_set_at_exact_versions_loads_and_holds():
     p = plan(node())
     assert p.status is Status.CHANGE and "installing 535.261.03 from packages (debian-nonfree)" in p.reason
-    install, load, hold = p.actions
+    pin, install, load, hold = p.actions
+    assert pin.kind == "file" and pin.path == "/etc/apt/preferences.d/gpunode-nvidia-driver"
+    assert "Pin: version 535.261.03-*\nPin-Priority: 1001" in pin.after  # apt's resolver needs the whole release
     assert isinstance(install, InstallDriverPackages) and install.version == OLD
     line = install.commands()[-1]
     for name in SET:
@@ -81,10 +85,12 @@ def test_in_place_and_held_is_ok_unheld_gets_only_the_hold():
 def test_upgrade_within_the_branch_releases_unloads_installs_loads_and_holds_again():
     p = plan(node(installed=f"{OLD}-1~deb12u1", loaded=OLD), NEW)
     kinds = [type(a).__name__ for a in p.actions]
-    assert kinds == ["PackageCommand", "UnloadModules", "InstallDriverPackages", "RunCommand", "PackageCommand"], kinds
+    assert kinds == ["PackageCommand", "UnloadModules", "WriteFile", "InstallDriverPackages", "RunCommand",
+                     "PackageCommand"], kinds
+    assert "Pin: version 535.309.01-*" in p.actions[2].after
     assert p.actions[0].commands()[0].startswith("sudo apt-mark unhold")
     assert isinstance(p.actions[1], UnloadModules)
-    assert f"nvidia-kernel-dkms={NEW}-0+deb12u1" in p.actions[2].commands()[-1]
+    assert f"nvidia-kernel-dkms={NEW}-0+deb12u1" in p.actions[3].commands()[-1]
     assert p.actions[-1].commands()[0].startswith("sudo apt-mark hold")
 
 
@@ -109,21 +115,21 @@ def test_a_run_driver_someone_else_installed_is_refused_one_gpunode_installed_is
     switch = plan(node(journal=journal, **run))
     assert switch.status is Status.CHANGE and any("switching source" in n for n in switch.notes)
     assert switch.actions[0].commands() == ["sudo nvidia-installer --uninstall --silent"]
-    assert isinstance(switch.actions[1], InstallDriverPackages)
+    assert isinstance(switch.actions[2], InstallDriverPackages)
 
 
 def test_no_gpu_needs_bake_and_the_flavour_follows_the_gpu():
     assert plan(node(devices=())).status is Status.BLOCKED
     h100 = plan(node(devices=(0x2330,)))  # R535 on an H100: proprietary, the default before R560 (as for a .run)
-    assert "'nvidia-kernel-dkms=535.261.03-1~deb12u1'" in h100.actions[0].commands()[-1]
+    assert "'nvidia-kernel-dkms=535.261.03-1~deb12u1'" in h100.actions[1].commands()[-1]
     bake = plan(node(devices=()), bake=True, bake_kernel=None)
     assert bake.status is Status.BLOCKED and "no installed kernel" in bake.reason  # nothing tells which kernel
     forced = plan(node(offered=policy((*SET, "nvidia-open-kernel-dkms"))), kernel_module="open")
-    assert "nvidia-open-kernel-dkms=535.261.03-1~deb12u1" in forced.actions[0].commands()[-1]
+    assert "nvidia-open-kernel-dkms=535.261.03-1~deb12u1" in forced.actions[1].commands()[-1]
 
 
 def test_install_records_the_driver_and_its_source():
-    action = dataclasses.replace(plan(node()).actions[0])
+    action = dataclasses.replace(plan(node()).actions[1])
     assert isinstance(action, InstallDriverPackages) and action.kind == "driver-packages"
 
 
