@@ -234,7 +234,9 @@ def _install(facts: Facts, options: Options, state: DriverState, version: str, r
                                        m.unhold(held), packages=held, lock_timeout=options.lock_timeout))
     specs = [m.spec(n, v) for n, v in route.specs()]
     transaction: list[tuple[str, ...]] = []
-    if route.id == "rhel-cuda":  # the module stream of the branch and flavour (EL8/EL9 modular repositories)
+    if route.id == "rhel-cuda" and facts.os.version.split(".", 1)[0] in ("8", "9"):
+        # the module stream of the branch and flavour (EL8/EL9 modular repositories; EL10 has no streams: the
+        # packages alone, as NVIDIA's installation guide's table says)
         stream = f"nvidia-driver:{version.split('.')[0]}-{'open' if 'open' in route.module.name else 'dkms'}"
         transaction.append(("dnf", "module", "enable", "-y", stream))
     if others:

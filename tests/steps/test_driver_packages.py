@@ -158,3 +158,17 @@ def test_suse_route_uses_zypper_with_exact_versions_and_locks():
     assert install.manager == "zypper" and "nvidia-driver-G06-kmp-default-580.95.05_k6.4.0_150600.23.25-1" in \
         install.commands()[-1]
     assert any("zypper --non-interactive addlock" in c for a in p.actions for c in a.commands())
+
+
+def test_rhel_enables_the_branch_stream_on_el9_and_not_on_el10():
+    offered = ("Available Packages\nkmod-nvidia-open-dkms.x86_64   3:570.195.03-1.el9   cuda\n"
+               "nvidia-driver.x86_64   3:570.195.03-1.el9   cuda\n")
+    for version, stream in (("9.4", True), ("10.0", False)):
+        os = parse_os_release(f'ID="rocky"\nID_LIKE="rhel centos fedora"\nVERSION_ID="{version}"\nPRETTY_NAME="Rocky"\n')
+        f = dataclasses.replace(node(offered=offered, devices=(0x2330,)), os=os, tools={"dnf": "/usr/bin/dnf"})
+        p = plan(f, "570.195.03")
+        install = next(a for a in p.actions if isinstance(a, InstallDriverPackages))
+        lines = install.commands()
+        assert ("sudo dnf module enable -y nvidia-driver:570-open" in lines) is stream, lines
+        assert "kmod-nvidia-open-dkms-570.195.03-1.el9" in lines[-1]
+        assert any("dnf versionlock add" in c for a in p.actions for c in a.commands())
