@@ -324,7 +324,7 @@ def same_run(opts: Options, command: str = "install", **changes: Any) -> Fix:
 
 # what `same_run` repeats, in the order it spells them: the options a step's plan reads from Options as given
 # (cache_dir and toolkit_packages are resolved to paths, and only/skip are not Options: they are not repeated)
-_AGAIN = ("driver", "driver_run", "sha256", "kernel_module", "module_signing_key", "module_signing_cert",
+_AGAIN = ("driver", "driver_source", "driver_run", "sha256", "kernel_module", "module_signing_key", "module_signing_cert",
           "toolkit_version", "set_as_default", "k8s", "engines", "kubeconfig", "gpu_replicas", "mps",
           "mps_thread_percentage", "mig_layout", "hold_kernel", "hold_driver", "stop_gpu_services")
 

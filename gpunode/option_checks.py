@@ -143,10 +143,41 @@ def _driver_fields(a: Mapping[str, Any], spell: Spelling) -> dict[str, object]:
         run = a["driver_run"]
         if run and not is_url(run) and not Path(run).expanduser().is_file():
             raise UsageError(f"--driver-run {run}: no such file", fix="pass a .run file or its URL")
-        return driver_request(driver, run, a["sha256"], module.strip() if module else None, a["module_signing_key"],
-                              a["module_signing_cert"], a["cache_dir"])
+        source = _driver_source(a, driver, spell)
+        if source == "packages":  # no installer: nothing to download, verify or sign
+            return {"driver": driver, "kernel_module": module.strip().lower() if module else None,
+                    "driver_source": source}
+        return {**driver_request(driver, run, a["sha256"], module.strip() if module else None,
+                                 a["module_signing_key"], a["module_signing_cert"], a["cache_dir"]),
+                "driver_source": source}
     except UsageError as exc:
         raise _respelled(exc, spell, "driver", "driver_run", "sha256") from None
+
+
+def _driver_source(a: Mapping[str, Any], driver: str | None, spell: Spelling) -> str:
+    """--driver-source run|packages; packages takes the version from --driver and nothing of the .run's options."""
+    given = a.get("driver_source") or "run"
+    source = given.strip().lower()
+    allowed = choices_of(spec("driver_source")) or ()
+    flag = spell("driver_source")
+    if source not in allowed:
+        raise UsageError(f"{flag} {given!r} is not a driver source (allowed: {', '.join(allowed)})",
+                         fix=f"use {flag} run (NVIDIA's .run installer) or {flag} packages (repository packages)")
+    if source == "packages":
+        for name in ("driver_run", "sha256", "module_signing_key", "module_signing_cert"):
+            if a.get(name):
+                raise UsageError(f"{spell(name)} is an option of the .run installer; {flag} packages installs "
+                                 "the repository's packages", fix=f"drop {spell(name)}, or use {flag} run")
+        if not driver and _asks_for_driver(a):
+            raise UsageError(f"{flag} packages needs the exact driver version to install",
+                             fix=f"add {spell('driver')} VERSION, e.g. {spell('driver')} 535.261.03")
+    return source
+
+
+def _asks_for_driver(a: Mapping[str, Any]) -> bool:
+    """Whether the run includes the driver step (packages without --driver would install nothing)."""
+    only, skip = a.get("only") or [], a.get("skip") or []
+    return ("driver" in only or not only) and "driver" not in skip
 
 
 def _image(value: str | None, spell: Spelling) -> str | None:

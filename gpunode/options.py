@@ -22,6 +22,9 @@ class Options:
     image: str | None = None  # container image the node must run, e.g. nvidia/cuda:12.4.1-base-ubuntu22.04
     # the driver step (gpunode/artifacts/, gpunode/steps/driver.py)
     driver_run: str | None = None  # --driver-run: a local .run file or its URL (instead of NVIDIA's URL)
+    # --driver-source: "run" (NVIDIA's .run installer) | "packages" (the distribution's or NVIDIA's repository
+    # packages at exactly --driver: gpunode/driver_packages.py, gpunode/steps/driver_packages.py)
+    driver_source: str = "run"
     sha256: str | None = None  # --sha256: expected digest of the .run
     kernel_module: str | None = None  # --kernel-module: "open" | "proprietary" (default: chosen per GPU)
     module_signing_key: str | None = None  # path ON THE NODE of the private key that signs the module
@@ -118,6 +121,10 @@ OPTION_TABLE: tuple[OptionSpec, ...] = (
                metavar="VERSION"),
     OptionSpec("image", "--image", "str", "Container image, e.g. nvidia/cuda:12.4.1-base-ubuntu22.04.",
                "What the node must run", metavar="IMAGE"),
+    OptionSpec("driver_source", "--driver-source", "str", "Where the driver comes from: run (NVIDIA's .run "
+               "installer) or packages (the distribution's or NVIDIA's repository packages at exactly --driver, "
+               "held; the plan lists each package and version).", "Driver", default="run",
+               choices=("run", "packages"), metavar="run|packages"),
     OptionSpec("driver_run", "--driver-run", "str", "The NVIDIA .run installer to use instead of NVIDIA's download: "
                "a local file or a URL.", "Driver", metavar="FILE|URL"),
     OptionSpec("sha256", "--sha256", "str", "Expected sha256 of the .run; refused if different.", "Driver",

@@ -57,7 +57,7 @@ class UndoRecord:
     kind: ClassVar[str] = ""
     # fields written only when set (the others always are, as earlier releases wrote them)
     optional: ClassVar[frozenset[str]] = frozenset({"id", "run", "step", "time", "undone", "mode", "engine", "restart",
-                                                     "repository", "marker", "unknown"})
+                                                     "repository", "marker", "unknown", "source"})
 
     @property
     def gap(self) -> str | None:
@@ -197,11 +197,13 @@ class UnitRecord(UndoRecord):
 
 @dataclass(frozen=True, kw_only=True)
 class DriverRecord(UndoRecord):
-    """The .run driver gpunode installed (None: the node could not tell) and the one in place before it (None:
-    none; "unknown": could not tell)."""
+    """The driver gpunode installed (None: the node could not tell) and the one in place before it (None:
+    none; "unknown": could not tell); `source` "packages" when it came from repository packages (their
+    PackagesRecord and HoldRecord say which: `uninstall` removes those), "" for the .run."""
 
     version: str | None = None
     previous: str | None = None
+    source: str = ""
 
     kind: ClassVar[str] = "driver"
 
@@ -212,7 +214,8 @@ class DriverRecord(UndoRecord):
 
     @classmethod
     def _own(cls, data: dict[str, Any]) -> dict[str, Any]:
-        return {"version": _text(data, "version", optional=True), "previous": _text(data, "previous", optional=True)}
+        return {"version": _text(data, "version", optional=True), "previous": _text(data, "previous", optional=True),
+                "source": _text(data, "source", optional=True) or ""}
 
 
 KINDS: dict[str, type[UndoRecord]] = {k.kind: k for k in (FileRecord, PackagesRecord, HoldRecord, UnitRecord,

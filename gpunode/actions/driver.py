@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from gpunode import cancel, fixes
 from gpunode.actions.base import Action, command_line, undo_look
+from gpunode.actions.packages import PackageCommand
 from gpunode.artifacts import ProgressBars, silent
 from gpunode.artifacts.makeself import read_header
 from gpunode.artifacts.source import Source, Verified, obtain
@@ -351,3 +352,19 @@ class StartGpuServices(Action):
                                fix="`" + fixes.on_node(f"journalctl -u {failed[0].split(':')[0]}")
                                + "` says why; fix it and run again")
         return None
+
+
+@dataclass(frozen=True)
+class InstallDriverPackages(PackageCommand):
+    """--driver-source packages: the route's packages at their exact versions in one transaction (DKMS, where the
+    route builds, runs in their post-install scripts). Records what the transaction added (PackagesRecord, so
+    `uninstall` purges exactly those) and the driver it put in place with its source."""
+
+    version: str = ""
+    previous: str | None = None
+
+    kind = "driver-packages"
+
+    def apply_recorded(self, conn: Connection) -> tuple[str | None, list[UndoRecord]]:
+        note, records = super().apply_recorded(conn)
+        return note, [*records, DriverRecord(version=self.version, previous=self.previous, source="packages")]

@@ -15,6 +15,7 @@ from packaging.version import Version
 from gpunode import versions
 from gpunode.facts.kernel import MODPROBE_D, LoadedDriver, effective_modprobe_files, parse_modprobe_directives
 from gpunode.facts.registry import HUNG, SMI_CALL, Section, command, command_section, files, smi_output
+from gpunode.journal import JOURNAL_PATH
 
 if TYPE_CHECKING:
     from gpunode.facts import Facts
@@ -138,8 +139,9 @@ _MODULE_PACKAGE = re.compile(r"^(?:nvidia(?:-tesla-\d+)?(?:-open)?-kernel-(?:dkm
 
 def upstream_version(package_version: str) -> str | None:
     """The NVIDIA release inside a package version: 535.261.03 of `535.261.03-1~deb12u1`, `3:580.95.05-1.el9`,
-    `535.183.01-0ubuntu0.22.04.1`; None when it carries none."""
-    found = re.search(rf"(?:^|:)({versions.DRIVER})(?=-|$|\+|~)", package_version)
+    `535.183.01-0ubuntu0.22.04.1`, SUSE's kernel module packages `580.95.05_k6.4.0_150600.23.25-1`; None when it
+    carries none."""
+    found = re.search(rf"(?:^|:)({versions.DRIVER})(?=-|$|\+|~|_k)", package_version)
     return found.group(1) if found else None
 
 
@@ -363,7 +365,7 @@ SMI = command_section("driver_smi", (
 # a driver installed by the distribution's packages (never mixed with the .run)
 PACKAGES = command("driver_packages", (
     'if command -v dpkg-query >/dev/null 2>&1; then '
-    'dpkg-query -W -f \'${Status} ${Package} ${Version}\\n\' 2>/dev/null | grep "^install ok installed" | '
+    'dpkg-query -W -f \'${Status} ${Package} ${Version}\\n\' 2>/dev/null | grep -E "^(install|hold) ok installed" | '
     'cut -d" " -f4- | grep -E "^(nvidia|libnvidia|linux-modules-nvidia|linux-objects-nvidia|cuda-drivers|libcuda1 |firmware-nvidia)"; '
     'elif command -v rpm >/dev/null 2>&1; then '
     'rpm -qa --qf "%{NAME} %{VERSION}-%{RELEASE}\\n" 2>/dev/null | '
@@ -380,3 +382,79 @@ GPUS = command("doctor_gpus", (
     "/^        [^ ]/{if (k) print}'"
 ), parse_gpus, module=_M, full_only=True)
 CUDA_TOOLKITS = files("doctor_cuda", ("/usr/local/cuda*/version.json", "/usr/local/cuda*/version.txt"), module=_M, full_only=True)
+
+
+# ---- the packages route (--driver-source packages, gpunode/driver_packages.py) ---------------------------------
+
+
+def parse_offered(text: str) -> dict[str, list[str]]:
+    """`apt-cache policy NAME...`, `dnf list --showduplicates NAME...` or zypper's `search -s` table ->
+    {name: versions the configured repositories offer} (an installed version apt lists from dpkg's status only
+    counts when a repository has it too: apt prints it with the repository's priority line)."""
+    from gpunode.facts.fabric import parse_available
+
+    offered = parse_available(text)
+    for line in text.splitlines():  # zypper: "v | nvidia-compute-utils-G06 | package | 580.95.05-1 | x86_64 | cuda"
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) >= 6 and cells[2] == "package" and re.match(r"\d", cells[3]):
+            offered.setdefault(cells[1], []).append(cells[3])
+    return {name: list(dict.fromkeys(found)) for name, found in offered.items()}
+
+
+def _offered_snippet() -> str:
+    from gpunode import driver_packages as routes
+
+    deb = "|".join(p for os_key in ("debian", "ubuntu") for p in routes.candidate_names(os_key))
+    rpm = " ".join(routes.route_names("rhel"))
+    suse = " ".join(routes.route_names("sles"))
+    # apt: every name the package lists know that a route may install; the precompiled module packages only for
+    # the kernels installed here (Ubuntu's archive has one per kernel release ever published)
+    return (
+        "if command -v apt-cache >/dev/null 2>&1; then "
+        "ks=$(ls /lib/modules 2>/dev/null | tr '\\n' ' '); "
+        f"names=$(apt-cache pkgnames 2>/dev/null | grep -E '{deb}' | awk -v ks=\" $ks\" "
+        "'!/^linux-modules-nvidia-/ { print; next } { n = split(ks, k, \" \"); for (i = 1; i <= n; i++) "
+        "if (k[i] != \"\" && substr($0, length($0) - length(k[i])) == \"-\" k[i]) { print; next } }' | sort -u); "
+        '[ -n "$names" ] && apt-cache policy $names 2>/dev/null; '
+        f"elif command -v dnf >/dev/null 2>&1; then dnf -q -C list --showduplicates {rpm} 2>/dev/null; "
+        f"elif command -v zypper >/dev/null 2>&1; then zypper -n -q search -s --match-exact {suse} 2>/dev/null; "
+        "fi; true")
+
+
+# versions of the packages routes' names the configured repositories offer (local metadata only: `apt-get update`
+# is the fix when the lists are old), read by the driver step with --driver-source packages
+OFFERED = command("driver_offered", _offered_snippet(), parse_offered, module=_M)
+
+
+@dataclass(frozen=True)
+class GpunodeDriver:
+    """What gpunode's journal says its driver step put on this node and has not undone: the packages of a
+    packages route (names), and whether it ran a .run (its version)."""
+
+    packages: tuple[str, ...] = ()
+    run: str | None = None
+    source: str = ""  # the source of the last driver gpunode installed: "packages" | "run" | ""
+
+
+def parse_gpunode_driver(text: str) -> GpunodeDriver:
+    from gpunode.records import DriverRecord, PackagesRecord, RecordError, parse_records
+
+    try:
+        data = json.loads(text) if text.strip() else {}
+        records = parse_records(data.get("undo") or []) if isinstance(data, dict) else []
+    except (ValueError, RecursionError, RecordError):
+        return GpunodeDriver()
+    mine = [r for r in records if r.step == "driver" and not r.undone]
+    names = tuple(dict.fromkeys(n for r in mine if isinstance(r, PackagesRecord) for n in r.names))
+    drivers = [r for r in mine if isinstance(r, DriverRecord)]
+    runs = [r for r in drivers if r.source != "packages"]
+    source = ("packages" if drivers[-1].source == "packages" else "run") if drivers else ""
+    return GpunodeDriver(names, runs[-1].version if runs else None, source)
+
+
+# the journal's record of the driver gpunode installed (which source), read by the driver step to switch sources
+GPUNODE_DRIVER = command("gpunode_driver_source", f"cat {JOURNAL_PATH} 2>/dev/null",
+                         parse_gpunode_driver, module=_M)
+
+# the apt pin gpunode writes for a packages route (gpunode/driver_packages.py APT_PIN)
+APT_PIN_FILE = files("driver_apt_pin", ("/etc/apt/preferences.d/gpunode-nvidia-driver",), module=_M)

@@ -216,7 +216,7 @@ PACKAGE_LOCKS = files("package_locks", (*VERSIONLOCK_FILES, ZYPP_LOCKS), module=
 PKG_STATUS = command("pkg_status", (
     "if command -v dpkg-query >/dev/null 2>&1; then "
     "dpkg-query -W -f='${db:Status-Abbrev}\\t${Package}\\t${Version}\\n' 'nvidia*' 'libnvidia*' "
-    "'cuda-drivers*' 2>/dev/null; "
+    "'cuda-drivers*' 'libcuda1' 'firmware-nvidia-gsp' 'linux-modules-nvidia*' 2>/dev/null; "
     "elif command -v rpm >/dev/null 2>&1; then "
     "rpm -qa --qf 'ii \\t%{NAME}\\t%{VERSION}-%{RELEASE}\\n' 2>/dev/null | grep -E "
     "'^ii .(nvidia|libnvidia|cuda-drivers|python3-dnf-plugin-versionlock|yum-plugin-versionlock)'; fi; true"

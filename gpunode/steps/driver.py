@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from packaging.version import Version
 
-from gpunode import bake, fixes, gpus, signing
+from gpunode import bake, fixes, gpus, pkgmgr, rules, signing
 from gpunode.actions.driver import (
     LOG,
     WORK_PARENT,
@@ -29,16 +30,18 @@ from gpunode.actions.driver import (
     StopGpuServices,
     UnloadModules,
 )
+from gpunode.actions.packages import package_command
 from gpunode.artifacts.source import resolve
 from gpunode.errors import GpunodeError
 from gpunode.facts import Facts
+from gpunode.facts import driver as driver_facts
 from gpunode.facts import holders as holder_facts
 from gpunode.facts.driver import DriverState, driver_state
 from gpunode.facts.holders import FABRIC_MANAGER, MODULES, Holders, gpu_holders
 from gpunode.options import Options
 from gpunode.plan import Action, Earlier, Reboot, RunCommand, Status, StepPlan, blocked, change, ok
 from gpunode.rules import NO_GPU, NO_GPU_FIX, load_fix, packages_remove, recommended_version
-from gpunode.steps import driver_kernels
+from gpunode.steps import driver_kernels, driver_packages
 from gpunode.steps.base import Step
 from gpunode.steps.outputs import DriverOutputs
 from gpunode.versions import normalize_arch, parse_runfile_name
@@ -220,7 +223,11 @@ def _plan(facts: Facts, options: Options, earlier: Earlier, state: DriverState) 
             return ok(NAME, f"no --driver requested; driver {state.loaded.version} ({state.loaded.flavour} module) "
                             "is loaded and left as it is")
         return _no_driver(facts, state, options)
+    if options.driver_source == "packages":
+        return _from_packages(facts, options, state, version, earlier)
     if state.packages and not (state.loaded and state.loaded.version == version and not state.mismatch):
+        if _gpunode_packages(facts, state):  # gpunode put them there (--driver-source packages): switch
+            return _switch_to_run(facts, options, earlier, state)
         # before the GPU check: the packaged driver is the reason a .run cannot go here, GPU or not
         return blocked(NAME, f"{_packaged_label(state)} is installed; a .run install on top would mix two drivers "
                              "(NVIDIA's installer and the distribution's packages overwrite each other's files)",
@@ -285,6 +292,50 @@ def _plan(facts: Facts, options: Options, earlier: Earlier, state: DriverState) 
     else:
         reason = f"no NVIDIA driver installed; installing {version}"
     return _install(facts, options, version, choice, notes, reason, earlier)
+
+
+def _gpunode_packages(facts: Facts, state: DriverState) -> tuple[str, ...]:
+    """The installed driver packages gpunode's driver step installed (its journal), when they are the whole
+    packaged driver (its module's package among them); () otherwise."""
+    mine = facts[driver_facts.GPUNODE_DRIVER]
+    if mine.source != "packages" or state.packaged is None or state.packaged.owner not in mine.packages:
+        return ()
+    have = driver_packages.installed(facts)
+    return tuple(n for n in mine.packages if n in have)
+
+
+def _switch_to_run(facts: Facts, options: Options, earlier: Earlier, state: DriverState) -> StepPlan:
+    """A .run asked for where gpunode installed the driver from packages: the packages are removed first (after
+    the modules are unloaded), then the .run installs; never both."""
+    names = list(_gpunode_packages(facts, state))
+    rest = _plan(facts, options, earlier, dataclasses.replace(state, packages=(), packaged=None, libraries=()))
+    at = next((i for i, a in enumerate(rest.actions) if isinstance(a, FetchInstaller)), None)
+    if rest.status is not Status.CHANGE or at is None:
+        return rest
+    manager = rules.package_manager(facts) or "apt"
+    purge = package_command(f"remove the driver packages gpunode installed (switching to the .run): "
+                            f"{', '.join(names)}", manager, pkgmgr.get(manager).purge(names),
+                            packages=names, lock_timeout=options.lock_timeout)
+    note = ("switching source: the driver packages gpunode installed are removed before the .run installs "
+            "(never both)")
+    return dataclasses.replace(rest, actions=(*rest.actions[:at], purge, *rest.actions[at:]),
+                               notes=(*rest.notes, note))
+
+
+def _from_packages(facts: Facts, options: Options, state: DriverState, version: str, earlier: Earlier
+                   ) -> StepPlan:
+    """--driver-source packages (gpunode/steps/driver_packages.py): the flavour chosen per GPU as for the .run."""
+    choice = choose_flavour([d.device for d in facts.gpus], version, options.kernel_module)
+    if isinstance(choice, str):
+        return blocked(NAME, choice, "choose the --kernel-module the GPUs support, or put these GPUs in separate "
+                                     "nodes")
+    notes = [f"kernel module: {choice.flavour} ({choice.reason})"]
+    if options.bake:
+        kernel = bake.target_kernel(facts, options)
+        if kernel is None or kernel not in bake.installed_kernels(facts):
+            return _bake_plan(facts, options, version, choice, notes, state)  # its refusals name the kernel
+        notes.append(f"bake: the module is built for {kernel} (and every kernel with headers) and not loaded")
+    return driver_packages.plan(facts, options, state, version, choice.flavour, notes, earlier)
 
 
 def _install(facts: Facts, options: Options, version: str, choice: Flavour, notes: list[str], reason: str,
@@ -374,9 +425,26 @@ def _blocked_by_holders(loaded: str, version: str, found: Holders, options: Opti
 
 def _replace_loaded(facts: Facts, options: Options, version: str, choice: Flavour, notes: list[str], reason: str,
                     loaded_modules: list[str]) -> StepPlan:
-    """Stop the GPU services, unload the modules in order, install, load the new module, start the services
-    again (fabric manager: the fabricmanager step moves it to the new version in the same run). A module whose
-    users gpunode does not stop (nvidia_drm with DRM clients) stays: install beside it, then reboot."""
+    """The .run over a loaded driver: the installer told which modules to load back if it fails, and to install
+    beside a module that stays loaded."""
+    def installer(stays: tuple[str, ...], restart_on_failure: tuple[str, ...]) -> list[Action]:
+        fetch, install = _install_actions(facts, options, version, choice)
+        assert isinstance(install, RunInstaller)
+        flags = install.flags + ((ALLOW_RUNNING,) if stays else ())
+        return [fetch, dataclasses.replace(install, flags=flags, restore_modules=tuple(loaded_modules),
+                                           restore_units=restart_on_failure)]
+    return replace_loaded_with(facts, options, version, notes, reason, loaded_modules, installer)
+
+
+def replace_loaded_with(facts: Facts, options: Options, version: str, notes: list[str], reason: str,
+                        loaded_modules: list[str],
+                        make_install: Callable[[tuple[str, ...], tuple[str, ...]], list[Action]],
+                        after: tuple[Action, ...] = ()) -> StepPlan:
+    """Stop the GPU services, unload the modules in order, install (`make_install(modules that stay loaded,
+    services to start again if it fails)`: the .run, or the packages of --driver-source packages), load the new
+    module, start the services again (fabric manager: the fabricmanager step moves it to the new version in the
+    same run), then `after` (the packages' holds). A module whose users gpunode does not stop (nvidia_drm with DRM
+    clients) stays: install beside it, then reboot."""
     found = gpu_holders(facts)
     old = facts.loaded_driver.version if facts.loaded_driver else "(unknown version)"
     if found.kubelet:
@@ -400,11 +468,7 @@ def _replace_loaded(facts: Facts, options: Options, version: str, choice: Flavou
     restart_on_failure = tuple(reversed(found.services))
     actions.append(UnloadModules(f"unload the driver {old} modules ({' '.join(loaded_modules)})",
                                  modules=tuple(loaded_modules), may_stay=stays, restore_units=restart_on_failure))
-    fetch, install = _install_actions(facts, options, version, choice)
-    assert isinstance(install, RunInstaller)
-    flags = install.flags + ((ALLOW_RUNNING,) if stays else ())
-    actions += [fetch, dataclasses.replace(install, flags=flags, restore_modules=tuple(loaded_modules),
-                                           restore_units=restart_on_failure)]
+    actions += make_install(stays, restart_on_failure)
     if stays:
         actions.append(Reboot(f"reboot: {', '.join(stays)} stays loaded (DRM clients use it), so driver {version} "
                               "loads at the next boot"))
@@ -414,6 +478,7 @@ def _replace_loaded(facts: Facts, options: Options, version: str, choice: Flavou
         actions.append(RunCommand(f"load the driver {version} kernel module", ("modprobe", "nvidia"), timeout=120))
     if again and not stays:
         actions.append(StartGpuServices(f"start {', '.join(again)} again", units=again))
+    actions += after
     if FABRIC_MANAGER in found.services or FABRIC_MANAGER in owed:
         notes.append(f"{FABRIC_MANAGER} is started again by the fabricmanager step, moved to the fabric manager of "
                      f"driver {version} (with --skip fabricmanager it stays stopped)")

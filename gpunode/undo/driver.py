@@ -18,14 +18,15 @@ from __future__ import annotations
 import dataclasses
 import shlex
 
-from gpunode import fixes
+from gpunode import fixes, pkgmgr
 from gpunode.actions.driver import StopGpuServices, UnloadModules
+from gpunode.actions.packages import package_command
 from gpunode.facts import Facts
 from gpunode.facts.holders import MODULES, Holders, gpu_holders
 from gpunode.plan import Action, Reboot, RunCommand, Status, StepPlan, blocked, change, ok
 from gpunode.records import DriverRecord
 from gpunode.steps import PIPELINE
-from gpunode.undo.common import hold_actions
+from gpunode.undo.common import file_actions, hold_actions, installed_by_gpunode
 from gpunode.undo.state import LEGACY_NOTE, NodeState, Record, UndoRequest
 
 NAME = "driver"
@@ -58,6 +59,8 @@ def _driver(records: list[Record], state: NodeState, facts: Facts, request: Undo
             NAME, "not undone: the journal predates undo records", LEGACY_NOTE,
             _BY_HAND)
     first, last = installs[0], installs[-1]
+    if last.source == "packages":
+        return _packages(records, state, facts, request, last)
     previous, version = first.previous, last.version
     if version is None:  # the node did not say which version it installed: nothing to compare, so nothing removed
         return ok(NAME, "the driver gpunode installed was not recorded (the node did not report its version); left "
@@ -80,11 +83,35 @@ def _driver(records: list[Record], state: NodeState, facts: Facts, request: Undo
     return _remove(facts, request, str(version), loaded)
 
 
-def _remove(facts: Facts, request: UndoRequest, version: str, loaded: str | None) -> StepPlan:
+def _packages(records: list[Record], state: NodeState, facts: Facts, request: UndoRequest, last: DriverRecord
+              ) -> StepPlan:
+    """--driver-source packages: purge exactly the packages the driver step's transactions added (still
+    installed), with the same unloading sequence as the .run's uninstaller."""
+    manager, names, notes = installed_by_gpunode(records, state)
+    version = last.version or "(unknown version)"
+    files, file_notes = file_actions(records, state)  # the apt pin gpunode wrote for the packages
+    notes = [*notes, *file_notes]
+    if not names:
+        if files:
+            return change(NAME, f"remove the apt pin of driver {version} (its packages are gone)", files, *notes)
+        return ok(NAME, f"the driver packages gpunode installed (driver {version}) are no longer installed", *notes)
+    loaded = facts.loaded_driver.version if facts.loaded_driver else None
+    m = pkgmgr.get(manager or "apt")
+    purge = package_command(f"remove NVIDIA driver {version} from packages (gpunode installed them): "
+                            + ", ".join(names), m.name, m.purge(names), packages=names,
+                            lock_timeout=request.lock_timeout)
+    decided = _remove(facts, request, version, loaded, purge)
+    if decided.status is Status.CHANGE and files:
+        decided = dataclasses.replace(decided, actions=(*decided.actions, *files))
+    return dataclasses.replace(decided, notes=(*decided.notes, *notes)) if notes else decided
+
+
+def _remove(facts: Facts, request: UndoRequest, version: str, loaded: str | None,
+            packaged: Action | None = None) -> StepPlan:
     modules = tuple(m for m in MODULES if facts.module_loaded(m))
     summary = f"remove NVIDIA driver {version} (gpunode installed it)"
-    uninstall = RunCommand(f"uninstall NVIDIA driver {version} (its own uninstaller; it unloads the modules)",
-                           UNINSTALL, timeout=1800)
+    uninstall: Action = packaged or RunCommand(f"uninstall NVIDIA driver {version} (its own uninstaller; it "
+                                               "unloads the modules)", UNINSTALL, timeout=1800)
     if loaded is None and not modules:
         return change(NAME, summary, [uninstall])
     found = gpu_holders(facts)
@@ -115,8 +142,9 @@ def _remove(facts: Facts, request: UndoRequest, version: str, loaded: str | None
         actions.append(UnloadModules(f"unload the driver {version} modules ({' '.join(modules)})", modules=modules,
                                      may_stay=stays))
     if stays:
-        actions.append(RunCommand(f"uninstall NVIDIA driver {version} without unloading {', '.join(stays)} (its own "
-                                  "uninstaller)", (*UNINSTALL, SKIP_UNLOAD), timeout=1800))
+        actions.append(packaged or RunCommand(f"uninstall NVIDIA driver {version} without unloading "
+                                              f"{', '.join(stays)} (its own uninstaller)", (*UNINSTALL, SKIP_UNLOAD),
+                                              timeout=1800))
         actions.append(Reboot(f"reboot: {', '.join(stays)} stays loaded (DRM clients use it) until the next boot, "
                               "which loads no NVIDIA module"))
         notes.append(f"{', '.join(stays)} is in use by DRM clients (a display server, the framebuffer console) that "

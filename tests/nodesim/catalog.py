@@ -26,6 +26,8 @@ REPOS = {  # repo id -> text whose presence in a sources file means the repo is 
     "nvidia-container-toolkit": "nvidia.github.io/libnvidia-container",
     "docker": "download.docker.com/linux",
     "epel": "epel",
+    # Debian's non-free component (the driver packages): a sources line naming it, as the default image's does
+    "debian-non-free": "contrib non-free",
 }
 
 TOOLKIT_VERSIONS = ("1.17.8-1", "1.18.0-1", "1.20.0-1")
@@ -34,6 +36,13 @@ CUDA_REPO_DRIVERS = (("535", "535.274.02"), ("550", "550.163.01"), ("560", "560.
                      ("570", "570.195.03"), ("575", "575.57.08"), ("580", "580.95.05"), ("590", "590.48.01"))
 # (branch, version in Ubuntu's own archive)
 UBUNTU_DRIVERS = (("535", "535.230.02"), ("550", "550.144.03"), ("570", "570.133.20"))
+# older releases of a branch the archive still lists (an upgrade within the branch; no precompiled modules: the
+# archive builds linux-modules-nvidia for a branch's current release)
+UBUNTU_OLDER = (("535", "535.183.06"),)
+# Debian 12's non-free: bookworm (535.261.03-1~deb12u1) and bookworm-security (535.309.01-0+deb12u1), the
+# compute set of the real-OS tier's nvidia VM (/work/notes/old/realnv.md); nvidia-persistenced and nvidia-modprobe
+# are separate source packages with versions of their own
+DEBIAN_DRIVERS = (("535.261.03", "535.261.03-1~deb12u1"), ("535.309.01", "535.309.01-0+deb12u1"))
 
 
 @dataclass(frozen=True)
@@ -103,17 +112,41 @@ def debian_catalog(p: Profile) -> list[Entry]:
                                summary="NVIDIA Server Driver metapackage"))
                 e.append(Entry(f"nvidia-headless-{br}-server{tag}", dv, deps=f"nvidia-dkms-{br}-server{tag}={dv}",
                                arch=a))
-            e.append(Entry(f"linux-modules-nvidia-{br}-server-{k}", k.rsplit("-", 1)[0] + ".1",
-                           effects=f"driver:{ver}:proprietary:distro", arch=a,
-                           summary="Linux kernel nvidia modules (signed)"))
+            e.append(Entry(f"nvidia-utils-{br}-server", dv, arch=a, summary="NVIDIA Server Driver support binaries"))
+            for flavor, tag in (("proprietary", ""), ("open", "-open")):
+                e.append(Entry(f"nvidia-headless-no-dkms-{br}-server{tag}", dv, arch=a,
+                               summary="NVIDIA headless metapackage - no DKMS"))
+                e.append(Entry(f"linux-modules-nvidia-{br}-server{tag}-{k}", k.rsplit("-", 1)[0] + ".1",
+                               deps=f"nvidia-headless-no-dkms-{br}-server{tag}={dv}",
+                               effects=f"driver:{ver}:{flavor}:distro", arch=a,
+                               summary="Linux kernel nvidia modules (signed)"))
             e.append(Entry(f"linux-modules-nvidia-{br}-server-generic", k.rsplit("-", 1)[0] + ".1",
                            deps=f"linux-modules-nvidia-{br}-server-{k}", arch=a))
             e.append(Entry(f"nvidia-fabricmanager-{br}", f"{ver}-0ubuntu0.{suffix}.1", effects=f"fm:{ver}", arch=a))
+        for br, ver in UBUNTU_OLDER:
+            dv = f"{ver}-0ubuntu0.{suffix}.1"
+            e.append(Entry(f"nvidia-utils-{br}-server", dv, arch=a))
+            for flavor, tag in (("proprietary", ""), ("open", "-open")):
+                e.append(Entry(f"nvidia-dkms-{br}-server{tag}", dv, deps="dkms", effects=f"driver:{ver}:{flavor}:dkms",
+                               arch=a, summary="NVIDIA DKMS package"))
+                e.append(Entry(f"nvidia-headless-{br}-server{tag}", dv, deps=f"nvidia-dkms-{br}-server{tag}={dv}",
+                               arch=a))
+                e.append(Entry(f"nvidia-headless-no-dkms-{br}-server{tag}", dv, arch=a))
     else:
-        dv = "535.261.03-1~deb12u1"  # bookworm's non-free (its security suite carries 535.309.01-0+deb12u1)
-        e.append(Entry("nvidia-kernel-dkms", dv, deps="dkms", effects="driver:535.261.03:proprietary:dkms", arch=a))
-        e.append(Entry("nvidia-driver", dv, deps=f"nvidia-kernel-dkms={dv}", arch=a))
-        e.append(Entry("nvidia-open-kernel-dkms", dv, deps="dkms", effects="driver:535.261.03:open:dkms", arch=a))
+        for ver, dv in DEBIAN_DRIVERS:
+            nf = "debian-non-free"
+            e.append(Entry("nvidia-kernel-dkms", dv, nf, deps="dkms", effects=f"driver:{ver}:proprietary:dkms", arch=a))
+            e.append(Entry("nvidia-driver", dv, nf, deps=f"nvidia-kernel-dkms={dv}", arch=a))
+            e.append(Entry("nvidia-open-kernel-dkms", dv, nf, deps="dkms", effects=f"driver:{ver}:open:dkms", arch=a))
+            e.append(Entry("nvidia-smi", dv, nf, deps=f"libnvidia-ml1={dv}", arch=a,
+                           summary="NVIDIA System Management Interface"))
+            e.append(Entry("libnvidia-ml1", dv, nf, arch=a, summary="NVIDIA Management Library (NVML) runtime library"))
+            e.append(Entry("libcuda1", dv, nf, arch=a, summary="NVIDIA CUDA Driver Library"))
+            e.append(Entry("firmware-nvidia-gsp", dv, nf, arch=a, summary="NVIDIA GSP firmware"))
+        e.append(Entry("nvidia-persistenced", "535.171.04-1~deb12u1", "debian-non-free", arch=a,
+                       summary="daemon to maintain persistent software state in the NVIDIA driver"))
+        e.append(Entry("nvidia-modprobe", "535.171.04-1~deb12u1", "debian-non-free", arch=a,
+                       summary="utility to load NVIDIA kernel modules and create device nodes"))
     # NVIDIA CUDA repository
     e.append(Entry("cuda-keyring", "1.1-1", repo="cuda", arch="all",
                    effects=f"file:/etc/apt/sources.list.d/cuda-{d.cuda_repo}-x86_64.list:cuda-list;"

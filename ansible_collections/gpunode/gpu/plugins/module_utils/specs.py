@@ -21,6 +21,7 @@ NODE_SPEC = dict(
     driver=dict(type='str'),
     cuda=dict(type='str'),
     image=dict(type='str'),
+    driver_source=dict(type='str', choices=['run', 'packages'], default='run'),
     driver_run=dict(type='str'),
     sha256=dict(type='str'),
     kernel_module=dict(type='str', choices=['open', 'proprietary']),

@@ -1,0 +1,230 @@
+"""The driver from the distribution's or NVIDIA's packages (`--driver-source packages`), in one place: which route
+a node takes (data/driver_package_routes.csv, a source per row), the package names of a branch and flavour, and
+which exact distribution version of each carries the upstream release asked for.
+
+Pure: facts in (the OS, the kernel, Secure Boot, the versions the configured repositories offer), names and
+versions out. The driver step (gpunode/steps/driver_packages.py) turns them into actions; doctor and status read
+`owner_source` to say which source owns the driver.
+
+Version schemes (each row's example_version): Debian `535.261.03-1~deb12u1`, Ubuntu `535.230.02-0ubuntu0.22.04.1`,
+NVIDIA's RPMs `535.274.02-1.el9` (dnf prints no epoch for them), SUSE `580.95.05_k6.4.0_...-1`: the upstream
+release is the part before the first `-`, `_`, `~` or `+` (facts/driver.py upstream_version). Rows whose version
+is `own` (Debian's nvidia-persistenced and nvidia-modprobe, Ubuntu's precompiled linux-modules-nvidia, whose
+version is the kernel's) are taken at the repository's candidate version, pinned exactly in the plan.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+
+from gpunode.datatables import choice_field, data_dir, read_table, source_field, text_field
+
+TABLE = "driver_package_routes.csv"
+SCHEMA = {"route": text_field, "os": choice_field("debian", "ubuntu", "rhel", "sles"),
+          "role": choice_field("module", "userspace", "firmware"), "package": text_field,
+          "flavour": choice_field("any", "open", "proprietary"),
+          "when": choice_field("always", "gsp", "dkms", "precompiled"), "version": choice_field("driver", "own"),
+          "example_version": text_field, "source": source_field}
+
+# where a Debian node gets the non-free component: a gpunode-private list file, so the user's own sources are
+# never edited (https://wiki.debian.org/SourcesList, https://wiki.debian.org/NvidiaGraphicsDrivers)
+DEBIAN_NONFREE_LIST = "/etc/apt/sources.list.d/gpunode-nonfree.list"
+# apt: a pin of every driver package at the release (apt_preferences(5): glob patterns in Package, `Pin: version`
+# with a glob, priority over 1000 even where it means a downgrade). apt's resolver takes a dependency's candidate
+# version and does not go back: without the pin, `nvidia-kernel-dkms=535.261.03-1~deb12u1` fails while the
+# security suite offers 535.309.01 (its `nvidia-kernel-support (= 535.261.03-1~deb12u1)` meets the newer candidate).
+# It also keeps unattended-upgrades from moving the driver, with the holds.
+APT_PIN = "/etc/apt/preferences.d/gpunode-nvidia-driver"
+PIN_PACKAGES = "nvidia-* libnvidia-* libcuda1 libcuda1-* firmware-nvidia-gsp xserver-xorg-video-nvidia*"
+
+
+def apt_pin(version: str) -> str:
+    """The preferences stanza (its Explanation lines are apt's own comment field)."""
+    return ("Explanation: Written by gpunode (--driver-source packages): the NVIDIA driver's packages at release "
+            f"{version}\nExplanation: removed again when gpunode uninstalls the driver\n"
+            f"Package: {PIN_PACKAGES}\nPin: version {version}-*\nPin-Priority: 1001\n")
+
+
+# NVIDIA's CUDA repository definitions (https://docs.nvidia.com/datacenter/tesla/driver-installation-guide/)
+CUDA_REPO = "https://developer.download.nvidia.com/compute/cuda/repos"
+
+
+@dataclass(frozen=True)
+class Row:
+    route: str
+    os: str
+    role: str
+    package: str
+    flavour: str
+    when: str
+    version: str
+    example: str
+    source: str
+
+
+@cache
+def rows() -> tuple[Row, ...]:
+    text = (data_dir() / TABLE).read_text(encoding="utf-8")
+    return tuple(Row(r["route"], r["os"], r["role"], r["package"], r["flavour"], r["when"], r["version"],
+                     r["example_version"], r["source"]) for r in read_table(text, TABLE, SCHEMA))
+
+
+def route_os(os_id: str, family: str) -> str | None:
+    """The table's os key of a node: debian, ubuntu, rhel (RHEL, Rocky, Alma, ...), sles; None: no route."""
+    if os_id == "ubuntu":
+        return "ubuntu"
+    if os_id == "debian":
+        return "debian"
+    if family == "rhel" or os_id in ("rhel", "rocky", "almalinux", "centos", "ol"):
+        return "rhel"
+    if os_id.startswith(("sles", "opensuse")) or family == "suse":
+        return "sles"
+    return None
+
+
+def kernel_flavour(kernel: str) -> str:
+    """Ubuntu's kernel flavour, the tail of the release: 5.15.0-91-generic -> generic, 6.8.0-1015-aws -> aws."""
+    return kernel.rsplit("-", 1)[-1] if "-" in kernel else kernel
+
+
+def upstream(package_version: str) -> str | None:
+    from gpunode.facts.driver import upstream_version  # the one grammar of a package's upstream release
+
+    return upstream_version(package_version)
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """One package of the plan: its name, the exact version to install (None: not offered), and why."""
+
+    name: str
+    version: str | None
+    row: Row
+    offered: tuple[str, ...] = ()  # what the repositories offer of it (for the refusal)
+
+
+@dataclass(frozen=True)
+class Route:
+    """What the packages route installs on this node: its id, the packages at exact versions, whether the
+    module comes precompiled (signed by the distribution) or is built by DKMS, and why."""
+
+    id: str
+    packages: tuple[Wanted, ...]
+    precompiled: bool
+    why: str
+
+    @property
+    def missing(self) -> tuple[Wanted, ...]:
+        return tuple(w for w in self.packages if w.version is None)
+
+    @property
+    def module(self) -> Wanted:
+        return next(w for w in self.packages if w.row.role == "module")
+
+    def specs(self) -> list[tuple[str, str]]:
+        return [(w.name, w.version) for w in self.packages if w.version is not None]
+
+
+def _pick(offered: list[str], want: str) -> str | None:
+    """The newest offered package version whose upstream release is exactly `want`."""
+    from packaging.version import InvalidVersion, Version
+
+    found = [v for v in offered if upstream(v) == want]
+    if not found:
+        return None
+
+    def order(v: str) -> tuple[object, str]:
+        try:
+            return (Version(re.sub(r"[^0-9.]", ".", v).strip(".").replace("..", ".")), v)
+        except InvalidVersion:
+            return (Version("0"), v)
+    return max(found, key=order)
+
+
+def plan_route(os_key: str, version: str, flavour: str, *, kernel: str, secure_boot: bool | None,
+               gsp: bool, offered: dict[str, list[str]]) -> Route:
+    """The packages of `os_key`'s route for driver `version` with the `flavour` module, for `kernel`."""
+    branch = version.split(".", 1)[0]
+    open_tag = "-open" if flavour == "open" else ""
+    table = [r for r in rows() if r.os == os_key]
+    route = table[0].route
+    precompiled_name = None
+    why = "DKMS builds the module at package install"
+    if any(r.when == "precompiled" for r in table):
+        pre = next(r for r in table if r.when == "precompiled" and r.role == "module")
+        name = pre.package.format(branch=branch, open=open_tag, kernel=kernel)
+        utils = next((r for r in table if r.when == "always" and r.role == "userspace"), None)
+        current = [routes_v for routes_v in (upstream(v) for v in offered.get(
+            utils.package.format(branch=branch, open=open_tag, kernel=kernel), [])) if routes_v] if utils else []
+        newest = max(current, key=_loose) if current else None
+        # the archive builds the precompiled modules of a branch for its current release only
+        if secure_boot and offered.get(name) and newest == version:
+            precompiled_name = name
+            why = (f"Secure Boot is on and the archive offers {name}: the precompiled module Canonical signed for "
+                   f"kernel {kernel} (no DKMS, no key to enroll)")
+        elif secure_boot:
+            why = (f"Secure Boot is on but the archive offers no {name} for kernel {kernel}: DKMS builds the module "
+                   "and signs it with the DKMS key, which must be enrolled (mokutil)")
+    wanted: list[Wanted] = []
+    for r in table:
+        if r.flavour not in ("any", flavour):
+            continue
+        if r.when == "gsp" and not (gsp or flavour == "open"):
+            continue
+        if r.when == "dkms" and precompiled_name:
+            continue
+        if r.when == "precompiled" and not precompiled_name:
+            continue
+        name = r.package.format(branch=branch, open=open_tag, kernel=kernel)
+        versions = offered.get(name, [])
+        if r.version == "own":
+            exact = max(versions, key=_loose) if versions else None
+        else:
+            exact = _pick(versions, version)
+        wanted.append(Wanted(name, exact, r, tuple(versions)))
+    return Route(route, tuple(wanted), precompiled_name is not None, why)
+
+
+def _loose(v: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"\d+", v)[:8])
+
+
+def candidate_names(os_key: str) -> tuple[str, ...]:
+    """Name patterns (extended regular expressions) a probe asks the repositories about for a route."""
+    found = []
+    for r in rows():
+        if r.os != os_key:
+            continue
+        found.append("^" + r.package.replace("{branch}", "[0-9]+").replace("{open}", "(-open)?")
+                     .replace("{kernel}", ".+") + "$")
+    return tuple(dict.fromkeys(found))
+
+
+def route_names(os_key: str) -> tuple[str, ...]:
+    """Every fixed (branch-free) name of a route: what dnf/zypper are asked about."""
+    return tuple(dict.fromkeys(r.package for r in rows() if r.os == os_key and "{" not in r.package))
+
+
+def is_route_package(name: str) -> bool:
+    """Whether an installed package is one a packages route installs (any distribution)."""
+    return any(re.match(p, name) for os_key in ("debian", "ubuntu", "rhel", "sles") for p in candidate_names(os_key))
+
+
+def sources_fix(os_key: str, codename: str | None, version: str = "") -> str:
+    """The command that makes the route's repository available (runnable as printed on the node)."""
+    if os_key == "debian":
+        suite = codename or "bookworm"
+        lines = (f"deb http://deb.debian.org/debian {suite} main contrib non-free non-free-firmware\\n"
+                 f"deb http://deb.debian.org/debian-security {suite}-security main contrib non-free "
+                 "non-free-firmware\\n")
+        return (f"printf '{lines}' | sudo tee {DEBIAN_NONFREE_LIST} >/dev/null && sudo apt-get update")
+    if os_key == "ubuntu":
+        return ("sudo add-apt-repository -y restricted && sudo add-apt-repository -y multiverse && "
+                "sudo apt-get update")
+    if os_key == "rhel":
+        major = version.split(".", 1)[0] or "9"
+        return (f"sudo dnf config-manager --add-repo {CUDA_REPO}/rhel{major}/x86_64/cuda-rhel{major}.repo && "
+                "sudo dnf makecache")
+    return f"sudo zypper addrepo {CUDA_REPO}/sles15/x86_64/cuda-sles15.repo && sudo zypper refresh"

@@ -1,0 +1,272 @@
+"""The driver step with `--driver-source packages`: the distribution's or NVIDIA's repository packages at exactly
+the --driver release (routes and version schemes: gpunode/driver_packages.py, data/driver_package_routes.csv).
+
+The same contract as the .run (gpunode/steps/driver.py): the open or proprietary module chosen per GPU; every
+package at an exact distribution version in the plan, and the run refused before its first change when the
+configured repositories do not offer one (with the command that adds the repository); the packages held
+(apt-mark hold / dnf versionlock / zypper addlock) unless --no-hold-driver; a loaded driver replaced by the .run's
+upgrade sequence (stop the GPU services that hold it, unload, install, load, start); the other source removed
+first when a node switches (a .run that gpunode installed, by its own uninstaller; a .run installed by someone
+else is refused with the command that removes it); --bake installs without a GPU and loads nothing (DKMS builds
+at package install for every kernel with headers).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpunode import bake, fixes, pkgmgr
+from gpunode import driver_packages as routes
+from gpunode.actions.driver import InstallDriverPackages
+from gpunode.actions.packages import install_packages, package_command
+from gpunode.facts import Facts
+from gpunode.facts import driver as driver_facts
+from gpunode.facts import fabric as fabric_facts
+from gpunode.facts.driver import DriverState
+from gpunode.facts.holders import MODULES
+from gpunode.facts.packages import PACKAGE_LOCKS, PKG_STATUS, held_packages
+from gpunode.options import Options
+from gpunode.plan import Action, Earlier, Reboot, RunCommand, Status, StepPlan, WriteFile, blocked, change, ok
+from gpunode.rules import NO_GPU, NO_GPU_FIX, package_manager
+
+NAME = "driver"
+UNINSTALL_RUN = ("nvidia-installer", "--uninstall", "--silent")
+
+
+def manager_of(facts: Facts, os_key: str) -> str | None:
+    return "zypper" if os_key == "sles" else package_manager(facts)
+
+
+def installed(facts: Facts) -> dict[str, tuple[str, bool]]:
+    """{name: (version, held)} of the driver packages installed (dpkg/rpm, with apt-mark holds)."""
+    status = facts.get(PKG_STATUS) or {}
+    held = held_packages(status, facts.get(PACKAGE_LOCKS) or {})
+    found = {n: (v, n in held) for n, v in facts[driver_facts.PACKAGES]}
+    for name, pkg in status.items():
+        found[name] = (pkg.version, name in held)
+    return found
+
+
+def route_of(facts: Facts, options: Options, version: str, flavour: str) -> routes.Route | StepPlan:
+    os_key = routes.route_os(facts.os.id, facts.os.family)
+    if os_key is None:
+        return blocked(NAME, f"no packages route for {facts.os.id or 'this OS'} {facts.os.version}: gpunode knows "
+                             "Debian's non-free, Ubuntu's archive, NVIDIA's CUDA repository for the RHEL family and "
+                             "SUSE", fixes.same_run(options, "install", driver_source="run") + "  # NVIDIA's .run")
+    kernel = (bake.target_kernel(facts, options) if options.bake else None) or facts.kernel
+    gsp = flavour == "open" or any(_gsp_gpu(d.device) for d in facts.gpus)
+    return routes.plan_route(os_key, version, flavour, kernel=kernel, secure_boot=facts.secure_boot.enabled,
+                             gsp=gsp, offered=facts[driver_facts.OFFERED])
+
+
+def _gsp_gpu(device: int) -> bool:
+    """A GPU whose driver runs GSP firmware (Turing and newer: the GPUs that can run the open module)."""
+    from gpunode.steps.driver import _open_need
+
+    return _open_need(device) != "unsupported"
+
+
+def _missing(facts: Facts, options: Options, route: routes.Route, version: str, notes: list[str]) -> StepPlan:
+    os_key = routes.route_os(facts.os.id, facts.os.family) or ""
+    lines = []
+    for w in route.missing:
+        have = ", ".join(w.offered[:6]) if w.offered else "none"
+        lines.append(f"{w.name} (offered: {have})")
+    offered_any = any(w.offered for w in route.packages)
+    where = f" (into {routes.DEBIAN_NONFREE_LIST}, gpunode's own file)" if os_key == "debian" else ""
+    fix = (fixes.on_node(routes.sources_fix(os_key, facts.os.codename, facts.os.version))
+           + f"  # makes the repository available{where}; then run the same command again") if not offered_any else (
+        fixes.on_node("sudo apt-get update" if os_key in ("debian", "ubuntu") else "sudo dnf makecache")
+        + "  # refreshes the package lists; if the version is still not offered, choose one the repositories "
+        "have: " + fixes.same_run(options, "install", driver=_nearest(route) or version))
+    plan = blocked(NAME, f"the configured repositories do not offer driver {version} for the {route.id} route: "
+                         + "; ".join(lines), fix, *notes, route.why)
+    return dataclasses.replace(plan, lasting=True)  # no step of this run adds repositories: nothing runs
+
+
+def _nearest(route: routes.Route) -> str | None:
+    found = [routes.upstream(v) for w in route.packages if w.row.version == "driver" for v in w.offered]
+    return next((v for v in found if v), None)
+
+
+def _fabric_missing(facts: Facts, version: str, manager: str) -> str | None:
+    """On an NVSwitch node: the fabric manager package of exactly `version`, when a repository lists fabric
+    manager at all and not that version (without a repository the fabricmanager step adds NVIDIA's)."""
+    from gpunode.fabric_packages import package_name
+    from gpunode.steps.fabricmanager import pick_version
+
+    if not facts.nvswitches:
+        return None
+    name = package_name(int(version.split(".")[0]), pkgmgr.get(manager).package_format)
+    offered = (facts.get(fabric_facts.FM_AVAILABLE) or {}).get(name, [])
+    if offered and pick_version(offered, version) is None:
+        return f"{name} {version} (offered: {', '.join(offered[:6])})"
+    return None
+
+
+def plan(facts: Facts, options: Options, state: DriverState, version: str, flavour: str, notes: list[str],
+         earlier: Earlier | None = None) -> StepPlan:
+    if not facts.gpus and not options.bake:
+        return blocked(NAME, NO_GPU, NO_GPU_FIX)
+    if facts.module_loaded("nouveau") and not options.bake:
+        nouveau = earlier.plan("nouveau") if earlier is not None else None
+        if nouveau is None or not nouveau.reboot_required:
+            return blocked(NAME, "nouveau is loaded: the nvidia module cannot load while it holds the GPU",
+                           "let the nouveau step blacklist it (do not --skip nouveau), reboot, and run again")
+        notes = [*notes, "runs after the reboot the nouveau step needs (pass --reboot to have gpunode do it)"]
+    found = route_of(facts, options, version, flavour)
+    if isinstance(found, StepPlan):
+        return found
+    route = found
+    os_key = routes.route_os(facts.os.id, facts.os.family) or ""
+    manager = manager_of(facts, os_key) or "apt"
+    if route.missing:
+        return _missing(facts, options, route, version, notes)
+    fm = _fabric_missing(facts, version, manager)
+    if fm:
+        return dataclasses.replace(blocked(NAME, f"NVSwitch node: the repositories offer the driver {version} but not "
+                                                 f"its fabric manager: {fm}", "choose a --driver release whose fabric "
+                                                 "manager the repositories carry (apt-cache policy / dnf list "
+                                                 "--showduplicates nvidia-fabricmanager*)"), lasting=True)
+    if facts.secure_boot.enabled and not route.precompiled and os_key != "ubuntu":
+        notes.append("Secure Boot is on: DKMS signs the module with its own key (Debian: /var/lib/dkms/mok.pub), "
+                     "which must be enrolled (`sudo mokutil --import` it, confirmed at the next boot) or the kernel "
+                     "refuses the module")
+    notes = [*notes, f"{route.id}: {route.why}",
+             "packages: " + ", ".join(f"{n} {v}" for n, v in route.specs())]
+    have = installed(facts)
+    mine = facts[driver_facts.GPUNODE_DRIVER]
+    wanted = {n for n, _ in route.specs()}
+    # the other driver source: a .run on the node (nvidia-installer's record), or route packages of another
+    # flavour or branch
+    run_there = bool(state.installer)
+    others = [n for n in have if n not in wanted and routes.is_route_package(n)
+              and n not in ("nvidia-persistenced", "nvidia-modprobe")]
+    if run_there and mine.run != state.installer:
+        return blocked(NAME, f"driver {state.installer} was installed by NVIDIA's .run installer, not by gpunode: "
+                             "packages on top would mix two drivers",
+                       fixes.on_node("sudo nvidia-installer --uninstall --silent") + "  # removes the .run driver "
+                       "(then reboot if it was loaded); then run this command again", *notes)
+    pin = _pin(facts, manager, version)
+    exact = all(have.get(n, ("", False))[0] == v for n, v in route.specs())
+    hold = options.hold_driver is not False
+    unheld = [n for n, _ in route.specs() if not have.get(n, ("", False))[1]]
+    if exact and not others and not run_there:
+        placed = _in_place(facts, options, state, version, route, manager, notes, unheld if hold else [])
+        if pin is None:
+            return placed
+        if placed.status is Status.OK:
+            return change(NAME, f"{placed.reason}; pinning its release for apt", [pin], *placed.notes)
+        return dataclasses.replace(placed, actions=(pin, *placed.actions))
+    decided = _install(facts, options, state, version, route, manager, notes, others, run_there)
+    if pin is None or decided.status is not Status.CHANGE:
+        return decided
+    at = next(i for i, a in enumerate(decided.actions) if isinstance(a, InstallDriverPackages))
+    return dataclasses.replace(decided, actions=(*decided.actions[:at], pin, *decided.actions[at:]))
+
+
+def _pin(facts: Facts, manager: str, version: str) -> WriteFile | None:
+    """apt: the preferences file that pins the driver's packages at the release (routes.APT_PIN); None when it is
+    there already, or the manager is not apt."""
+    if manager != "apt":
+        return None
+    now = facts[driver_facts.APT_PIN_FILE].get(routes.APT_PIN)
+    wanted = routes.apt_pin(version)
+    if now is not None and now.rstrip("\n") == wanted.rstrip("\n"):
+        return None
+    return WriteFile(f"pin the driver's packages at release {version} for apt ({routes.APT_PIN})",
+                     path=routes.APT_PIN, after=wanted, before=now)
+
+
+def _hold(facts: Facts, manager: str, route: routes.Route, names: list[str], options: Options) -> list[Action]:
+    """apt-mark hold / dnf versionlock add (its plugin installed first when missing) / zypper addlock."""
+    m = pkgmgr.get(manager)
+    specs = [(n, v) for n, v in route.specs() if n in names]
+    first: list[Action] = []
+    if m.versionlock_plugin and m.versionlock_plugin not in (facts.get(PKG_STATUS) or {}):
+        first.append(install_packages(f"install the {manager} versionlock plugin", manager, (m.versionlock_plugin,),
+                                      lock_timeout=options.lock_timeout))
+    return [*first, package_command(f"hold the driver packages ({', '.join(names)}) so no upgrade moves them alone",
+                                    manager, m.hold_all(specs), packages=names, lock_timeout=options.lock_timeout)]
+
+
+def _in_place(facts: Facts, options: Options, state: DriverState, version: str, route: routes.Route, manager: str,
+              notes: list[str], unheld: list[str]) -> StepPlan:
+    holds = _hold(facts, manager, route, unheld, options) if unheld else []
+    label = f"driver {version} from packages ({route.module.name} {route.module.version})"
+    loaded = state.loaded
+    if options.bake or not facts.gpus:
+        if holds:
+            return change(NAME, f"{label} is installed; holding its packages", holds, *notes)
+        return ok(NAME, f"{label} is installed" + (" (bake: not loaded)" if options.bake else ""), *notes)
+    if loaded and loaded.version == version and not state.mismatch:
+        if holds:
+            return change(NAME, f"{label} is loaded; holding its packages", holds, *notes)
+        return ok(NAME, f"{label} is loaded and nvidia-smi answers" if state.smi_status in (None, 0) else
+                  f"{label} is loaded", *notes)
+    if loaded:
+        return change(NAME, f"{label} is installed but {loaded.version} is loaded",
+                      [*holds, Reboot(f"reboot to load driver {version}")], *notes)
+    return change(NAME, f"{label} is installed but not loaded",
+                  [*holds, RunCommand("load the nvidia kernel module", ("modprobe", "nvidia"), timeout=120)], *notes)
+
+
+def _install(facts: Facts, options: Options, state: DriverState, version: str, route: routes.Route, manager: str,
+             notes: list[str], others: list[str], run_there: bool) -> StepPlan:
+    m = pkgmgr.get(manager)
+    actions: list[Action] = []
+    if run_there:
+        notes.append(f"switching source: the .run driver {state.installer} gpunode installed is removed first by its "
+                     "own uninstaller, then the packages are installed (never both)")
+    if others:
+        notes.append("switching: the driver packages of the other flavour or branch are removed first: "
+                     + ", ".join(others))
+    current = state.installed or (state.loaded.version if state.loaded else None)
+    if current and current != version:
+        reason = f"driver {current} is installed; installing {version} from packages ({route.id})"
+    elif current:
+        reason = f"driver {version} from packages ({route.id}): installing the missing or other-version packages"
+    else:
+        reason = f"no NVIDIA driver installed; installing {version} from packages ({route.id})"
+    held = [n for n in (*others, *(n for n, _ in route.specs())) if installed(facts).get(n, ("", False))[1]]
+    if held:
+        actions.append(package_command(f"release the holds on {', '.join(held)} for the change", manager,
+                                       m.unhold(held), packages=held, lock_timeout=options.lock_timeout))
+    specs = [m.spec(n, v) for n, v in route.specs()]
+    transaction: list[tuple[str, ...]] = []
+    if route.id == "rhel-cuda" and facts.os.version.split(".", 1)[0] in ("8", "9"):
+        # the module stream of the branch and flavour (EL8/EL9 modular repositories; EL10 has no streams: the
+        # packages alone, as NVIDIA's installation guide's table says)
+        stream = f"nvidia-driver:{version.split('.')[0]}-{'open' if 'open' in route.module.name else 'dkms'}"
+        transaction.append(("dnf", "module", "enable", "-y", stream))
+    if others:
+        transaction.append(pkgmgr.get(manager).purge(others))
+    transaction.append(m.install(specs, downgrade=True))
+    install = InstallDriverPackages(f"install NVIDIA driver {version} from packages: " + ", ".join(specs),
+                                    manager=manager, cmds=tuple(transaction), packages=tuple(n for n, _ in
+                                                                                             route.specs()),
+                                    lock_timeout=options.lock_timeout, version=version,
+                                    previous=current or None)
+    loaded_modules = [mod for mod in MODULES if facts.module_loaded(mod)]
+    if run_there:
+        actions.append(RunCommand(f"remove the .run driver {state.installer} (its own uninstaller; it unloads the "
+                                  "modules)", UNINSTALL_RUN, timeout=1800))
+        loaded_modules = []
+    if options.bake or not facts.gpus:
+        notes.append("bake: DKMS builds the module at package install for every kernel with headers; nothing is "
+                     "loaded" if options.bake else "no GPU: nothing is loaded")
+        actions.append(install)
+    elif loaded_modules or facts.loaded_driver is not None:
+        from gpunode.steps.driver import replace_loaded_with
+
+        hold = tuple(_hold(facts, manager, route, [n for n, _ in route.specs()], options)) \
+            if options.hold_driver is not False else ()
+        replaced = replace_loaded_with(facts, options, version, notes, reason, loaded_modules,
+                                       lambda stays, units: [install], hold)
+        return dataclasses.replace(replaced, actions=(*actions, *replaced.actions)) if actions else replaced
+    else:
+        actions += [install, RunCommand(f"load the driver {version} kernel module", ("modprobe", "nvidia"),
+                                        timeout=120)]
+    if options.hold_driver is not False:
+        actions += _hold(facts, manager, route, [n for n, _ in route.specs()], options)
+    return change(NAME, reason, actions, *notes)
