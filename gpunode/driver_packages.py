@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
+from gpunode import fixes
 from gpunode.datatables import choice_field, data_dir, read_table, source_field, text_field
 
 TABLE = "driver_package_routes.csv"
@@ -212,19 +213,19 @@ def is_route_package(name: str) -> bool:
     return any(re.match(p, name) for os_key in ("debian", "ubuntu", "rhel", "sles") for p in candidate_names(os_key))
 
 
-def sources_fix(os_key: str, codename: str | None, version: str = "") -> str:
+def sources_fix(os_key: str, codename: str | None, version: str = "") -> fixes.Fix:
     """The command that makes the route's repository available (runnable as printed on the node)."""
     if os_key == "debian":
         suite = codename or "bookworm"
         lines = (f"deb http://deb.debian.org/debian {suite} main contrib non-free non-free-firmware\\n"
                  f"deb http://deb.debian.org/debian-security {suite}-security main contrib non-free "
                  "non-free-firmware\\n")
-        return (f"printf '{lines}' | sudo tee {DEBIAN_NONFREE_LIST} >/dev/null && sudo apt-get update")
+        return fixes.on_node(f"printf '{lines}' | sudo tee {DEBIAN_NONFREE_LIST} >/dev/null && sudo apt-get update")
     if os_key == "ubuntu":
-        return ("sudo add-apt-repository -y restricted && sudo add-apt-repository -y multiverse && "
+        return fixes.on_node("sudo add-apt-repository -y restricted && sudo add-apt-repository -y multiverse && "
                 "sudo apt-get update")
     if os_key == "rhel":
         major = version.split(".", 1)[0] or "9"
-        return (f"sudo dnf config-manager --add-repo {CUDA_REPO}/rhel{major}/x86_64/cuda-rhel{major}.repo && "
+        return fixes.on_node(f"sudo dnf config-manager --add-repo {CUDA_REPO}/rhel{major}/x86_64/cuda-rhel{major}.repo && "
                 "sudo dnf makecache")
-    return f"sudo zypper addrepo {CUDA_REPO}/sles15/x86_64/cuda-sles15.repo && sudo zypper refresh"
+    return fixes.on_node(f"sudo zypper addrepo {CUDA_REPO}/sles15/x86_64/cuda-sles15.repo && sudo zypper refresh")

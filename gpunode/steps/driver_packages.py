@@ -74,7 +74,7 @@ def _missing(facts: Facts, options: Options, route: routes.Route, version: str, 
         lines.append(f"{w.name} (offered: {have})")
     offered_any = any(w.offered for w in route.packages)
     where = f" (into {routes.DEBIAN_NONFREE_LIST}, gpunode's own file)" if os_key == "debian" else ""
-    fix = (fixes.on_node(routes.sources_fix(os_key, facts.os.codename, facts.os.version))
+    fix = (routes.sources_fix(os_key, facts.os.codename, facts.os.version)
            + f"  # makes the repository available{where}; then run the same command again") if not offered_any else (
         fixes.on_node("sudo apt-get update" if os_key in ("debian", "ubuntu") else "sudo dnf makecache")
         + "  # refreshes the package lists; if the version is still not offered, choose one the repositories "
@@ -129,9 +129,9 @@ def plan(facts: Facts, options: Options, state: DriverState, version: str, flavo
                                                  "manager the repositories carry (apt-cache policy / dnf list "
                                                  "--showduplicates nvidia-fabricmanager*)"), lasting=True)
     if facts.secure_boot.enabled and not route.precompiled and os_key != "ubuntu":
-        notes.append("Secure Boot is on: DKMS signs the module with its own key (Debian: /var/lib/dkms/mok.pub), "
-                     "which must be enrolled (`sudo mokutil --import` it, confirmed at the next boot) or the kernel "
-                     "refuses the module")
+        notes.append("Secure Boot is on: DKMS signs the module with its own key, which must be enrolled (confirmed "
+                     "at the next boot) or the kernel refuses the module: "
+                     + fixes.on_node("sudo mokutil --import /var/lib/dkms/mok.pub"))
     notes = [*notes, f"{route.id}: {route.why}",
              "packages: " + ", ".join(f"{n} {v}" for n, v in route.specs())]
     have = installed(facts)
