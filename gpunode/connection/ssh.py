@@ -623,7 +623,7 @@ class SSHConnection(Connection):
             if (chan.closed or chan.eof_received) and not (chan.recv_ready() or chan.recv_stderr_ready()):
                 # the loop itself ended mid-command (killed on the node, its session cut)
                 _drop(chan)
-                if not transport.is_active():
+                if not _outlives(transport):
                     raise self._dropped()
                 raise self._no_status(_upto(out, nonce), _upto(err, nonce))
             if deadline is not None and time.monotonic() > deadline:
@@ -635,7 +635,9 @@ class SSHConnection(Connection):
                 select.select([chan], [], [], 0.05)
         stdout, _, tail = bytes(out[:out_at]).partition(nonce)
         code = tail.split(b"\n", 1)[0].strip()
-        if not code.isdigit():  # no status from the subshell: it was killed
+        if not code.isdigit():  # no status from the subshell: it was killed, or its session is being cut
+            if not _outlives(transport):
+                raise self._dropped()
             raise self._no_status(stdout, bytes(err[:err_at]))
         return int(code), stdout, bytes(err[:err_at]), False
 
@@ -876,6 +878,17 @@ class SSHConnection(Connection):
         return ConnectError(f"{self.name}: the SSH connection dropped during the upload ({sent} of {total} "
                             "bytes sent); nothing was installed",
                             fix="check the node and its network, then run the same command again")
+
+
+def _outlives(transport: paramiko.Transport, wait: float = 1.0) -> bool:
+    """Whether the connection is still up a moment after a command died without a status. A node that drops a
+    session (a reboot, sshd killed) kills its processes in some order: the command's shell can die, and the loop
+    report it, a few milliseconds before the connection itself goes; that is a dropped connection, not a command
+    killed on the node."""
+    end = time.monotonic() + wait
+    while transport.is_active() and time.monotonic() < end:
+        time.sleep(0.02)
+    return transport.is_active()
 
 
 def _upto(data: bytearray, nonce: bytes) -> bytes:
