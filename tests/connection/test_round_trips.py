@@ -86,3 +86,27 @@ def test_the_socket_sends_at_once_and_the_cipher_is_aes_gcm(sim_node, tmp_path):
         transport = conn._client.get_transport()
         assert transport.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
         assert transport.local_cipher == transport.remote_cipher == "aes128-gcm@openssh.com"
+
+
+def test_commands_share_one_channel_and_each_keeps_its_own_stdin_output_and_exit_code(sim_node, tmp_path):
+    """The command channel (gpunode/connection/ssh.py, _SERVE): a command that reads only part of its stdin, one
+    that prints no final newline, one that tries to read stdin it was not given, one that runs past its deadline:
+    each gets exactly its own bytes and status, and the next command is unaffected."""
+    from gpunode.shell import Script
+
+    node = sim_node("ubuntu-22.04-nogpu", sshd_log_level="DEBUG1")
+    before = channels(node)
+    with open_connection(spec(node, tmp_path)) as conn:
+        partial = conn.run(Script("head -c 3; echo; exit 4", (), "partial"), stdin=b"abcdef\nNOT-A-FRAME\n\x00\xff")
+        assert (partial.exit_code, partial.stdout) == (4, "abc\n")
+        whole = conn.run(["cat"], stdin=b"line one\n\x00binary\xfe tail")
+        assert whole.stdout.encode("utf-8", "surrogateescape")[:9] == b"line one\n" and whole.stdout.endswith(" tail")
+        bare = conn.run(Script("printf no-newline; printf err >&2", (), "bare"))
+        assert (bare.exit_code, bare.stdout, bare.stderr) == (0, "no-newline", "err")
+        empty = conn.run(Script("cat; echo rc=$?", (), "nostdin"))
+        assert empty.stdout == "rc=0\n"
+        assert channels(node) - before == 1
+        late = conn.run(Script("sleep 5", (), "late"), timeout=1)
+        assert late.timed_out
+        after = conn.run(["echo", "fresh"])
+        assert after.stdout == "fresh\n" and channels(node) - before == 2  # the late command took its channel along
