@@ -78,12 +78,13 @@ _GCM = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 #   (FEED 1) the stdin, base64 on one line
 # A long ASCII command line comes as `NONCE FEED LENGTH` and its LENGTH bytes instead, read by dd (one read(2)
 # never takes more than it asks for, and a short read is read on): the builtin `read` takes a byte per system call,
-# which on a probe of ~35 kB costs more than a channel of its own.
+# which on a probe of ~35 kB costs more than a channel of its own. A frame that ends early (the connection cut
+# half way) runs nothing: the loop ends.
 # Node to client: the command's output, then on stdout `NONCE CODE` (its exit status, written by the subshell's
 # EXIT trap, so a subshell killed by a signal writes none: "ended without an exit status", as before) and
 # `NONCE .`, and on stderr `NONCE`. The nonce is never in the command's environment, so nothing it prints (a
-# file's content) can end a frame early. Only the shell builtin `read` consumes the channel's input: it never reads
-# past a newline, so what follows stays for the next frame. The first line, `gpunode-serve B64`, proves the login
+# file's content) can end a frame early. Only the builtin `read` (never past a newline) and dd (never past the
+# length it asks for) consume the channel's input, so what follows stays for the next frame. The first line, `gpunode-serve B64`, proves the login
 # shell runs commands and says whether base64 is there to decode a stdin (without it, a command with stdin runs on
 # a channel of its own).
 _SERVE_HELLO = b"gpunode-serve "
@@ -94,7 +95,8 @@ gpunode_frame() { printf '%s %s\n' "$gpunode_n" "$1"; }
 while IFS= read -r gpunode_h; do
   gpunode_n=${gpunode_h%% *}; gpunode_h=${gpunode_h#* }; gpunode_r=${gpunode_h#* }; gpunode_c=
   if [ "$gpunode_r" = - ]; then
-    while IFS= read -r gpunode_l; do
+    while :; do
+      IFS= read -r gpunode_l || exit 0
       [ "$gpunode_l" = "$gpunode_n" ] && break
       gpunode_c="$gpunode_c$gpunode_l
 "
@@ -107,7 +109,7 @@ while IFS= read -r gpunode_h; do
     done
   fi
   if [ "${gpunode_h%% *}" = 1 ]; then
-    IFS= read -r gpunode_l
+    IFS= read -r gpunode_l || exit 0
     printf %s "$gpunode_l" | base64 -d | ( trap 'gpunode_frame $?' EXIT; eval "$gpunode_c" )
   else
     ( trap 'gpunode_frame $?' EXIT; eval "$gpunode_c" ) </dev/null
@@ -600,11 +602,11 @@ class SSHConnection(Connection):
             head, body = f" {len(text)}\n".encode(), text  # ASCII: the shell's ${#} counts bytes in any locale
         else:
             head, body = b" -\n", text + b"\n" + nonce + b"\n"
-        frame = (nonce + (b" 1" if stdin else b" 0") + head + body
-                 + (base64.b64encode(stdin) + b"\n" if stdin else b""))
         try:
             chan.settimeout(SEND_TIMEOUT)
-            self._send_stdin(chan, frame)
+            chan.sendall(nonce + (b" 1" if stdin else b" 0") + head + body)
+            if stdin:
+                self._send_stdin(chan, base64.b64encode(stdin) + b"\n")
             result = self._collect_framed(transport, chan, nonce, timeout)
         except BaseException:
             self._serve = None
