@@ -86,11 +86,12 @@ _GCM = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 # file's content) can end a frame early. Only the builtin `read` (never past a newline) and dd (never past the
 # length it asks for) consume the channel's input, so what follows stays for the next frame. The first line, `gpunode-serve B64`, proves the login
 # shell runs commands and says whether base64 is there to decode a stdin (without it, a command with stdin runs on
-# a channel of its own).
+# a channel of its own); `gpunode-serve` on stderr too, so nothing a login script printed before it is taken for
+# the first command's output.
 _SERVE_HELLO = b"gpunode-serve "
 _SERVE_DD = 2048  # command lines longer than this (bytes) are read by dd, shorter ones by the builtin read
 _SERVE = r"""if command -v base64 >/dev/null 2>&1; then gpunode_b=1; else gpunode_b=0; fi
-echo "gpunode-serve $gpunode_b"
+echo "gpunode-serve $gpunode_b"; echo gpunode-serve >&2
 gpunode_frame() { printf '%s %s\n' "$gpunode_n" "$1"; }
 while IFS= read -r gpunode_h; do
   gpunode_n=${gpunode_h%% *}; gpunode_h=${gpunode_h#* }; gpunode_r=${gpunode_h#* }; gpunode_c=
@@ -555,19 +556,21 @@ class SSHConnection(Connection):
             chan.exec_command(_SERVE)
             out, err = bytearray(), bytearray()
             deadline = time.monotonic() + 30
-            while b"\n" not in out:
+            while True:
                 while chan.recv_ready():
                     out += chan.recv(65536)
                 while chan.recv_stderr_ready():
                     err += chan.recv_stderr(65536)
-                if b"\n" in out or (chan.closed or chan.eof_received) and not chan.recv_ready():
+                hello = _greeting(out)
+                if hello is not None and _greeting(err) is not None:
+                    break
+                if (chan.closed or chan.eof_received) and not (chan.recv_ready() or chan.recv_stderr_ready()):
                     break
                 if time.monotonic() > deadline or not transport.is_active():
                     break
                 cancel.check_abort(f"connecting to {self.name}")
                 select.select([chan], [], [], 0.05)
-            hello = bytes(out).partition(b"\n")[0]
-            if not hello.startswith(_SERVE_HELLO):
+            if hello is None or _greeting(err) is None:
                 if not transport.is_active():
                     raise self._dropped()
                 code = chan.recv_exit_status() if chan.exit_status_ready() else -1
@@ -578,7 +581,7 @@ class SSHConnection(Connection):
                 self.close()
             raise
         self._shell_unchecked = False
-        self._serve_b64 = hello[len(_SERVE_HELLO):].strip() == b"1"
+        self._serve_b64 = hello == b"1"
         self._serve = chan
         return chan
 
@@ -908,6 +911,17 @@ def _outlives(transport: paramiko.Transport, wait: float = 1.0) -> bool:
     while transport.is_active() and time.monotonic() < end:
         time.sleep(0.02)
     return transport.is_active()
+
+
+def _greeting(data: bytearray) -> bytes | None:
+    """What follows `gpunode-serve` on its own line in what the command loop printed first (None: not yet); what a
+    login script printed before it is skipped."""
+    text = b"\n" + bytes(data)
+    at = text.find(b"\n" + _SERVE_HELLO.rstrip())
+    if at < 0:
+        return None
+    line, ended, _ = text[at + 1:].partition(b"\n")
+    return line[len(_SERVE_HELLO.rstrip()):].strip() if ended else None
 
 
 def _upto(data: bytearray, nonce: bytes) -> bytes:

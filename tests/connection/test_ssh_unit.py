@@ -187,3 +187,13 @@ def test_the_command_loop_runs_whole_frames_and_nothing_of_a_frame_cut_short(she
                 b"n5 0 %d\n" % len(long) + long[:-5],  # fewer bytes than announced
                 b"n6 1 -\n" + touch + b"\nn6\n" + base64.b64encode(b"partial")):  # stdin line without its end
         assert serve(cut) == b"gpunode-serve 1\n" and not mark.exists(), cut
+
+
+def test_the_command_loop_greeting_is_found_after_what_a_login_script_printed():
+    from gpunode.connection.ssh import _greeting
+
+    assert _greeting(bytearray(b"Welcome to node-7\nlast login: today\ngpunode-serve 1\n")) == b"1"
+    assert _greeting(bytearray(b"gpunode-serve\n")) == b""  # the stderr greeting
+    assert _greeting(bytearray(b"noise gpunode-serve 1\n")) is None  # only on a line of its own
+    assert _greeting(bytearray(b"gpunode-serve 1")) is None  # not yet whole
+    assert _greeting(bytearray(b"This account is currently not available.\n")) is None
