@@ -531,8 +531,19 @@ class SSHConnection(Connection):
             if self._serve_busy.acquire(blocking=False):
                 try:
                     chan = self._serving(transport)
-                    if chan is not None and (not stdin or self._serve_b64):
-                        return self._exec_framed(transport, chan, line, stdin, timeout)
+                    if not stdin or self._serve_b64:
+                        try:
+                            return self._exec_framed(transport, chan, line, stdin, timeout)
+                        except _Unsent:
+                            # the frame never reached the node whole, so nothing ran: connect again (or say why
+                            # that fails) and send it once more
+                            self.close()
+                            transport = self._transport()
+                            chan = self._serving(transport)
+                        try:
+                            return self._exec_framed(transport, chan, line, stdin, timeout)
+                        except _Unsent as again:
+                            raise again.cause from None
                 finally:
                     self._serve_busy.release()
             if self._shell_unchecked:
@@ -585,7 +596,7 @@ class SSHConnection(Connection):
         self._serve = chan
         return chan
 
-    def _serving(self, transport: paramiko.Transport) -> paramiko.Channel | None:
+    def _serving(self, transport: paramiko.Transport) -> paramiko.Channel:
         """The command channel, opened (again) when there is none or it ended."""
         chan = self._serve
         if chan is not None and (chan.closed or chan.eof_received or chan.exit_status_ready()
@@ -606,10 +617,13 @@ class SSHConnection(Connection):
         else:
             head, body = b" -\n", text + b"\n" + nonce + b"\n"
         try:
-            chan.settimeout(SEND_TIMEOUT)
-            chan.sendall(nonce + (b" 1" if stdin else b" 0") + head + body)
-            if stdin:
-                self._send_stdin(chan, base64.b64encode(stdin) + b"\n")
+            try:
+                chan.settimeout(SEND_TIMEOUT)
+                chan.sendall(nonce + (b" 1" if stdin else b" 0") + head + body)
+                if stdin:
+                    self._send_stdin(chan, base64.b64encode(stdin) + b"\n")
+            except (paramiko.SSHException, EOFError, OSError) as exc:
+                raise _Unsent(exc) from None  # the loop runs only a whole frame: this one ran nothing
             result = self._collect_framed(transport, chan, nonce, timeout)
         except BaseException:
             self._serve = None
@@ -900,6 +914,14 @@ class SSHConnection(Connection):
         return ConnectError(f"{self.name}: the SSH connection dropped during the upload ({sent} of {total} "
                             "bytes sent); nothing was installed",
                             fix="check the node and its network, then run the same command again")
+
+
+class _Unsent(Exception):
+    """A framed command that could not be sent whole (the connection went first): the node ran nothing of it."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 def _outlives(transport: paramiko.Transport, wait: float = 1.0) -> bool:

@@ -113,3 +113,32 @@ def test_commands_share_one_channel_and_each_keeps_its_own_stdin_output_and_exit
         assert late.timed_out
         after = conn.run(["echo", "fresh"])
         assert after.stdout == "fresh\n" and channels(node) - before == 2  # the late command took its channel along
+
+
+def test_a_command_whose_frame_could_not_be_sent_whole_ran_nothing_and_is_sent_again_once(sim_node, tmp_path):
+    """The loop runs only whole frames: when sending one fails (the connection went), the node ran nothing of it,
+    so the connection is made again and the command sent once more; a second failure is the dropped connection."""
+    from gpunode.connection import ssh as ssh_module
+    from gpunode.shell import Script
+
+    node = sim_node("ubuntu-22.04-nogpu")
+    fails = [1]
+
+    class Flaky(ssh_module.SSHConnection):
+        def _send_stdin(self, chan, data):
+            chan.sendall(data[: len(data) // 2])
+            if fails[0]:
+                fails[0] -= 1
+                raise EOFError()
+            chan.sendall(data[len(data) // 2:])
+
+    s = spec(node, tmp_path)
+    conn = Flaky(s.host, ssh_module.SSHOptions(identity=s.identity, known_hosts=s.known_hosts,
+                                               ssh_config=s.ssh_config))
+    with conn:
+        result = conn.run(Script("cat >> /root/ran; echo >> /root/ran", (), "append"), stdin=b"once")
+        assert result.ok and node.read("/root/ran") == "once\n"
+        fails[0] = 2
+        with pytest.raises(ConnectError, match="dropped"):
+            conn.run(Script("cat >> /root/ran; echo >> /root/ran", (), "append"), stdin=b"twice")
+    assert node.read("/root/ran") == "once\n"
