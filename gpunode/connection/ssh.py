@@ -641,6 +641,7 @@ class SSHConnection(Connection):
         out, err = bytearray(), bytearray()
         out_end, err_end = nonce + b" .\n", nonce + b"\n"
         out_at = err_at = -1
+        out_seen = err_seen = 0  # searched up to here (less a mark's length): a large output is scanned once
         deadline = time.monotonic() + timeout if timeout else None
         while True:
             drained = False
@@ -651,9 +652,11 @@ class SSHConnection(Connection):
                 err += chan.recv_stderr(65536)
                 drained = True
             if out_at < 0:
-                out_at = out.find(out_end)
+                out_at = out.find(out_end, max(0, out_seen - len(out_end)))
+                out_seen = len(out)
             if err_at < 0:
-                err_at = err.find(err_end)
+                err_at = err.find(err_end, max(0, err_seen - len(err_end)))
+                err_seen = len(err)
             if out_at >= 0 and err_at >= 0:
                 break
             if (chan.closed or chan.eof_received) and not (chan.recv_ready() or chan.recv_stderr_ready()):

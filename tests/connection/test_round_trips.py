@@ -105,6 +105,8 @@ def test_commands_share_one_channel_and_each_keeps_its_own_stdin_output_and_exit
         assert (bare.exit_code, bare.stdout, bare.stderr) == (0, "no-newline", "err")
         empty = conn.run(Script("cat; echo rc=$?", (), "nostdin"))
         assert empty.stdout == "rc=0\n"
+        big = conn.run(Script("head -c 3000000 /dev/zero | tr '\\0' a; echo; echo e >&2", (), "big"))
+        assert (len(big.stdout), big.stdout.count("a"), big.stderr) == (3000001, 3000000, "e\n")
         for filler in ("y" * 70, "é" * 35):  # long lines: read by dd when ASCII, line by line otherwise
             long = conn.run(Script("\n".join(f": {filler}" for _ in range(600)) + "\necho long; exit 2", (), "long"))
             assert (long.exit_code, long.stdout) == (2, "long\n")
