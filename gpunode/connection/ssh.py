@@ -69,6 +69,56 @@ UPLOAD_CHUNK = 1 << 18  # bytes read and sent at a time: one Ctrl-C check and pr
 # with a separate HMAC, is two), which is what keeps a large upload near scp's speed. The rest keep paramiko's order.
 _GCM = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 
+# One long-lived command channel per connection (a channel costs a round trip or two of its own: with one per
+# command a driver upgrade opened ~40). The login shell runs this loop once; it reads framed commands from its stdin
+# and runs each in a subshell, as sshd would have run it with `$SHELL -c`: with its stdin from /dev/null or exactly
+# the bytes sent for it, and its stdout and stderr on the channel's. A frame, client to node:
+#   NONCE FEED -          NONCE: fresh random hex per command; FEED 1: a stdin line follows the command
+#   the command line's lines, then a line NONCE
+#   (FEED 1) the stdin, base64 on one line
+# A long ASCII command line comes as `NONCE FEED LENGTH` and its LENGTH bytes instead, read by dd (one read(2)
+# never takes more than it asks for, and a short read is read on): the builtin `read` takes a byte per system call,
+# which on a probe of ~35 kB costs more than a channel of its own. A frame that ends early (the connection cut
+# half way) runs nothing: the loop ends.
+# Node to client: the command's output, then on stdout `NONCE CODE` (its exit status, written by the subshell's
+# EXIT trap, so a subshell killed by a signal writes none: "ended without an exit status", as before) and
+# `NONCE .`, and on stderr `NONCE`. The nonce is never in the command's environment, so nothing it prints (a
+# file's content) can end a frame early. Only the builtin `read` (never past a newline) and dd (never past the
+# length it asks for) consume the channel's input, so what follows stays for the next frame. The first line, `gpunode-serve B64`, proves the login
+# shell runs commands and says whether base64 is there to decode a stdin (without it, a command with stdin runs on
+# a channel of its own); `gpunode-serve` on stderr too, so nothing a login script printed before it is taken for
+# the first command's output.
+_SERVE_HELLO = b"gpunode-serve "
+_SERVE_DD = 2048  # command lines longer than this (bytes) are read by dd, shorter ones by the builtin read
+_SERVE = r"""if command -v base64 >/dev/null 2>&1; then gpunode_b=1; else gpunode_b=0; fi
+echo "gpunode-serve $gpunode_b"; echo gpunode-serve >&2
+gpunode_frame() { printf '%s %s\n' "$gpunode_n" "$1"; }
+while IFS= read -r gpunode_h; do
+  gpunode_n=${gpunode_h%% *}; gpunode_h=${gpunode_h#* }; gpunode_r=${gpunode_h#* }; gpunode_c=
+  if [ "$gpunode_r" = - ]; then
+    while :; do
+      IFS= read -r gpunode_l || exit 0
+      [ "$gpunode_l" = "$gpunode_n" ] && break
+      gpunode_c="$gpunode_c$gpunode_l
+"
+    done
+  else
+    while [ "$gpunode_r" -gt 0 ]; do
+      gpunode_l=$(dd bs="$gpunode_r" count=1 2>/dev/null; echo x); gpunode_l=${gpunode_l%x}
+      [ -n "$gpunode_l" ] || exit 0
+      gpunode_c=$gpunode_c$gpunode_l; gpunode_r=$((gpunode_r - ${#gpunode_l}))
+    done
+  fi
+  if [ "${gpunode_h%% *}" = 1 ]; then
+    IFS= read -r gpunode_l || exit 0
+    printf %s "$gpunode_l" | base64 -d | ( trap 'gpunode_frame $?' EXIT; eval "$gpunode_c" )
+  else
+    ( trap 'gpunode_frame $?' EXIT; eval "$gpunode_c" ) </dev/null
+  fi
+  printf '%s .\n' "$gpunode_n"; printf '%s\n' "$gpunode_n" >&2
+done
+"""
+
 
 def gcm_first(ciphers: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(c for c in _GCM if c in ciphers) + tuple(c for c in ciphers if c not in _GCM)
@@ -293,6 +343,9 @@ class SSHConnection(Connection):
         self._client: paramiko.SSHClient | None = None
         self._jump: SSHConnection | None = None
         self._shell_unchecked = False  # the login-shell check rides on the next command (connect(defer_checks))
+        self._serve: paramiko.Channel | None = None  # the command channel (_SERVE), opened by the first command
+        self._serve_b64 = False  # the node can decode a command's stdin sent on it
+        self._serve_busy = threading.Lock()  # one command at a time on it; another thread's gets its own channel
 
     # -- connecting ------------------------------------------------------------------------------------
     def connect(self, *, defer_checks: bool = False) -> SSHConnection:
@@ -412,12 +465,10 @@ class SSHConnection(Connection):
         transport = self._client.get_transport()
         assert transport is not None
         try:
-            code, out, err, _ = self._exec_on(transport, "echo gpunode-shell-ok", b"", 30)
+            self._start_serving(transport)  # the command channel's greeting is the proof
         except (paramiko.SSHException, EOFError, OSError) as exc:
             raise ConnectError(f"{self.name}: the SSH connection dropped right after login ({exc})",
                                fix="check the node and run again") from None
-        if b"gpunode-shell-ok" not in out:
-            raise self._shell_refuses(code, out, err)
 
     def _shell_refuses(self, code: int, out: bytes, err: bytes) -> ConnectError:
         said = (err or out).decode("utf-8", "replace").strip().splitlines()
@@ -428,6 +479,7 @@ class SSHConnection(Connection):
                                 f"the node: chsh -s /bin/sh {user}")
 
     def close(self) -> None:
+        self._serve = None
         if self._client is not None:
             self._client.close()
             self._client = None
@@ -476,6 +528,24 @@ class SSHConnection(Connection):
     def _exec(self, line: str, stdin: bytes, timeout: float | None) -> tuple[int, bytes, bytes, bool]:
         transport = self._transport()
         try:
+            if self._serve_busy.acquire(blocking=False):
+                try:
+                    chan = self._serving(transport)
+                    if not stdin or self._serve_b64:
+                        try:
+                            return self._exec_framed(transport, chan, line, stdin, timeout)
+                        except _Unsent:
+                            # the frame never reached the node whole, so nothing ran: connect again (or say why
+                            # that fails) and send it once more
+                            self.close()
+                            transport = self._transport()
+                            chan = self._serving(transport)
+                        try:
+                            return self._exec_framed(transport, chan, line, stdin, timeout)
+                        except _Unsent as again:
+                            raise again.cause from None
+                finally:
+                    self._serve_busy.release()
             if self._shell_unchecked:
                 return self._exec_checking_shell(transport, line, stdin, timeout)
             return self._exec_on(transport, line, stdin, timeout)
@@ -487,6 +557,128 @@ class SSHConnection(Connection):
             # A reset or a closed transport mid-command (a reboot, a network drop) is a connection problem.
             raise ConnectError(f"{self.name}: the SSH connection dropped while a command was running on the node ({exc})",
                                fix="the node may have rebooted or lost its network; run again") from None
+
+    def _start_serving(self, transport: paramiko.Transport) -> paramiko.Channel:
+        """Open the command channel and wait for its greeting; a login shell that refuses to run commands (nologin,
+        false) is named here, which is the login-shell check."""
+        chan = transport.open_session(timeout=30)
+        try:
+            chan.settimeout(SEND_TIMEOUT)
+            chan.exec_command(_SERVE)
+            out, err = bytearray(), bytearray()
+            deadline = time.monotonic() + 30
+            while True:
+                while chan.recv_ready():
+                    out += chan.recv(65536)
+                while chan.recv_stderr_ready():
+                    err += chan.recv_stderr(65536)
+                hello = _greeting(out)
+                if hello is not None and _greeting(err) is not None:
+                    break
+                if (chan.closed or chan.eof_received) and not (chan.recv_ready() or chan.recv_stderr_ready()):
+                    break
+                if time.monotonic() > deadline or not transport.is_active():
+                    break
+                cancel.check_abort(f"connecting to {self.name}")
+                select.select([chan], [], [], 0.05)
+            if hello is None or _greeting(err) is None:
+                if not transport.is_active():
+                    raise self._dropped()
+                code = chan.recv_exit_status() if chan.exit_status_ready() else -1
+                raise self._shell_refuses(code, bytes(out), bytes(err))
+        except BaseException:
+            _drop(chan)
+            if self._shell_unchecked:
+                self.close()
+            raise
+        self._shell_unchecked = False
+        self._serve_b64 = hello == b"1"
+        self._serve = chan
+        return chan
+
+    def _serving(self, transport: paramiko.Transport) -> paramiko.Channel:
+        """The command channel, opened (again) when there is none or it ended."""
+        chan = self._serve
+        if chan is not None and (chan.closed or chan.eof_received or chan.exit_status_ready()
+                                 or chan.get_transport() is not transport):
+            _drop(chan)
+            chan = self._serve = None
+        return chan if chan is not None else self._start_serving(transport)
+
+    def _exec_framed(self, transport: paramiko.Transport, chan: paramiko.Channel, line: str, stdin: bytes,
+                     timeout: float | None) -> tuple[int, bytes, bytes, bool]:
+        """Run one command on the command channel (see _SERVE): the same deadline, Ctrl-C checks and drop
+        detection as a channel of its own. A command that times out, is interrupted or fails to frame takes the
+        channel with it (closed, as its own channel would be); the next command opens a fresh one."""
+        nonce = os.urandom(16).hex().encode()
+        text = line.encode()
+        if len(text) > _SERVE_DD and text.isascii():
+            head, body = f" {len(text)}\n".encode(), text  # ASCII: the shell's ${#} counts bytes in any locale
+        else:
+            head, body = b" -\n", text + b"\n" + nonce + b"\n"
+        try:
+            try:
+                chan.settimeout(SEND_TIMEOUT)
+                chan.sendall(nonce + (b" 1" if stdin else b" 0") + head + body)
+                if stdin:
+                    self._send_stdin(chan, base64.b64encode(stdin) + b"\n")
+            except (paramiko.SSHException, EOFError, OSError) as exc:
+                raise _Unsent(exc) from None  # the loop runs only a whole frame: this one ran nothing
+            result = self._collect_framed(transport, chan, nonce, timeout)
+        except BaseException:
+            self._serve = None
+            _drop(chan)
+            raise
+        if result[3] or result[0] == -1:
+            self._serve = None
+            _drop(chan)
+        return result
+
+    def _collect_framed(self, transport: paramiko.Transport, chan: paramiko.Channel, nonce: bytes,
+                        timeout: float | None) -> tuple[int, bytes, bytes, bool]:
+        """Read both streams until the command's end marks (`NONCE .` on stdout, `NONCE` on stderr), the
+        channel ends or `timeout` passes."""
+        out, err = bytearray(), bytearray()
+        out_end, err_end = nonce + b" .\n", nonce + b"\n"
+        out_at = err_at = -1
+        out_seen = err_seen = 0  # searched up to here (less a mark's length): a large output is scanned once
+        deadline = time.monotonic() + timeout if timeout else None
+        while True:
+            drained = False
+            while chan.recv_ready():
+                out += chan.recv(65536)
+                drained = True
+            while chan.recv_stderr_ready():
+                err += chan.recv_stderr(65536)
+                drained = True
+            if out_at < 0:
+                out_at = out.find(out_end, max(0, out_seen - len(out_end)))
+                out_seen = len(out)
+            if err_at < 0:
+                err_at = err.find(err_end, max(0, err_seen - len(err_end)))
+                err_seen = len(err)
+            if out_at >= 0 and err_at >= 0:
+                break
+            if (chan.closed or chan.eof_received) and not (chan.recv_ready() or chan.recv_stderr_ready()):
+                # the loop itself ended mid-command (killed on the node, its session cut)
+                _drop(chan)
+                if not _outlives(transport):
+                    raise self._dropped()
+                raise self._no_status(_upto(out, nonce), _upto(err, nonce))
+            if deadline is not None and time.monotonic() > deadline:
+                return -1, _upto(out, nonce), _upto(err, nonce), True
+            if not transport.is_active():
+                raise self._dropped()
+            cancel.check_abort(f"running a command on {self.name}")
+            if not drained:
+                select.select([chan], [], [], 0.05)
+        stdout, _, tail = bytes(out[:out_at]).partition(nonce)
+        code = tail.split(b"\n", 1)[0].strip()
+        if not code.isdigit():  # no status from the subshell: it was killed, or its session is being cut
+            if not _outlives(transport):
+                raise self._dropped()
+            raise self._no_status(stdout, bytes(err[:err_at]))
+        return int(code), stdout, bytes(err[:err_at]), False
 
     def _exec_checking_shell(self, transport: paramiko.Transport, line: str, stdin: bytes,
                              timeout: float | None) -> tuple[int, bytes, bytes, bool]:
@@ -551,12 +743,15 @@ class SSHConnection(Connection):
             chan.close()
             if not transport.is_active():
                 raise self._dropped()
-            raise CommandError(f"{self.name}: a command ended without an exit status: it was killed on the node "
-                               "(a signal, the OOM killer) or its SSH session was cut; it may not have finished",
-                               fix=_GO_ON, stdout=bytes(out).decode("utf-8", "replace"),
-                               stderr=bytes(err).decode("utf-8", "replace"), exit_code=-1)
+            raise self._no_status(bytes(out), bytes(err))
         chan.close()
         return status, bytes(out), bytes(err), False
+
+    def _no_status(self, out: bytes, err: bytes) -> CommandError:
+        return CommandError(f"{self.name}: a command ended without an exit status: it was killed on the node "
+                            "(a signal, the OOM killer) or its SSH session was cut; it may not have finished",
+                            fix=_GO_ON, stdout=out.decode("utf-8", "replace"), stderr=err.decode("utf-8", "replace"),
+                            exit_code=-1)
 
     def _dropped(self) -> ConnectError:
         return ConnectError(f"{self.name}: the SSH connection dropped while a command was running on the node (it "
@@ -722,6 +917,42 @@ class SSHConnection(Connection):
         return ConnectError(f"{self.name}: the SSH connection dropped during the upload ({sent} of {total} "
                             "bytes sent); nothing was installed",
                             fix="check the node and its network, then run the same command again")
+
+
+class _Unsent(Exception):
+    """A framed command that could not be sent whole (the connection went first): the node ran nothing of it."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def _outlives(transport: paramiko.Transport, wait: float = 1.0) -> bool:
+    """Whether the connection is still up a moment after a command died without a status. A node that drops a
+    session (a reboot, sshd killed) kills its processes in some order: the command's shell can die, and the loop
+    report it, a few milliseconds before the connection itself goes; that is a dropped connection, not a command
+    killed on the node."""
+    end = time.monotonic() + wait
+    while transport.is_active() and time.monotonic() < end:
+        time.sleep(0.02)
+    return transport.is_active()
+
+
+def _greeting(data: bytearray) -> bytes | None:
+    """What follows `gpunode-serve` on its own line in what the command loop printed first (None: not yet); what a
+    login script printed before it is skipped."""
+    text = b"\n" + bytes(data)
+    at = text.find(b"\n" + _SERVE_HELLO.rstrip())
+    if at < 0:
+        return None
+    line, ended, _ = text[at + 1:].partition(b"\n")
+    return line[len(_SERVE_HELLO.rstrip()):].strip() if ended else None
+
+
+def _upto(data: bytearray, nonce: bytes) -> bytes:
+    """A framed command's output without the end marks (all of it when none arrived)."""
+    at = data.find(nonce)
+    return bytes(data if at < 0 else data[:at])
 
 
 def _drop(chan: paramiko.Channel) -> None:

@@ -1,5 +1,6 @@
 """Round trips: the CLI's connection learns that the login shell works and that the login user is root from
-the first command itself, so `plan` and `doctor` open one SSH channel (the probe). Counted from sshd's own log
+the first command itself, so `plan` and `doctor` open one SSH channel (the probe); later commands run on that
+same channel (gpunode/connection/ssh.py, _SERVE). Counted from sshd's own log
 at DEBUG1, which records every channel a client opens."""
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def test_the_probe_is_the_only_channel_and_root_is_learnt_from_it(sim_node, tmp_
         assert channels(node) - before == 1
         assert facts.kernel == node.kernel
         assert conn.run(["id", "-u"], sudo=True).stdout == "0\n"  # no sudo prefix, no second root check
-        assert channels(node) - before == 2
+        assert channels(node) - before == 1  # later commands ride on the same channel
     assert node.calls("sudo") == []
 
 
@@ -71,7 +72,7 @@ def test_a_fleet_logged_connection_also_learns_root_from_the_probe(sim_node, tmp
         gather(conn)
         assert channels(node) - before == 1
         assert conn.run(["id", "-u"], sudo=True).stdout == "0\n"
-        assert channels(node) - before == 2
+        assert channels(node) - before == 1
     assert "$ " in log.getvalue()
 
 
@@ -85,3 +86,61 @@ def test_the_socket_sends_at_once_and_the_cipher_is_aes_gcm(sim_node, tmp_path):
         transport = conn._client.get_transport()
         assert transport.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
         assert transport.local_cipher == transport.remote_cipher == "aes128-gcm@openssh.com"
+
+
+def test_commands_share_one_channel_and_each_keeps_its_own_stdin_output_and_exit_code(sim_node, tmp_path):
+    """The command channel (gpunode/connection/ssh.py, _SERVE): a command that reads only part of its stdin, one
+    that prints no final newline, one that tries to read stdin it was not given, one that runs past its deadline:
+    each gets exactly its own bytes and status, and the next command is unaffected."""
+    from gpunode.shell import Script
+
+    node = sim_node("ubuntu-22.04-nogpu", sshd_log_level="DEBUG1")
+    before = channels(node)
+    with open_connection(spec(node, tmp_path)) as conn:
+        partial = conn.run(Script("head -c 3; echo; exit 4", (), "partial"), stdin=b"abcdef\nNOT-A-FRAME\n\x00\xff")
+        assert (partial.exit_code, partial.stdout) == (4, "abc\n")
+        whole = conn.run(["cat"], stdin=b"line one\n\x00binary\xfe tail")
+        assert whole.stdout.encode("utf-8", "surrogateescape")[:9] == b"line one\n" and whole.stdout.endswith(" tail")
+        bare = conn.run(Script("printf no-newline; printf err >&2", (), "bare"))
+        assert (bare.exit_code, bare.stdout, bare.stderr) == (0, "no-newline", "err")
+        empty = conn.run(Script("cat; echo rc=$?", (), "nostdin"))
+        assert empty.stdout == "rc=0\n"
+        big = conn.run(Script("head -c 3000000 /dev/zero | tr '\\0' a; echo; echo e >&2", (), "big"))
+        assert (len(big.stdout), big.stdout.count("a"), big.stderr) == (3000001, 3000000, "e\n")
+        for filler in ("y" * 70, "é" * 35):  # long lines: read by dd when ASCII, line by line otherwise
+            long = conn.run(Script("\n".join(f": {filler}" for _ in range(600)) + "\necho long; exit 2", (), "long"))
+            assert (long.exit_code, long.stdout) == (2, "long\n")
+        assert channels(node) - before == 1
+        late = conn.run(Script("sleep 5", (), "late"), timeout=1)
+        assert late.timed_out
+        after = conn.run(["echo", "fresh"])
+        assert after.stdout == "fresh\n" and channels(node) - before == 2  # the late command took its channel along
+
+
+def test_a_command_whose_frame_could_not_be_sent_whole_ran_nothing_and_is_sent_again_once(sim_node, tmp_path):
+    """The loop runs only whole frames: when sending one fails (the connection went), the node ran nothing of it,
+    so the connection is made again and the command sent once more; a second failure is the dropped connection."""
+    from gpunode.connection import ssh as ssh_module
+    from gpunode.shell import Script
+
+    node = sim_node("ubuntu-22.04-nogpu")
+    fails = [1]
+
+    class Flaky(ssh_module.SSHConnection):
+        def _send_stdin(self, chan, data):
+            chan.sendall(data[: len(data) // 2])
+            if fails[0]:
+                fails[0] -= 1
+                raise EOFError()
+            chan.sendall(data[len(data) // 2:])
+
+    s = spec(node, tmp_path)
+    conn = Flaky(s.host, ssh_module.SSHOptions(identity=s.identity, known_hosts=s.known_hosts,
+                                               ssh_config=s.ssh_config))
+    with conn:
+        result = conn.run(Script("cat >> /root/ran; echo >> /root/ran", (), "append"), stdin=b"once")
+        assert result.ok and node.read("/root/ran") == "once\n"
+        fails[0] = 2
+        with pytest.raises(ConnectError, match="dropped"):
+            conn.run(Script("cat >> /root/ran; echo >> /root/ran", (), "append"), stdin=b"twice")
+    assert node.read("/root/ran") == "once\n"

@@ -1,5 +1,8 @@
 """SSH pieces that need no server: target parsing, ssh_config resolution, host-key policy."""
 
+import shutil
+import subprocess
+
 import paramiko
 import pytest
 
@@ -153,3 +156,44 @@ def test_invoke_is_loaded_only_for_a_match_exec_config(tmp_path):
             f"print(_resolve(SSHTarget('gpu'), SSHOptions(ssh_config={str(matching)!r})).port, 'invoke' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
     assert out[:3] == ["False", "2222 False", "2200 True"]
+
+
+SHELLS = [s for s in (["dash"], ["bash"], ["busybox", "sh"]) if shutil.which(s[0])]
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_the_command_loop_runs_whole_frames_and_nothing_of_a_frame_cut_short(shell, tmp_path):
+    """gpunode/connection/ssh.py's _SERVE under the shells a node may log in with: a whole frame runs (short line,
+    long ASCII line read by dd, base64 stdin) and reports its status; a frame whose command line, length-framed
+    body or stdin line never arrived whole runs nothing."""
+    import base64
+
+    from gpunode.connection.ssh import _SERVE, _SERVE_DD
+
+    mark = tmp_path / "ran"
+
+    def serve(data: bytes) -> bytes:
+        return subprocess.run([*shell, "-c", _SERVE], input=data, capture_output=True, timeout=30, check=False).stdout
+
+    touch = f"touch {mark}; echo hi; exit 3".encode()
+    out = serve(b"n1 0 -\n" + touch + b"\nn1\n")
+    assert out == b"gpunode-serve 1\nhi\nn1 3\nn1 .\n" and mark.exists()
+    mark.unlink()
+    long = b": " + b"x" * _SERVE_DD + b"\n" + touch
+    out = serve(b"n2 0 %d\n" % len(long) + long + b"n3 1 -\ncat\nn3\n" + base64.b64encode(b"in\x00put") + b"\n")
+    assert out == b"gpunode-serve 1\nhi\nn2 3\nn2 .\nin\x00putn3 0\nn3 .\n" and mark.exists()
+    mark.unlink()
+    for cut in (b"n4 0 -\n" + touch,  # no terminator line
+                b"n5 0 %d\n" % len(long) + long[:-5],  # fewer bytes than announced
+                b"n6 1 -\n" + touch + b"\nn6\n" + base64.b64encode(b"partial")):  # stdin line without its end
+        assert serve(cut) == b"gpunode-serve 1\n" and not mark.exists(), cut
+
+
+def test_the_command_loop_greeting_is_found_after_what_a_login_script_printed():
+    from gpunode.connection.ssh import _greeting
+
+    assert _greeting(bytearray(b"Welcome to node-7\nlast login: today\ngpunode-serve 1\n")) == b"1"
+    assert _greeting(bytearray(b"gpunode-serve\n")) == b""  # the stderr greeting
+    assert _greeting(bytearray(b"noise gpunode-serve 1\n")) is None  # only on a line of its own
+    assert _greeting(bytearray(b"gpunode-serve 1")) is None  # not yet whole
+    assert _greeting(bytearray(b"This account is currently not available.\n")) is None
