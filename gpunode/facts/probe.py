@@ -32,6 +32,7 @@ from gpunode.facts.registry import (
     NOT_RUN,
     REGISTRY,
     RUN,
+    SMI_Q_ONCE,
     Fact,
     Section,
     facts_of,
@@ -66,8 +67,15 @@ def build_probe(nonce: str | None = None, probe: str = FULL) -> tuple[Script, st
     """The probe script (the facts `probe` gathers: RUN for plan and install, FULL for doctor) and the nonce
     that frames its sections."""
     nonce = nonce or secrets.token_hex(8)
+    sections = all_sections(probe)
+    # two or more sections parse `nvidia-smi -q`: ask it once, just before the first of them (registry.SMI_Q_ONCE),
+    # so the calls happen in the order they always did (the first to hang is the one named)
+    share_q = sum("gpunode_smi_q_rc" in s for s in sections.values()) > 1
     parts = []
-    for name, snippet in all_sections(probe).items():
+    for name, snippet in sections.items():
+        if share_q and "gpunode_smi_q_rc" in snippet:
+            parts.append(SMI_Q_ONCE)
+            share_q = False
         body = snippet.replace("@FILE@", f"@{nonce}@file")
         # The bare `echo` ends a last line that has no newline (an os-release file without a final newline),
         # so the end marker always starts a line; split_sections drops the one empty line it adds otherwise.
