@@ -68,14 +68,19 @@ def build_probe(nonce: str | None = None, probe: str = FULL) -> tuple[Script, st
     that frames its sections."""
     nonce = nonce or secrets.token_hex(8)
     sections = all_sections(probe)
-    # two or more sections parse `nvidia-smi -q`: ask it once, just before the first of them (registry.SMI_Q_ONCE),
-    # so the calls happen in the order they always did (the first to hang is the one named)
-    share_q = sum("gpunode_smi_q_rc" in s for s in sections.values()) > 1
+    # A tool two or more sections read is asked once, at the top level just before the first of them, so the
+    # calls happen in the order they always did (the first nvidia-smi to hang is the one named): `nvidia-smi -q`
+    # (registry.SMI_Q_ONCE) and `systemctl show` (packages.shared_units). Each section then reads that answer.
+    shared: dict[str, str] = {}
+    if sum("gpunode_smi_q_rc" in s for s in sections.values()) > 1:
+        shared["gpunode_smi_q_rc"] = SMI_Q_ONCE
+    units = packages.shared_units(sections.values())
+    if units:
+        shared["gpunode_units_set"] = units
     parts = []
     for name, snippet in sections.items():
-        if share_q and "gpunode_smi_q_rc" in snippet:
-            parts.append(SMI_Q_ONCE)
-            share_q = False
+        for marker in [m for m in shared if m in snippet]:
+            parts.append(shared.pop(marker))
         body = snippet.replace("@FILE@", f"@{nonce}@file")
         # The bare `echo` ends a last line that has no newline (an os-release file without a final newline),
         # so the end marker always starts a line; split_sections drops the one empty line it adds otherwise.
