@@ -22,17 +22,15 @@ _READ_FILE = Script(
     body='if [ -e "$1" ]; then exec cat -- "$1"; else exit 44; fi',
 )
 
-# Receive stdin into a temp file beside $dest, hashing it on the way, and check that exactly $size bytes arrived;
-# leaves its SHA256 in $sum. The temp file is removed on any exit unless the script clears the EXIT trap. Shared by the verified write
+# Receive stdin into a temp file beside $dest and check that exactly $size bytes arrived; leaves its SHA256 in
+# $sum. The temp file is removed on any exit unless the script clears the EXIT trap. Shared by the verified write
 # and the upload.
 _RECEIVE = r"""dir=$(dirname -- "$dest" && echo x); dir=${dir%??}
 mkdir -p -- "$dir"
 @UMASK@tmp=$(mktemp "$dir/.gpunode-@KIND@.XXXXXX" && echo x); tmp=${tmp%??}
 trap 'rm -f -- "$tmp"' EXIT
 trap 'exit 129' HUP INT TERM PIPE
-# hashed while it arrives: the file is not read back (that second read cost more than the transfer on a node
-# whose disk is slower than its network). A full disk: tee says so on stderr and the length check below fails.
-sum=$(tee -- "$tmp" | sha256sum)
+cat > "$tmp"
 # the length from ls (busybox wc -c reads the whole file); the fields before the size hold no blanks
 set -f
 set -- $(ls -ln -- "$tmp")
@@ -41,6 +39,7 @@ if [ "$got" != "$size" ]; then
   echo "gpunode-short only $got of $size bytes arrived" >&2
   exit 46
 fi
+sum=$(sha256sum < "$tmp")
 """
 
 

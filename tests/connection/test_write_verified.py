@@ -113,16 +113,13 @@ def test_mode_is_applied_and_new_directories_are_made(conn, tmp_path):
 
 @pytest.fixture
 def full_disk_conn(tmp_path):
-    """A connection whose node has a `cat` and a `tee` that write to /dev/full when stdin is copied to a file."""
+    """A connection whose node has a `cat` that writes to /dev/full when stdin is copied to a file."""
     if not os.path.exists("/dev/full"):
         pytest.skip("no /dev/full")
     shims = tmp_path / "shims"
     shims.mkdir()
     (shims / "cat").write_text('#!/bin/sh\n[ $# -eq 0 ] && exec /bin/cat >/dev/full\nexec /bin/cat "$@"\n')
     (shims / "cat").chmod(0o755)
-    tee = shutil.which("tee")
-    (shims / "tee").write_text(f'#!/bin/sh\n[ "$1" = -- ] && shift\nexec {tee} /dev/full\n')
-    (shims / "tee").chmod(0o755)
 
     class FullDisk(LocalConnection):
         def _exec(self, line, stdin, timeout):
