@@ -6,7 +6,7 @@ config). Everything runs against that VM through its ssh config entry, interleav
   connection; wall time and node CPU (the shell's `times`: user + system of everything it started);
 - plan: `gpunode plan` (the RUN probe and the converged check install runs, without changing anything) against
   the lower bound, one `ssh` running MINIMAL; against `ansible-playbook` with its normal modules (the VM has
-  python3: stat, command, slurp, service_facts, package_facts), checking the same things; and against pyinfra
+  python3: stat, command, slurp, service_facts), checking the same things; and against pyinfra
   with its facts, when the bench venv has them.
 
 The VM runs under QEMU with TCG (no KVM here) on 1 vCPU of a 2-core machine shared with other work: every
@@ -139,7 +139,10 @@ def plan_rows(config: str, host: str, repeat: int, work: Path) -> list[Row]:
 
 
 def bench(config: str, host: str, repeat: int, work: Path) -> list[Row]:
-    return probe_rows(config, host, repeat) + plan_rows(config, host, repeat, work)
+    rows = probe_rows(config, host, repeat)
+    for row in rows:
+        print("  " + " | ".join(c for c in row.cells() if c), flush=True)
+    return rows + plan_rows(config, host, repeat, work)
 
 
 def main() -> int:
