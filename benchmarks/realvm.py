@@ -139,10 +139,7 @@ def plan_rows(config: str, host: str, repeat: int, work: Path) -> list[Row]:
 
 
 def bench(config: str, host: str, repeat: int, work: Path) -> list[Row]:
-    rows = probe_rows(config, host, repeat)
-    for row in rows:
-        print("  " + " | ".join(c for c in row.cells() if c), flush=True)
-    return rows + plan_rows(config, host, repeat, work)
+    return probe_rows(config, host, repeat) + plan_rows(config, host, repeat, work)
 
 
 def main() -> int:
@@ -154,8 +151,10 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="gpunode-realvm-") as tmp:
-        for row in bench(args.ssh_config, args.host, args.repeat, Path(tmp)):
-            print(" | ".join(c for c in row.cells() if c), flush=True)
+        for part in (lambda: probe_rows(args.ssh_config, args.host, args.repeat),
+                     lambda: plan_rows(args.ssh_config, args.host, args.repeat, Path(tmp))):
+            for row in part():  # each part as soon as it is measured (the whole takes many minutes under TCG)
+                print(" | ".join(c for c in row.cells() if c), flush=True)
     return 0
 
 
