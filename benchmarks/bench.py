@@ -3,7 +3,11 @@ integration tests). One entry point: `nox -s bench` (or `python -m benchmarks.be
 writes it to docs/benchmarks.md with the machine it ran on. Every figure is measured in this run and shown
 as a ratio to a reference measured in the same run; nothing is typed in.
 
-    python -m benchmarks.bench [--latency] [--repeat 5] [--upload-mb 400] [--fleet 1,10,50,100] [--only SECTION]
+    python -m benchmarks.bench [--latency] [--repeat 5] [--upload-mb 400] [--fleet 1,20,100] [--only SECTION]
+                               [--realvm-ssh-config /tmp/gpunode-realos-vm.*/vm/ssh_config]
+
+The real-VM section (benchmarks/realvm.py) runs when --realvm-ssh-config names a running real-OS VM
+(`python -m tests.realos.vm up` prints it).
 """
 
 from __future__ import annotations
@@ -17,13 +21,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks import fleet, nodes, probe, roundtrips, startup, upload
+from benchmarks import fleet, imports, nodes, probe, realvm, roundtrips, startup, upload
 from benchmarks.measure import HEADER, Row
 from gpunode import __version__
 from tests.nodesim.rootfs import missing_requirements
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("startup", "probe", "roundtrips", "upload", "fleet")
+SECTIONS = ("startup", "imports", "probe", "roundtrips", "upload", "fleet", "realvm")
 
 
 def machine(load: tuple[float, float, float]) -> list[str]:
@@ -55,7 +59,9 @@ def main() -> int:
     parser.add_argument("--latency", action="store_true", help="also run round trips through a 50 ms relay")
     parser.add_argument("--repeat", type=int, default=5, help="runs per timed figure (start-up uses 2x+1)")
     parser.add_argument("--upload-mb", type=int, default=400)
-    parser.add_argument("--fleet", default="1,10,50,100", help="fleet sizes, the first is the reference")
+    parser.add_argument("--fleet", default="1,20,100", help="fleet sizes, the first is the reference")
+    parser.add_argument("--realvm-ssh-config", help="ssh config of a running real-OS VM (tests/realos)")
+    parser.add_argument("--realvm-host", default="realos")
     parser.add_argument("--only", action="append", choices=SECTIONS, help="run only this section (repeatable)")
     parser.add_argument("--output", default=str(ROOT / "docs" / "benchmarks.md"))
     args = parser.parse_args()
@@ -69,8 +75,15 @@ def main() -> int:
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="gpunode-bench-", dir="/var/tmp") as tmp:
         work = Path(tmp)
+        # An installed gpunode has its .pyc files (pip compiles them). Where PYTHONDONTWRITEBYTECODE is set (CI,
+        # containers), every start-up figure would include compiling gpunode from source: the bench's processes
+        # keep their bytecode in a cache of their own instead (the first, unmeasured run of each writes it).
+        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+        os.environ["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
         if "startup" in wanted:
             rows += _report(startup.bench(max(10, 2 * args.repeat + 1)))
+        if "imports" in wanted:
+            rows += _report(imports.bench(args.repeat))
         if "roundtrips" in wanted or "upload" in wanted or "probe" in wanted:
             started = nodes.start(1, log_level="DEBUG1", prefix="bench-rt")
             try:
@@ -88,6 +101,8 @@ def main() -> int:
                 rows += _report(fleet.bench(started, sizes, work))
             finally:
                 nodes.stop(started)
+        if "realvm" in wanted and args.realvm_ssh_config:
+            rows += _report(realvm.bench(args.realvm_ssh_config, args.realvm_host, args.repeat, work))
     text = table(rows)
     print(text)
     _write(Path(args.output), machine(load), text)

@@ -28,7 +28,7 @@ true
 PLAN_TARGET = 2.0  # RUN probe against MINIMAL, on the node
 
 
-def _cpu(stdout: str) -> float:
+def cpu_of(stdout: str) -> float:
     """Children's user + system seconds from the last line `times` printed (`0m0.12s 0m0.05s`)."""
     total = 0.0
     for field in stdout.strip().splitlines()[-1].split():
@@ -51,7 +51,7 @@ def bench(node: SimNode, repeat: int) -> list[Row]:
                 result = conn.run(Script(body + "\ntimes\n", name="bench-probe"), timeout=300)
                 took = time.perf_counter() - start
                 wall[name].append(took)
-                cpu[name].append(_cpu(result.stdout))
+                cpu[name].append(cpu_of(result.stdout))
     med = {k: (statistics.median(v[1:]), statistics.median(cpu[k][1:])) for k, v in wall.items()}
     base_wall, base_cpu = med["minimal script"]
     rows = []

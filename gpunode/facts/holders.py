@@ -179,9 +179,13 @@ def parse_refcounts(text: str) -> dict[str, tuple[int, tuple[str, ...]]]:
 GPU_SERVICE_UNITS = command("gpu_services", "command -v systemctl >/dev/null 2>&1 || exit 3; "
                             + unit_states(*SERVICE_NAMES), parse_units, module=_M)
 # one `ls -l` over every process's fd directory; then, for the few holding /dev/nvidia*, comm and cgroup
+# Without the driver loaded nothing can hold the GPU (a /dev/nvidia* node does not open, no container with a GPU
+# runs), and these are read only to replace or remove a loaded driver: then they scan nothing (a process each,
+# `docker ps` and `docker inspect` among them, on every node that has no driver loaded yet).
+_LOADED = "[ -r /proc/driver/nvidia/version ] || exit 0; "
 GPU_PROCESSES = command("gpu_processes", (
     # ls names each directory only when given more than one: with a single process, name it twice
-    "set -- /proc/[0-9]*/fd; if [ ! -d \"$1\" ]; then [ -r /proc/modules ] && exit 0; exit 3; fi; [ $# -gt 1 ] || set -- \"$1\" \"$1\"; "
+    _LOADED + "set -- /proc/[0-9]*/fd; if [ ! -d \"$1\" ]; then [ -r /proc/modules ] && exit 0; exit 3; fi; [ $# -gt 1 ] || set -- \"$1\" \"$1\"; "
     "ls -l \"$@\" 2>/dev/null | awk '"
     "/^\\/proc\\/[0-9]+\\/fd:$/ { split($0, a, \"/\"); pid = a[3]; next } "
     "/ -> \\/dev\\/nvidia/ { d[pid] = d[pid] (d[pid] == \"\" ? \"\" : \",\") $NF } "
@@ -195,7 +199,7 @@ COMPUTE_APPS = command("gpu_compute_apps", (
     + smi_output("--query-compute-apps=pid,process_name --format=csv,noheader")
 ), parse_compute_apps, module=_M)
 GPU_CONTAINERS = command("gpu_containers", (
-    "command -v docker >/dev/null 2>&1 || exit 3; "
+    _LOADED + "command -v docker >/dev/null 2>&1 || exit 3; "
     't=; command -v timeout >/dev/null 2>&1 && t="timeout 20"; '
     "ids=$($t docker ps -q 2>/dev/null) || exit 4; [ -n \"$ids\" ] || exit 0; tab=$(printf '\\t'); "
     '$t docker inspect --format "{{.Id}}$tab{{.Name}}$tab{{.Config.Image}}$tab{{.HostConfig.Runtime}}$tab'

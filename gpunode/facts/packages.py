@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gpunode.facts.registry import command, files
@@ -134,17 +134,47 @@ def parse_units(text: str) -> dict[str, UnitState]:
     return units
 
 
-def unit_states(*units: str) -> str:
-    """A snippet printing `UNIT<TAB>ActiveState<TAB>UnitFileState` for each unit, in the order given, from ONE
-    `systemctl show` (two `systemctl is-*` processes per unit before). Each unit's block starts with its Id=
-    line (systemd prints Id first; an alias shows its target's Id, hence by position, not by name). A unit that
-    does not exist is `inactive` with an empty file state, as is-active and is-enabled said; no systemctl, or
-    one that cannot reach systemd: every unit with empty states, as before."""
+def _show_units(units: tuple[str, ...]) -> str:
+    """`UNIT<TAB>ActiveState<TAB>UnitFileState` for each unit, in the order given, from ONE `systemctl show` (two
+    `systemctl is-*` processes per unit before). Each unit's block starts with its Id= line (systemd prints Id
+    first; an alias shows its target's Id, hence by position, not by name). A unit that does not exist is
+    `inactive` with an empty file state, as is-active and is-enabled said; no systemctl, or one that cannot
+    reach systemd: every unit with empty states, as before."""
     names = " ".join(shlex.quote(u) for u in units)
     return (f"systemctl show -p Id -p ActiveState -p UnitFileState {names} 2>/dev/null | "
             f"awk -v units={shlex.quote(' '.join(units))} 'BEGIN {{ n = split(units, u, \" \") }} "
             "/^Id=/ { i++ } /^ActiveState=/ { a[i] = substr($0, 13) } /^UnitFileState=/ { e[i] = substr($0, 15) } "
             "END { for (k = 1; k <= n; k++) printf \"%s\\t%s\\t%s\\n\", u[k], a[k], e[k] }'")
+
+
+# Several sections read unit states (the engines, the k8s units, the GPU services): where two of them are in one
+# probe, build_probe runs ONE `systemctl show` for all their units before the first of them (shared_units) and
+# each section picks its units' rows out of that answer with the shell's own expansions (no process). A section
+# run on its own (the answer not there) asks systemctl itself.
+_SHOWN: dict[str, tuple[str, ...]] = {}  # section snippet fragment -> its units
+_SHARED_ROWS = "gpunode_units"
+
+
+def unit_states(*units: str) -> str:
+    """A snippet printing `UNIT<TAB>ActiveState<TAB>UnitFileState` for each unit, in the order given (see
+    _show_units), from the probe's shared answer when there is one, else from its own `systemctl show`."""
+    pick = (f'for u in {" ".join(shlex.quote(u) for u in units)}; do case "${_SHARED_ROWS}" in '
+            f'*"\n$u\t"*) r=${{{_SHARED_ROWS}#*"\n$u\t"}}; printf "%s\\t%s\\n" "$u" "${{r%%"\n"*}}" ;; '
+            '*) printf "%s\\t\\t\\n" "$u" ;; esac; done')
+    snippet = f'if [ -n "${{{_SHARED_ROWS}_set}}" ]; then {pick}; else {_show_units(units)}; fi'
+    _SHOWN[snippet] = units
+    return snippet
+
+
+def shared_units(snippets: Iterable[str]) -> str | None:
+    """The top-level shell that asks systemctl once for every unit the given section snippets read (None when
+    fewer than two of them read unit states: then each asks for itself)."""
+    texts = list(snippets)
+    wanted = [units for fragment, units in _SHOWN.items() if any(fragment in s for s in texts)]
+    if len(wanted) < 2:
+        return None
+    union = tuple(dict.fromkeys(u for units in wanted for u in units))
+    return f'{_SHARED_ROWS}="\n$({_show_units(union)})\n"; {_SHARED_ROWS}_set=1'
 
 
 def unit(units: Mapping[str, UnitState], name: str) -> UnitState:

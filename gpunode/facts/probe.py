@@ -32,6 +32,7 @@ from gpunode.facts.registry import (
     NOT_RUN,
     REGISTRY,
     RUN,
+    SMI_Q_ONCE,
     Fact,
     Section,
     facts_of,
@@ -66,8 +67,20 @@ def build_probe(nonce: str | None = None, probe: str = FULL) -> tuple[Script, st
     """The probe script (the facts `probe` gathers: RUN for plan and install, FULL for doctor) and the nonce
     that frames its sections."""
     nonce = nonce or secrets.token_hex(8)
+    sections = all_sections(probe)
+    # A tool two or more sections read is asked once, at the top level just before the first of them, so the
+    # calls happen in the order they always did (the first nvidia-smi to hang is the one named): `nvidia-smi -q`
+    # (registry.SMI_Q_ONCE) and `systemctl show` (packages.shared_units). Each section then reads that answer.
+    shared: dict[str, str] = {}
+    if sum("gpunode_smi_q_rc" in s for s in sections.values()) > 1:
+        shared["gpunode_smi_q_rc"] = SMI_Q_ONCE
+    units = packages.shared_units(sections.values())
+    if units:
+        shared["gpunode_units_set"] = units
     parts = []
-    for name, snippet in all_sections(probe).items():
+    for name, snippet in sections.items():
+        for marker in [m for m in shared if m in snippet]:
+            parts.append(shared.pop(marker))
         body = snippet.replace("@FILE@", f"@{nonce}@file")
         # The bare `echo` ends a last line that has no newline (an os-release file without a final newline),
         # so the end marker always starts a line; split_sections drops the one empty line it adds otherwise.

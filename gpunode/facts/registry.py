@@ -45,8 +45,23 @@ SMI_CALL = (
 )
 
 
+# `nvidia-smi -q` takes seconds on an 8-GPU node and several sections parse it (doctor's GPUs and GPU health, the
+# fabric state): when two sections of one probe read it, the probe runs it once before the sections (SMI_Q_ONCE,
+# added by build_probe) and each section reads that output instead of calling it again.
+SMI_Q_ONCE = (
+    'gpunode_smi_q_rc=; if [ -r /proc/driver/nvidia/version ] && command -v nvidia-smi >/dev/null 2>&1; then '
+    + SMI_CALL + 'gpunode_smi_q=$(gpunode_smi -q 2>/dev/null); gpunode_smi_q_rc=$?; '
+    f'[ $gpunode_smi_q_rc != {HUNG} ] || gpunode_hung=1; fi'
+)
+_SMI_Q_READ = ('if [ -n "$gpunode_smi_q_rc" ]; then out=$gpunode_smi_q; r=$gpunode_smi_q_rc; '
+               'else out=$(gpunode_smi -q 2>/dev/null); r=$?; fi; ')
+
+
 def smi_output(args: str) -> str:
     """Shell that prints what `nvidia-smi ARGS` prints (stderr dropped), or exits HUNG when it hangs."""
+    if args == "-q":
+        return (SMI_CALL + _SMI_Q_READ + f'[ $r != {HUNG} ] || {{ echo "$out"; exit {HUNG}; }}; '
+                'printf "%s\\n" "$out"')
     return (SMI_CALL + f'out=$(gpunode_smi {args} 2>/dev/null); [ $? != {HUNG} ] || {{ echo "$out"; exit {HUNG}; }}; '
             'printf "%s\\n" "$out"')
 
@@ -150,8 +165,12 @@ def core(name: str, snippet: str, parse: Callable[[str], T], *, module: str = ""
 
 def files(name: str, patterns: tuple[str, ...], *, module: str = "", full_only: bool = False) -> Fact[dict[str, str]]:
     """Whole files by glob; reading the fact gives {path: text} of the files found."""
-    snippet = ('for f in ' + " ".join(patterns) + '; do [ -f "$f" ] || continue; '
-               'echo "@FILE@ $(stat -c %Y "$f" 2>/dev/null || echo 0) $f"; cat "$f"; echo; done; true')
+    # One `stat` for the group's mtimes (one line each, in argument order), not one per file: on a real node every
+    # process counts (benchmarks/probe.py). Should stat fail (a file gone in between), each file is asked alone.
+    snippet = ('set --; for f in ' + " ".join(patterns) + '; do [ -f "$f" ] && set -- "$@" "$f"; done; '
+               '[ $# -gt 0 ] || exit 0; m=$(stat -c %Y -- "$@" 2>/dev/null) || '
+               'm=$(for f; do stat -c %Y -- "$f" 2>/dev/null || echo 0; done); '
+               'for f; do t=${m%%[!0-9]*}; m=${m#"$t"}; m=${m#?}; echo "@FILE@ ${t:-0} $f"; cat "$f"; echo; done; true')
     return register(Fact(name, snippet, lambda section: {}, FILES, module, patterns, full_only))
 
 

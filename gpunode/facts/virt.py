@@ -217,4 +217,4 @@ VIRT = command("virt", (
     "if command -v nvidia-smi >/dev/null 2>&1; then " + SMI_CALL
     + "m=$(gpunode_smi --query-gpu=pci.bus_id,memory.total --format=csv,noheader,nounits 2>/dev/null) && "
     "printf '%s\\n' \"$m\" | sed 's/^/@mem /'; fi; true"
-), parse_virt, module=_M)
+), parse_virt, module=_M, full_only=True)  # doctor reads it; plan and install never do

@@ -107,3 +107,26 @@ def test_only_services_is_not_blocking_and_an_unreadable_scan_is_said():
     assert not found.blocking and found.any and found.unread == ("/proc/*/fd",)
     idle = gpu_holders(_facts(gpu_services="", gpu_processes="", nvidia_module_refcounts="nvidia_drm 0 \n"))
     assert not idle.any and idle.stuck_modules == ()
+
+
+def test_without_a_loaded_driver_the_holder_scans_run_nothing(tmp_path):
+    """Nothing holds a GPU whose driver is not loaded: the /proc fd scan and docker's container listing (a
+    process or several each, `docker ps` and `docker inspect`) are skipped and say "none"."""
+    import subprocess
+
+    from gpunode.facts.holders import GPU_CONTAINERS, GPU_PROCESSES
+    from gpunode.facts.registry import Section
+
+    (tmp_path / "docker").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/calls\n')
+    (tmp_path / "docker").chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+    version = tmp_path / "version"
+    for fact in (GPU_PROCESSES, GPU_CONTAINERS):
+        out = subprocess.run(["sh", "-c", fact.snippet.replace("/proc/driver/nvidia/version", str(version))],
+                             capture_output=True, text=True, env=env)
+        assert (out.returncode, out.stdout) == (0, "") and fact.parse(Section(out.stdout, 0)) == []
+    assert not (tmp_path / "calls").exists()
+    version.write_text("NVRM version: 535.129.03\n")  # loaded: docker is asked
+    subprocess.run(["sh", "-c", GPU_CONTAINERS.snippet.replace("/proc/driver/nvidia/version", str(version))],
+                   capture_output=True, text=True, env=env)
+    assert (tmp_path / "calls").read_text().splitlines() == ["ps -q"]

@@ -119,3 +119,39 @@ def test_prerequisites_availability_is_one_dpkg_query_and_one_apt_cache_call(tmp
                                 "missing linux-headers-9.9.9-test"]
     calls = (tmp_path / "calls").read_text().splitlines()
     assert [c.split()[0] for c in calls if c.startswith(("dpkg-query ", "apt-cache "))] == ["dpkg-query", "apt-cache"]
+
+
+@pytest.mark.parametrize("shell", ["sh", "dash"])
+def test_sections_that_read_unit_states_share_one_systemctl_show_and_read_the_same_rows(tmp_path, shell):
+    """The engines', the k8s and the GPU services' units come from ONE `systemctl show` in a probe (each section
+    asked for itself before); every section still prints exactly the rows it printed alone."""
+    import subprocess
+
+    from gpunode.facts import holders, k8s, packages
+    from gpunode.facts.packages import shared_units
+
+    states = {"docker.service": ("active", "enabled"), "nvidia-persistenced.service": ("failed", "masked"),
+              "kubelet.service": ("activating", "enabled-runtime")}
+    cases = " ".join(f'{u}) a={a}; e={e} ;;' for u, (a, e) in states.items())
+    tool = tmp_path / "systemctl"
+    tool.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/calls\nshift 7\nfor u; do a=inactive; e=; '
+                    f'case $u in {cases} esac; printf "Id=%s\\nActiveState=%s\\nUnitFileState=%s\\n\\n" "$u" "$a" "$e"; '
+                    'done\n')
+    tool.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+    facts = (packages.UNITS, k8s.UNITS, holders.GPU_SERVICE_UNITS)
+    shared = shared_units(f.snippet for f in facts)
+    assert shared is not None and shared_units([packages.UNITS.snippet]) is None  # one reader asks for itself
+    alone = {f.name: subprocess.run([shell, "-c", f.snippet], capture_output=True, text=True, env=env).stdout
+             for f in facts}
+    (tmp_path / "calls").write_text("")
+    marker = "@@@"
+    together = subprocess.run([shell, "-c", shared + "\n" + "\n".join(f"( {f.snippet}\n); echo {marker}"
+                                                                      for f in facts)],
+                              capture_output=True, text=True, env=env).stdout.split(marker + "\n")
+    assert len((tmp_path / "calls").read_text().splitlines()) == 1
+    for fact, out in zip(facts, together[:-1], strict=True):
+        assert out == alone[fact.name], fact
+        assert parse_units(out)  # rows were printed, so the comparison means something
+    assert parse_units(together[0])["docker.service"].active == "active"
+    assert parse_units(together[2])["nvidia-persistenced.service"].enabled == "masked"

@@ -11,6 +11,7 @@ from gpunode.connection.local import LocalConnection
 from gpunode.facts import facts_from_probe_output, gather, registry
 from gpunode.facts.probe import SECTIONS, build_probe, registered, split_files, split_sections
 from gpunode.facts.registry import REGISTRY, Fact
+from tests.conftest import fixture_files
 
 
 def test_sections_are_framed_by_the_nonce_and_keep_exit_status():
@@ -119,3 +120,38 @@ def test_exact_trailing_newlines_survive_the_framing():
     out = "@n@begin kernel\n5.15.0\n\n@n@end kernel 0\n@n@begin uid\n0\n@n@end uid 0\n"
     sections = split_sections(out, "n")
     assert sections["kernel"].text == "5.15.0" and sections["uid"].text == "0"
+
+
+def test_the_full_probe_asks_nvidia_smi_q_once_and_every_section_reads_that_answer(tmp_path):
+    """doctor's GPUs and GPU health both parse `nvidia-smi -q` (seconds on an 8-GPU node): the FULL probe runs it
+    once before the sections; each section gets the same lines it got from its own call."""
+    from gpunode.facts import FULL, RUN
+    from gpunode.facts.driver import GPUS
+    from gpunode.facts.gpuhealth import GPU_HEALTH
+    from gpunode.facts.registry import Section
+
+    q = next(p for p in fixture_files("nvidia-smi-q-text") if p.name.startswith("a100-sxm4-x4"))
+    calls = tmp_path / "calls"
+    shim = tmp_path / "bin" / "nvidia-smi"
+    shim.parent.mkdir()
+    shim.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n[ "$1" = -q ] && exec cat {q}\nexit 9\n')
+    shim.chmod(0o755)
+    version = tmp_path / "version"  # stands in for /proc/driver/nvidia/version (the driver is loaded)
+    version.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.129.03\n")
+    sections: dict[str, dict[str, Section]] = {}
+    for probe in (FULL, RUN):
+        calls.write_text("")
+        script, nonce = build_probe("n", probe=probe)
+        body = script.body.replace("/proc/driver/nvidia/version", str(version))
+        out = subprocess.run(["sh", "-c", body], capture_output=True, text=True, check=False,
+                             env={**os.environ, "PATH": f"{shim.parent}:{os.environ['PATH']}"}).stdout
+        sections[probe] = split_sections(out, nonce)
+        asked = calls.read_text().splitlines()
+        assert asked.count("-q") == (1 if probe == FULL else 0), (probe, asked)
+    full = sections[FULL]
+    path = {**os.environ, "PATH": f"{shim.parent}:{os.environ['PATH']}"}
+    for fact in (GPUS, GPU_HEALTH):
+        body = fact.snippet.replace("/proc/driver/nvidia/version", str(version))
+        alone = subprocess.run(["sh", "-c", body], capture_output=True, text=True, check=False, env=path).stdout
+        assert fact.parse(full[fact.section]) == fact.parse(Section(alone.rstrip("\n"), 0))
+        assert fact.parse(full[fact.section])  # something was parsed, so the comparison means something
