@@ -31,6 +31,22 @@ SCHEMA = {"route": text_field, "os": choice_field("debian", "ubuntu", "rhel", "s
 # where a Debian node gets the non-free component: a gpunode-private list file, so the user's own sources are
 # never edited (https://wiki.debian.org/SourcesList, https://wiki.debian.org/NvidiaGraphicsDrivers)
 DEBIAN_NONFREE_LIST = "/etc/apt/sources.list.d/gpunode-nonfree.list"
+# apt: a pin of every driver package at the release (apt_preferences(5): glob patterns in Package, `Pin: version`
+# with a glob, priority over 1000 even where it means a downgrade). apt's resolver takes a dependency's candidate
+# version and does not go back: without the pin, `nvidia-kernel-dkms=535.261.03-1~deb12u1` fails while the
+# security suite offers 535.309.01 (its `nvidia-kernel-support (= 535.261.03-1~deb12u1)` meets the newer candidate).
+# It also keeps unattended-upgrades from moving the driver, with the holds.
+APT_PIN = "/etc/apt/preferences.d/gpunode-nvidia-driver"
+PIN_PACKAGES = "nvidia-* libnvidia-* libcuda1 libcuda1-* firmware-nvidia-gsp xserver-xorg-video-nvidia*"
+
+
+def apt_pin(version: str) -> str:
+    """The preferences stanza (its Explanation lines are apt's own comment field)."""
+    return ("Explanation: Written by gpunode (--driver-source packages): the NVIDIA driver's packages at release "
+            f"{version}\nExplanation: gpunode uninstall removes this file\n"
+            f"Package: {PIN_PACKAGES}\nPin: version {version}-*\nPin-Priority: 1001\n")
+
+
 # NVIDIA's CUDA repository definitions (https://docs.nvidia.com/datacenter/tesla/driver-installation-guide/)
 CUDA_REPO = "https://developer.download.nvidia.com/compute/cuda/repos"
 
@@ -196,7 +212,7 @@ def is_route_package(name: str) -> bool:
     return any(re.match(p, name) for os_key in ("debian", "ubuntu", "rhel", "sles") for p in candidate_names(os_key))
 
 
-def sources_fix(os_key: str, codename: str | None) -> str:
+def sources_fix(os_key: str, codename: str | None, version: str = "") -> str:
     """The command that makes the route's repository available (runnable as printed on the node)."""
     if os_key == "debian":
         suite = codename or "bookworm"
@@ -208,6 +224,7 @@ def sources_fix(os_key: str, codename: str | None) -> str:
         return ("sudo add-apt-repository -y restricted && sudo add-apt-repository -y multiverse && "
                 "sudo apt-get update")
     if os_key == "rhel":
-        return (f"sudo dnf config-manager --add-repo {CUDA_REPO}/rhel9/x86_64/cuda-rhel9.repo && "
+        major = version.split(".", 1)[0] or "9"
+        return (f"sudo dnf config-manager --add-repo {CUDA_REPO}/rhel{major}/x86_64/cuda-rhel{major}.repo && "
                 "sudo dnf makecache")
     return f"sudo zypper addrepo {CUDA_REPO}/sles15/x86_64/cuda-sles15.repo && sudo zypper refresh"

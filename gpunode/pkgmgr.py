@@ -48,6 +48,13 @@ class Manager:
     def remove(self, names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
         return (*self.remove_argv, *names)
 
+    def purge(self, names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+        """Remove packages with their configuration, held or not (apt's purge; dnf/zypper remove: a versionlock
+        or zypp lock does not stop a removal)."""
+        if self.name == "apt":
+            return ("apt-get", "purge", "-y", "--allow-change-held-packages", *names)
+        return self.remove(names)
+
     def reinstall(self, packages: tuple[str, ...] | list[str]) -> tuple[str, ...]:
         """Install the same version again (a file of the package was deleted)."""
         if self.name == "apt":

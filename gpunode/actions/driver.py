@@ -8,13 +8,13 @@ from dataclasses import dataclass
 
 from gpunode import cancel
 from gpunode.actions.base import Action, command_line, undo_look
+from gpunode.actions.packages import PackageCommand
 from gpunode.artifacts import ProgressBars, silent
 from gpunode.artifacts.makeself import read_header
 from gpunode.artifacts.source import Source, Verified, obtain
 from gpunode.connection.base import TEMP_PARENT, Connection, DiskFree, megabytes
 from gpunode.errors import CommandError
 from gpunode.explain import installer_failure
-from gpunode.actions.packages import PackageCommand
 from gpunode.records import DriverRecord, UndoRecord
 from gpunode.shell import Script
 

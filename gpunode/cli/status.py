@@ -15,6 +15,7 @@ from gpunode import nodelock
 from gpunode.cli._params import command, expected_errors
 from gpunode.cli._target import Target
 from gpunode.journal import JOURNAL_PATH, read_journal
+from gpunode.records import DriverRecord, PackagesRecord
 from gpunode.ui import STATUS_STYLE, clean, counted, node_text, out, print_json
 
 
@@ -39,6 +40,26 @@ def _run_view(run: dict[str, Any]) -> Group:
     return Group(heading, Padding(command_line, (0, 0, 0, 2)), Padding(grid, (0, 0, 0, 2)))
 
 
+def driver_source(journal: dict[str, Any]) -> dict[str, Any] | None:
+    """The driver gpunode installed and has not undone, and its source: {"version", "source": "packages" | "run",
+    "packages": [names]} (the packages its driver step's transactions added), or None."""
+    undo = [r for r in journal.get("undo") or [] if r.step == "driver" and not r.undone]
+    drivers = [r for r in undo if isinstance(r, DriverRecord)]
+    if not drivers:
+        return None
+    last = drivers[-1]
+    names = [n for r in undo if isinstance(r, PackagesRecord) for n in r.names] if last.source == "packages" else []
+    return {"version": last.version, "source": "packages" if last.source == "packages" else "run",
+            "packages": list(dict.fromkeys(names))}
+
+
+def _driver_line(found: dict[str, Any]) -> str:
+    version = found["version"] or "(version not recorded)"
+    if found["source"] == "packages":
+        return f"driver {version}: installed by gpunode from packages ({', '.join(found['packages'])})"
+    return f"driver {version}: installed by gpunode from NVIDIA's .run installer"
+
+
 @command(reach="one")
 def status(target: Target) -> None:
     """Show the node's journal: runs, steps applied, backups made. Exit 1 if the last run did not finish."""
@@ -52,6 +73,7 @@ def status(target: Target) -> None:
     if target.json_output:
         print_json({"schema_version": 1, "host": conn.name, "journal": JOURNAL_PATH, "runs": runs,
                     "pending": journal.get("pending") or [], "undo": [r.to_dict() for r in journal.get("undo") or []],
+                    "driver": driver_source(journal),
                     "lock": dataclasses.asdict(holder) if holder is not None else None})
     elif not runs:
         out.print(node_text(f"{conn.name}: gpunode has not changed anything here yet ({JOURNAL_PATH} is absent)"))
@@ -63,6 +85,9 @@ def status(target: Target) -> None:
             if isinstance(owed, dict):
                 out.print(node_text(f"owed: {owed.get('effect')} {owed.get('target')} (step {owed.get('step')}, since "
                                     f"{owed.get('since')})", "yellow"))
+        found = driver_source(journal)
+        if found is not None:
+            out.print(node_text(_driver_line(found)))
         left = [r for r in journal.get("undo") or [] if not r.undone]
         if left:
             out.print(node_text(f"{counted(len(left), 'change')} `gpunode uninstall` can undo", "dim"))

@@ -144,8 +144,11 @@ def single_source(node: Node) -> Verdict:
         return passed(f"driver {state.installer} from NVIDIA's .run installer")
     found = state.packaged
     version = f"driver {found.version} " if found is not None and found.version else "driver "
+    mine = node.facts.get(driver_facts.GPUNODE_DRIVER)
+    by = (", installed by gpunode (--driver-source packages)" if mine is not None and mine.source == "packages"
+          else "")
     return passed(f"{version}from distribution packages ({', '.join(n for n, _ in state.packages[:3])}"
-                  + (" ..." if len(state.packages) > 3 else "") + "), no .run installer record")
+                  + (" ..." if len(state.packages) > 3 else "") + f"), no .run installer record{by}")
 
 
 @check("driver.version-mismatch", "driver", "loaded module matches the user-space libraries")

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 from packaging.version import Version
 
 from gpunode import versions
-from gpunode.journal import JOURNAL_PATH
 from gpunode.facts.kernel import MODPROBE_D, LoadedDriver, effective_modprobe_files, parse_modprobe_directives
 from gpunode.facts.registry import HUNG, SMI_CALL, Section, command, command_section, files, smi_output
+from gpunode.journal import JOURNAL_PATH
 
 if TYPE_CHECKING:
     from gpunode.facts import Facts
@@ -139,8 +139,9 @@ _MODULE_PACKAGE = re.compile(r"^(?:nvidia(?:-tesla-\d+)?(?:-open)?-kernel-(?:dkm
 
 def upstream_version(package_version: str) -> str | None:
     """The NVIDIA release inside a package version: 535.261.03 of `535.261.03-1~deb12u1`, `3:580.95.05-1.el9`,
-    `535.183.01-0ubuntu0.22.04.1`; None when it carries none."""
-    found = re.search(rf"(?:^|:)({versions.DRIVER})(?=-|$|\+|~)", package_version)
+    `535.183.01-0ubuntu0.22.04.1`, SUSE's kernel module packages `580.95.05_k6.4.0_150600.23.25-1`; None when it
+    carries none."""
+    found = re.search(rf"(?:^|:)({versions.DRIVER})(?=-|$|\+|~|_k)", package_version)
     return found.group(1) if found else None
 
 
@@ -454,3 +455,6 @@ def parse_gpunode_driver(text: str) -> GpunodeDriver:
 # the journal's record of the driver gpunode installed (which source), read by the driver step to switch sources
 GPUNODE_DRIVER = command("gpunode_driver_source", f"cat {JOURNAL_PATH} 2>/dev/null",
                          parse_gpunode_driver, module=_M)
+
+# the apt pin gpunode writes for a packages route (gpunode/driver_packages.py APT_PIN)
+APT_PIN_FILE = files("driver_apt_pin", ("/etc/apt/preferences.d/gpunode-nvidia-driver",), module=_M)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
-from gpunode import bake, fixes, gpus, signing
+from gpunode import bake, fixes, gpus, pkgmgr, rules, signing
 from gpunode.actions.driver import (
     LOG,
     WORK_PARENT,
@@ -30,9 +30,11 @@ from gpunode.actions.driver import (
     StopGpuServices,
     UnloadModules,
 )
+from gpunode.actions.packages import package_command
 from gpunode.artifacts.source import resolve
 from gpunode.errors import GpunodeError
 from gpunode.facts import Facts
+from gpunode.facts import driver as driver_facts
 from gpunode.facts import holders as holder_facts
 from gpunode.facts.driver import DriverState, driver_state
 from gpunode.facts.holders import FABRIC_MANAGER, MODULES, Holders, gpu_holders
@@ -222,8 +224,10 @@ def _plan(facts: Facts, options: Options, earlier: Earlier, state: DriverState) 
                             "is loaded and left as it is")
         return _no_driver(facts, state, options)
     if options.driver_source == "packages":
-        return _from_packages(facts, options, state, version)
+        return _from_packages(facts, options, state, version, earlier)
     if state.packages and not (state.loaded and state.loaded.version == version and not state.mismatch):
+        if _gpunode_packages(facts, state):  # gpunode put them there (--driver-source packages): switch
+            return _switch_to_run(facts, options, earlier, state)
         # before the GPU check: the packaged driver is the reason a .run cannot go here, GPU or not
         return blocked(NAME, f"{_packaged_label(state)} is installed; a .run install on top would mix two drivers "
                              "(NVIDIA's installer and the distribution's packages overwrite each other's files)",
@@ -290,7 +294,36 @@ def _plan(facts: Facts, options: Options, earlier: Earlier, state: DriverState) 
     return _install(facts, options, version, choice, notes, reason, earlier)
 
 
-def _from_packages(facts: Facts, options: Options, state: DriverState, version: str) -> StepPlan:
+def _gpunode_packages(facts: Facts, state: DriverState) -> tuple[str, ...]:
+    """The installed driver packages gpunode's driver step installed (its journal), when they are the whole
+    packaged driver (its module's package among them); () otherwise."""
+    mine = facts[driver_facts.GPUNODE_DRIVER]
+    if mine.source != "packages" or state.packaged is None or state.packaged.owner not in mine.packages:
+        return ()
+    have = driver_packages.installed(facts)
+    return tuple(n for n in mine.packages if n in have)
+
+
+def _switch_to_run(facts: Facts, options: Options, earlier: Earlier, state: DriverState) -> StepPlan:
+    """A .run asked for where gpunode installed the driver from packages: the packages are removed first (after
+    the modules are unloaded), then the .run installs; never both."""
+    names = list(_gpunode_packages(facts, state))
+    rest = _plan(facts, options, earlier, dataclasses.replace(state, packages=(), packaged=None, libraries=()))
+    at = next((i for i, a in enumerate(rest.actions) if isinstance(a, FetchInstaller)), None)
+    if rest.status is not Status.CHANGE or at is None:
+        return rest
+    manager = rules.package_manager(facts) or "apt"
+    purge = package_command(f"remove the driver packages gpunode installed (switching to the .run): "
+                            f"{', '.join(names)}", manager, pkgmgr.get(manager).purge(names),
+                            packages=names, lock_timeout=options.lock_timeout)
+    note = ("switching source: the driver packages gpunode installed are removed before the .run installs "
+            "(never both)")
+    return dataclasses.replace(rest, actions=(*rest.actions[:at], purge, *rest.actions[at:]),
+                               notes=(*rest.notes, note))
+
+
+def _from_packages(facts: Facts, options: Options, state: DriverState, version: str, earlier: Earlier
+                   ) -> StepPlan:
     """--driver-source packages (gpunode/steps/driver_packages.py): the flavour chosen per GPU as for the .run."""
     choice = choose_flavour([d.device for d in facts.gpus], version, options.kernel_module)
     if isinstance(choice, str):
@@ -302,7 +335,7 @@ def _from_packages(facts: Facts, options: Options, state: DriverState, version: 
         if kernel is None or kernel not in bake.installed_kernels(facts):
             return _bake_plan(facts, options, version, choice, notes, state)  # its refusals name the kernel
         notes.append(f"bake: the module is built for {kernel} (and every kernel with headers) and not loaded")
-    return driver_packages.plan(facts, options, state, version, choice.flavour, notes)
+    return driver_packages.plan(facts, options, state, version, choice.flavour, notes, earlier)
 
 
 def _install(facts: Facts, options: Options, version: str, choice: Flavour, notes: list[str], reason: str,

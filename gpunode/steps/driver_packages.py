@@ -14,20 +14,19 @@ at package install for every kernel with headers).
 from __future__ import annotations
 
 import dataclasses
-import shlex
 
 from gpunode import bake, fixes, pkgmgr
 from gpunode import driver_packages as routes
 from gpunode.actions.driver import InstallDriverPackages
-from gpunode.actions.packages import package_command
+from gpunode.actions.packages import install_packages, package_command
 from gpunode.facts import Facts
 from gpunode.facts import driver as driver_facts
 from gpunode.facts import fabric as fabric_facts
 from gpunode.facts.driver import DriverState
 from gpunode.facts.holders import MODULES
-from gpunode.facts.packages import PKG_STATUS
+from gpunode.facts.packages import PACKAGE_LOCKS, PKG_STATUS, held_packages
 from gpunode.options import Options
-from gpunode.plan import Action, Reboot, RunCommand, StepPlan, blocked, change, ok
+from gpunode.plan import Action, Earlier, Reboot, RunCommand, Status, StepPlan, WriteFile, blocked, change, ok
 from gpunode.rules import NO_GPU, NO_GPU_FIX, package_manager
 
 NAME = "driver"
@@ -40,16 +39,18 @@ def manager_of(facts: Facts, os_key: str) -> str | None:
 
 def installed(facts: Facts) -> dict[str, tuple[str, bool]]:
     """{name: (version, held)} of the driver packages installed (dpkg/rpm, with apt-mark holds)."""
-    found = {n: (v, False) for n, v in facts[driver_facts.PACKAGES]}
-    for name, pkg in (facts.get(PKG_STATUS) or {}).items():
-        found[name] = (pkg.version, pkg.held)
+    status = facts.get(PKG_STATUS) or {}
+    held = held_packages(status, facts.get(PACKAGE_LOCKS) or {})
+    found = {n: (v, n in held) for n, v in facts[driver_facts.PACKAGES]}
+    for name, pkg in status.items():
+        found[name] = (pkg.version, name in held)
     return found
 
 
 def route_of(facts: Facts, options: Options, version: str, flavour: str) -> routes.Route | StepPlan:
     os_key = routes.route_os(facts.os.id, facts.os.family)
     if os_key is None:
-        return blocked(NAME, f"no packages route for {facts.os.id or 'this OS'} {facts.os.version_id}: gpunode knows "
+        return blocked(NAME, f"no packages route for {facts.os.id or 'this OS'} {facts.os.version}: gpunode knows "
                              "Debian's non-free, Ubuntu's archive, NVIDIA's CUDA repository for the RHEL family and "
                              "SUSE", fixes.same_run(options, "install", driver_source="run") + "  # NVIDIA's .run")
     kernel = (bake.target_kernel(facts, options) if options.bake else None) or facts.kernel
@@ -65,21 +66,21 @@ def _gsp_gpu(device: int) -> bool:
     return _open_need(device) != "unsupported"
 
 
-def _missing(facts: Facts, options: Options, route: routes.Route, version: str) -> StepPlan:
+def _missing(facts: Facts, options: Options, route: routes.Route, version: str, notes: list[str]) -> StepPlan:
     os_key = routes.route_os(facts.os.id, facts.os.family) or ""
     lines = []
     for w in route.missing:
         have = ", ".join(w.offered[:6]) if w.offered else "none"
         lines.append(f"{w.name} (offered: {have})")
-    codename = facts.os.codename if hasattr(facts.os, "codename") else None
     offered_any = any(w.offered for w in route.packages)
-    fix = (fixes.on_node(routes.sources_fix(os_key, codename)) + "  # makes the repository available (a "
-           "gpunode-private source file); then run the same command again") if not offered_any else (
+    where = f" (into {routes.DEBIAN_NONFREE_LIST}, gpunode's own file)" if os_key == "debian" else ""
+    fix = (fixes.on_node(routes.sources_fix(os_key, facts.os.codename, facts.os.version))
+           + f"  # makes the repository available{where}; then run the same command again") if not offered_any else (
         fixes.on_node("sudo apt-get update" if os_key in ("debian", "ubuntu") else "sudo dnf makecache")
         + "  # refreshes the package lists; if the version is still not offered, choose one the repositories "
         "have: " + fixes.same_run(options, "install", driver=_nearest(route) or version))
     plan = blocked(NAME, f"the configured repositories do not offer driver {version} for the {route.id} route: "
-                         + "; ".join(lines), fix, route.why)
+                         + "; ".join(lines), fix, *notes, route.why)
     return dataclasses.replace(plan, lasting=True)  # no step of this run adds repositories: nothing runs
 
 
@@ -103,10 +104,16 @@ def _fabric_missing(facts: Facts, version: str, manager: str) -> str | None:
     return None
 
 
-def plan(facts: Facts, options: Options, state: DriverState, version: str, flavour: str, notes: list[str]
-         ) -> StepPlan:
+def plan(facts: Facts, options: Options, state: DriverState, version: str, flavour: str, notes: list[str],
+         earlier: Earlier | None = None) -> StepPlan:
     if not facts.gpus and not options.bake:
         return blocked(NAME, NO_GPU, NO_GPU_FIX)
+    if facts.module_loaded("nouveau") and not options.bake:
+        nouveau = earlier.plan("nouveau") if earlier is not None else None
+        if nouveau is None or not nouveau.reboot_required:
+            return blocked(NAME, "nouveau is loaded: the nvidia module cannot load while it holds the GPU",
+                           "let the nouveau step blacklist it (do not --skip nouveau), reboot, and run again")
+        notes = [*notes, "runs after the reboot the nouveau step needs (pass --reboot to have gpunode do it)"]
     found = route_of(facts, options, version, flavour)
     if isinstance(found, StepPlan):
         return found
@@ -114,13 +121,17 @@ def plan(facts: Facts, options: Options, state: DriverState, version: str, flavo
     os_key = routes.route_os(facts.os.id, facts.os.family) or ""
     manager = manager_of(facts, os_key) or "apt"
     if route.missing:
-        return _missing(facts, options, route, version)
+        return _missing(facts, options, route, version, notes)
     fm = _fabric_missing(facts, version, manager)
     if fm:
         return dataclasses.replace(blocked(NAME, f"NVSwitch node: the repositories offer the driver {version} but not "
                                                  f"its fabric manager: {fm}", "choose a --driver release whose fabric "
                                                  "manager the repositories carry (apt-cache policy / dnf list "
                                                  "--showduplicates nvidia-fabricmanager*)"), lasting=True)
+    if facts.secure_boot.enabled and not route.precompiled and os_key != "ubuntu":
+        notes.append("Secure Boot is on: DKMS signs the module with its own key (Debian: /var/lib/dkms/mok.pub), "
+                     "which must be enrolled (`sudo mokutil --import` it, confirmed at the next boot) or the kernel "
+                     "refuses the module")
     notes = [*notes, f"{route.id}: {route.why}",
              "packages: " + ", ".join(f"{n} {v}" for n, v in route.specs())]
     have = installed(facts)
@@ -136,24 +147,52 @@ def plan(facts: Facts, options: Options, state: DriverState, version: str, flavo
                              "packages on top would mix two drivers",
                        fixes.on_node("sudo nvidia-installer --uninstall --silent") + "  # removes the .run driver "
                        "(then reboot if it was loaded); then run this command again", *notes)
+    pin = _pin(facts, manager, version)
     exact = all(have.get(n, ("", False))[0] == v for n, v in route.specs())
     hold = options.hold_driver is not False
     unheld = [n for n, _ in route.specs() if not have.get(n, ("", False))[1]]
     if exact and not others and not run_there:
-        return _in_place(facts, options, state, version, route, manager, notes, unheld if hold else [])
-    return _install(facts, options, state, version, route, manager, notes, others, run_there)
+        placed = _in_place(facts, options, state, version, route, manager, notes, unheld if hold else [])
+        if pin is None:
+            return placed
+        if placed.status is Status.OK:
+            return change(NAME, f"{placed.reason}; pinning its release for apt", [pin], *placed.notes)
+        return dataclasses.replace(placed, actions=(pin, *placed.actions))
+    decided = _install(facts, options, state, version, route, manager, notes, others, run_there)
+    if pin is None or decided.status is not Status.CHANGE:
+        return decided
+    at = next(i for i, a in enumerate(decided.actions) if isinstance(a, InstallDriverPackages))
+    return dataclasses.replace(decided, actions=(*decided.actions[:at], pin, *decided.actions[at:]))
 
 
-def _hold(manager: str, route: routes.Route, names: list[str], options: Options) -> Action:
+def _pin(facts: Facts, manager: str, version: str) -> WriteFile | None:
+    """apt: the preferences file that pins the driver's packages at the release (routes.APT_PIN); None when it is
+    there already, or the manager is not apt."""
+    if manager != "apt":
+        return None
+    now = facts[driver_facts.APT_PIN_FILE].get(routes.APT_PIN)
+    wanted = routes.apt_pin(version)
+    if now is not None and now.rstrip("\n") == wanted.rstrip("\n"):
+        return None
+    return WriteFile(f"pin the driver's packages at release {version} for apt ({routes.APT_PIN})",
+                     path=routes.APT_PIN, after=wanted, before=now)
+
+
+def _hold(facts: Facts, manager: str, route: routes.Route, names: list[str], options: Options) -> list[Action]:
+    """apt-mark hold / dnf versionlock add (its plugin installed first when missing) / zypper addlock."""
     m = pkgmgr.get(manager)
     specs = [(n, v) for n, v in route.specs() if n in names]
-    return package_command(f"hold the driver packages ({', '.join(names)}) so no upgrade moves them alone",
-                           manager, m.hold_all(specs), packages=names, lock_timeout=options.lock_timeout)
+    first: list[Action] = []
+    if m.versionlock_plugin and m.versionlock_plugin not in (facts.get(PKG_STATUS) or {}):
+        first.append(install_packages(f"install the {manager} versionlock plugin", manager, (m.versionlock_plugin,),
+                                      lock_timeout=options.lock_timeout))
+    return [*first, package_command(f"hold the driver packages ({', '.join(names)}) so no upgrade moves them alone",
+                                    manager, m.hold_all(specs), packages=names, lock_timeout=options.lock_timeout)]
 
 
 def _in_place(facts: Facts, options: Options, state: DriverState, version: str, route: routes.Route, manager: str,
               notes: list[str], unheld: list[str]) -> StepPlan:
-    holds = [_hold(manager, route, unheld, options)] if unheld else []
+    holds = _hold(facts, manager, route, unheld, options) if unheld else []
     label = f"driver {version} from packages ({route.module.name} {route.module.version})"
     loaded = state.loaded
     if options.bake or not facts.gpus:
@@ -195,11 +234,13 @@ def _install(facts: Facts, options: Options, state: DriverState, version: str, r
                                        m.unhold(held), packages=held, lock_timeout=options.lock_timeout))
     specs = [m.spec(n, v) for n, v in route.specs()]
     transaction: list[tuple[str, ...]] = []
-    if route.id == "rhel-cuda":  # the module stream of the branch and flavour (EL8/EL9 modular repositories)
+    if route.id == "rhel-cuda" and facts.os.version.split(".", 1)[0] in ("8", "9"):
+        # the module stream of the branch and flavour (EL8/EL9 modular repositories; EL10 has no streams: the
+        # packages alone, as NVIDIA's installation guide's table says)
         stream = f"nvidia-driver:{version.split('.')[0]}-{'open' if 'open' in route.module.name else 'dkms'}"
         transaction.append(("dnf", "module", "enable", "-y", stream))
     if others:
-        transaction.append(_purge(manager, others))
+        transaction.append(pkgmgr.get(manager).purge(others))
     transaction.append(m.install(specs, downgrade=True))
     install = InstallDriverPackages(f"install NVIDIA driver {version} from packages: " + ", ".join(specs),
                                     manager=manager, cmds=tuple(transaction), packages=tuple(n for n, _ in
@@ -218,7 +259,7 @@ def _install(facts: Facts, options: Options, state: DriverState, version: str, r
     elif loaded_modules or facts.loaded_driver is not None:
         from gpunode.steps.driver import replace_loaded_with
 
-        hold = (_hold(manager, route, [n for n, _ in route.specs()], options),) \
+        hold = tuple(_hold(facts, manager, route, [n for n, _ in route.specs()], options)) \
             if options.hold_driver is not False else ()
         replaced = replace_loaded_with(facts, options, version, notes, reason, loaded_modules,
                                        lambda stays, units: [install], hold)
@@ -227,17 +268,5 @@ def _install(facts: Facts, options: Options, state: DriverState, version: str, r
         actions += [install, RunCommand(f"load the driver {version} kernel module", ("modprobe", "nvidia"),
                                         timeout=120)]
     if options.hold_driver is not False:
-        actions.append(_hold(manager, route, [n for n, _ in route.specs()], options))
+        actions += _hold(facts, manager, route, [n for n, _ in route.specs()], options)
     return change(NAME, reason, actions, *notes)
-
-
-def _purge(manager: str, names: list[str]) -> tuple[str, ...]:
-    if manager == "apt":
-        return ("apt-get", "purge", "-y", "--allow-change-held-packages", *names)
-    return pkgmgr.get(manager).remove(names)
-
-
-def remove_commands(manager: str, names: list[str]) -> str:
-    """The command that removes the route's packages (for a refusal's fix)."""
-    return "sudo " + shlex.join(_purge(manager, names))
-

@@ -19,14 +19,14 @@ import dataclasses
 import shlex
 
 from gpunode import fixes, pkgmgr
-from gpunode.actions.packages import package_command
 from gpunode.actions.driver import StopGpuServices, UnloadModules
+from gpunode.actions.packages import package_command
 from gpunode.facts import Facts
 from gpunode.facts.holders import MODULES, Holders, gpu_holders
 from gpunode.plan import Action, Reboot, RunCommand, Status, StepPlan, blocked, change, ok
 from gpunode.records import DriverRecord
 from gpunode.steps import PIPELINE
-from gpunode.undo.common import hold_actions, installed_by_gpunode
+from gpunode.undo.common import file_actions, hold_actions, installed_by_gpunode
 from gpunode.undo.state import LEGACY_NOTE, NodeState, Record, UndoRequest
 
 NAME = "driver"
@@ -88,15 +88,20 @@ def _packages(records: list[Record], state: NodeState, facts: Facts, request: Un
     installed), with the same unloading sequence as the .run's uninstaller."""
     manager, names, notes = installed_by_gpunode(records, state)
     version = last.version or "(unknown version)"
+    files, file_notes = file_actions(records, state)  # the apt pin gpunode wrote for the packages
+    notes = [*notes, *file_notes]
     if not names:
+        if files:
+            return change(NAME, f"remove the apt pin of driver {version} (its packages are gone)", files, *notes)
         return ok(NAME, f"the driver packages gpunode installed (driver {version}) are no longer installed", *notes)
     loaded = facts.loaded_driver.version if facts.loaded_driver else None
     m = pkgmgr.get(manager or "apt")
-    argv = (("apt-get", "purge", "-y", "--allow-change-held-packages", *names) if m.name == "apt"
-            else m.remove(names))
     purge = package_command(f"remove NVIDIA driver {version} from packages (gpunode installed them): "
-                            + ", ".join(names), m.name, argv, packages=names, lock_timeout=request.lock_timeout)
+                            + ", ".join(names), m.name, m.purge(names), packages=names,
+                            lock_timeout=request.lock_timeout)
     decided = _remove(facts, request, version, loaded, purge)
+    if decided.status is Status.CHANGE and files:
+        decided = dataclasses.replace(decided, actions=(*decided.actions, *files))
     return dataclasses.replace(decided, notes=(*decided.notes, *notes)) if notes else decided
 
 

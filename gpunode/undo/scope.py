@@ -9,7 +9,7 @@ from __future__ import annotations
 import posixpath
 import re
 
-from gpunode import pkgmgr
+from gpunode import driver_packages, pkgmgr
 from gpunode.facts.bake import MARKER_PATH
 from gpunode.facts.containers import (
     CONTAINERD_CONFIG,
@@ -24,7 +24,7 @@ from gpunode.steps import fabricmanager, k8s, k8s_sharing, nodesettings, nouveau
 FILES = frozenset({
     nouveau.PATH, nodesettings.UNIT_PATH, nodesettings.DROPIN_PATH, nodesettings.RULE_PATH, nodesettings.UVM_LOAD_PATH,
     toolkit.APT_LIST, toolkit.APT_KEYRING, toolkit.YUM_REPO, toolkit.ZYPP_REPO, DOCKER_CONFIG, CONTAINERD_CONFIG,
-    CRIO_CONFIG, MARKER_PATH, k8s.MANIFEST_PATH,
+    CRIO_CONFIG, MARKER_PATH, k8s.MANIFEST_PATH, driver_packages.APT_PIN,
     *(f"{k8s_sharing.UNIT_DIR}/{u}" for u in (k8s_sharing.MPS_UNIT, k8s_sharing.MIG_UNIT))})
 # directories whose files (directly in them) gpunode may create: repositories, keyrings, engine drop-ins
 DIRECTORIES = frozenset({*(m.repo_dir for m in pkgmgr.MANAGERS.values()), "/usr/share/keyrings", "/etc/apt/keyrings",

@@ -174,3 +174,38 @@ def test_upstream_version_of_a_package_version(package_version, upstream):
 def test_open_flavour_comes_from_the_module_package_name():
     found = d.packaged_driver((("nvidia-open-kernel-dkms", "535.261.03-1~deb12u1"),), d.DebianNames(), {})
     assert found is not None and found.flavour == "open" and found.version == "535.261.03"
+
+
+def test_offered_versions_from_apt_dnf_and_zypper():
+    from gpunode.facts.driver import parse_offered
+
+    apt = ("nvidia-kernel-dkms:\n  Installed: (none)\n  Candidate: 535.309.01-0+deb12u1\n  Version table:\n"
+           "     535.309.01-0+deb12u1 500\n        500 http://deb.debian.org/debian-security bookworm-security/non-free "
+           "amd64 Packages\n *** 535.261.03-1~deb12u1 500\n        500 http://deb.debian.org/debian bookworm/non-free "
+           "amd64 Packages\n        100 /var/lib/dpkg/status\n")
+    assert parse_offered(apt) == {"nvidia-kernel-dkms": ["535.309.01-0+deb12u1", "535.261.03-1~deb12u1"]}
+    dnf = ("Available Packages\nkmod-nvidia-latest-dkms.x86_64      3:535.274.02-1.el9      cuda-rhel9-x86_64\n"
+           "kmod-nvidia-latest-dkms.x86_64      3:570.195.03-1.el9      cuda-rhel9-x86_64\n")
+    assert parse_offered(dnf) == {"kmod-nvidia-latest-dkms": ["535.274.02-1.el9", "570.195.03-1.el9"]}
+    zypper = ("S | Name                      | Type    | Version     | Arch   | Repository\n"
+              "--+---------------------------+---------+-------------+--------+-----------\n"
+              "  | nvidia-compute-utils-G06  | package | 580.95.05-1 | x86_64 | cuda-sles15\n")
+    assert parse_offered(zypper) == {"nvidia-compute-utils-G06": ["580.95.05-1"]}
+
+
+def test_the_journal_says_which_driver_source_gpunode_installed():
+    import json
+
+    from gpunode.facts.driver import parse_gpunode_driver
+
+    undo = [{"kind": "packages", "step": "driver", "manager": "apt",
+             "installed": [["nvidia-kernel-dkms", "535.261.03-1~deb12u1"], ["libcuda1", "535.261.03-1~deb12u1"]]},
+            {"kind": "driver", "step": "driver", "version": "535.261.03", "previous": None, "source": "packages"},
+            {"kind": "packages", "step": "prerequisites", "manager": "apt", "installed": [["dkms", "3.0.10"]]}]
+    found = parse_gpunode_driver(json.dumps({"runs": [], "undo": undo}))
+    assert found.source == "packages" and found.packages == ("nvidia-kernel-dkms", "libcuda1") and found.run is None
+    undone = [dict(r, undone="r2") for r in undo]
+    assert parse_gpunode_driver(json.dumps({"runs": [], "undo": undone})).source == ""
+    run = [{"kind": "driver", "step": "driver", "version": "535.129.03", "previous": None}]
+    assert parse_gpunode_driver(json.dumps({"runs": [], "undo": run})).run == "535.129.03"
+    assert parse_gpunode_driver("{broken") == parse_gpunode_driver("")

@@ -48,6 +48,12 @@ CASES: tuple[tuple[str, str, dict[str, Any], tuple[str, ...]], ...] = (
     ("debian12-nogpu-driver", "debian-12-nogpu", {}, ("--driver", "535.129.03")),
     ("debian12-rtx4090-driver570", "debian-12-rtx4090", {}, ("--driver", "570.124.04")),
     ("rocky9-t4-secureboot", "rocky-9-t4", {"secure_boot": True}, ("--driver", "570.124.04")),
+    # --driver-source packages, one route per distribution (issue 27)
+    ("debian12-t4-packages", "debian-12-t4", {}, ("--driver-source", "packages", "--driver", "535.261.03")),
+    ("ubuntu2204-t4-packages", "ubuntu-22.04-t4", {}, ("--driver-source", "packages", "--driver", "535.230.02")),
+    ("ubuntu2204-t4-secureboot-packages", "ubuntu-22.04-t4", {"secure_boot": True},
+     ("--driver-source", "packages", "--driver", "535.230.02")),
+    ("rocky9-t4-packages-no-repo", "rocky-9-t4", {}, ("--driver-source", "packages", "--driver", "535.274.02")),
 )
 
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from gpunode.actions import packages as package_actions
 from gpunode.cli import app
-from tests.nodesim.fixtures import host_guard, nodesim_available, sim_node  # noqa: F401 - pytest fixtures
+from gpunode.driver_packages import sources_fix
 
 pytestmark = pytest.mark.integration
 
@@ -61,6 +61,7 @@ def test_debian_install_rerun_upgrade_uninstall(sim_node) -> None:  # type: igno
     have = node.installed_packages()
     assert have["nvidia-kernel-dkms"] == "535.261.03-1~deb12u1" and have["libcuda1"] == "535.261.03-1~deb12u1"
     assert set(DEBIAN_SET) <= set(node.held_packages())
+    assert "Pin: version 535.261.03-*" in node.read("/etc/apt/preferences.d/gpunode-nvidia-driver")
     assert node.is_loaded("nvidia")
     assert "open-kernel" not in " ".join(have)  # T4 + R535: proprietary, as the .run path chooses
 
@@ -76,18 +77,24 @@ def test_debian_install_rerun_upgrade_uninstall(sim_node) -> None:  # type: igno
     assert code == 0, out
     have = node.installed_packages()
     assert have["nvidia-kernel-dkms"] == "535.309.01-0+deb12u1" and have["nvidia-smi"] == "535.309.01-0+deb12u1"
+    assert "Pin: version 535.309.01-*" in node.read("/etc/apt/preferences.d/gpunode-nvidia-driver")
     assert "nvidia-kernel-dkms" in node.held_packages()
     assert (node.driver() or {}).get("version") == DEBIAN_NEW and node.is_loaded("nvidia")
 
     # status and doctor say packages own the driver
     code, out = run(node, "status")
-    assert "packages" in out, out
+    line = next(x for x in out.splitlines() if x.startswith(f"driver {DEBIAN_NEW}: "))
+    assert "installed by gpunode from packages (" in line and "nvidia-kernel-dkms" in line, out
+    code, out = run(node, "doctor", "--format", "json")
+    single = next(c for c in json.loads(out)["checks"] if c["id"] == "driver.single-source")
+    assert "from distribution packages" in single["evidence"] and "installed by gpunode" in single["evidence"]
 
     # uninstall purges exactly what gpunode added
     code, out = run(node, "uninstall", "--only", "driver", "--stop-gpu-services")
     assert code == 0, out
     have = node.installed_packages()
     assert not any(name in have for name in DEBIAN_SET), have
+    assert not node.exists("/etc/apt/preferences.d/gpunode-nvidia-driver")
     assert "dkms" in have  # the prerequisites step's, removed only by its own undo
 
 
@@ -108,3 +115,121 @@ def test_debian_without_non_free_gets_the_sources_line(sim_node) -> None:  # typ
     code, out = run(node, "plan", "--driver-source", "packages", "--driver", DEBIAN_OLD, *STEPS[:-1])
     assert code == 1, out
     assert "gpunode-nonfree.list" in out and "contrib non-free non-free-firmware" in out
+
+
+def test_debian_bake_without_a_gpu_builds_for_the_image_kernel_and_loads_nothing(sim_node) -> None:  # type: ignore[no-untyped-def]
+    node = sim_node("debian-12-nogpu")
+    new = "6.1.0-21-amd64"
+    node.set_kernel(new)
+    args = ("install", "--driver-source", "packages", "--driver", DEBIAN_OLD, "--bake")
+    code, out = run(node, *args)
+    assert code == 0, out
+    assert node.installed_packages()["nvidia-kernel-dkms"] == "535.261.03-1~deb12u1"
+    assert "firmware-nvidia-gsp" not in node.installed_packages()  # no GPU, proprietary flavour: no GSP firmware
+    assert not node.is_loaded("nvidia") and node.reboots == 0
+    assert not [c for c in node.calls("modprobe") if "nvidia" in " ".join(c)]
+    assert new in (node.driver() or {}).get("kernels", ""), node.driver()
+    marker = json.loads(node.read("/var/lib/gpunode/baked.json"))
+    assert marker["kernel"] == new and marker["driver"]["version"] == DEBIAN_OLD
+    node.clear_calls()
+    code, out = run(node, *args)
+    assert code == 0, out
+    assert not node.calls("apt-get")
+
+
+def test_debian_no_gpu_without_bake_is_refused(sim_node) -> None:  # type: ignore[no-untyped-def]
+    node = sim_node("debian-12-nogpu")
+    code, out = run(node, "plan", "--driver-source", "packages", "--driver", DEBIAN_OLD, "--only", "driver")
+    assert code == 1 and "no NVIDIA GPU" in out, out
+
+
+UBUNTU_OLD, UBUNTU_NEW = "535.183.06", "535.230.02"
+
+
+def test_ubuntu_secure_boot_takes_the_signed_precompiled_modules(sim_node) -> None:  # type: ignore[no-untyped-def]
+    node = sim_node("ubuntu-22.04-t4", secure_boot=True)
+    kernel = node.kernel
+    args = ("--driver-source", "packages", "--driver", UBUNTU_NEW, *STEPS)
+    step = driver_step(plan_json(node, *args))
+    text = json.dumps(step)
+    assert f"linux-modules-nvidia-535-server-{kernel}=" in text and "nvidia-headless-no-dkms-535-server=" in text
+    assert "nvidia-dkms-535" not in text and "Canonical signed" in text
+    code, out = run(node, "install", *args)
+    assert code == 0, out
+    have = node.installed_packages()
+    assert f"linux-modules-nvidia-535-server-{kernel}" in have and "nvidia-dkms-535-server" not in have
+    assert (node.driver() or {}).get("signkey") == "distro" and node.is_loaded("nvidia")
+    assert f"linux-modules-nvidia-535-server-{kernel}" in node.held_packages()
+
+
+def test_ubuntu_without_secure_boot_builds_with_dkms_and_upgrades_within_the_branch(sim_node) -> None:  # type: ignore[no-untyped-def]
+    node = sim_node("ubuntu-22.04-t4")
+    code, out = run(node, "install", "--driver-source", "packages", "--driver", UBUNTU_OLD, *STEPS)
+    assert code == 0, out
+    have = node.installed_packages()
+    assert have["nvidia-dkms-535-server"] == "535.183.06-0ubuntu0.22.04.1"
+    assert have["nvidia-utils-535-server"] == "535.183.06-0ubuntu0.22.04.1"
+    assert not any(n.startswith("linux-modules-nvidia") for n in have)
+    code, out = run(node, "install", "--driver-source", "packages", "--driver", UBUNTU_NEW, "--stop-gpu-services",
+                    *STEPS)
+    assert code == 0, out
+    assert node.installed_packages()["nvidia-dkms-535-server"] == "535.230.02-0ubuntu0.22.04.1"
+    assert (node.driver() or {}).get("version") == UBUNTU_NEW and node.is_loaded("nvidia")
+    code, out = run(node, "uninstall", "--only", "driver", "--stop-gpu-services")
+    assert code == 0, out
+    assert not [n for n in node.installed_packages() if "nvidia" in n and "container" not in n]
+
+
+def test_ubuntu_switch_from_a_run_gpunode_installed_to_packages_and_back(sim_node, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from tests.integration.test_driver_nodesim import Mirror
+
+    mirror = Mirror(tmp_path / "www")
+    monkeypatch.setenv("GPUNODE_DRIVER_MIRROR", mirror.url)
+    try:
+        mirror.publish("535.129.03")
+        node = sim_node("ubuntu-22.04-t4")
+        code, out = run(node, "install", "--driver", "535.129.03", "--cache-dir", str(tmp_path / "c"), *STEPS)
+        assert code == 0, out
+        assert (node.driver() or {}).get("method") == "run"
+        args = ("--driver-source", "packages", "--driver", UBUNTU_NEW, "--stop-gpu-services", *STEPS)
+        step = driver_step(plan_json(node, *args))
+        assert "nvidia-installer --uninstall --silent" in json.dumps(step) and "switching source" in json.dumps(step)
+        code, out = run(node, "install", *args)
+        assert code == 0, out
+        assert (node.driver() or {}).get("method") == "pkg" and node.is_loaded("nvidia")
+        assert not node.exists("/usr/bin/nvidia-installer")
+        # and back to a .run: the packages gpunode installed are purged first, never mixed
+        back = ("--driver", "535.129.03", "--cache-dir", str(tmp_path / "c"), "--stop-gpu-services", *STEPS)
+        step = driver_step(plan_json(node, *back))
+        assert "switching source" in json.dumps(step) and "apt-get purge" in json.dumps(step), step
+        code, out = run(node, "install", *back)
+        assert code == 0, out
+        assert (node.driver() or {}).get("method") == "run" and node.is_loaded("nvidia")
+        assert not [n for n in node.installed_packages() if n.startswith(("nvidia-", "linux-modules-nvidia"))
+                    and "container" not in n]
+    finally:
+        mirror.stop()
+
+
+def test_rocky_from_the_cuda_repository(sim_node) -> None:  # type: ignore[no-untyped-def]
+    node = sim_node("rocky-9-t4")
+    args = ("--driver-source", "packages", "--driver", "535.274.02", *STEPS)
+    blocked = driver_step(plan_json(node, *args))
+    assert blocked["status"] == "blocked", blocked  # no CUDA repository yet: the fix adds it
+    command = sources_fix("rhel", "", "9")
+    assert "cuda-rhel9.repo" in command and command in blocked["fix"], blocked["fix"]
+    rc, _, err = node.ssh(command)
+    assert rc == 0, err
+    step = driver_step(plan_json(node, *args))
+    text = json.dumps(step)
+    assert "kmod-nvidia-latest-dkms-535.274.02-1.el9" in text and "nvidia-driver:535-dkms" in text
+    code, out = run(node, "install", *args)
+    assert code == 0, out
+    assert node.installed_packages()["kmod-nvidia-latest-dkms"] == "535.274.02-1.el9"
+    assert "kmod-nvidia-latest-dkms" in node.held_packages() and node.is_loaded("nvidia")
+    node.clear_calls()
+    code, out = run(node, "install", *args)
+    assert code == 0 and not node.calls("dnf") or all(c[1:2] != ["install"] for c in node.calls("dnf")), out
+    code, out = run(node, "uninstall", "--only", "driver", "--stop-gpu-services")
+    assert code == 0, out
+    assert "kmod-nvidia-latest-dkms" not in node.installed_packages()

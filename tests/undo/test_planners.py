@@ -75,6 +75,24 @@ def test_the_driver_is_uninstalled_only_when_gpunode_installed_it_and_it_is_stil
     assert kept.status is Status.OK and "525.1 was installed before gpunode" in kept.reason
 
 
+def test_a_packaged_driver_gpunode_installed_is_purged_exactly_and_its_record_round_trips():
+    records = parse_records([
+        {"kind": "packages", "step": "driver", "manager": "apt",
+         "installed": [["nvidia-kernel-dkms", "535.261.03-1~deb12u1"], ["libcuda1", "535.261.03-1~deb12u1"]]},
+        {"kind": "driver", "step": "driver", "version": "535.261.03", "previous": None, "source": "packages"}])
+    assert records[1].to_dict()["source"] == "packages"
+    assert "source" not in DriverRecord(version="535.129.03").to_dict()  # a .run's record is written as before
+    state = NodeState(packages={"nvidia-kernel-dkms": "535.261.03-1~deb12u1", "libcuda1": "535.261.03-1~deb12u1",
+                                "dkms": "3"})
+    plan = driver.plan(records, state, UNLOADED, REQ)
+    assert plan.status is Status.CHANGE
+    assert plan.actions[-1].commands() == [
+        "sudo apt-get purge -y --allow-change-held-packages nvidia-kernel-dkms libcuda1"]
+    assert not any("nvidia-installer" in c for a in plan.actions for c in a.commands())
+    gone = driver.plan(records, NodeState(packages={"dkms": "3"}), UNLOADED, REQ)
+    assert gone.status is Status.OK and "no longer installed" in gone.reason
+
+
 def test_prerequisites_are_kept_unless_named():
     records = parse_records([{"kind": "packages", "manager": "apt", "installed": [["gcc", "11"]]}])
     state = NodeState(packages={"gcc": "11"})

@@ -131,6 +131,13 @@ pkg_driver_effect() {  # NAME VER FLAVOR SIGN  -> 0, or 1 with DKMS-style errors
             ;;
     esac
     ns_driver_write_env
+    # DKMS's package post-install builds for every installed kernel whose headers are there, not only the running
+    # one (an image build installs the driver for the kernel it will boot)
+    if [ "$DRIVER_DKMS" = 1 ]; then
+        for _ok in $(cat "$NS/kernels" 2>/dev/null); do
+            [ "$_ok" = "$_k" ] || ! ns_headers_present "$_ok" || ns_dkms_build "$_ok" >/dev/null 2>&1 || true
+        done
+    fi
     mkdir -p /usr/lib/nvidia
     echo "The NVIDIA driver provided by your distribution's package manager is installed." > /usr/lib/nvidia/alternate-install-present
     pkg_record "$1" /usr/lib/nvidia/alternate-install-present

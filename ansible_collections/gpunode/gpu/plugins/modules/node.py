@@ -50,6 +50,13 @@ options:
   driver:
     description: NVIDIA driver version to install, for example C(535.129.03) (gpunode's C(--driver)).
     type: str
+  driver_source:
+    description:
+      - Where the driver comes from (gpunode's C(--driver-source)). C(run) is NVIDIA's C(.run) installer;
+        C(packages) the distribution's or NVIDIA's repository packages at exactly O(driver), held against upgrades.
+    type: str
+    default: run
+    choices: [run, packages]
   driver_run:
     description: A C(.run) installer on the controller, or its URL, instead of NVIDIA's download.
     type: str

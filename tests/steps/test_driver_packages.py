@@ -1,0 +1,174 @@
+"""The driver step with --driver-source packages (gpunode/steps/driver_packages.py): plans from facts."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpunode import driver_packages as routes
+from gpunode.actions.driver import InstallDriverPackages, UnloadModules
+from gpunode.actions.packages import PackageCommand
+from gpunode.facts import Facts
+from gpunode.facts.kernel import PciDevice, SecureBoot, parse_nvidia_version
+from gpunode.facts.osinfo import parse_os_release
+from gpunode.facts.probe import Section
+from gpunode.options import Options
+from gpunode.plan import RunCommand, Status
+from gpunode.steps import driver
+
+DEBIAN = parse_os_release('ID=debian\nVERSION_ID="12"\nVERSION_CODENAME=bookworm\nPRETTY_NAME="Debian GNU/Linux 12"\n')
+OLD, NEW = "535.261.03", "535.309.01"
+SET = ("nvidia-kernel-dkms", "nvidia-smi", "libcuda1", "libnvidia-ml1", "firmware-nvidia-gsp")
+
+
+def policy(names=SET, versions=(f"{NEW}-0+deb12u1", f"{OLD}-1~deb12u1")) -> str:
+    text = ""
+    for name in (*names, "nvidia-persistenced", "nvidia-modprobe"):
+        own = name in ("nvidia-persistenced", "nvidia-modprobe")
+        text += f"{name}:\n  Installed: (none)\n  Candidate: x\n  Version table:\n"
+        for v in (("535.171.04-1~deb12u1",) if own else versions):
+            text += f"     {v} 500\n        500 http://deb.debian.org/debian bookworm/non-free amd64 Packages\n"
+    return text
+
+
+def node(*, offered: str | None = None, installed: str | None = None, held: bool = True, loaded: str | None = None,
+         journal: str = "", devices=(0x1EB8,), **outputs: Section) -> Facts:
+    outs = {"driver_offered": Section(policy() if offered is None else offered, 0),
+            "gpunode_driver_source": Section(journal, 0), **outputs}
+    if installed:
+        names = (*SET, "nvidia-persistenced", "nvidia-modprobe")
+        ver = lambda n: "535.171.04-1~deb12u1" if n in ("nvidia-persistenced", "nvidia-modprobe") else installed  # noqa: E731
+        outs["pkg_status"] = Section("".join(f"{'h' if held else 'i'}i \t{n}\t{ver(n)}\n" for n in names), 0)
+        outs["driver_packages"] = Section("".join(f"{n} {ver(n)}\n" for n in SET), 0)
+        outs["driver_userspace"] = Section(f"lib /usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so."
+                                           f"{installed.split('-')[0]}\n", 0)
+    pinned = {routes.APT_PIN: routes.apt_pin(installed.split("-")[0])} if installed else {}
+    nvrm = (f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {loaded}  Thu Oct 19 18:56:32 UTC 2023\n"
+            if loaded else None)
+    return Facts(os=DEBIAN, kernel="6.1.0-18-amd64", arch="x86_64",
+                 pci=tuple(PciDevice(f"0000:{0x17 + i:02x}:00.0", 0x10DE, d, 0x030200) for i, d in enumerate(devices)),
+                 secure_boot=SecureBoot(False, False, "efivar 0"), outputs=outs, files=pinned,
+                 loaded_driver=parse_nvidia_version(nvrm) if nvrm else None,
+                 modules=frozenset({"nvidia"} if loaded else ()))
+
+
+def plan(f: Facts, version: str = OLD, **opts: object):  # type: ignore[no-untyped-def]
+    return driver.plan(f, Options(driver=version, driver_source="packages", **opts), {})  # type: ignore[arg-type]
+
+
+def test_fresh_debian_installs_the_compute_set_at_exact_versions_loads_and_holds():
+    p = plan(node())
+    assert p.status is Status.CHANGE and "installing 535.261.03 from packages (debian-nonfree)" in p.reason
+    pin, install, load, hold = p.actions
+    assert pin.kind == "file" and pin.path == "/etc/apt/preferences.d/gpunode-nvidia-driver"
+    assert "Pin: version 535.261.03-*\nPin-Priority: 1001" in pin.after  # apt's resolver needs the whole release
+    assert isinstance(install, InstallDriverPackages) and install.version == OLD
+    line = install.commands()[-1]
+    for name in SET:
+        assert f"{name}=535.261.03-1~deb12u1" in line
+    assert "nvidia-persistenced=535.171.04-1~deb12u1" in line and "--allow-downgrades" in line
+    assert isinstance(load, RunCommand) and load.commands() == ["sudo modprobe nvidia"]
+    assert isinstance(hold, PackageCommand) and hold.commands()[0].startswith("sudo apt-mark hold nvidia-kernel-dkms")
+    assert any(n.startswith("packages: nvidia-kernel-dkms 535.261.03-1~deb12u1") for n in p.notes)
+    assert p.outputs is not None
+
+
+def test_in_place_and_held_is_ok_unheld_gets_only_the_hold():
+    done = plan(node(installed=f"{OLD}-1~deb12u1", loaded=OLD))
+    assert done.status is Status.OK and "from packages (nvidia-kernel-dkms 535.261.03-1~deb12u1) is loaded" in \
+        done.reason
+    loose = plan(node(installed=f"{OLD}-1~deb12u1", loaded=OLD, held=False))
+    assert loose.status is Status.CHANGE and [a.commands()[0].split()[:3] for a in loose.actions] == \
+        [["sudo", "apt-mark", "hold"]]
+    assert plan(node(installed=f"{OLD}-1~deb12u1", loaded=OLD, held=False), hold_driver=False).status is Status.OK
+
+
+def test_upgrade_within_the_branch_releases_unloads_installs_loads_and_holds_again():
+    p = plan(node(installed=f"{OLD}-1~deb12u1", loaded=OLD), NEW)
+    kinds = [type(a).__name__ for a in p.actions]
+    assert kinds == ["PackageCommand", "UnloadModules", "WriteFile", "InstallDriverPackages", "RunCommand",
+                     "PackageCommand"], kinds
+    assert "Pin: version 535.309.01-*" in p.actions[2].after
+    assert p.actions[0].commands()[0].startswith("sudo apt-mark unhold")
+    assert isinstance(p.actions[1], UnloadModules)
+    assert f"nvidia-kernel-dkms={NEW}-0+deb12u1" in p.actions[3].commands()[-1]
+    assert p.actions[-1].commands()[0].startswith("sudo apt-mark hold")
+
+
+def test_a_version_the_repositories_do_not_offer_is_refused_before_any_change():
+    p = plan(node(), "535.999.01")
+    assert p.status is Status.BLOCKED and p.lasting
+    assert "do not offer driver 535.999.01" in p.reason and "535.261.03-1~deb12u1" in p.reason
+    assert "sudo apt-get update" in p.fix and "--driver 535.309.01" in p.fix and "--driver-source packages" in p.fix
+    nothing = plan(node(offered=""))
+    assert nothing.status is Status.BLOCKED and "gpunode-nonfree.list" in nothing.fix
+    assert "deb http://deb.debian.org/debian bookworm main contrib non-free non-free-firmware" in nothing.fix
+
+
+def test_a_run_driver_someone_else_installed_is_refused_one_gpunode_installed_is_switched():
+    run = {"driver_userspace": Section("lib /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.129.03\n"
+                                       "installer nvidia-installer:  version 535.129.03\n", 0)}
+    p = plan(node(**run))
+    assert p.status is Status.BLOCKED and "not by gpunode" in p.reason
+    assert p.fix.startswith("sudo nvidia-installer --uninstall --silent")
+    journal = ('{"runs": [], "undo": [{"kind": "driver", "step": "driver", "version": "535.129.03", '
+               '"previous": null}]}')
+    switch = plan(node(journal=journal, **run))
+    assert switch.status is Status.CHANGE and any("switching source" in n for n in switch.notes)
+    assert switch.actions[0].commands() == ["sudo nvidia-installer --uninstall --silent"]
+    assert isinstance(switch.actions[2], InstallDriverPackages)
+
+
+def test_no_gpu_needs_bake_and_the_flavour_follows_the_gpu():
+    assert plan(node(devices=())).status is Status.BLOCKED
+    h100 = plan(node(devices=(0x2330,)))  # R535 on an H100: proprietary, the default before R560 (as for a .run)
+    assert "'nvidia-kernel-dkms=535.261.03-1~deb12u1'" in h100.actions[1].commands()[-1]
+    bake = plan(node(devices=()), bake=True, bake_kernel=None)
+    assert bake.status is Status.BLOCKED and "no installed kernel" in bake.reason  # nothing tells which kernel
+    forced = plan(node(offered=policy((*SET, "nvidia-open-kernel-dkms"))), kernel_module="open")
+    assert "nvidia-open-kernel-dkms=535.261.03-1~deb12u1" in forced.actions[1].commands()[-1]
+
+
+def test_install_records_the_driver_and_its_source():
+    action = dataclasses.replace(plan(node()).actions[1])
+    assert isinstance(action, InstallDriverPackages) and action.kind == "driver-packages"
+
+
+def test_nvswitch_node_needs_the_fabric_manager_of_exactly_that_release():
+    switch = PciDevice("0000:05:00.0", 0x10DE, 0x22A3, 0x068000)
+    f = node(devices=(0x2330,))
+    offered = "nvidia-fabricmanager-535:\n  Version table:\n     535.183.01-1 500\n"
+    blocked = plan(dataclasses.replace(f, pci=(*f.pci, switch), outputs={**f.outputs,
+                                                                         "fm_available": Section(offered, 0)}))
+    assert blocked.status is Status.BLOCKED and blocked.lasting and "nvidia-fabricmanager-535 535.261.03" in \
+        blocked.reason
+    fine = f"nvidia-fabricmanager-535:\n  Version table:\n     {OLD}-1 500\n"
+    ok = plan(dataclasses.replace(f, pci=(*f.pci, switch), outputs={**f.outputs, "fm_available": Section(fine, 0)}))
+    assert ok.status is Status.CHANGE
+
+
+def test_suse_route_uses_zypper_with_exact_versions_and_locks():
+    sles = parse_os_release('ID="sles"\nID_LIKE="suse"\nVERSION_ID="15.6"\nPRETTY_NAME="SLES 15 SP6"\n')
+    offered = ("S | Name | Type | Version | Arch | Repository\n"
+               "  | nvidia-driver-G06-kmp-default | package | 580.95.05_k6.4.0_150600.23.25-1 | x86_64 | cuda\n"
+               "  | nvidia-compute-utils-G06 | package | 580.95.05-1 | x86_64 | cuda\n")
+    f = dataclasses.replace(node(offered=offered, devices=(0x1EB8,)), os=sles)
+    p = plan(f, "580.95.05", kernel_module="proprietary")
+    assert p.status is Status.CHANGE, p.reason
+    install = next(a for a in p.actions if isinstance(a, InstallDriverPackages))
+    assert install.manager == "zypper" and "nvidia-driver-G06-kmp-default-580.95.05_k6.4.0_150600.23.25-1" in \
+        install.commands()[-1]
+    assert any("zypper --non-interactive addlock" in c for a in p.actions for c in a.commands())
+
+
+def test_rhel_enables_the_branch_stream_on_el9_and_not_on_el10():
+    offered = ("Available Packages\nkmod-nvidia-open-dkms.x86_64   3:570.195.03-1.el9   cuda\n"
+               "nvidia-driver.x86_64   3:570.195.03-1.el9   cuda\n")
+    for version, stream in (("9.4", True), ("10.0", False)):
+        os = parse_os_release(f'ID="rocky"\nID_LIKE="rhel centos fedora"\nVERSION_ID="{version}"\nPRETTY_NAME="Rocky"\n')
+        f = dataclasses.replace(node(offered=offered, devices=(0x2330,)), os=os, tools={"dnf": "/usr/bin/dnf"})
+        p = plan(f, "570.195.03")
+        install = next(a for a in p.actions if isinstance(a, InstallDriverPackages))
+        lines = install.commands()
+        assert ("sudo dnf module enable -y nvidia-driver:570-open" in lines) is stream, lines
+        assert "kmod-nvidia-open-dkms-570.195.03-1.el9" in lines[-1]
+        assert any("dnf versionlock add" in c for a in p.actions for c in a.commands())

@@ -1,0 +1,99 @@
+"""The packages routes (gpunode/driver_packages.py, data/driver_package_routes.csv): names per branch and flavour,
+the exact distribution version of an upstream release, the precompiled signed modules under Secure Boot."""
+
+from __future__ import annotations
+
+from gpunode import driver_packages as routes
+
+DEB = {"nvidia-kernel-dkms": ["535.309.01-0+deb12u1", "535.261.03-1~deb12u1"],
+       "nvidia-open-kernel-dkms": ["535.309.01-0+deb12u1", "535.261.03-1~deb12u1"],
+       "nvidia-smi": ["535.309.01-0+deb12u1", "535.261.03-1~deb12u1"],
+       "libcuda1": ["535.309.01-0+deb12u1", "535.261.03-1~deb12u1"],
+       "libnvidia-ml1": ["535.309.01-0+deb12u1", "535.261.03-1~deb12u1"],
+       "firmware-nvidia-gsp": ["535.309.01-0+deb12u1", "535.261.03-1~deb12u1"],
+       "nvidia-persistenced": ["535.171.04-1~deb12u1"], "nvidia-modprobe": ["535.171.04-1~deb12u1"]}
+K = "5.15.0-91-generic"
+
+
+def ubuntu(br: str = "535", ver: str = "535.230.02", older: str = "535.183.06") -> dict[str, list[str]]:
+    dv, old = f"{ver}-0ubuntu0.22.04.1", f"{older}-0ubuntu0.22.04.1"
+    offered = {f"nvidia-utils-{br}-server": [dv, old]}
+    for tag in ("", "-open"):
+        offered |= {f"nvidia-dkms-{br}-server{tag}": [dv, old], f"nvidia-headless-{br}-server{tag}": [dv, old],
+                    f"nvidia-headless-no-dkms-{br}-server{tag}": [dv, old],
+                    f"linux-modules-nvidia-{br}-server{tag}-{K}": ["5.15.0-91.101+1"]}
+    return offered
+
+
+def test_every_row_has_a_source_and_every_os_a_module_row():
+    assert all(len(r.source) > 20 and "://" in r.source for r in routes.rows())
+    for os_key in ("debian", "ubuntu", "rhel", "sles"):
+        assert any(r.role == "module" for r in routes.rows() if r.os == os_key), os_key
+
+
+def test_debian_exact_versions_per_upstream_release_and_flavour():
+    r = routes.plan_route("debian", "535.261.03", "proprietary", kernel="6.1.0-18-amd64", secure_boot=False,
+                          gsp=True, offered=DEB)
+    assert dict(r.specs()) == {
+        "nvidia-kernel-dkms": "535.261.03-1~deb12u1", "nvidia-smi": "535.261.03-1~deb12u1",
+        "libcuda1": "535.261.03-1~deb12u1", "libnvidia-ml1": "535.261.03-1~deb12u1",
+        "nvidia-persistenced": "535.171.04-1~deb12u1", "nvidia-modprobe": "535.171.04-1~deb12u1",
+        "firmware-nvidia-gsp": "535.261.03-1~deb12u1"}
+    assert not r.missing and r.module.name == "nvidia-kernel-dkms" and not r.precompiled
+    newer = routes.plan_route("debian", "535.309.01", "open", kernel="6.1.0-18-amd64", secure_boot=False, gsp=False,
+                              offered=DEB)
+    assert newer.module.name == "nvidia-open-kernel-dkms" and newer.module.version == "535.309.01-0+deb12u1"
+    assert "firmware-nvidia-gsp" in dict(newer.specs())  # the open module always needs GSP firmware
+    pascal = routes.plan_route("debian", "535.261.03", "proprietary", kernel="k", secure_boot=False, gsp=False,
+                               offered=DEB)
+    assert "firmware-nvidia-gsp" not in dict(pascal.specs())
+
+
+def test_a_release_not_offered_is_missing_with_what_is():
+    r = routes.plan_route("debian", "535.999.01", "proprietary", kernel="k", secure_boot=False, gsp=True, offered=DEB)
+    missing = {w.name: w.offered for w in r.missing}
+    assert "nvidia-kernel-dkms" in missing and "535.261.03-1~deb12u1" in missing["nvidia-kernel-dkms"]
+    assert "nvidia-persistenced" not in missing  # its own version: any release will do
+    assert all(w.version is None for w in r.missing)
+
+
+def test_ubuntu_secure_boot_takes_the_precompiled_signed_modules_for_the_current_release_only():
+    signed = routes.plan_route("ubuntu", "535.230.02", "open", kernel=K, secure_boot=True, gsp=True,
+                               offered=ubuntu())
+    names = dict(signed.specs())
+    assert signed.precompiled and f"linux-modules-nvidia-535-server-open-{K}" in names
+    assert "nvidia-headless-no-dkms-535-server-open" in names and "nvidia-dkms-535-server-open" not in names
+    assert "Canonical signed" in signed.why
+    plain = routes.plan_route("ubuntu", "535.230.02", "open", kernel=K, secure_boot=False, gsp=True,
+                              offered=ubuntu())
+    assert not plain.precompiled and "nvidia-dkms-535-server-open" in dict(plain.specs())
+    older = routes.plan_route("ubuntu", "535.183.06", "proprietary", kernel=K, secure_boot=True, gsp=True,
+                              offered=ubuntu())
+    assert not older.precompiled and older.module.name == "nvidia-dkms-535-server"  # no signed build of it
+    assert "must be enrolled" in older.why
+    other_kernel = routes.plan_route("ubuntu", "535.230.02", "open", kernel="6.8.0-45-generic", secure_boot=True,
+                                     gsp=True, offered=ubuntu())
+    assert not other_kernel.precompiled
+
+
+def test_rhel_versions_without_epoch_and_the_route_of_each_os():
+    offered = {"kmod-nvidia-latest-dkms": ["535.274.02-1.el9", "570.195.03-1.el9"],
+               "nvidia-driver": ["535.274.02-1.el9", "570.195.03-1.el9"]}
+    r = routes.plan_route("rhel", "570.195.03", "proprietary", kernel="5.14.0-362.8.1.el9_3.x86_64",
+                          secure_boot=False, gsp=True, offered=offered)
+    assert dict(r.specs()) == {"kmod-nvidia-latest-dkms": "570.195.03-1.el9", "nvidia-driver": "570.195.03-1.el9"}
+    assert routes.route_os("rocky", "rhel") == "rhel" and routes.route_os("almalinux", "rhel") == "rhel"
+    assert routes.route_os("sles", "suse") == "sles" and routes.route_os("arch", "other") is None
+
+
+def test_sources_fixes_name_the_repository():
+    debian = routes.sources_fix("debian", "bookworm")
+    assert routes.DEBIAN_NONFREE_LIST in debian and "bookworm main contrib non-free non-free-firmware" in debian
+    assert "bookworm-security" in debian and debian.endswith("sudo apt-get update")
+    assert "rhel8/x86_64/cuda-rhel8.repo" in routes.sources_fix("rhel", "", "8.10")
+
+
+def test_candidate_names_match_what_the_routes_install():
+    assert routes.is_route_package("nvidia-dkms-570-server-open")
+    assert routes.is_route_package(f"linux-modules-nvidia-535-server-{K}")
+    assert routes.is_route_package("kmod-nvidia-open-dkms") and not routes.is_route_package("nvidia-container-toolkit")
