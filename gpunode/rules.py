@@ -56,7 +56,10 @@ def packages_remove(facts: Facts, state: DriverState) -> str:
     if facts.os.family == "rhel":
         remove = f"sudo dnf remove -y {names}"
     else:
-        remove = f"sudo apt-get purge -y {names} && sudo apt-get autoremove -y --purge"
+        # held packages (gpunode's --driver-source packages holds them) make a plain `purge -y` exit 100 ("Held
+        # packages were changed and -y was used without --allow-change-held-packages": real apt, real-OS tier)
+        remove = (f"sudo apt-get purge -y --allow-change-held-packages {names} && "
+                  "sudo apt-get autoremove -y --purge")
     loaded = state.loaded is not None or facts.module_loaded("nvidia")
     return fixes.on_node(remove + (" && sudo reboot" if loaded else ""))
 

@@ -70,6 +70,13 @@ def install_commands(step: dict) -> list[str]:
     return [c for a in step["actions"] if a.get("kind") == "driver-packages" for c in a.get("commands", [])]
 
 
+def pin_text(step: dict) -> str:
+    """The apt preferences stanza the plan writes (gpunode's own function for the text the action carries)."""
+    from gpunode import driver_packages
+
+    return driver_packages.apt_pin(step["outputs"]["version"])
+
+
 def apt_pins(command: str) -> dict[str, str]:
     return dict(w.split("=", 1) for w in shlex.split(command) if "=" in w and not w.startswith("-"))
 
@@ -140,7 +147,7 @@ def test_install_from_packages_without_a_dkms_rebuild(realpkg):
     assert module_sums(realpkg) == NODE["modules"], "DKMS rebuilt (or lost) the module of the same version"
     # libcuda1 registered the glx alternative, which links Debian's modprobe configuration in
     assert "install nvidia modprobe -i nvidia-current" in realpkg.ssh("cat /etc/modprobe.d/nvidia.conf")
-    assert "modprobe nvidia" not in " ".join(run.argv)  # nothing is loaded with --bake (and there is no GPU)
+    assert "load the driver" not in run.out  # nothing is loaded with --bake (and there is no GPU)
     assert realpkg.ssh("grep -c '^nvidia' /proc/modules || true").strip() == "0"
 
 
@@ -157,10 +164,9 @@ def test_a_second_install_changes_nothing(realpkg):
 def test_the_packages_are_held(realpkg):
     held = set(realpkg.ssh("apt-mark showhold").split())
     assert set(NODE["route"]) <= held, held
-    # a held package is what apt itself refuses to move: another version of it is not installed by apt-get -y
-    if NODE["older"]:
-        done = realpkg.vm.ssh(f"apt-get -s -y install nvidia-smi={NODE['older']}-1 2>&1", timeout=600)
-        assert done.rc != 0 and "held" in done.out.lower(), done.out
+    # a hold is what apt itself enforces: removing a held package with -y is refused (simulated: nothing changes)
+    done = realpkg.vm.ssh("apt-get -s -y remove nvidia-smi 2>&1", timeout=600)
+    assert done.rc == 100 and "Held packages were changed" in done.out, done.out
 
 
 def test_doctor_and_status_name_the_source(realpkg):
@@ -191,11 +197,22 @@ def test_the_other_version_of_the_branch_resolves_in_real_apt(realpkg):
     pins = apt_pins(commands[-1])
     assert all(v.startswith(NODE["older"] + "-") for n, v in pins.items()
                if n not in ("nvidia-persistenced", "nvidia-modprobe")), pins
-    realpkg.ssh("apt-mark unhold " + " ".join(sorted(NODE["route"])))  # as the plan's first action does
+    # as the plan's actions before the transaction do: release the holds, write apt's preferences pin (the
+    # plan's own file action, when it has one); both put back after apt's simulation
+    pin = next((a for a in step["actions"] if a.get("kind") == "file" and "preferences.d" in a.get("summary", "")),
+               None)
+    realpkg.ssh("apt-mark unhold " + " ".join(sorted(NODE["route"])))
+    if pin is not None:
+        path = pin["summary"].rsplit("(", 1)[-1].rstrip(")")
+        realpkg.ssh(f"cp -a {shlex.quote(path)} /root/pin.saved 2>/dev/null; printf %s {shlex.quote(pin_text(step))}"
+                    f" > {shlex.quote(path)}")
     try:
         rc, text, inst = simulate(realpkg, commands[-1])
     finally:
         realpkg.ssh("apt-mark hold " + " ".join(sorted(NODE["route"])))
+        if pin is not None:
+            realpkg.ssh(f"if [ -e /root/pin.saved ]; then mv /root/pin.saved {shlex.quote(path)}; "
+                        f"else rm -f {shlex.quote(path)}; fi")
     assert rc == 0, text
     assert all(inst.get(n, v) == v for n, v in pins.items()), text
     moved = {n: v for n, v in inst.items() if n not in pins and v.startswith(NODE["version"])}
