@@ -43,7 +43,7 @@ PIN_PACKAGES = "nvidia-* libnvidia-* libcuda1 libcuda1-* firmware-nvidia-gsp xse
 def apt_pin(version: str) -> str:
     """The preferences stanza (its Explanation lines are apt's own comment field)."""
     return ("Explanation: Written by gpunode (--driver-source packages): the NVIDIA driver's packages at release "
-            f"{version}\nExplanation: gpunode uninstall removes this file\n"
+            f"{version}\nExplanation: removed again when gpunode uninstalls the driver\n"
             f"Package: {PIN_PACKAGES}\nPin: version {version}-*\nPin-Priority: 1001\n")
 
 

@@ -199,18 +199,18 @@ def test_apt_refuses_to_remove_a_held_package_like_real_apt(sim_node):
 
 def test_debian_packaged_driver_has_debians_names(sim_node):
     """As on the real-OS tier's nvidia VM (tests/fixtures/real/debian-nvidia): DKMS module nvidia-current, module
-    files nvidia-current*.ko in updates/dkms, libnvidia-ml under nvidia/current, bookworm's version; gpunode's
-    facts read them as Debian's packaged driver."""
+    files nvidia-current*.ko in updates/dkms, libnvidia-ml under nvidia/current, the newest version the sources
+    offer (bookworm-security's 535.309.01, as the VM got); gpunode's facts read them as Debian's packaged driver."""
     node = sim_node("debian-12-nogpu", kernel_headers=True)
     rc, _, err = node.ssh("apt-get install -y nvidia-kernel-dkms")
     assert rc == 0, err
     kernel = node.kernel
     rc, out, _ = node.ssh("dkms status")
-    assert out == f"nvidia-current/535.261.03, {kernel}, x86_64: installed\n"
+    assert out == f"nvidia-current/535.309.01, {kernel}, x86_64: installed\n"
     assert node.exists(f"/lib/modules/{kernel}/updates/dkms/nvidia-current.ko")
     assert node.exists(f"/lib/modules/{kernel}/updates/dkms/nvidia-current-uvm.ko")
     assert not node.exists(f"/lib/modules/{kernel}/updates/dkms/nvidia.ko")
-    assert node.exists("/usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so.535.261.03")
+    assert node.exists("/usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so.535.309.01")
     rc, _, err = node.ssh("modinfo nvidia")  # real kmod: the file is nvidia-current.ko, no module is named so
     assert rc == 1 and err == "modinfo: ERROR: Module nvidia not found.\n"
     rc, out, _ = node.ssh(f"modinfo -F name /lib/modules/{kernel}/updates/dkms/nvidia-current-uvm.ko")
@@ -218,7 +218,7 @@ def test_debian_packaged_driver_has_debians_names(sim_node):
     # gpunode's module fact finds it by the name the kernel gives the file
     rc, out, _ = node.ssh(driver_facts.MODULE.snippet)
     module = driver_facts.parse_module(out)
-    assert (module.version, module.flavour) == ("535.261.03", "proprietary")
+    assert (module.version, module.flavour) == ("535.309.01", "proprietary")
     assert module.filename == f"/lib/modules/{kernel}/updates/dkms/nvidia-current.ko"
 
 
