@@ -56,7 +56,10 @@ def packages_remove(facts: Facts, state: DriverState) -> str:
     reboot = " && sudo reboot" if state.loaded is not None or facts.module_loaded("nvidia") else ""
     if facts.os.family == "rhel":
         return fixes.on_node(f"sudo dnf remove -y {names}{reboot}")
-    return fixes.on_node(f"sudo apt-get purge -y {names} && sudo apt-get autoremove -y --purge{reboot}")
+    # held packages (gpunode's --driver-source packages holds them) make a plain `purge -y` exit 100 ("Held
+    # packages were changed and -y was used without --allow-change-held-packages": real apt, real-OS tier)
+    return fixes.on_node(f"sudo apt-get purge -y --allow-change-held-packages {names} && "
+                         f"sudo apt-get autoremove -y --purge{reboot}")
 
 
 def load_fix(state: DriverState) -> str:

@@ -232,7 +232,7 @@ def test_a_distro_packaged_driver_is_never_mixed(sim_node, mirror, tmp_path):
     result = install(node, tmp_path)
     out = flat(result.output)
     assert result.exit_code == 1 and "from distribution packages (nvidia-driver-535-server" in out
-    assert "would mix two drivers" in out and "sudo apt-get purge -y nvidia-driver-535-server" in out
+    assert "would mix two drivers" in out and "sudo apt-get purge -y --allow-change-held-packages nvidia-driver-535-server" in out
     assert node.calls("nvidia-installer") == []
 
 

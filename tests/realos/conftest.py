@@ -120,6 +120,14 @@ def realnv() -> Iterator[Realos]:
         yield node
 
 
+@pytest.fixture(scope="module")
+def realpkg() -> Iterator[Realos]:
+    """A fresh VM of the nvidia image for `--driver-source packages` (test_debian12_packages.py): up only while
+    its test module runs."""
+    with _vm("nvidia", "packages VM: ") as node:
+        yield node
+
+
 def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
     if TIMINGS:
         terminalreporter.section("real-OS tier: seconds per stage")

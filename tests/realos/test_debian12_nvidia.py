@@ -190,7 +190,7 @@ def test_the_printed_fix_removes_the_packaged_driver(realnv):
     command = NODE["fix"].split("  #")[0]
     if command.startswith("ssh "):  # printed for a remote node: `ssh -t -F CONFIG realos "COMMAND"`
         command = shlex.split(command)[-1]
-    assert command.startswith("sudo apt-get purge -y "), command
+    assert command.startswith("sudo apt-get purge -y --allow-change-held-packages "), command
     started = time.monotonic()
     realnv.ssh(f"DEBIAN_FRONTEND=noninteractive sh -c {shlex.quote(command.replace('sudo ', ''))}", timeout=1800)
     realnv.stage("nvidia VM: the refusal's purge fix", time.monotonic() - started)

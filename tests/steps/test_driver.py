@@ -177,7 +177,8 @@ def test_a_run_over_a_packaged_driver_is_refused_for_the_packages_gpu_or_not():
         assert p.status is Status.BLOCKED and "would mix two drivers" in p.reason, p.reason
         assert "driver 535.261.03 from distribution packages" in p.reason and "proprietary kernel module" in p.reason
         command = p.fix.split("  #")[0]
-        assert shlex.split(command) == ["sudo", "apt-get", "purge", "-y", "libnvidia-ml1", "nvidia-kernel-dkms", "&&",
+        assert shlex.split(command) == ["sudo", "apt-get", "purge", "-y", "--allow-change-held-packages", "libnvidia-ml1",
+                                        "nvidia-kernel-dkms", "&&",
                                         "sudo", "apt-get", "autoremove", "-y", "--purge"]
     quiet = plan(facts(devices=(), outputs={"driver_packages": Section(DEBIAN_PACKAGES, 0)}), Options())
     assert quiet.status is Status.OK and "driver 535.261.03 from distribution packages" in quiet.reason
