@@ -12,6 +12,8 @@ repositories, always configured) or one of REPOS, configured only once a sources
                                   newest kernel, DKMS's kernel postinst hook builds for KVER if its headers exist
     driver:VER:FLAVOR:SIGN        NVIDIA driver (SIGN: dkms = built+signed by DKMS, distro = prebuilt signed)
     fm:VER                        nvidia-fabricmanager of that version
+    glx                           Debian's glx alternative: links /etc/modprobe.d/nvidia.conf to the renamed
+                                  modules' configuration (/etc/nvidia/nvidia-modprobe.conf)
 Versions are realistic strings for each distribution; they are not a copy of any real repository index.
 """
 
@@ -112,7 +114,10 @@ def debian_catalog(p: Profile) -> list[Entry]:
     else:
         dv = "535.261.03-1~deb12u1"  # bookworm's non-free (its security suite carries 535.309.01-0+deb12u1)
         e.append(Entry("nvidia-kernel-dkms", dv, deps="dkms", effects="driver:535.261.03:proprietary:dkms", arch=a))
-        e.append(Entry("nvidia-driver", dv, deps=f"nvidia-kernel-dkms={dv}", arch=a))
+        # libcuda1 (like the GL libraries nvidia-driver brings) registers the glx alternative, whose slaves link
+        # /etc/modprobe.d/nvidia.conf: without it `modprobe nvidia` finds no module (real-OS tier)
+        e.append(Entry("libcuda1", dv, effects="glx", arch=a))
+        e.append(Entry("nvidia-driver", dv, deps=f"nvidia-kernel-dkms={dv},libcuda1={dv}", arch=a))
         e.append(Entry("nvidia-open-kernel-dkms", dv, deps="dkms", effects="driver:535.261.03:open:dkms", arch=a))
     # NVIDIA CUDA repository
     e.append(Entry("cuda-keyring", "1.1-1", repo="cuda", arch="all",
