@@ -43,6 +43,8 @@ class Realos:
     mirror: MirrorServer
     workdir: Path
     runs: list[Run] = field(default_factory=list)
+    variant: str = "base"  # the image it boots (vm.VARIANT_FILES)
+    label: str = ""  # the prefix of its stages in the timing table
 
     def gpunode(self, *args: str, timeout: float = 2400, stage: str | None = None) -> Run:
         """`gpunode ARGS --host realos --ssh-config FILE` as a real process, its time recorded under `stage`.
@@ -96,7 +98,7 @@ def _vm(variant: str, label: str) -> Iterator[Realos]:
         vm.start()
         TIMINGS[f"{label}boot to ssh"] = round(vm.timings["boot to ssh"], 1)
         TIMINGS[f"{label}boot finished (systemd)"] = round(vm.timings["boot finished (systemd)"], 1)
-        yield Realos(vm, mirror, work)
+        yield Realos(vm, mirror, work, variant=variant, label=label)
     finally:
         if keep and vm.alive():
             print(f"\nGPUNODE_REALOS_KEEP=1: the VM stays up (QEMU pid {vm.proc.pid if vm.proc else '?'}): "
@@ -113,10 +115,11 @@ def realos() -> Iterator[Realos]:
         yield node
 
 
-@pytest.fixture(scope="module")
-def realnv() -> Iterator[Realos]:
-    """The nvidia image's VM (Debian's packaged NVIDIA driver, no GPU): up only while its test module runs."""
-    with _vm("nvidia", "nvidia VM: ") as node:
+@pytest.fixture(scope="module", params=["nvidia", "nvidia-open"])
+def realnv(request) -> Iterator[Realos]:  # type: ignore[no-untyped-def]
+    """A VM with Debian's packaged NVIDIA driver and no GPU, up only while its test module runs for it: the
+    proprietary kernel modules (image "nvidia"), then the open ones (image "nvidia-open")."""
+    with _vm(request.param, f"{request.param} VM: ") as node:
         yield node
 
 

@@ -29,7 +29,7 @@ from tests.realos.mirror import MirrorServer
 HERE = Path(__file__).resolve().parent
 BUILD_SCRIPT = HERE / "build_image.sh"
 HOST_ALIAS = "realos"
-TOOLS = ("qemu-system-x86_64", "qemu-img", "mmdebstrap", "mke2fs", "sfdisk", "ssh", "ssh-keygen")
+TOOLS = ("qemu-system-x86_64", "qemu-img", "mmdebstrap", "mke2fs", "sfdisk", "ssh", "ssh-keygen", "zstd", "unshare")
 
 
 def missing_requirements() -> str | None:
@@ -39,7 +39,7 @@ def missing_requirements() -> str | None:
     absent = [t for t in TOOLS if shutil.which(t) is None and not Path("/usr/sbin", t).exists()]
     if absent:
         return ("missing " + ", ".join(absent) + ": apt-get install qemu-system-x86 qemu-utils mmdebstrap "
-                "e2fsprogs fdisk openssh-client")
+                "e2fsprogs fdisk openssh-client zstd util-linux")
     return None
 
 
