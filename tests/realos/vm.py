@@ -89,6 +89,8 @@ def ensure_image(log=print, variant: str = "base") -> Path:
     root.mkdir(parents=True, exist_ok=True)
     prefix = image_dir_prefix(variant)
     image = root / f"{prefix}{image_key(variant)}"
+    if (image / "disk.raw").is_file():  # cached: no wait for another variant's build holding the lock
+        return image
     with open(root / "build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (image / "disk.raw").is_file():
