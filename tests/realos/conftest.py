@@ -115,7 +115,12 @@ def realos() -> Iterator[Realos]:
         yield node
 
 
-@pytest.fixture(scope="module", params=["nvidia", "nvidia-open"])
+# The open flavour's image was built here (2026-11-24) but the file has not yet run on its VM: make it a plain
+# param once a tier run shows it green (XPASS), or fix what it finds
+OPEN_NOT_YET_RUN = pytest.mark.xfail(strict=False, reason="nvidia-open VM: not yet run on the real VM")
+
+
+@pytest.fixture(scope="module", params=["nvidia", pytest.param("nvidia-open", marks=OPEN_NOT_YET_RUN)])
 def realnv(request) -> Iterator[Realos]:  # type: ignore[no-untyped-def]
     """A VM with Debian's packaged NVIDIA driver and no GPU, up only while its test module runs for it: the
     proprietary kernel modules (image "nvidia"), then the open ones (image "nvidia-open")."""
