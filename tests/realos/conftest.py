@@ -115,15 +115,15 @@ def realos() -> Iterator[Realos]:
         yield node
 
 
-# The open flavour's image was built here (2026-11-24) but the file has not yet run on its VM: make it a plain
-# param once a tier run shows it green (XPASS), or fix what it finds
-OPEN_NOT_YET_RUN = pytest.mark.xfail(strict=False, reason="nvidia-open VM: not yet run on the real VM")
-
-
-@pytest.fixture(scope="module", params=["nvidia", pytest.param("nvidia-open", marks=OPEN_NOT_YET_RUN)])
+# The open flavour (image "nvidia-open") is not among the params: its image build fails for real, because
+# bookworm's open modules (nvidia-open-kernel-dkms 535.261.03, the only version Debian 12 has) fail their DKMS
+# build for bookworm-security's kernel 6.1.0-56 (found 2026-11-24: "Bad return status for module build", dpkg
+# exit 10), so the VM cannot be made. test_debian12_nvidia.py already knows the open flavour's names (FLAVOUR):
+# add "nvidia-open" here once Debian's open modules build again.
+@pytest.fixture(scope="module", params=["nvidia"])
 def realnv(request) -> Iterator[Realos]:  # type: ignore[no-untyped-def]
-    """A VM with Debian's packaged NVIDIA driver and no GPU, up only while its test module runs for it: the
-    proprietary kernel modules (image "nvidia"), then the open ones (image "nvidia-open")."""
+    """A VM with Debian's packaged NVIDIA driver and no GPU, up only while its test module runs for it (one per
+    param: the image with that flavour of the kernel modules)."""
     with _vm(request.param, f"{request.param} VM: ") as node:
         yield node
 

@@ -33,7 +33,12 @@ KEEP=$(dpkg-query -W -f '${db:Status-Status} ${Package}\n' | awk '$1 == "install
 say "apt-get install nvidia-open-kernel-dkms (DKMS build inside), in place of nvidia-kernel-dkms; keeping:" $KEEP
 # shellcheck disable=SC2086
 apt-get $APT install -y --no-install-recommends --allow-downgrades --purge nvidia-open-kernel-dkms $KEEP \
-  nvidia-kernel-dkms- nvidia-kernel-support-
+  nvidia-kernel-dkms- nvidia-kernel-support- || {
+  # found on 2026-11-24: bookworm's open modules (535.261.03) fail their DKMS build for bookworm-security's kernel
+  say "apt-get failed; the DKMS build's log:"
+  tail -n 80 /var/lib/dkms/nvidia-current-open/*/build/make.log 2>/dev/null || true
+  exit 1
+}
 say "installed"
 dpkg -l | grep -E 'nvidia|libcuda' || true
 dkms status
