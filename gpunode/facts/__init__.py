@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from gpunode.connection.base import Connection
-from gpunode.errors import CommandError
+from gpunode.connection.base import Connection, Result
+from gpunode.errors import CommandError, CommandTimeout
 from gpunode.facts import (
     bake,
     containers,
@@ -31,7 +31,7 @@ from gpunode.facts import (
 )
 from gpunode.facts.kernel import LoadedDriver, ModuleBlock, PciDevice, SecureBoot, module_block
 from gpunode.facts.osinfo import UNKNOWN_OS, OsInfo
-from gpunode.facts.probe import build_probe, registered, split_files, split_sections
+from gpunode.facts.probe import all_sections, build_probe, registered, split_files, split_sections
 from gpunode.facts.registry import CORE, FILES, FULL, NOT_RUN, RUN, Fact, NotGatheredError, Section, check
 
 __all__ = ["FULL", "RUN", "Facts", "gather", "facts_from_probe_output", "bake", "containers", "driver", "fabric", "health", "holders",
@@ -39,6 +39,8 @@ __all__ = ["FULL", "RUN", "Facts", "gather", "facts_from_probe_output", "bake", 
            "nodesettings", "packages", "system", "virt"]
 
 T = TypeVar("T")
+
+PROBE_TIMEOUT = 120.0  # seconds for the whole probe; a probe cut short is an error (gather), never "absent"
 
 SUBSYSTEMS = ("system", "kernel", "driver", "packages", "containers", "fabric", "nodesettings", "health", "k8s",
               "bake", "holders", "virt")
@@ -196,12 +198,36 @@ def gather(conn: Connection, probe: str = RUN) -> Facts:
     manager's upgrade simulation, nvidia-smi -q, the kernel log, ..."""
     script, nonce = build_probe(probe=probe)
     try:
-        result = conn.run(script, sudo=True, timeout=120)
+        result = conn.run(script, sudo=True, timeout=PROBE_TIMEOUT)
     except CommandError:
-        result = conn.run(script, timeout=120)
+        result = conn.run(script, timeout=PROBE_TIMEOUT)
     sections = split_sections(result.stdout, nonce)
-    if system.OS_RELEASE.section not in sections:
+    if system.OS_RELEASE.section not in sections and not result.timed_out:
         raise CommandError(f"{conn.name}: the fact probe printed nothing usable (exit {result.exit_code})",
                            fix="check that the node has a POSIX /bin/sh and core utilities",
                            stdout=result.stdout, stderr=result.stderr)
+    _check_complete(conn.name, result, sections, nonce, probe)
     return facts_from_sections(sections, nonce, probe)
+
+
+def _check_complete(node: str, result: Result, sections: Mapping[str, Section], nonce: str, probe: str) -> None:
+    """A probe cut short (past its time limit, or its shell killed) must never read as an empty node: every
+    missing section would otherwise parse as "not there" (no driver, no packages). Raise naming the section it
+    stopped in."""
+    expected = list(all_sections(probe))
+    missing = [name for name in expected if name not in sections]
+    if not missing:
+        return
+    begun = [line.split(" ", 1)[1].strip() for line in result.stdout.split("\n")
+             if line.startswith(f"@{nonce}@begin ") and " " in line]
+    stopped_in = next((name for name in reversed(begun) if name not in sections), missing[0])
+    how = (f"ran past its {PROBE_TIMEOUT:.0f} s limit" if result.timed_out
+           else f"stopped (exit {result.exit_code})")
+    error = CommandTimeout if result.timed_out else CommandError
+    raise error(
+        f"{node}: the fact probe {how} in section {stopped_in!r}; {len(missing)} of {len(expected)} sections "
+        "never finished, so what they read is unknown (not absent)",
+        fix=(f"the node answered too slowly, or a command of section {stopped_in!r} hangs there: check the "
+             "node's load (uptime) and what runs long (ps -eo pid,etime,args --sort=-etime), then run this "
+             "command again"),
+        stdout=result.stdout, stderr=result.stderr)

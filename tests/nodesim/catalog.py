@@ -12,6 +12,8 @@ repositories, always configured) or one of REPOS, configured only once a sources
                                   newest kernel, DKMS's kernel postinst hook builds for KVER if its headers exist
     driver:VER:FLAVOR:SIGN        NVIDIA driver (SIGN: dkms = built+signed by DKMS, distro = prebuilt signed)
     fm:VER                        nvidia-fabricmanager of that version
+    glx                           Debian's glx alternative: links /etc/modprobe.d/nvidia.conf to the renamed
+                                  modules' configuration (/etc/nvidia/nvidia-modprobe.conf)
 Versions are realistic strings for each distribution; they are not a copy of any real repository index.
 """
 
@@ -136,12 +138,14 @@ def debian_catalog(p: Profile) -> list[Entry]:
         for ver, dv in DEBIAN_DRIVERS:
             nf = "debian-non-free"
             e.append(Entry("nvidia-kernel-dkms", dv, nf, deps="dkms", effects=f"driver:{ver}:proprietary:dkms", arch=a))
-            e.append(Entry("nvidia-driver", dv, nf, deps=f"nvidia-kernel-dkms={dv}", arch=a))
+            # libcuda1 (like the GL libraries nvidia-driver brings) registers the glx alternative, whose slaves link
+            # /etc/modprobe.d/nvidia.conf: without it `modprobe nvidia` finds no module (real-OS tier)
+            e.append(Entry("nvidia-driver", dv, nf, deps=f"nvidia-kernel-dkms={dv},libcuda1={dv}", arch=a))
             e.append(Entry("nvidia-open-kernel-dkms", dv, nf, deps="dkms", effects=f"driver:{ver}:open:dkms", arch=a))
             e.append(Entry("nvidia-smi", dv, nf, deps=f"libnvidia-ml1={dv}", arch=a,
                            summary="NVIDIA System Management Interface"))
             e.append(Entry("libnvidia-ml1", dv, nf, arch=a, summary="NVIDIA Management Library (NVML) runtime library"))
-            e.append(Entry("libcuda1", dv, nf, arch=a, summary="NVIDIA CUDA Driver Library"))
+            e.append(Entry("libcuda1", dv, nf, effects="glx", arch=a, summary="NVIDIA CUDA Driver Library"))
             e.append(Entry("firmware-nvidia-gsp", dv, nf, arch=a, summary="NVIDIA GSP firmware"))
         e.append(Entry("nvidia-persistenced", "535.171.04-1~deb12u1", "debian-non-free", arch=a,
                        summary="daemon to maintain persistent software state in the NVIDIA driver"))

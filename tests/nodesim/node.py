@@ -32,6 +32,7 @@ from tests.nodesim import rootfs
 from tests.nodesim.profiles import Profile, default_flavor, get_profile
 
 STATE = "var/lib/nodesim"
+REAL_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "real"  # real programs' output
 CHROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SB_EFIVAR = "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 
@@ -584,6 +585,8 @@ class SimNode:
                 f"deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] "
                 f"https://developer.download.nvidia.com/compute/cuda/repos/{d.cuda_repo}/x86_64/ /\n")
         self._w(f"{s}/cuda-keyring-gpg", "NODESIM-GPG-KEYRING\ncuda-archive-keyring\n")
+        # Debian's /etc/nvidia/nvidia-modprobe.conf as the real-OS tier's nvidia VM has it
+        self._w(f"{s}/nvidia-modprobe.conf", (REAL_FIXTURES / "debian-nvidia" / "etc-nvidia-nvidia-modprobe.conf").read_bytes())
         self._w(f"{s}/epel-repo",
                 "[epel]\nname=Extra Packages for Enterprise Linux 9 - $basearch\n"
                 "metalink=https://mirrors.fedoraproject.org/metalink?repo=epel-9&arch=$basearch\nenabled=1\ngpgcheck=1\n")

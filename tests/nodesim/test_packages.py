@@ -227,7 +227,7 @@ def test_debian_packaged_driver_without_gpu_answers_as_the_real_programs(sim_nod
     configuration linked in): the simulator prints the same for modprobe, nvidia-smi and nvidia-modprobe."""
     real = FIXTURES / "debian-nvidia"
     node = sim_node("debian-12-nogpu", kernel_headers=True)
-    assert node.ssh("apt-get install -y nvidia-kernel-dkms")[0] == 0
+    assert node.ssh("apt-get install -y nvidia-kernel-dkms libcuda1")[0] == 0
     rc, _, err = node.ssh("modprobe nvidia")
     assert rc == 1 and err == (real / "modprobe-nvidia_with-libcuda1.txt").read_text()
     _, dmesg, _ = node.ssh("dmesg")
@@ -237,3 +237,54 @@ def test_debian_packaged_driver_without_gpu_answers_as_the_real_programs(sim_nod
     assert (rc, out, err) == (1, "", "")
     rc, out, _ = node.ssh("nvidia-smi")
     assert rc == 9 and out == (real / "nvidia-smi_no-gpu.txt").read_text()
+
+
+def _journal_of_failed_start(text: str) -> list[str]:
+    """A failed start's journal lines with the daemon's PID taken out (it differs from run to run)."""
+    return [line.replace(line[line.index("("):], "(PID)") if line.startswith(("Started (", "Shutdown (")) else line
+            for line in text.splitlines()]
+
+
+def test_debian_packaged_driver_needs_the_glx_alternative_as_on_the_real_vm(sim_node):
+    """Debian links /etc/modprobe.d/nvidia.conf (its `install nvidia modprobe -i nvidia-current` redirect) and the
+    loader path of its libraries only through the glx alternative, registered once libcuda1 (or the GL
+    libraries of nvidia-driver) is installed. The compute-only set (the real-OS tier's nvidia VM) therefore
+    answers `modprobe nvidia` with "not found" although DKMS built the module, and nvidia-persistenced cannot
+    open libnvidia-cfg.so.1; with libcuda1 the real texts change (tests/fixtures/real/debian-nvidia)."""
+    real = FIXTURES / "debian-nvidia"
+    kernel_of_capture = "6.1.0-56-amd64"
+    node = sim_node("debian-12-nogpu", kernel_headers=True)
+    assert node.ssh("apt-get install -y nvidia-kernel-dkms")[0] == 0
+    assert node.ssh(f"test -e /lib/modules/{node.kernel}/updates/dkms/nvidia-current.ko")[0] == 0  # built
+    assert not node.exists("/etc/modprobe.d/nvidia.conf")
+    assert node.read("/etc/nvidia/nvidia-modprobe.conf") == (real / "etc-nvidia-nvidia-modprobe.conf").read_text()
+    for name in ("nvidia", "nvidia-uvm"):
+        rc, _, err = node.ssh(f"modprobe {name}")
+        expected = (real / f"modprobe-{name}_without-libcuda1.txt").read_text().replace(kernel_of_capture, node.kernel)
+        assert (rc, err) == (1, expected)
+    rc, _, err = node.ssh("systemctl restart nvidia-persistenced")
+    assert rc == 1 and err == (real / "systemctl-restart-nvidia-persistenced.txt").read_text()
+    rc, out, _ = node.ssh("journalctl -u nvidia-persistenced --no-pager -o cat")
+    assert _journal_of_failed_start(out) == \
+        _journal_of_failed_start((real / "journal_nvidia-persistenced_without-libcuda1.txt").read_text())
+
+    assert node.ssh("apt-get install -y libcuda1")[0] == 0  # registers the glx alternative
+    assert node.ssh("readlink -f /etc/modprobe.d/nvidia.conf")[1] == "/etc/nvidia/nvidia-modprobe.conf\n"
+    rc, _, err = node.ssh("modprobe nvidia")
+    assert (rc, err) == (1, (real / "modprobe-nvidia_with-libcuda1.txt").read_text())
+    node.ssh("rm -f /var/lib/nodesim/journal/nvidia-persistenced.service")
+    assert node.ssh("systemctl restart nvidia-persistenced")[0] == 1
+    rc, out, _ = node.ssh("journalctl -u nvidia-persistenced --no-pager -o cat")
+    assert _journal_of_failed_start(out) == \
+        _journal_of_failed_start((real / "journal_nvidia-persistenced_no-gpu.txt").read_text())
+
+    assert node.ssh("apt-get purge -y libcuda1")[0] == 0  # the alternative's links go with it
+    assert not node.exists("/etc/modprobe.d/nvidia.conf")
+    assert node.ssh("modprobe nvidia")[2].startswith("modprobe: FATAL: Module nvidia not found")
+
+
+def test_debian_nvidia_driver_brings_the_glx_alternative(sim_node):
+    node = sim_node("debian-12-nogpu", kernel_headers=True)
+    assert node.ssh("apt-get install -y nvidia-driver")[0] == 0
+    assert "libcuda1" in node.ssh("dpkg-query -W -f '${Package}\\n'")[1].split()
+    assert node.exists("/etc/modprobe.d/nvidia.conf")

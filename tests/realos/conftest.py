@@ -43,6 +43,8 @@ class Realos:
     mirror: MirrorServer
     workdir: Path
     runs: list[Run] = field(default_factory=list)
+    variant: str = "base"  # the image it boots (vm.VARIANT_FILES)
+    label: str = ""  # the prefix of its stages in the timing table
 
     def gpunode(self, *args: str, timeout: float = 2400, stage: str | None = None) -> Run:
         """`gpunode ARGS --host realos --ssh-config FILE` as a real process, its time recorded under `stage`.
@@ -96,7 +98,7 @@ def _vm(variant: str, label: str) -> Iterator[Realos]:
         vm.start()
         TIMINGS[f"{label}boot to ssh"] = round(vm.timings["boot to ssh"], 1)
         TIMINGS[f"{label}boot finished (systemd)"] = round(vm.timings["boot finished (systemd)"], 1)
-        yield Realos(vm, mirror, work)
+        yield Realos(vm, mirror, work, variant=variant, label=label)
     finally:
         if keep and vm.alive():
             print(f"\nGPUNODE_REALOS_KEEP=1: the VM stays up (QEMU pid {vm.proc.pid if vm.proc else '?'}): "
@@ -113,10 +115,16 @@ def realos() -> Iterator[Realos]:
         yield node
 
 
-@pytest.fixture(scope="module")
-def realnv() -> Iterator[Realos]:
-    """The nvidia image's VM (Debian's packaged NVIDIA driver, no GPU): up only while its test module runs."""
-    with _vm("nvidia", "nvidia VM: ") as node:
+# The open flavour (image "nvidia-open") is not among the params: its image build fails for real, because
+# bookworm's open modules (nvidia-open-kernel-dkms 535.261.03, the only version Debian 12 has) fail their DKMS
+# build for bookworm-security's kernel 6.1.0-56 (found 2026-11-24: "Bad return status for module build", dpkg
+# exit 10), so the VM cannot be made. test_debian12_nvidia.py already knows the open flavour's names (FLAVOUR):
+# add "nvidia-open" here once Debian's open modules build again.
+@pytest.fixture(scope="module", params=["nvidia"])
+def realnv(request) -> Iterator[Realos]:  # type: ignore[no-untyped-def]
+    """A VM with Debian's packaged NVIDIA driver and no GPU, up only while its test module runs for it (one per
+    param: the image with that flavour of the kernel modules)."""
+    with _vm(request.param, f"{request.param} VM: ") as node:
         yield node
 
 

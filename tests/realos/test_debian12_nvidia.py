@@ -3,7 +3,10 @@ with the real DKMS build of the real kernel modules for the VM's kernel (done at
 chroot at native speed: build_image.sh OUT nvidia), on a machine with NO NVIDIA GPU. Real nvidia-smi,
 nvidia-modprobe, nvidia-persistenced, libnvidia-ml; Debian's names (nvidia-current.ko, /usr/lib/x86_64-linux-gnu/
 nvidia/current, the `nvidia` alternative). Tests run in file order on one VM: first the compute-only set as the
-image has it, then with libcuda1 (real apt through the relay), then the refusal's fix run as printed.
+image has it, then with libcuda1 (real apt through the relay), then the refusal's fix run as printed. The whole
+file runs once per flavour of the kernel modules: the proprietary ones (image "nvidia"), then the open ones
+(image "nvidia-open", nvidia-open-kernel-dkms, derived from the nvidia image's tree); the open flavour's texts
+are kept with the flavour in their names (fixture_name).
 
 Every text the real programs print is captured (GPUNODE_REALOS_CAPTURE=DIR writes them there; the copies in
 tests/fixtures/real/debian-nvidia are Debian's and NVIDIA's output) and explain must recognise each, by the same
@@ -34,17 +37,31 @@ FINGERPRINT = (
     "sha256sum /var/lib/dpkg/status; dkms status"
 )
 RUN_DRIVER = "550.54.15"  # any .run version: the plan must refuse it before anything is fetched
-NODE: dict[str, str] = {}  # what the first test learns: kernel, version
+NODE: dict[str, str] = {}  # what the first test learns for the VM under test: kernel, version
 CAPTURE_DIR = os.environ.get("GPUNODE_REALOS_CAPTURE")  # read at import: tests/conftest.py clears GPUNODE_* per test
+# each image's flavour of the kernel modules, the package that builds them (build_image.sh) and Debian's name of
+# the DKMS module and of the module files (nvidia-current.ko, nvidia-current-uvm.ko, ...)
+FLAVOUR = {"nvidia": ("proprietary", "nvidia-kernel-dkms", "nvidia-current"),
+           "nvidia-open": ("open", "nvidia-open-kernel-dkms", "nvidia-current-open")}
 
 
-def capture(name: str, text: str) -> str:
+def fixture_name(realnv, name: str) -> str:
+    """The fixture file of a text: the proprietary flavour's keep their names, the others' carry the flavour."""
+    flavour = FLAVOUR[realnv.variant][0]
+    if flavour == "proprietary":
+        return name
+    stem, dot, ext = name.partition(".")
+    return f"{stem}_{flavour}{dot}{ext}"
+
+
+def capture(realnv, name: str, text: str) -> str:
+    file = fixture_name(realnv, name)
     if CAPTURE_DIR:
         Path(CAPTURE_DIR).mkdir(parents=True, exist_ok=True)
-        (Path(CAPTURE_DIR) / name).write_text(text)
-    if name in EXPECTED:
+        (Path(CAPTURE_DIR) / file).write_text(text)
+    if name in EXPECTED:  # the same cause whatever the flavour
         found = [f.id for f in explain(text)]
-        assert found and found[0] == EXPECTED[name], (name, text, found)
+        assert found and found[0] == EXPECTED[name], (file, text, found)
     return text
 
 
@@ -69,17 +86,20 @@ def test_debian_packaged_driver_is_really_installed(realnv):
     packages = dict(line.split() for line in realnv.ssh(
         "dpkg-query -W -f '${Package} ${Version} ${db:Status-Status}\\n' 'nvidia-*' 'libnvidia-*' libcuda1 "
         "'firmware-nvidia-*' | awk '$3 == \"installed\" { print $1, $2 }'").splitlines())
-    assert {"nvidia-kernel-dkms", "nvidia-smi", "libnvidia-ml1", "nvidia-modprobe", "nvidia-persistenced",
+    flavour, dkms_package, base = FLAVOUR[realnv.variant]
+    assert {dkms_package, "nvidia-smi", "libnvidia-ml1", "nvidia-modprobe", "nvidia-persistenced",
             "firmware-nvidia-gsp"} <= set(packages), packages
+    other = {"nvidia-kernel-dkms", "nvidia-open-kernel-dkms"} - {dkms_package}
+    assert not other & set(packages), packages
     assert "libcuda1" not in packages
-    NODE["version"] = version = re.match(r"\d+\.\d+\.\d+", packages["nvidia-kernel-dkms"]).group(0)
-    dkms = capture("dkms-status.txt", realnv.ssh("dkms status"))
-    assert f"nvidia-current/{version}, {kernel}, x86_64: installed" in dkms
-    names = capture("modinfo-F-name.txt", realnv.ssh(
+    NODE["version"] = version = re.match(r"\d+\.\d+\.\d+", packages[dkms_package]).group(0)
+    dkms = capture(realnv, "dkms-status.txt", realnv.ssh("dkms status"))
+    assert f"{base}/{version}, {kernel}, x86_64: installed" in dkms, dkms
+    names = capture(realnv, "modinfo-F-name.txt", realnv.ssh(
         f"for f in /lib/modules/{kernel}/updates/dkms/*.ko; do echo \"$f $(modinfo -F name $f)\"; done"))
-    assert f"/lib/modules/{kernel}/updates/dkms/nvidia-current.ko nvidia\n" in names
-    assert f"/lib/modules/{kernel}/updates/dkms/nvidia-current-uvm.ko nvidia_uvm\n" in names
-    assert "Value: /usr/lib/nvidia/current" in capture("update-alternatives-query-nvidia.txt",
+    assert f"/lib/modules/{kernel}/updates/dkms/{base}.ko nvidia\n" in names, names
+    assert f"/lib/modules/{kernel}/updates/dkms/{base}-uvm.ko nvidia_uvm\n" in names, names
+    assert "Value: /usr/lib/nvidia/current" in capture(realnv, "update-alternatives-query-nvidia.txt",
                                                        realnv.ssh("update-alternatives --query nvidia"))
     assert f"libnvidia-ml.so.{version}" in realnv.ssh("ls /usr/lib/x86_64-linux-gnu/nvidia/current/").split()
 
@@ -88,39 +108,40 @@ def test_real_texts_of_the_compute_only_set(realnv):
     """Without libcuda1, Debian's modprobe configuration and library path (glx alternative) are not linked in."""
     started = time.monotonic()
     rc, out = sh(realnv, "modprobe nvidia")
-    assert rc != 0 and "Module nvidia not found" in capture("modprobe-nvidia_without-libcuda1.txt", out)
+    assert rc != 0 and "Module nvidia not found" in capture(realnv, "modprobe-nvidia_without-libcuda1.txt", out)
     rc, out = sh(realnv, "modprobe nvidia-uvm")
-    assert rc != 0 and capture("modprobe-nvidia-uvm_without-libcuda1.txt", out)
+    assert rc != 0 and capture(realnv, "modprobe-nvidia-uvm_without-libcuda1.txt", out)
     rc, out = sh(realnv, "modinfo nvidia")
-    assert rc != 0 and "Module nvidia not found" in capture("modinfo-nvidia.txt", out)
-    journal = capture("journal_nvidia-persistenced_without-libcuda1.txt", persistenced_journal(realnv))
+    assert rc != 0 and "Module nvidia not found" in capture(realnv, "modinfo-nvidia.txt", out)
+    journal = capture(realnv, "journal_nvidia-persistenced_without-libcuda1.txt", persistenced_journal(realnv))
     assert "nvidia-persistenced failed to initialize" in journal
     rc, out = sh(realnv, "nvidia-smi")
-    assert rc == 9 and capture("nvidia-smi_no-gpu.txt", out)
-    out = capture("nvidia-modprobe_no-gpu.txt", realnv.ssh(
+    assert rc == 9 and capture(realnv, "nvidia-smi_no-gpu.txt", out)
+    out = capture(realnv, "nvidia-modprobe_no-gpu.txt", realnv.ssh(
         'for c in "nvidia-modprobe -u -c=0" "nvidia-modprobe -c=0"; do echo "# $c"; $c 2>&1; echo "exit $?"; done'))
     assert out.count("exit 1") == 2 and len(out.splitlines()) == 4, out  # silent, exit 1
-    realnv.stage("nvidia VM: real texts (compute-only set)", time.monotonic() - started)
+    realnv.stage(f"{realnv.label}real texts (compute-only set)", time.monotonic() - started)
 
 
 def test_facts_read_the_packaged_driver(realnv):
-    run = realnv.gpunode("facts", stage="nvidia VM: facts")
+    run = realnv.gpunode("facts", stage=f"{realnv.label}facts")
     assert run.rc == 0, run.err
     parsed = run.json()["facts"]
     driver = {name: value.get("value") for name, value in parsed["driver"].items()}  # file facts have none
     module = driver["driver_module"]
-    assert (module["version"], module["flavour"]) == (NODE["version"], "proprietary")
-    assert module["filename"] == f"/lib/modules/{NODE['kernel']}/updates/dkms/nvidia-current.ko"
+    flavour, dkms_package, base = FLAVOUR[realnv.variant]
+    assert (module["version"], module["flavour"]) == (NODE["version"], flavour)
+    assert module["filename"] == f"/lib/modules/{NODE['kernel']}/updates/dkms/{base}.ko"
     names = driver["driver_debian_names"]
     assert names["alternative"] == "/usr/lib/nvidia/current"
-    assert [f"/lib/modules/{NODE['kernel']}/updates/dkms/nvidia-current.ko", "nvidia"] in names["module_files"]
+    assert [f"/lib/modules/{NODE['kernel']}/updates/dkms/{base}.ko", "nvidia"] in names["module_files"]
     libs, installer = driver["driver_userspace"]
     assert libs == [NODE["version"]] and installer is None
-    assert dict(driver["driver_packages"])["nvidia-kernel-dkms"].startswith(NODE["version"])
+    assert dict(driver["driver_packages"])[dkms_package].startswith(NODE["version"])
     kernels = parsed["kernel"]["doctor_kernels"]["value"]
     running = [k for k in kernels["kernels"] if k["name"] == NODE["kernel"]]
-    assert running and running[0]["module"].endswith("/nvidia-current.ko"), kernels
-    assert {"module": "nvidia-current", "version": NODE["version"], "kernel": NODE["kernel"],
+    assert running and running[0]["module"].endswith(f"/{base}.ko"), kernels
+    assert {"module": base, "version": NODE["version"], "kernel": NODE["kernel"],
             "status": "installed"} in kernels["dkms"]
 
 
@@ -131,8 +152,9 @@ def test_plan_and_install_refuse_a_run_over_the_packaged_driver(realnv):
     assert driver["status"] == "blocked" and "would mix two drivers" in driver["reason"], driver
     assert f"driver {NODE['version']} from distribution packages" in driver["reason"]
     NODE["fix"] = driver["fix"]
+    assert FLAVOUR[realnv.variant][1] in driver["fix"].split(), driver["fix"]  # purges this flavour's package
     run = realnv.gpunode("install", "--only", "driver", "--driver", RUN_DRIVER,
-                         stage="nvidia VM: install --driver (refused)")
+                         stage=f"{realnv.label}install --driver (refused)")
     assert run.rc != 0 and "would mix two drivers" in " ".join((run.out + run.err).split())
     quiet = {s["step"]: s for s in realnv.gpunode("plan", "--json").json()["steps"]}["driver"]
     assert quiet["status"] == "ok" and "left as it is" in quiet["reason"], quiet
@@ -140,7 +162,7 @@ def test_plan_and_install_refuse_a_run_over_the_packaged_driver(realnv):
 
 
 def test_doctor_verdicts_on_the_packaged_driver(realnv):
-    run = realnv.gpunode("doctor", "--json", stage="nvidia VM: doctor")
+    run = realnv.gpunode("doctor", "--json", stage=f"{realnv.label}doctor")
     checks = {c["id"]: c for c in run.json()["checks"]}
     loaded = checks["driver.loaded"]
     assert loaded["status"] == "skip", loaded
@@ -149,7 +171,7 @@ def test_doctor_verdicts_on_the_packaged_driver(realnv):
     assert checks["driver.single-source"]["status"] == "pass", checks["driver.single-source"]
     assert checks["kernel.headers"]["status"] == "pass", checks["kernel.headers"]
     newest = checks["kernel.dkms-newest-kernel"]
-    assert newest["status"] == "pass" and newest["evidence"].endswith("/nvidia-current.ko"), newest
+    assert newest["status"] == "pass" and newest["evidence"].endswith(f"/{FLAVOUR[realnv.variant][2]}.ko"), newest
     assert checks["hw.gpu-present"]["status"] == "fail" and run.rc == 1
 
 
@@ -157,7 +179,7 @@ def test_nodesettings_and_uninstall_leave_the_packaged_driver_alone(realnv):
     before = realnv.ssh(FINGERPRINT)
     plan = {s["step"]: s for s in realnv.gpunode("plan", "--json", "--only", "nodesettings").json()["steps"]}
     assert plan["nodesettings"]["status"] == "ok", plan
-    run = realnv.gpunode("uninstall", stage="nvidia VM: uninstall")
+    run = realnv.gpunode("uninstall", stage=f"{realnv.label}uninstall")
     assert run.rc in (0, 1), run.out + run.err
     assert realnv.ssh(FINGERPRINT) == before
 
@@ -170,14 +192,15 @@ def test_with_libcuda1_the_install_hook_and_the_persistence_daemon_say_more(real
     started = time.monotonic()
     realnv.ssh("apt-get update -qq", timeout=900)
     realnv.ssh(f"DEBIAN_FRONTEND=noninteractive {fix.split('  #')[0].removeprefix('sudo ')}", timeout=1800)
-    realnv.stage("nvidia VM: apt-get install libcuda1 (real apt, initramfs)", time.monotonic() - started)
+    realnv.stage(f"{realnv.label}apt-get install libcuda1 (real apt, initramfs)", time.monotonic() - started)
     assert "install nvidia modprobe -i nvidia-current" in realnv.ssh("cat /etc/modprobe.d/nvidia.conf")
     realnv.ssh("dmesg -C")
     rc, out = sh(realnv, "modprobe nvidia")
-    assert rc != 0 and "could not insert 'nvidia_current': No such device" in \
-        capture("modprobe-nvidia_with-libcuda1.txt", out)
-    capture("dmesg_modprobe-nvidia_no-gpu.txt", realnv.ssh("dmesg | grep -E 'NVRM|nvidia'"))
-    capture("journal_nvidia-persistenced_no-gpu.txt", persistenced_journal(realnv))
+    internal = FLAVOUR[realnv.variant][2].replace("-", "_")  # kmod's name of the renamed file: nvidia_current
+    assert rc != 0 and f"could not insert '{internal}': No such device" in \
+        capture(realnv, "modprobe-nvidia_with-libcuda1.txt", out)
+    capture(realnv, "dmesg_modprobe-nvidia_no-gpu.txt", realnv.ssh("dmesg | grep -E 'NVRM|nvidia'"))
+    capture(realnv, "journal_nvidia-persistenced_no-gpu.txt", persistenced_journal(realnv))
     doctor = {c["id"]: c for c in realnv.gpunode("doctor", "--json").json()["checks"]}
     assert "would not find it" not in doctor["driver.loaded"]["evidence"], doctor["driver.loaded"]
 
@@ -193,7 +216,7 @@ def test_the_printed_fix_removes_the_packaged_driver(realnv):
     assert command.startswith("sudo apt-get purge -y --allow-change-held-packages "), command
     started = time.monotonic()
     realnv.ssh(f"DEBIAN_FRONTEND=noninteractive sh -c {shlex.quote(command.replace('sudo ', ''))}", timeout=1800)
-    realnv.stage("nvidia VM: the refusal's purge fix", time.monotonic() - started)
+    realnv.stage(f"{realnv.label}the refusal's purge fix", time.monotonic() - started)
     assert "nvidia-current" not in realnv.ssh("dkms status")
     assert realnv.ssh(f"ls /lib/modules/{NODE['kernel']}/updates/dkms/ 2>/dev/null || true").strip() == ""
     driver = {s["step"]: s for s in

@@ -1,12 +1,12 @@
 """The real-OS tier's Debian 12 VM: image cache, QEMU lifecycle, ssh.
 
-The image is built by build_image.sh into ~/.cache/gpunode-realos/image-<hash of build_image.sh and guest/>
+The image is built by build_image.sh into ~/.cache/gpunode-realos/[VARIANT-]image-<hash of what builds it>
 (GPUNODE_REALOS_CACHE overrides the root) and never written afterwards: each VM boots a qcow2 overlay of it.
 QEMU runs at nice 10 with KVM when the CPU exposes VMX/SVM and /dev/kvm opens, TCG otherwise
 (GPUNODE_REALOS_ACCEL=tcg|kvm forces it). The guest's network is slirp with restrict=on: the only ways in and
 out are the ssh forward on 127.0.0.1 and the guestfwd of 10.0.2.100:80 to the MirrorServer.
 
-Keep a VM up to look around:  sudo .venv/bin/python -m tests.realos.vm up [nvidia]   (prints the ssh command)
+Keep a VM up to look around:  sudo .venv/bin/python -m tests.realos.vm up [nvidia|nvidia-open]   (prints the ssh command)
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from tests.realos.mirror import MirrorServer
 HERE = Path(__file__).resolve().parent
 BUILD_SCRIPT = HERE / "build_image.sh"
 HOST_ALIAS = "realos"
-TOOLS = ("qemu-system-x86_64", "qemu-img", "mmdebstrap", "mke2fs", "sfdisk", "ssh", "ssh-keygen")
+TOOLS = ("qemu-system-x86_64", "qemu-img", "mmdebstrap", "mke2fs", "sfdisk", "ssh", "ssh-keygen", "zstd", "unshare")
 
 
 def missing_requirements() -> str | None:
@@ -39,7 +39,7 @@ def missing_requirements() -> str | None:
     absent = [t for t in TOOLS if shutil.which(t) is None and not Path("/usr/sbin", t).exists()]
     if absent:
         return ("missing " + ", ".join(absent) + ": apt-get install qemu-system-x86 qemu-utils mmdebstrap "
-                "e2fsprogs fdisk openssh-client")
+                "e2fsprogs fdisk openssh-client zstd util-linux")
     return None
 
 
@@ -47,10 +47,32 @@ def cache_root() -> Path:
     return Path(os.environ.get("GPUNODE_REALOS_CACHE") or Path.home() / ".cache" / "gpunode-realos")
 
 
-def image_key() -> str:
+# What builds each variant beyond the shared inputs (build_image.sh and the rest of guest/), and the variant a
+# derived one starts from: each image's key covers only what builds it, so a change to one variant's script
+# rebuilds that image and those derived from it, never the others.
+VARIANT_FILES = {
+    "base": (),
+    "nvidia": ("guest/usr/local/lib/realos/nvidia-packages.sh",),
+    "nvidia-open": ("guest/usr/local/lib/realos/nvidia-open.sh",),
+}
+PARENT = {"nvidia-open": "nvidia"}
+KEEP_OLD_IMAGES_DAYS = 3  # other worktrees may still boot an older key's image: only stale ones are removed
+
+
+def image_key(variant: str = "base") -> str:
+    if variant not in VARIANT_FILES:
+        raise ValueError(f"unknown image variant {variant!r}: one of {', '.join(VARIANT_FILES)}")
+    own = {path for files in VARIANT_FILES.values() for path in files}
     h = hashlib.sha256()
-    for path in [BUILD_SCRIPT, *sorted(p for p in (HERE / "guest").rglob("*") if p.is_file())]:
-        h.update(str(path.relative_to(HERE)).encode() + b"\0" + path.read_bytes() + b"\0")
+    if variant in PARENT:
+        h.update(b"parent\0" + image_key(PARENT[variant]).encode() + b"\0")
+    else:
+        shared = [p for p in sorted(q for q in (HERE / "guest").rglob("*") if q.is_file())
+                  if str(p.relative_to(HERE)) not in own]
+        for path in [BUILD_SCRIPT, *shared]:
+            h.update(str(path.relative_to(HERE)).encode() + b"\0" + path.read_bytes() + b"\0")
+    for name in VARIANT_FILES[variant]:
+        h.update(name.encode() + b"\0" + (HERE / name).read_bytes() + b"\0")
     return h.hexdigest()[:16]
 
 
@@ -60,11 +82,15 @@ def image_dir_prefix(variant: str) -> str:
 
 def ensure_image(log=print, variant: str = "base") -> Path:
     """The cached image directory, built first when missing (one builder at a time, others wait).
-    `variant` "nvidia" is the image that also carries Debian's packaged NVIDIA driver (build_image.sh)."""
+    "nvidia" also carries Debian's packaged NVIDIA driver; "nvidia-open" is derived from the nvidia image's tree
+    with the open kernel modules instead (build_image.sh)."""
+    parent = ensure_image(log, PARENT[variant]) if variant in PARENT else None
     root = cache_root()
     root.mkdir(parents=True, exist_ok=True)
     prefix = image_dir_prefix(variant)
-    image = root / f"{prefix}{image_key()}"
+    image = root / f"{prefix}{image_key(variant)}"
+    if (image / "disk.raw").is_file():  # cached: no wait for another variant's build holding the lock
+        return image
     with open(root / "build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (image / "disk.raw").is_file():
@@ -73,14 +99,16 @@ def ensure_image(log=print, variant: str = "base") -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         started = time.monotonic()
         build_log = root / f"build-{variant}.log"
+        argv = ["bash", str(BUILD_SCRIPT), str(tmp), variant, *([str(parent)] if parent else [])]
         with open(build_log, "w") as out:
-            rc = subprocess.run(["bash", str(BUILD_SCRIPT), str(tmp), variant], stdout=out,
-                                stderr=subprocess.STDOUT, timeout=2400).returncode
+            rc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=3600).returncode
         if rc != 0:
             tail = build_log.read_text(errors="replace")[-4000:]
             raise RuntimeError(f"build_image.sh failed (exit {rc}); end of {build_log}:\n{tail}")
+        stale = time.time() - KEEP_OLD_IMAGES_DAYS * 86400
         for old in root.glob(f"{prefix}*"):
-            shutil.rmtree(old, ignore_errors=True)
+            if old.name.removeprefix(prefix).isalnum() and old.stat().st_mtime < stale:
+                shutil.rmtree(old, ignore_errors=True)
         shutil.copy(build_log, tmp / "build.log")
         tmp.rename(image)
         log(f"image built in {time.monotonic() - started:.0f} s: {image}")
@@ -206,7 +234,7 @@ class Vm:
 
 def main(argv: list[str]) -> int:
     """`python -m tests.realos.vm up`: build/boot a VM and keep it up until Ctrl-C."""
-    if argv[:1] != ["up"] or argv[1:] not in ([], ["nvidia"]):
+    if argv[:1] != ["up"] or len(argv) > 2 or argv[1:2] not in ([], *([v] for v in VARIANT_FILES)):
         print(__doc__)
         return 2
     why = missing_requirements()

@@ -163,9 +163,18 @@ ns_loaded_list() { [ -r /proc/modules ] && awk '{ print $1 }' /proc/modules; }
 ns_module_known() {  # does a .ko exist for the running kernel?
     case "$1" in
         nvidia|nvidia_uvm|nvidia_modeset|nvidia_drm|nvidia_peermem|nvidia-uvm|nvidia-modeset|nvidia-drm)
-            ns_driver_built_for "$(ns_kernel)" ;;
+            ns_driver_built_for "$(ns_kernel)" || return 1
+            # Debian's renamed files (nvidia-current*.ko) answer to these names only through the `install` lines
+            # of its modprobe configuration, linked by the glx alternative (libcuda1 or the GL libraries): the
+            # real-OS tier's compute-only set says "Module nvidia not found" although DKMS built it
+            ns_driver_load_env
+            [ "$DRIVER_DKMS_NAME" != nvidia-current ] || ns_debian_modprobe_linked "$1" ;;
         *) awk -v m="$1" '$1 == m { f = 1 } END { exit f ? 0 : 1 }' "$NSLIB/modules.tab" ;;
     esac
+}
+ns_debian_modprobe_linked() {  # NAME: does a modprobe.d file redirect it (`install nvidia-uvm ...`)?
+    _dn=$(echo "$1" | tr _ -)
+    cat /etc/modprobe.d/*.conf /lib/modprobe.d/*.conf 2>/dev/null | grep -q "^install $_dn "
 }
 ns_module_deps() { awk -v m="$1" '$1 == m { if ($3 != "-") { gsub(",", " ", $3); print $3 } }' "$NSLIB/modules.tab"; }
 

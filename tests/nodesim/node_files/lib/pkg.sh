@@ -100,7 +100,14 @@ pkg_driver_effect() {  # NAME VER FLAVOR SIGN  -> 0, or 1 with DKMS-style errors
     # nvidia-current*.ko, libraries under LIBDIR/nvidia/current behind the `nvidia` alternative
     _sub=
     case "$1" in
-        nvidia-kernel-dkms|nvidia-open-kernel-dkms) DRIVER_DKMS_NAME=nvidia-current; _sub=/nvidia/current ;;
+        nvidia-kernel-dkms|nvidia-open-kernel-dkms)
+            DRIVER_DKMS_NAME=nvidia-current; _sub=/nvidia/current
+            # nvidia-kernel-support's configuration for the renamed modules; /etc/modprobe.d/nvidia.conf points
+            # at it only once the glx alternative is registered (the `glx` effect)
+            if [ ! -e /etc/nvidia/nvidia-modprobe.conf ]; then
+                mkdir -p /etc/nvidia; cp "$NS/pkgdata/nvidia-modprobe.conf" /etc/nvidia/nvidia-modprobe.conf
+                pkg_record "$1" /etc/nvidia/nvidia-modprobe.conf
+            fi ;;
         *) DRIVER_DKMS_NAME=nvidia ;;
     esac
     _rc=0
@@ -184,6 +191,15 @@ pkg_apply_effects() {  # NAME VER ; prints error text, returns 1 on a failed pos
             driver)
                 _v=${_rest%%:*}; _r2=${_rest#*:}; _fl=${_r2%%:*}; _sg=${_r2#*:}
                 pkg_driver_effect "$1" "$_v" "$_fl" "$_sg" || _ret=1 ;;
+            glx)
+                # glx-alternative-nvidia registers the glx alternative once libcuda1 (or the GL libraries)
+                # come in; its slaves link Debian's modprobe configuration and the loader path of LIBDIR/nvidia
+                if [ ! -e /etc/modprobe.d/nvidia.conf ] && [ -e /etc/nvidia/nvidia-modprobe.conf ]; then
+                    mkdir -p /etc/alternatives /etc/modprobe.d
+                    ln -sfn /etc/nvidia/nvidia-modprobe.conf /etc/alternatives/glx--nvidia-modprobe.conf
+                    ln -sfn /etc/alternatives/glx--nvidia-modprobe.conf /etc/modprobe.d/nvidia.conf
+                    pkg_record "$1" /etc/modprobe.d/nvidia.conf; pkg_record "$1" /etc/alternatives/glx--nvidia-modprobe.conf
+                fi ;;
             fm)
                 echo "$_rest" > "$NS/fabricmanager.version"; pkg_record "$1" "$NS/fabricmanager.version"
                 ns_link_tool /usr/bin/nv-fabricmanager nv-fabricmanager "$NS/pkgfiles/$1"

@@ -36,7 +36,17 @@ ns_unit_start() {
             _pexec=$(ns_unit_loaded_exec "$_unit")
             _pbin=${_pexec%% *}; _pbin=${_pbin#[-@+!:]}
             if [ -n "$_pbin" ] && [ ! -x "$_pbin" ]; then ns_unit_set "$_unit" ACTIVE failed; return 1; fi
-            if ! ns_loaded nvidia; then ns_unit_set "$_unit" ACTIVE failed; return 1; fi
+            # what the real daemon logs (real-OS tier, tests/fixtures/real/debian-nvidia): Debian's libraries are
+            # on the loader path only through the glx alternative (libcuda1), else libnvidia-cfg is not found
+            ns_driver_load_env
+            if [ "$DRIVER_DKMS_NAME" = nvidia-current ] && [ ! -e /etc/modprobe.d/nvidia.conf ]; then
+                ns_persistenced_failed "Failed to open libnvidia-cfg.so.1: libnvidia-cfg.so.1: cannot open shared object file: No such file or directory"
+                return 1
+            fi
+            if ! ns_loaded nvidia; then
+                ns_persistenced_failed "Failed to query NVIDIA devices. Please ensure that the NVIDIA device files (/dev/nvidia*) exist, and that user 102 has read and write permissions for those files."
+                return 1
+            fi
             case " $_pexec " in
                 *" --no-persistence-mode "*) rm -f "$NS/smi.persistence" ;;
                 *) : > "$NS/smi.persistence" ;;
@@ -63,6 +73,16 @@ ns_unit_start() {
     esac
     ns_unit_set "$_unit" ACTIVE active
     return 0
+}
+
+ns_persistenced_failed() {  # REASON: the failed start's journal lines, as the real daemon and systemd log them
+    _u=nvidia-persistenced.service; _pp=$$
+    mkdir -p "$NS/journal"
+    printf '%s\n' "Starting $_u - NVIDIA Persistence Daemon..." "Started ($_pp)" "$1" \
+        "nvidia-persistenced failed to initialize. Check syslog for more details." "Shutdown ($_pp)" \
+        "$_u: Control process exited, code=exited, status=1/FAILURE" "$_u: Failed with result 'exit-code'." \
+        "Failed to start $_u - NVIDIA Persistence Daemon." >> "$NS/journal/$_u"
+    ns_unit_set "$_u" ACTIVE failed
 }
 
 ns_unit_stop() {
