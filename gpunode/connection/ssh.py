@@ -644,13 +644,7 @@ class SSHConnection(Connection):
         out_seen = err_seen = 0  # searched up to here (less a mark's length): a large output is scanned once
         deadline = time.monotonic() + timeout if timeout else None
         while True:
-            drained = False
-            while chan.recv_ready():
-                out += chan.recv(65536)
-                drained = True
-            while chan.recv_stderr_ready():
-                err += chan.recv_stderr(65536)
-                drained = True
+            drained = _drain(chan, out, err)
             if out_at < 0:
                 out_at = out.find(out_end, max(0, out_seen - len(out_end)))
                 out_seen = len(out)
@@ -715,13 +709,7 @@ class SSHConnection(Connection):
         out, err = bytearray(), bytearray()
         deadline = time.monotonic() + timeout if timeout else None
         while True:
-            drained = False
-            while chan.recv_ready():
-                out += chan.recv(65536)
-                drained = True
-            while chan.recv_stderr_ready():
-                err += chan.recv_stderr(65536)
-                drained = True
+            drained = _drain(chan, out, err)
             pending = chan.recv_ready() or chan.recv_stderr_ready()
             # sshd may send exit-status before the last output: finish only once EOF has arrived as well.
             if chan.eof_received and chan.exit_status_ready() and not pending:
@@ -1009,3 +997,14 @@ def _load_keys(name: str, paths: list[str]) -> tuple[list[paramiko.PKey], bool]:
         raise ConnectError(f"{name}: no usable private key", fix="check --identity")
     return keys, encrypted
 
+
+def _drain(chan: paramiko.Channel, out: bytearray, err: bytearray) -> bool:
+    """Append what both of the channel's streams hold now to `out` and `err`; whether anything came."""
+    drained = False
+    while chan.recv_ready():
+        out += chan.recv(65536)
+        drained = True
+    while chan.recv_stderr_ready():
+        err += chan.recv_stderr(65536)
+        drained = True
+    return drained
