@@ -167,7 +167,7 @@ def test_doctor_verdicts_on_the_packaged_driver(realnv):
     loaded = checks["driver.loaded"]
     assert loaded["status"] == "skip", loaded
     assert f"built for kernel {NODE['kernel']}" in loaded["evidence"] and "no NVIDIA GPU" in loaded["evidence"]
-    assert "modprobe nvidia\"` would not find it" in loaded["evidence"]  # no libcuda1 yet (rendered as an ssh line)
+    assert "`modprobe nvidia` would not find it" in loaded["evidence"]  # no libcuda1 yet (prose: not an ssh line)
     assert checks["driver.single-source"]["status"] == "pass", checks["driver.single-source"]
     assert checks["kernel.headers"]["status"] == "pass", checks["kernel.headers"]
     newest = checks["kernel.dkms-newest-kernel"]
