@@ -6,7 +6,7 @@ Pure: facts in (the OS, the kernel, Secure Boot, the versions the configured rep
 versions out. The driver step (gpunode/steps/driver_packages.py) turns them into actions; doctor and status read
 `owner_source` to say which source owns the driver.
 
-Version schemes (each row's example_version): Debian `535.261.03-1~deb12u1`, Ubuntu `535.230.02-0ubuntu0.22.04.1`,
+Version schemes (each row's example_version): Debian `535.261.03-1`, Ubuntu `535.230.02-0ubuntu0.22.04.1`,
 NVIDIA's RPMs `535.274.02-1.el9` (dnf prints no epoch for them), SUSE `580.95.05_k6.4.0_...-1`: the upstream
 release is the part before the first `-`, `_`, `~` or `+` (facts/driver.py upstream_version). Rows whose version
 is `own` (Debian's nvidia-persistenced and nvidia-modprobe, Ubuntu's precompiled linux-modules-nvidia, whose
@@ -34,8 +34,8 @@ SCHEMA = {"route": text_field, "os": choice_field("debian", "ubuntu", "rhel", "s
 DEBIAN_NONFREE_LIST = "/etc/apt/sources.list.d/gpunode-nonfree.list"
 # apt: a pin of every driver package at the release (apt_preferences(5): glob patterns in Package, `Pin: version`
 # with a glob, priority over 1000 even where it means a downgrade). apt's resolver takes a dependency's candidate
-# version and does not go back: without the pin, `nvidia-kernel-dkms=535.261.03-1~deb12u1` fails while the
-# security suite offers 535.309.01 (its `nvidia-kernel-support (= 535.261.03-1~deb12u1)` meets the newer candidate).
+# version and does not go back: without the pin, `nvidia-kernel-dkms=535.261.03-1` fails while the
+# security suite offers 535.309.01 (its `nvidia-kernel-support (= 535.261.03-1)` meets the newer candidate).
 # It also keeps unattended-upgrades from moving the driver, with the holds.
 APT_PIN = "/etc/apt/preferences.d/gpunode-nvidia-driver"
 PIN_PACKAGES = "nvidia-* libnvidia-* libcuda1 libcuda1-* firmware-nvidia-gsp xserver-xorg-video-nvidia*"

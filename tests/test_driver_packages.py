@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from gpunode import driver_packages as routes
 
-DEB = {"nvidia-kernel-dkms": ["535.309.01-0+deb12u1", "535.261.03-1~deb12u1"],
-       "nvidia-open-kernel-dkms": ["535.309.01-0+deb12u1", "535.261.03-1~deb12u1"],
-       "nvidia-smi": ["535.309.01-0+deb12u1", "535.261.03-1~deb12u1"],
-       "libcuda1": ["535.309.01-0+deb12u1", "535.261.03-1~deb12u1"],
-       "libnvidia-ml1": ["535.309.01-0+deb12u1", "535.261.03-1~deb12u1"],
-       "firmware-nvidia-gsp": ["535.309.01-0+deb12u1", "535.261.03-1~deb12u1"],
+DEB = {"nvidia-kernel-dkms": ["535.309.01-0+deb12u1", "535.261.03-1"],
+       "nvidia-open-kernel-dkms": ["535.309.01-0+deb12u1", "535.261.03-1"],
+       "nvidia-smi": ["535.309.01-0+deb12u1", "535.261.03-1"],
+       "libcuda1": ["535.309.01-0+deb12u1", "535.261.03-1"],
+       "libnvidia-ml1": ["535.309.01-0+deb12u1", "535.261.03-1"],
+       "firmware-nvidia-gsp": ["535.309.01-0+deb12u1", "535.261.03-1"],
        "nvidia-persistenced": ["535.171.04-1~deb12u1"], "nvidia-modprobe": ["535.171.04-1~deb12u1"]}
 K = "5.15.0-91-generic"
 
@@ -35,10 +35,10 @@ def test_debian_exact_versions_per_upstream_release_and_flavour():
     r = routes.plan_route("debian", "535.261.03", "proprietary", kernel="6.1.0-18-amd64", secure_boot=False,
                           gsp=True, offered=DEB)
     assert dict(r.specs()) == {
-        "nvidia-kernel-dkms": "535.261.03-1~deb12u1", "nvidia-smi": "535.261.03-1~deb12u1",
-        "libcuda1": "535.261.03-1~deb12u1", "libnvidia-ml1": "535.261.03-1~deb12u1",
+        "nvidia-kernel-dkms": "535.261.03-1", "nvidia-smi": "535.261.03-1",
+        "libcuda1": "535.261.03-1", "libnvidia-ml1": "535.261.03-1",
         "nvidia-persistenced": "535.171.04-1~deb12u1", "nvidia-modprobe": "535.171.04-1~deb12u1",
-        "firmware-nvidia-gsp": "535.261.03-1~deb12u1"}
+        "firmware-nvidia-gsp": "535.261.03-1"}
     assert not r.missing and r.module.name == "nvidia-kernel-dkms" and not r.precompiled
     newer = routes.plan_route("debian", "535.309.01", "open", kernel="6.1.0-18-amd64", secure_boot=False, gsp=False,
                               offered=DEB)
@@ -53,7 +53,7 @@ def test_debian_exact_versions_per_upstream_release_and_flavour():
 def test_a_release_not_offered_is_missing_with_what_is():
     r = routes.plan_route("debian", "535.999.01", "proprietary", kernel="k", secure_boot=False, gsp=True, offered=DEB)
     missing = {w.name: w.offered for w in r.missing}
-    assert "nvidia-kernel-dkms" in missing and "535.261.03-1~deb12u1" in missing["nvidia-kernel-dkms"]
+    assert "nvidia-kernel-dkms" in missing and "535.261.03-1" in missing["nvidia-kernel-dkms"]
     assert "nvidia-persistenced" not in missing  # its own version: any release will do
     assert all(w.version is None for w in r.missing)
 

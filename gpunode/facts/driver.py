@@ -43,7 +43,7 @@ class PackagedDriver:
     another name (nvidia-current.ko is `nvidia`)."""
 
     owner: str  # the package that owns the kernel module (or, without one, the first driver package)
-    version: str | None  # upstream version of that package (535.261.03 of 535.261.03-1~deb12u1)
+    version: str | None  # upstream version of that package (535.261.03 of 535.261.03-1)
     package_version: str  # the package's own version string
     flavour: str | None  # "open" | "proprietary" from the package's name; None: cannot tell
     alternative: str | None = None  # update-alternatives --query nvidia: the selected value
@@ -138,7 +138,7 @@ _MODULE_PACKAGE = re.compile(r"^(?:nvidia(?:-tesla-\d+)?(?:-open)?-kernel-(?:dkm
 
 
 def upstream_version(package_version: str) -> str | None:
-    """The NVIDIA release inside a package version: 535.261.03 of `535.261.03-1~deb12u1`, `3:580.95.05-1.el9`,
+    """The NVIDIA release inside a package version: 535.261.03 of `535.261.03-1`, `3:580.95.05-1.el9`,
     `535.183.01-0ubuntu0.22.04.1`, SUSE's kernel module packages `580.95.05_k6.4.0_150600.23.25-1`; None when it
     carries none."""
     found = re.search(rf"(?:^|:)({versions.DRIVER})(?=-|$|\+|~|_k)", package_version)

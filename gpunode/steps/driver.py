@@ -132,7 +132,7 @@ def _packages_fix(facts: Facts, state: DriverState) -> str:
 
 
 def _packaged_label(state: DriverState) -> str:
-    """`driver 535.261.03 from Debian's packages (nvidia-kernel-dkms 535.261.03-1~deb12u1, ...)`."""
+    """`driver 535.261.03 from Debian's packages (nvidia-kernel-dkms 535.261.03-1, ...)`."""
     names = ", ".join(f"{n} {v}" for n, v in state.packages[:4]) + (" ..." if len(state.packages) > 4 else "")
     found = state.packaged
     if found is None or found.version is None:

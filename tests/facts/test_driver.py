@@ -165,14 +165,14 @@ def test_debian_packaged_driver_owner_version_flavour_and_modprobe_redirect():
 
 
 @pytest.mark.parametrize("package_version, upstream", [
-    ("535.309.01-0+deb12u1", "535.309.01"), ("535.261.03-1~deb12u1", "535.261.03"), ("3:580.95.05-1.el9", "580.95.05"),
+    ("535.309.01-0+deb12u1", "535.309.01"), ("535.261.03-1", "535.261.03"), ("3:580.95.05-1.el9", "580.95.05"),
     ("535.183.01-0ubuntu0.22.04.1", "535.183.01"), ("20220217+3~deb12u1", None), ("1.2.2", None)])
 def test_upstream_version_of_a_package_version(package_version, upstream):
     assert d.upstream_version(package_version) == upstream
 
 
 def test_open_flavour_comes_from_the_module_package_name():
-    found = d.packaged_driver((("nvidia-open-kernel-dkms", "535.261.03-1~deb12u1"),), d.DebianNames(), {})
+    found = d.packaged_driver((("nvidia-open-kernel-dkms", "535.261.03-1"),), d.DebianNames(), {})
     assert found is not None and found.flavour == "open" and found.version == "535.261.03"
 
 
@@ -181,9 +181,9 @@ def test_offered_versions_from_apt_dnf_and_zypper():
 
     apt = ("nvidia-kernel-dkms:\n  Installed: (none)\n  Candidate: 535.309.01-0+deb12u1\n  Version table:\n"
            "     535.309.01-0+deb12u1 500\n        500 http://deb.debian.org/debian-security bookworm-security/non-free "
-           "amd64 Packages\n *** 535.261.03-1~deb12u1 500\n        500 http://deb.debian.org/debian bookworm/non-free "
+           "amd64 Packages\n *** 535.261.03-1 500\n        500 http://deb.debian.org/debian bookworm/non-free "
            "amd64 Packages\n        100 /var/lib/dpkg/status\n")
-    assert parse_offered(apt) == {"nvidia-kernel-dkms": ["535.309.01-0+deb12u1", "535.261.03-1~deb12u1"]}
+    assert parse_offered(apt) == {"nvidia-kernel-dkms": ["535.309.01-0+deb12u1", "535.261.03-1"]}
     dnf = ("Available Packages\nkmod-nvidia-latest-dkms.x86_64      3:535.274.02-1.el9      cuda-rhel9-x86_64\n"
            "kmod-nvidia-latest-dkms.x86_64      3:570.195.03-1.el9      cuda-rhel9-x86_64\n")
     assert parse_offered(dnf) == {"kmod-nvidia-latest-dkms": ["535.274.02-1.el9", "570.195.03-1.el9"]}
@@ -199,7 +199,7 @@ def test_the_journal_says_which_driver_source_gpunode_installed():
     from gpunode.facts.driver import parse_gpunode_driver
 
     undo = [{"kind": "packages", "step": "driver", "manager": "apt",
-             "installed": [["nvidia-kernel-dkms", "535.261.03-1~deb12u1"], ["libcuda1", "535.261.03-1~deb12u1"]]},
+             "installed": [["nvidia-kernel-dkms", "535.261.03-1"], ["libcuda1", "535.261.03-1"]]},
             {"kind": "driver", "step": "driver", "version": "535.261.03", "previous": None, "source": "packages"},
             {"kind": "packages", "step": "prerequisites", "manager": "apt", "installed": [["dkms", "3.0.10"]]}]
     found = parse_gpunode_driver(json.dumps({"runs": [], "undo": undo}))

@@ -41,10 +41,10 @@ UBUNTU_DRIVERS = (("535", "535.230.02"), ("550", "550.144.03"), ("570", "570.133
 # older releases of a branch the archive still lists (an upgrade within the branch; no precompiled modules: the
 # archive builds linux-modules-nvidia for a branch's current release)
 UBUNTU_OLDER = (("535", "535.183.06"),)
-# Debian 12's non-free: bookworm (535.261.03-1~deb12u1) and bookworm-security (535.309.01-0+deb12u1), the
-# compute set of the real-OS tier's nvidia VM (/work/notes/old/realnv.md); nvidia-persistenced and nvidia-modprobe
+# Debian 12's non-free: bookworm (535.261.03-1) and bookworm-security (535.309.01-0+deb12u1), the
+# compute set of the real-OS tier's nvidia VM (tests/realos/test_debian12_packages.py); nvidia-persistenced and nvidia-modprobe
 # are separate source packages with versions of their own
-DEBIAN_DRIVERS = (("535.261.03", "535.261.03-1~deb12u1"), ("535.309.01", "535.309.01-0+deb12u1"))
+DEBIAN_DRIVERS = (("535.261.03", "535.261.03-1"), ("535.309.01", "535.309.01-0+deb12u1"))
 
 
 @dataclass(frozen=True)

@@ -164,7 +164,7 @@ def test_an_installed_driver_that_is_not_loaded_is_named_in_the_fix():
     assert p.fix.startswith("sudo modprobe nvidia  #")
 
 
-DEBIAN_PACKAGES = "libnvidia-ml1 535.261.03-1~deb12u1\nnvidia-kernel-dkms 535.261.03-1~deb12u1\n"
+DEBIAN_PACKAGES = "libnvidia-ml1 535.261.03-1\nnvidia-kernel-dkms 535.261.03-1\n"
 
 
 def test_a_run_over_a_packaged_driver_is_refused_for_the_packages_gpu_or_not():
