@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import posixpath
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 
 from gpunode import pkgmgr
@@ -143,6 +143,16 @@ def install_packages(summary: str, manager: str, packages: tuple[str, ...] | lis
     cmds = [m.refresh_argv] if refresh and m.refresh_argv else []
     return package_command(summary, manager, *cmds, m.install(tuple(packages)), packages=packages,
                            lock_timeout=lock_timeout)
+
+
+def versionlock_plugin(manager: str, installed: Container[str], *, lock_timeout: float = 600.0) -> list[PackageCommand]:
+    """What must come before a hold with this manager: its versionlock plugin installed when it has one and
+    `installed` (the names the node has) lacks it; nothing otherwise."""
+    plugin = pkgmgr.get(manager).versionlock_plugin
+    if not plugin or plugin in installed:
+        return []
+    return [install_packages(f"install the {manager} versionlock plugin", manager, (plugin,),
+                             lock_timeout=lock_timeout)]
 
 
 @dataclass(frozen=True)

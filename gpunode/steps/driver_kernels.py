@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 
 from gpunode import fixes, pkgmgr
-from gpunode.actions.packages import install_packages, package_command
+from gpunode.actions.packages import install_packages, package_command, versionlock_plugin
 from gpunode.facts import Facts
 from gpunode.facts import kernel as kernel_facts
 from gpunode.facts import packages as package_facts
@@ -113,11 +113,8 @@ def _hold_actions(facts: Facts, options: Options, manager: str, what: str, wante
         todo = [(n, v) for n, v in packages if n not in held]
         if not todo:
             return [], [f"{what} already held: {', '.join(n for n, _ in packages)}"]
-        actions: list[Action] = []
-        installed = facts[package_facts.PKG_STATUS]
-        if m.versionlock_plugin and m.versionlock_plugin not in installed:
-            actions.append(install_packages(f"install the {manager} versionlock plugin", manager,
-                                            (m.versionlock_plugin,), lock_timeout=options.lock_timeout))
+        actions: list[Action] = [*versionlock_plugin(manager, facts[package_facts.PKG_STATUS],
+                                                     lock_timeout=options.lock_timeout)]
         names = ", ".join(n for n, _ in todo)
         actions.append(package_command(f"hold {what} ({names}): released with --no-{_flag(what)}", manager,
                                        m.hold_all(todo), packages=[n for n, _ in todo],

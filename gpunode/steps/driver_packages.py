@@ -18,7 +18,7 @@ import dataclasses
 from gpunode import bake, fixes, pkgmgr
 from gpunode import driver_packages as routes
 from gpunode.actions.driver import InstallDriverPackages
-from gpunode.actions.packages import install_packages, package_command
+from gpunode.actions.packages import package_command, versionlock_plugin
 from gpunode.facts import Facts
 from gpunode.facts import driver as driver_facts
 from gpunode.facts import fabric as fabric_facts
@@ -182,10 +182,7 @@ def _hold(facts: Facts, manager: str, route: routes.Route, names: list[str], opt
     """apt-mark hold / dnf versionlock add (its plugin installed first when missing) / zypper addlock."""
     m = pkgmgr.get(manager)
     specs = [(n, v) for n, v in route.specs() if n in names]
-    first: list[Action] = []
-    if m.versionlock_plugin and m.versionlock_plugin not in (facts.get(PKG_STATUS) or {}):
-        first.append(install_packages(f"install the {manager} versionlock plugin", manager, (m.versionlock_plugin,),
-                                      lock_timeout=options.lock_timeout))
+    first = versionlock_plugin(manager, facts.get(PKG_STATUS) or {}, lock_timeout=options.lock_timeout)
     return [*first, package_command(f"hold the driver packages ({', '.join(names)}) so no upgrade moves them alone",
                                     manager, m.hold_all(specs), packages=names, lock_timeout=options.lock_timeout)]
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from gpunode import fabric_packages, fixes, pkgmgr, rules
 from gpunode.actions.fabric import StartFabricManager
-from gpunode.actions.packages import install_packages, package_command
+from gpunode.actions.packages import package_command, versionlock_plugin
 from gpunode.facts import Facts
 from gpunode.facts import fabric as fabric_facts
 from gpunode.facts import packages as package_facts
@@ -250,9 +250,7 @@ def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> Step
             problems.append(f"{name} is not held")
             if name in locks:  # a lock on another version: replace it
                 actions.append(_unhold(m, [name], options.lock_timeout))
-        if m.versionlock_plugin and m.versionlock_plugin not in installed:
-            actions.append(install_packages(f"install the {manager} versionlock plugin", manager,
-                                            (m.versionlock_plugin,), lock_timeout=options.lock_timeout))
+        actions += versionlock_plugin(manager, installed, lock_timeout=options.lock_timeout)
         actions.append(_hold(m, name, version, options.lock_timeout))
 
     loaded = facts.loaded_driver.version if facts.loaded_driver else None
