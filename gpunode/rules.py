@@ -52,14 +52,14 @@ def packages_remove(facts: Facts, state: DriverState) -> str:
         # Debian: its nvidia-persistenced/nvidia-modprobe depend on the driver's libraries; left installed, apt
         # satisfies them with another flavour (seen on the real-OS tier: nvidia-tesla-470-alternative came in)
         listed += ["nvidia-persistenced", "nvidia-modprobe"]
-    names = shlex.join(dict.fromkeys(listed))
+    names = list(dict.fromkeys(listed))
     reboot = " && sudo reboot" if state.loaded is not None or facts.module_loaded("nvidia") else ""
     if facts.os.family == "rhel":
-        return fixes.on_node(f"sudo dnf remove -y {names}{reboot}")
-    # held packages (gpunode's --driver-source packages holds them) make a plain `purge -y` exit 100 ("Held
-    # packages were changed and -y was used without --allow-change-held-packages": real apt, real-OS tier)
-    return fixes.on_node(f"sudo apt-get purge -y --allow-change-held-packages {names} && "
-                         f"sudo apt-get autoremove -y --purge{reboot}")
+        return fixes.on_node("sudo " + shlex.join(pkgmgr.get("dnf").remove(names)) + reboot)
+    # pkgmgr's purge removes held packages too (gpunode's --driver-source packages holds them; a plain `purge -y`
+    # exits 100 on real apt)
+    return fixes.on_node("sudo " + shlex.join(pkgmgr.get("apt").purge(names)) +
+                         f" && sudo apt-get autoremove -y --purge{reboot}")
 
 
 def load_fix(state: DriverState) -> str:
