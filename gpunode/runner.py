@@ -20,7 +20,7 @@ from gpunode import SCHEMA_VERSION, __version__, cancel, fixes, nodelock, prefli
 from gpunode.connection.base import Connection
 from gpunode.errors import CommandError, ConnectError, GpunodeError
 from gpunode.facts import Facts, gather
-from gpunode.facts.containers import PENDING_RESTARTS
+from gpunode.facts.containers import journal_text
 from gpunode.options import Options
 from gpunode.plan import Action, Reboot, Status, StepPlan
 from gpunode.runrecord import Journal
@@ -313,15 +313,6 @@ def _apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
             if record.error:
                 reporter.message(conn.name, f"warning: {record.error}")
     return report
-
-
-def journal_text(facts: Facts) -> str | None:
-    """The node's journal as the probe read it (the fact that reads owed restarts cats it whole), "" when there is
-    none, or None when the probe could not tell (then the journal is read on its own)."""
-    section = facts.section(PENDING_RESTARTS)
-    if section.status == 3:
-        return ""
-    return section.text if section.ok and section.text.strip() else None
 
 
 def _internal(report: RunReport, exc: Exception) -> None:

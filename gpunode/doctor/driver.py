@@ -144,8 +144,8 @@ def single_source(node: Node) -> Verdict:
         return passed(f"driver {state.installer} from NVIDIA's .run installer")
     found = state.packaged
     version = f"driver {found.version} " if found is not None and found.version else "driver "
-    mine = node.facts.get(driver_facts.GPUNODE_DRIVER)
-    by = (", installed by gpunode (--driver-source packages)" if mine is not None and mine.source == "packages"
+    mine = driver_facts.gpunode_driver(node.facts)
+    by = (", installed by gpunode (--driver-source packages)" if mine.source == "packages"
           else "")
     return passed(f"{version}from distribution packages ({', '.join(n for n, _ in state.packages[:3])}"
                   + (" ..." if len(state.packages) > 3 else "") + f"), no .run installer record{by}")

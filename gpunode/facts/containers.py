@@ -25,10 +25,13 @@ import sys
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpunode.facts.registry import command, files
 from gpunode.journal import JOURNAL_PATH, owed_targets
+
+if TYPE_CHECKING:
+    from gpunode.facts import Facts
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -658,6 +661,15 @@ DOCKER_LOADED = command("docker_loaded_runtimes", "docker info --format '{{json 
 CONTAINERD_LOADED = command("containerd_loaded_runtimes", "command -v crictl >/dev/null 2>&1 && crictl --timeout 5s "
                             "--runtime-endpoint unix:///run/containerd/containerd.sock info 2>/dev/null",
                             parse_cri_loaded, module=_M)
-# exit 3: no journal (runs that change the node read the journal from this section: gpunode/runner.journal_text)
+# exit 3: no journal (runs that change the node, and the driver step, read the journal from this section: journal_text)
 PENDING_RESTARTS = command("gpunode_pending_restarts", f"[ -e {JOURNAL_PATH} ] || exit 3; cat {JOURNAL_PATH} 2>/dev/null",
                            parse_pending, module=_M)
+
+
+def journal_text(facts: Facts) -> str | None:
+    """The node's journal as the probe read it (the fact that reads owed restarts cats it whole), "" when there is
+    none, or None when the probe could not tell (then the journal is read on its own)."""
+    section = facts.section(PENDING_RESTARTS)
+    if section.status == 3:
+        return ""
+    return section.text if section.ok and section.text.strip() else None

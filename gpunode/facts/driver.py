@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 from packaging.version import Version
 
 from gpunode import versions
+from gpunode.facts.containers import journal_text
 from gpunode.facts.kernel import MODPROBE_D, LoadedDriver, effective_modprobe_files, parse_modprobe_directives
 from gpunode.facts.registry import HUNG, SMI_CALL, Section, command, command_section, files, smi_output
-from gpunode.journal import JOURNAL_PATH
 
 if TYPE_CHECKING:
     from gpunode.facts import Facts
@@ -452,9 +452,10 @@ def parse_gpunode_driver(text: str) -> GpunodeDriver:
     return GpunodeDriver(names, runs[-1].version if runs else None, source)
 
 
-# the journal's record of the driver gpunode installed (which source), read by the driver step to switch sources
-GPUNODE_DRIVER = command("gpunode_driver_source", f"cat {JOURNAL_PATH} 2>/dev/null",
-                         parse_gpunode_driver, module=_M)
+def gpunode_driver(facts: Facts) -> GpunodeDriver:
+    """The journal's record of the driver gpunode installed (which source), read by the driver step to switch
+    sources: parsed from the journal the probe already read for owed restarts (one read per probe)."""
+    return parse_gpunode_driver(journal_text(facts) or "")
 
 # the apt pin gpunode writes for a packages route (gpunode/driver_packages.py APT_PIN)
 APT_PIN_FILE = files("driver_apt_pin", ("/etc/apt/preferences.d/gpunode-nvidia-driver",), module=_M)

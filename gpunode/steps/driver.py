@@ -297,7 +297,7 @@ def _plan(facts: Facts, options: Options, earlier: Earlier, state: DriverState) 
 def _gpunode_packages(facts: Facts, state: DriverState) -> tuple[str, ...]:
     """The installed driver packages gpunode's driver step installed (its journal), when they are the whole
     packaged driver (its module's package among them); () otherwise."""
-    mine = facts[driver_facts.GPUNODE_DRIVER]
+    mine = driver_facts.gpunode_driver(facts)
     if mine.source != "packages" or state.packaged is None or state.packaged.owner not in mine.packages:
         return ()
     have = driver_packages.installed(facts)

@@ -135,7 +135,7 @@ def plan(facts: Facts, options: Options, state: DriverState, version: str, flavo
     notes = [*notes, f"{route.id}: {route.why}",
              "packages: " + ", ".join(f"{n} {v}" for n, v in route.specs())]
     have = installed(facts)
-    mine = facts[driver_facts.GPUNODE_DRIVER]
+    mine = driver_facts.gpunode_driver(facts)
     wanted = {n for n, _ in route.specs()}
     # the other driver source: a .run on the node (nvidia-installer's record), or route packages of another
     # flavour or branch

@@ -10,6 +10,7 @@ from gpunode import cancel, nodelock
 from gpunode.actions.base import undo_looks
 from gpunode.connection.base import Connection
 from gpunode.facts import Facts, gather
+from gpunode.facts.containers import journal_text
 from gpunode.journal import journal_from
 from gpunode.options import Options
 from gpunode.plan import Earlier, Status, StepPlan
@@ -23,7 +24,6 @@ from gpunode.runner import (
     RunReport,
     StepOutcome,
     journal_status,
-    journal_text,
     plan_steps,
     run_steps,
 )

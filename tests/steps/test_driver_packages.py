@@ -33,7 +33,7 @@ def policy(names=SET, versions=(f"{NEW}-0+deb12u1", f"{OLD}-1")) -> str:
 def node(*, offered: str | None = None, installed: str | None = None, held: bool = True, loaded: str | None = None,
          journal: str = "", devices=(0x1EB8,), **outputs: Section) -> Facts:
     outs = {"driver_offered": Section(policy() if offered is None else offered, 0),
-            "gpunode_driver_source": Section(journal, 0), **outputs}
+            "gpunode_pending_restarts": Section(journal, 0 if journal else 3), **outputs}
     if installed:
         names = (*SET, "nvidia-persistenced", "nvidia-modprobe")
         ver = lambda n: "535.171.04-1~deb12u1" if n in ("nvidia-persistenced", "nvidia-modprobe") else installed  # noqa: E731
