@@ -14,8 +14,8 @@ from rich.text import Text
 from gpunode import nodelock
 from gpunode.cli._params import command, expected_errors
 from gpunode.cli._target import Target
+from gpunode.facts.driver import driver_of_records
 from gpunode.journal import JOURNAL_PATH, read_journal
-from gpunode.records import DriverRecord, PackagesRecord
 from gpunode.ui import STATUS_STYLE, clean, counted, node_text, out, print_json
 
 
@@ -43,14 +43,11 @@ def _run_view(run: dict[str, Any]) -> Group:
 def driver_source(journal: dict[str, Any]) -> dict[str, Any] | None:
     """The driver gpunode installed and has not undone, and its source: {"version", "source": "packages" | "run",
     "packages": [names]} (the packages its driver step's transactions added), or None."""
-    undo = [r for r in journal.get("undo") or [] if r.step == "driver" and not r.undone]
-    drivers = [r for r in undo if isinstance(r, DriverRecord)]
-    if not drivers:
+    found = driver_of_records(journal.get("undo") or [])
+    if not found.source:
         return None
-    last = drivers[-1]
-    names = [n for r in undo if isinstance(r, PackagesRecord) for n in r.names] if last.source == "packages" else []
-    return {"version": last.version, "source": "packages" if last.source == "packages" else "run",
-            "packages": list(dict.fromkeys(names))}
+    return {"version": found.version, "source": found.source,
+            "packages": list(found.packages) if found.source == "packages" else []}
 
 
 def _driver_line(found: dict[str, Any]) -> str:

@@ -8,7 +8,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from packaging.version import Version
 
@@ -434,22 +434,31 @@ class GpunodeDriver:
     packages: tuple[str, ...] = ()
     run: str | None = None
     source: str = ""  # the source of the last driver gpunode installed: "packages" | "run" | ""
+    version: str | None = None  # the version of the last driver gpunode installed (either source)
 
 
 def parse_gpunode_driver(text: str) -> GpunodeDriver:
-    from gpunode.records import DriverRecord, PackagesRecord, RecordError, parse_records
+    from gpunode.records import RecordError, parse_records
 
     try:
         data = json.loads(text) if text.strip() else {}
         records = parse_records(data.get("undo") or []) if isinstance(data, dict) else []
     except (ValueError, RecursionError, RecordError):
         return GpunodeDriver()
+    return driver_of_records(records)
+
+
+def driver_of_records(records: list[Any]) -> GpunodeDriver:
+    """The driver step's undo records that are not undone, read as GpunodeDriver (the journal's `undo` list)."""
+    from gpunode.records import DriverRecord, PackagesRecord
+
     mine = [r for r in records if r.step == "driver" and not r.undone]
     names = tuple(dict.fromkeys(n for r in mine if isinstance(r, PackagesRecord) for n in r.names))
     drivers = [r for r in mine if isinstance(r, DriverRecord)]
     runs = [r for r in drivers if r.source != "packages"]
     source = ("packages" if drivers[-1].source == "packages" else "run") if drivers else ""
-    return GpunodeDriver(names, runs[-1].version if runs else None, source)
+    return GpunodeDriver(names, runs[-1].version if runs else None, source,
+                         drivers[-1].version if drivers else None)
 
 
 def gpunode_driver(facts: Facts) -> GpunodeDriver:
