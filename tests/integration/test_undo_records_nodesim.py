@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 from gpunode.cli import app
 from gpunode.connection.ssh import SSHConnection
 from gpunode.journal import JOURNAL_PATH
-from tests.integration.test_reliability_runtime import docker_node, install_runtime
-from tests.integration.test_upgrade_nodesim import NEW, hgx_with_535, mirror, run  # noqa: F401 - mirror: fixture
+from tests.integration.test_reliability_runtime import install_runtime
+from tests.integration.test_upgrade_nodesim import CHANNEL_LINE, NEW, hgx_with_535, mirror, run  # noqa: F401 - mirror: fixture
 from tests.nodesim.fixtures import host_guard, nodesim_available, sim_node  # noqa: F401 - pytest fixtures
 
 pytestmark = pytest.mark.integration
@@ -76,14 +76,18 @@ def test_a_driver_upgrade_records_what_the_reference_records_in_few_commands(sim
 
 
 def test_uninstall_only_runtime_records_what_the_reference_records_in_few_commands(sim_node, count_commands):  # noqa: F811
-    node = docker_node(sim_node)
+    node = sim_node("ubuntu-22.04-t4", preinstalled_driver="535.129.03", toolkit_version="1.17.8-1",
+                    engines=("docker",), sshd_log_level="DEBUG1")  # docker_node's, with sshd logging channels
     assert install_runtime(node).exit_code == 0
     installed = records(node)
     assert any(r["kind"] == "file" and r["path"] == "/etc/docker/daemon.json" for r in installed), installed
     count_commands.clear()
+    opened = Path(node.sshd_log).read_text(errors="replace").count(CHANNEL_LINE)
     result = CliRunner().invoke(app, ["uninstall", *node.cli_args(), "--only", "runtime"])
     assert result.exit_code == 0, result.output
     print(f"uninstall --only runtime: {len(count_commands)} remote commands")
     check_reference("runtime", {"installed": installed, "uninstalled": records(node)})
     assert node.read("/etc/docker/daemon.json") is None
     assert len(count_commands) == UNINSTALL_RUNTIME_COMMANDS, count_commands
+    # one channel: the command channel (the node lock no longer keeps one of its own)
+    assert Path(node.sshd_log).read_text(errors="replace").count(CHANNEL_LINE) - opened == 1
