@@ -1,13 +1,15 @@
 """One gpunode run at a time on a node: a lock held on the node itself, so it works the same for a local run,
 SSH and the node simulator, whichever machine (or how many) gpunode runs from.
 
-The lock is a symlink, `LOCK_PATH`, whose target text names its holder: the node-side process that keeps it,
-the boot it was taken in, the command, when, and from which machine. Creating a symlink is atomic, so of two
-runs only one takes it. The keeper is a small shell script left running on the node with its stdin open
-(`Connection.hold`); it removes the link once its input ends, which happens when the run releases the lock
-and also when gpunode stops in any other way (Ctrl-C, SIGTERM, a crash, a SIGKILL: the connection closes).
-A lock whose keeper is gone on the node (not running, or another boot) is stale: the next run takes it over
-and says so.
+The lock is a symlink, `LOCK_PATH`, whose target text names its holder: the node-side process whose life is the
+lock's, the boot it was taken in, the command, when, and from which machine. Creating a symlink is atomic, so of
+two runs only one takes it. Over SSH that process is sshd's process of the run's connection
+(`Connection.lock_owner`, the parent of the command channel's shell): it ends when the connection does, however
+gpunode stops (released, Ctrl-C, SIGTERM, a crash, a SIGKILL), and the lock costs no channel of its own. Where
+there is no such process, a keeper does it: a small shell script left running on the node with its stdin open
+(`Connection.hold`), which removes the link once its input ends. A lock whose process is gone on the node (not
+running, or another boot) is stale: the next run takes it over and says so; a takeover holds a short-lived
+mutex (`LOCK_PATH.takeover`, a directory) so of two runs that found the same stale lock only one takes it.
 
 `install`, `uninstall` (and so the upgrade paths, which are installs) take it around everything that reads and
 writes the journal; a second run waits up to --lock-timeout, then stops with exit 2 naming the holder.
@@ -36,12 +38,14 @@ _END = "gpunode-lock-end"
 # $1 the lock's path, $2 the holder's description (command, since, from). Prints `gpunode-lock-taken`, `-stale`
 # or `-held` (exit 75), its own text, `gpunode-lock-other` and the other holder's text (stale, held), then
 # `gpunode-lock-end`; once taken, keeps it until stdin ends.
-# $3 = "keep": this script keeps the lock itself (stdin stays open); else the lock outlives the script.
+# $3 = "keep": this script keeps the lock itself (stdin stays open); a pid: the lock lives while that process runs
+# (and outlives the script); else ("once") the lock outlives the script and names no process.
 _LOCK = r"""lock=$1; info=$2; keep=$3
 mkdir -p -- "${lock%/*}" || exit 1
 boot=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)
 pid=-
 [ "$keep" = keep ] && pid=$$
+case $keep in *[!0-9]*|'') ;; *) pid=$keep ;; esac
 me="gpunode-lock pid=$pid boot=$boot
 $info"
 field() { printf '%s\n' "$1" | sed -n "1s/.* $2=\([^ ]*\).*/\1/p"; }
@@ -55,9 +59,17 @@ report() { printf '%s\n%s\n%s\n%s\n%s\n' "$1" "$me" gpunode-lock-other "$2" gpun
 if ! ln -s -- "$me" "$lock" 2>/dev/null; then
   old=$(readlink -- "$lock" && echo x); old=${old%??}
   if alive "$old"; then report gpunode-lock-held "$old"; exit 75; fi
+  # the takeover: one run at a time (a mutex left by a run killed inside these lines is stale after a minute)
+  if ! mkdir -- "$lock.takeover" 2>/dev/null; then
+    [ -n "$(find "$lock.takeover" -maxdepth 0 -mmin +1 2>/dev/null)" ] && rmdir -- "$lock.takeover" 2>/dev/null
+    report gpunode-lock-held "$old"; exit 75
+  fi
   [ "$(readlink -- "$lock" && echo x)" = "$old
 x" ] && rm -f -- "$lock"
-  if ! ln -s -- "$me" "$lock" 2>/dev/null; then report gpunode-lock-held "$(readlink -- "$lock")"; exit 75; fi
+  if ! ln -s -- "$me" "$lock" 2>/dev/null; then
+    rmdir -- "$lock.takeover"; report gpunode-lock-held "$(readlink -- "$lock")"; exit 75
+  fi
+  rmdir -- "$lock.takeover"
   report gpunode-lock-stale "$old"
 else
   report gpunode-lock-taken ""
@@ -130,11 +142,14 @@ class Lock:
 
 def _try(conn: Connection, info: str) -> tuple[str, str, str, Held | None]:
     """(state, ours, other, keeper): state taken | stale | held; ours the text we wrote, other the holder's."""
-    held = conn.hold(Script(_LOCK, (LOCK_PATH, info, "keep"), "node-lock"), sudo=True, until=_END, timeout=60)
+    owner = conn.lock_owner()
+    held = None if owner else conn.hold(Script(_LOCK, (LOCK_PATH, info, "keep"), "node-lock"), sudo=True, until=_END,
+                                        timeout=60)
     if held is not None:
         output, keeper = held.output, held
-    else:  # a transport that cannot keep a command running (Ansible's): the lock outlives the script
-        result = conn.run(Script(_LOCK, (LOCK_PATH, info, "once"), "node-lock"), sudo=True, timeout=60)
+    else:  # the connection's own process on the node names the lock; or, for a transport that can keep no
+        # command running (Ansible's), none: the lock outlives the script either way
+        result = conn.run(Script(_LOCK, (LOCK_PATH, info, owner or "once"), "node-lock"), sudo=True, timeout=60)
         if result.exit_code not in (0, 75) or _END not in result.stdout:
             result.check("taking the node's gpunode lock")
         output, keeper = result.stdout, None

@@ -14,21 +14,19 @@ import re
 import secrets
 import shlex
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
-from gpunode.connection.base import Connection
+from gpunode.connection.base import Connection, Result
 from gpunode.records import FileRecord, UndoRecord, UnitRecord
 from gpunode.shell import Cmd, Script, to_argv
 
 # Read-only look at what an undo record needs: files' sha256, the installed packages, units' enablement, the
 # .run driver's version, the held packages, the files in directories, files' texts. One line per item; a failure
-# prints nothing (the record says "unknown"). Several looks go in one command: `NONCE WHAT ITEM... -- WHAT ...`;
-# each answer follows a `NONCE look N` line (N: its place) and texts are framed by NONCE too, a random word the
-# caller picks, so no file's content can forge a boundary.
-UNDO_LOOK = Script(
-    name="undo-look",
-    body=r"""look() {
+# prints nothing (the record says "unknown"). A look is `WHAT ITEM... --`; `looks COUNT WORDS...` runs the looks
+# among the first COUNT words, each answer after a `NONCE look N` line (N: its place); texts are framed by NONCE
+# too, a random word the caller picks, so no file's content can forge a boundary.
+_LOOK_FUNCTIONS = r"""look() {
 what=$1; shift
 case $what in
 files) for f; do [ "$f" = -- ] && break; if [ -f "$f" ]; then s=$(sha256sum -- "$f" 2>/dev/null); echo "file ${s%% *} $f"; else echo "file - $f"; fi; done ;;
@@ -44,15 +42,36 @@ dir) for d; do [ "$d" = -- ] && break; for f in "$d"/*; do [ -f "$f" ] || contin
 texts) for f; do [ "$f" = -- ] && break; [ -f "$f" ] && [ -r "$f" ] || continue; echo "$n $f"; cat -- "$f"; echo; echo "$n"; done ;;
 esac
 }
-n=$1; shift
-i=0
-while [ $# -gt 0 ]; do
+looks() {
+k=$1; shift; i=0
+while [ "$k" -gt 0 ]; do
   echo "$n look $i"; look "$@"; i=$((i + 1))
-  while [ $# -gt 0 ] && [ "$1" != -- ]; do shift; done
-  [ $# -gt 0 ] && shift
+  while [ "$1" != -- ]; do shift; k=$((k - 1)); done
+  shift; k=$((k - 1))
 done
-true""",
-)
+}
+"""
+# The looks on their own: NONCE COUNT WORDS.
+UNDO_LOOK = Script(name="undo-look", body=_LOOK_FUNCTIONS + 'n=$1; shift\nlooks "$@"\ntrue')
+# The looks folded into the command of the action they look around, so they cost no remote command of their own:
+# NONCE COUNT BEFORE-WORDS COUNT AFTER-WORDS ARGV... prints the looks before, `NONCE ran`, runs ARGV (its stdin,
+# stdout, stderr and exit status are the command's own), then a newline, `NONCE after` and the looks after.
+LOOKED = Script(name="looked", body=_LOOK_FUNCTIONS + r"""n=$1; shift
+looks "$@"; shift "$1"; shift
+echo "$n ran"
+na=$1; shift
+( shift "$na"; exec "$@" )
+rc=$?
+printf '\n%s after\n' "$n"
+looks "$na" "$@"
+exit "$rc"
+""")
+
+Look = tuple[str, ...]  # (what, item...): "files" PATH..., "texts" PATH..., "units" UNIT..., "packages", ...
+# {item: value}: files: sha256 or "-"; packages: name -> version; units: name -> state; driver: "driver" ->
+# version or "-"; holds: held package -> "held"; dir: the files in the directories -> sha256. None: the node could
+# not tell.
+Answer = dict[str, str] | None
 
 
 def _parse_look(lines: list[str]) -> dict[str, str]:
@@ -82,36 +101,73 @@ def _parse_texts(text: str, nonce: str) -> dict[str, str]:
     return found
 
 
-def undo_looks(conn: Connection, *looks: tuple[str, ...]) -> list[dict[str, str] | None]:
-    """Several looks (each `(what, item...)`, as for undo_look; "texts": the files' contents) in ONE command on
-    the node. Each answer is None when the node could not tell."""
-    nonce = secrets.token_hex(8)
-    argv = [nonce, *(w for look in looks for w in (*look, "--"))]
-    try:
-        result = conn.run(Script(UNDO_LOOK.body, tuple(argv), UNDO_LOOK.name), sudo=True, timeout=120)
-    except Exception:  # noqa: BLE001 - a record is best effort: the change itself must not fail for it
+def _words(looks: tuple[Look, ...]) -> tuple[str, ...]:
+    words = tuple(w for look in looks for w in (*look, "--"))
+    return (str(len(words)), *words)
+
+
+def _answers(text: str | None, nonce: str, looks: tuple[Look, ...]) -> list[Answer]:
+    """The answers of `looks` in the output of the look functions (None: that output is missing)."""
+    if text is None:
         return [None] * len(looks)
-    if not result.ok:
-        return [None] * len(looks)
-    parts = re.split(rf"(?m)^{nonce} look (\d+)\n", result.stdout)
+    parts = re.split(rf"(?m)^{nonce} look (\d+)\n", text)
     answers: dict[int, str] = {int(parts[i]): parts[i + 1] for i in range(1, len(parts) - 1, 2)}
-    found: list[dict[str, str] | None] = []
+    found: list[Answer] = []
     for i, look in enumerate(looks):
-        text = answers.get(i)
-        if text is None:
+        part = answers.get(i)
+        if part is None:
             found.append(None)
         elif look[0] == "texts":
-            found.append(_parse_texts(text, nonce))
+            found.append(_parse_texts(part, nonce))
         else:
-            found.append(_parse_look(text.splitlines()))
+            found.append(_parse_look(part.splitlines()))
     return found
 
 
-def undo_look(conn: Connection, what: str, *items: str) -> dict[str, str] | None:
-    """{item: value} from UNDO_LOOK (files: sha256 or "-"; packages: name -> version; units: name -> state;
-    driver: "driver" -> version or "-"; holds: held package -> "held"; dir: the files in the directories ->
-    sha256), or None when the node could not tell."""
-    return undo_looks(conn, (what, *items))[0]
+def undo_looks(conn: Connection, *looks: Look) -> list[Answer]:
+    """Several looks (each `(what, item...)`; "texts": the files' contents) in ONE command on the node, for what
+    reads the node's state without changing it (uninstall's planning). Each answer is None when the node could
+    not tell."""
+    nonce = secrets.token_hex(8)
+    try:
+        result = conn.run(Script(UNDO_LOOK.body, (nonce, *_words(looks)), UNDO_LOOK.name), sudo=True, timeout=120)
+    except Exception:  # noqa: BLE001 - a record is best effort: the change itself must not fail for it
+        return [None] * len(looks)
+    return _answers(result.stdout if result.ok else None, nonce, looks)
+
+
+@dataclass
+class Looks:
+    """Looks an action takes around its change, folded into its own remote commands (`LOOKED`): `before` rides in
+    the first command run through `run`, `after` in the last (`first`/`last` say which a command is); their
+    answers land in `seen_before` / `seen_after`. `Looks()` looks at nothing: `run` is `conn.run`."""
+
+    before: tuple[Look, ...] = ()
+    after: tuple[Look, ...] = ()
+    seen_before: list[Answer] = field(default_factory=list)
+    seen_after: list[Answer] = field(default_factory=list)
+
+    def run(self, conn: Connection, cmd: Cmd, *, sudo: bool = True, stdin: bytes | None = None,
+            timeout: float | None = None, first: bool = True, last: bool = True) -> Result:
+        before, after = self.before if first else (), self.after if last else ()
+        if not before and not after:
+            return conn.run(cmd, sudo=sudo, stdin=stdin, timeout=timeout)
+        nonce = secrets.token_hex(8)
+        script = Script(LOOKED.body, (nonce, *_words(before), *_words(after), *to_argv(cmd)), LOOKED.name)
+        result = conn.run(script, sudo=sudo, stdin=stdin, timeout=timeout)
+        head, ran, rest = result.stdout.partition(f"{nonce} ran\n")
+        out, ended, tail = rest.rpartition(f"\n{nonce} after\n")
+        if not ended:  # the command did not come back to the looks after it (killed, timed out)
+            out = rest
+        if first:
+            self.seen_before = _answers(head if ran else None, nonce, before)
+        if last:
+            self.seen_after = _answers(tail if ended else None, nonce, after)
+        return replace(result, stdout=out if ran else result.stdout)
+
+    def answers(self) -> tuple[list[Answer], list[Answer]]:
+        """(before, after): each look's answer, None for a look the node did not answer (or never ran)."""
+        return ((self.seen_before or [None] * len(self.before)), (self.seen_after or [None] * len(self.after)))
 
 
 def command_line(cmd: Cmd, sudo: bool = True) -> str:
@@ -192,11 +248,15 @@ class RunCommand(Action):
 
     def apply_recorded(self, conn: Connection) -> tuple[str | None, list[UndoRecord]]:
         units, created = self.enables(), self.creates
-        before_units = undo_look(conn, "units", *units) if units else None
-        before_files = undo_look(conn, "files", *created) if created else None
-        note = self.apply(conn)
+        if not units and not created:
+            return self.apply(conn), []
+        looks = Looks(before=((("units", *units),) if units else ()) + ((("files", *created),) if created else ()),
+                      after=(("files", *created),) if created else ())
+        looks.run(conn, self.cmd, sudo=self.sudo, timeout=self.timeout).check(self.summary)
+        seen, seen_after = looks.answers()
+        before_units, before_files = (seen[0] if units else None), (seen[-1] if created else None)
+        after, note = (seen_after[0] if created else None), None
         records: list[UndoRecord] = [UnitRecord(unit=u, was=(before_units or {}).get(u, "unknown")) for u in units]
-        after = undo_look(conn, "files", *created) if created else None
         for path in created:
             was, now = (before_files or {}).get(path), (after or {}).get(path)
             if was == "-" and now and now != "-":  # only what this command created

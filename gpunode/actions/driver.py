@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 
 from gpunode import cancel, fixes
-from gpunode.actions.base import Action, command_line, undo_look
+from gpunode.actions.base import Action, Looks, command_line
 from gpunode.actions.packages import PackageCommand
 from gpunode.artifacts import ProgressBars, silent
 from gpunode.artifacts.makeself import read_header
@@ -169,6 +169,10 @@ class RunInstaller(Action):
         return {**super().to_dict(), "flags": list(self.flags), "log": LOG}
 
     def apply(self, conn: Connection) -> str | None:
+        return self._apply(conn, Looks())
+
+    def _apply(self, conn: Connection, looks: Looks) -> str | None:
+        """apply(), with `looks` riding in the installer's own command."""
         assert self.source is not None
         verified = obtain(self.source, progress=self.progress)  # the file uploaded is the file verified
         problem = space_problem(conn, verified.path, self.source.name, verified.unpacked)
@@ -189,7 +193,7 @@ class RunInstaller(Action):
         # the node's copy is the verified file (its hash checked on arrival): the install script need not hash it
         script = Script(_INSTALL, (workdir, self.source.name, "", LOG, self.signing_key,
                                    self.signing_cert, *self.flags), "driver-install")
-        result = conn.run(script, sudo=True, timeout=INSTALL_TIMEOUT)
+        result = looks.run(conn, script, sudo=True, timeout=INSTALL_TIMEOUT)
         if result.timed_out:
             raise CommandError(f"the NVIDIA installer did not finish within {INSTALL_TIMEOUT:.0f}s",
                                fix=f"look at {LOG} on the node; it may still be building", stderr=result.stderr)
@@ -212,9 +216,10 @@ class RunInstaller(Action):
 
     def apply_recorded(self, conn: Connection) -> tuple[str | None, list[UndoRecord]]:
         """For `gpunode uninstall`: the .run driver version in place before (None: none) and the one installed."""
-        before = (undo_look(conn, "driver") or {}).get("driver")
-        note = self.apply(conn)
-        after = (undo_look(conn, "driver") or {}).get("driver")
+        looks = Looks(before=(("driver",),), after=(("driver",),))
+        note = self._apply(conn, looks)
+        (seen,), (seen_after,) = looks.answers()
+        before, after = (seen or {}).get("driver"), (seen_after or {}).get("driver")
         return note, [DriverRecord(version=after if after and after != "-" else None,
                                    previous=None if before == "-" else before or "unknown")]
 

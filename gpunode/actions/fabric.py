@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpunode import fixes
-from gpunode.actions.base import Action, command_line, undo_look
+from gpunode.actions.base import Action, Looks, command_line
 from gpunode.connection.base import Connection
 from gpunode.errors import CommandError
 from gpunode.records import UndoRecord, UnitRecord
@@ -57,8 +57,12 @@ class StartFabricManager(Action):
         return (("start", f"{self.service}.service"),)
 
     def apply(self, conn: Connection) -> str | None:
+        return self._apply(conn, Looks())
+
+    def _apply(self, conn: Connection, looks: Looks) -> str | None:
+        """apply(), with `looks` riding in the `systemctl enable` command."""
         service = self.service
-        conn.run(("systemctl", "enable", service), sudo=True, timeout=120).check(f"enabling {service}")
+        looks.run(conn, ("systemctl", "enable", service), sudo=True, timeout=120).check(f"enabling {service}")
         result = conn.run(("systemctl", "restart", service), sudo=True, timeout=300)
         if not result.ok:
             log = conn.run(Script(_LOG_TAIL.body, (self.log,), _LOG_TAIL.name), sudo=True, timeout=60).stdout.strip()
@@ -80,6 +84,7 @@ class StartFabricManager(Action):
         """For `gpunode uninstall`: whether the unit was enabled before gpunode enabled it (not enabled before:
         uninstall disables and stops it)."""
         unit = f"{self.service}.service"
-        before = undo_look(conn, "units", unit)
-        note = self.apply(conn)
+        looks = Looks(before=(("units", unit),))
+        note = self._apply(conn, looks)
+        before = looks.answers()[0][0]
         return note, [UnitRecord(unit=unit, was=(before or {}).get(unit, "unknown"))]

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import posixpath
 import shlex
-from collections.abc import Callable, Container
+from collections.abc import Container
 from dataclasses import dataclass
 
 from gpunode import pkgmgr
-from gpunode.actions.base import Action, command_line, undo_look
+from gpunode.actions.base import Action, Answer, Looks, command_line
 from gpunode.connection.base import Connection, Result
 from gpunode.errors import CommandError
 from gpunode.records import FileRecord, HoldRecord, PackagesRecord, UndoRecord
@@ -24,11 +24,13 @@ LOCK_POLL_SECONDS = 5.0
 _REMOVE_DIR = Script(name="remove-dir", body='rm -rf -- "$1"')
 
 
-def run_locked(conn: Connection, cmd: Cmd, lock_timeout: float, timeout: float, manager: str) -> tuple[Result, str]:
-    """Run one package-manager command, waiting for the package lock. (result, note about the wait)."""
+def run_locked(conn: Connection, cmd: Cmd, lock_timeout: float, timeout: float, manager: str,
+               looks: Looks | None = None, *, first: bool = True, last: bool = True) -> tuple[Result, str]:
+    """Run one package-manager command, waiting for the package lock. (result, note about the wait). `looks`:
+    undo looks that ride in this command (before it if `first`, after it if `last`)."""
     script = Script(pkgmgr.LOCKED_RUN, (str(int(lock_timeout)), str(LOCK_POLL_SECONDS), *to_argv(cmd)),
                     pkgmgr.LOCKED_RUN_NAME)
-    result = conn.run(script, sudo=True, timeout=lock_timeout + timeout)
+    result = (looks or Looks()).run(conn, script, sudo=True, timeout=lock_timeout + timeout, first=first, last=last)
     lines = result.stderr.splitlines()
     waits = [line.split(":", 1)[1].strip() for line in lines if line.startswith(pkgmgr.LOCK_WAIT_PREFIX)]
     if result.exit_code == pkgmgr.LOCK_TIMEOUT_EXIT:
@@ -61,10 +63,15 @@ class PackageCommand(Action):
                 "lock_timeout": self.lock_timeout}
 
     def apply(self, conn: Connection) -> str | None:
+        return self._apply(conn, Looks())
+
+    def _apply(self, conn: Connection, looks: Looks) -> str | None:
+        """apply(), with `looks` riding in the first and the last command."""
         notes: list[str] = []
         manager = pkgmgr.get(self.manager)
         for i, cmd in enumerate(self.cmds):
-            result, waited = run_locked(conn, cmd, self.lock_timeout, self.timeout, self.manager)
+            result, waited = run_locked(conn, cmd, self.lock_timeout, self.timeout, self.manager, looks,
+                                        first=i == 0, last=i == len(self.cmds) - 1)
             if waited:
                 notes.append(waited)
             argv = to_argv(cmd)
@@ -87,46 +94,46 @@ class PackageCommand(Action):
         m = pkgmgr.get(self.manager)
         argvs = [to_argv(c) for c in self.cmds]
         if any(a[:len(m.hold_argv)] == m.hold_argv for a in argvs):
-            return recorded_hold(conn, self.manager, lambda: self.apply(conn))
+            looks = Looks(before=(HOLDS,), after=(HOLDS,))
+            note = self._apply(conn, looks)
+            return note, held_records(self.manager, *looks.answers())
         adds_repo = any(isinstance(c, Script) for c in self.cmds) or (
             m.add_repo_argv is not None and any(a[:len(m.add_repo_argv)] == m.add_repo_argv for a in argvs))
         if not adds_repo and not any(a[:len(m.install_argv)] == m.install_argv for a in argvs):
             return self.apply(conn), []
-        if not adds_repo:
-            return recorded_install(conn, self.manager, lambda: self.apply(conn))
-        before = undo_look(conn, "dir", m.repo_dir)
-        note, records = recorded_install(conn, self.manager, lambda: self.apply(conn))
-        after = undo_look(conn, "dir", m.repo_dir) if before is not None else None
+        repo = (("dir", m.repo_dir),) if adds_repo else ()
+        looks = Looks(before=(PACKAGES, *repo), after=(PACKAGES, *repo))
+        note = self._apply(conn, looks)
+        (packages, *dirs), (packages_after, *dirs_after) = looks.answers()
+        records = installed_records(self.manager, [packages], [packages_after])
+        before, after = (dirs[0], dirs_after[0]) if adds_repo else (None, None)
         for path, digest in sorted((after or {}).items()):
             if before is not None and path not in before and digest != "-":
                 records.append(FileRecord(path=path, existed=False, sha256=digest, repository=True))
         return note, records
 
 
-def recorded_hold(conn: Connection, manager: str, apply: Callable[[], str | None]
-                  ) -> tuple[str | None, list[UndoRecord]]:
-    """Run `apply` (a hold) between two looks at the held packages: the holds that appeared are gpunode's, so
-    `gpunode uninstall` releases them (and only them)."""
-    before = undo_look(conn, "holds")
-    note = apply()
-    after = undo_look(conn, "holds") if before is not None else None
-    if before is None or after is None:
-        return note, [HoldRecord(manager=manager, unknown=True)]
-    new = tuple(sorted(name for name in after if name not in before))
-    return note, ([HoldRecord(manager=manager, held=new)] if new else [])
+HOLDS: tuple[str, ...] = ("holds",)  # the undo look at the held packages
+PACKAGES: tuple[str, ...] = ("packages",)  # the undo look at the installed packages
 
 
-def recorded_install(conn: Connection, manager: str, apply: Callable[[], str | None]
-                     ) -> tuple[str | None, list[UndoRecord]]:
-    """Run `apply` (a package transaction) between two looks at the installed packages: what appeared is what it
-    installed (dependencies too); a package there before is never recorded, so never removed by uninstall."""
-    before = undo_look(conn, "packages")
-    note = apply()
-    after = undo_look(conn, "packages") if before is not None else None
-    if before is None or after is None:
-        return note, [PackagesRecord(manager=manager, unknown=True)]
-    new = tuple(sorted((name, version) for name, version in after.items() if name not in before))
-    return note, ([PackagesRecord(manager=manager, installed=new)] if new else [])
+def held_records(manager: str, before: list[Answer], after: list[Answer]) -> list[UndoRecord]:
+    """From the looks at the held packages before and after a hold (HOLDS): the holds that appeared are gpunode's,
+    so `gpunode uninstall` releases them (and only them)."""
+    if before[0] is None or after[0] is None:
+        return [HoldRecord(manager=manager, unknown=True)]
+    new = tuple(sorted(name for name in after[0] if name not in before[0]))
+    return [HoldRecord(manager=manager, held=new)] if new else []
+
+
+def installed_records(manager: str, before: list[Answer], after: list[Answer]) -> list[UndoRecord]:
+    """From the looks at the installed packages before and after a transaction (PACKAGES): what appeared is what
+    it installed (dependencies too); a package there before is never recorded, so never removed by uninstall."""
+    if before[0] is None or after[0] is None:
+        return [PackagesRecord(manager=manager, unknown=True)]
+    was = before[0]
+    new = tuple(sorted((name, version) for name, version in after[0].items() if name not in was))
+    return [PackagesRecord(manager=manager, installed=new)] if new else []
 
 
 def package_command(summary: str, manager: str, *cmds: Cmd, packages: tuple[str, ...] | list[str] = (),
@@ -182,15 +189,21 @@ class InstallLocalPackages(Action):
                 "lock_timeout": self.lock_timeout}
 
     def apply(self, conn: Connection) -> str | None:
+        return self._apply(conn, Looks())
+
+    def _apply(self, conn: Connection, looks: Looks) -> str | None:
         directory = conn.make_private_dir()
         try:
             for path in self.files:
                 conn.upload(path, f"{directory}/{posixpath.basename(path)}")
-            result, waited = run_locked(conn, self.remote_argv(directory), self.lock_timeout, 1800, self.manager)
+            result, waited = run_locked(conn, self.remote_argv(directory), self.lock_timeout, 1800, self.manager,
+                                        looks)
             result.check(self.summary)
         finally:
             conn.run(Script(_REMOVE_DIR.body, (directory,), _REMOVE_DIR.name), sudo=True, timeout=60)
         return waited or None
 
     def apply_recorded(self, conn: Connection) -> tuple[str | None, list[UndoRecord]]:
-        return recorded_install(conn, self.manager, lambda: self.apply(conn))
+        looks = Looks(before=(PACKAGES,), after=(PACKAGES,))
+        note = self._apply(conn, looks)
+        return note, installed_records(self.manager, *looks.answers())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpunode.actions.base import Action, WriteFile, command_line, undo_look
+from gpunode.actions.base import Action, Looks, WriteFile, command_line
 from gpunode.connection.base import Connection
 from gpunode.records import FileRecord, UndoRecord
 from gpunode.shell import Script
@@ -55,13 +55,14 @@ class ConfigureRuntime(Action):
         of what nvidia-ctk left (read back: its output is only predicted)."""
         note, kept = None, []
         paths = [path for path, _, _ in self.files]
-        before = undo_look(conn, "files", *paths) if paths else {}
+        looks = Looks(before=(("files", *paths),), after=(("files", *paths),)) if paths else Looks()
         if self.backups:
-            result = conn.run(self.backup_script(), sudo=True, timeout=60)
+            result = looks.run(conn, self.backup_script(), sudo=True, timeout=60, last=False)
             kept = result.check(f"backing up {', '.join(self.backups)}").stdout.split()
             note = "backup: " + ", ".join(kept) if kept else None
-        conn.run(self.argv, sudo=True, timeout=180).check(self.summary)
-        after = undo_look(conn, "files", *paths) if paths else {}
+        looks.run(conn, self.argv, sudo=True, timeout=180, first=not self.backups).check(self.summary)
+        seen, seen_after = looks.answers()
+        before, after = (seen[0], seen_after[0]) if paths else ({}, {})
         records: list[UndoRecord] = []
         for path in paths:
             backup = next((b for b in kept if b.startswith(path + ".gpunode-bak.")), None)

@@ -392,6 +392,12 @@ class Connection(ABC):
         prefix, with_password = self._privilege()
         return prefix, self._password_line() if with_password else b""
 
+    def lock_owner(self) -> str | None:
+        """The pid of a process on the node that runs exactly as long as this connection (SSH: sshd's process of
+        the connection), for the node lock to name (gpunode/nodelock.py); None when there is none (local, Ansible,
+        the test fake)."""
+        return None
+
     def hold(self, cmd: Cmd, *, sudo: bool = False, until: str, timeout: float = 60.0) -> Held | None:
         """Run `cmd` on the node and keep it running, its stdin open, until `Held.release()` closes that input
         (or the connection goes: gpunode stopped or died). Returns once the command printed `until` or ended;

@@ -84,14 +84,15 @@ _GCM = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 # EXIT trap, so a subshell killed by a signal writes none: "ended without an exit status", as before) and
 # `NONCE .`, and on stderr `NONCE`. The nonce is never in the command's environment, so nothing it prints (a
 # file's content) can end a frame early. Only the builtin `read` (never past a newline) and dd (never past the
-# length it asks for) consume the channel's input, so what follows stays for the next frame. The first line, `gpunode-serve B64`, proves the login
+# length it asks for) consume the channel's input, so what follows stays for the next frame. The first line, `gpunode-serve B64 PPID`, proves the login
 # shell runs commands and says whether base64 is there to decode a stdin (without it, a command with stdin runs on
-# a channel of its own); `gpunode-serve` on stderr too, so nothing a login script printed before it is taken for
-# the first command's output.
+# a channel of its own) and which process on the node started the loop: sshd's process of this connection, which
+# lives exactly as long as the connection (the node lock names it: Connection.lock_owner); `gpunode-serve` on
+# stderr too, so nothing a login script printed before it is taken for the first command's output.
 _SERVE_HELLO = b"gpunode-serve "
 _SERVE_DD = 2048  # command lines longer than this (bytes) are read by dd, shorter ones by the builtin read
 _SERVE = r"""if command -v base64 >/dev/null 2>&1; then gpunode_b=1; else gpunode_b=0; fi
-echo "gpunode-serve $gpunode_b"; echo gpunode-serve >&2
+echo "gpunode-serve $gpunode_b $PPID"; echo gpunode-serve >&2
 gpunode_frame() { printf '%s %s\n' "$gpunode_n" "$1"; }
 while IFS= read -r gpunode_h; do
   gpunode_n=${gpunode_h%% *}; gpunode_h=${gpunode_h#* }; gpunode_r=${gpunode_h#* }; gpunode_c=
@@ -345,6 +346,7 @@ class SSHConnection(Connection):
         self._shell_unchecked = False  # the login-shell check rides on the next command (connect(defer_checks))
         self._serve: paramiko.Channel | None = None  # the command channel (_SERVE), opened by the first command
         self._serve_b64 = False  # the node can decode a command's stdin sent on it
+        self._serve_owner: str | None = None  # the pid of sshd's process of this connection on the node
         self._serve_busy = threading.Lock()  # one command at a time on it; another thread's gets its own channel
 
     # -- connecting ------------------------------------------------------------------------------------
@@ -480,6 +482,7 @@ class SSHConnection(Connection):
 
     def close(self) -> None:
         self._serve = None
+        self._serve_owner = None
         if self._client is not None:
             self._client.close()
             self._client = None
@@ -592,9 +595,23 @@ class SSHConnection(Connection):
                 self.close()
             raise
         self._shell_unchecked = False
-        self._serve_b64 = hello == b"1"
+        words = hello.split()
+        self._serve_b64 = words[:1] == [b"1"]
+        self._serve_owner = words[1].decode() if len(words) > 1 and words[1].isdigit() and int(words[1]) > 1 else None
         self._serve = chan
         return chan
+
+    def lock_owner(self) -> str | None:
+        """sshd's process of this connection on the node (the command channel's shell's parent): it ends when the
+        connection does (gpunode done, killed, the network gone), whichever channel is open, so a lock naming it
+        lives exactly as long as this connection. None when the loop did not say (a keeper is used instead)."""
+        with self._serve_busy:
+            try:
+                self._serving(self._transport())
+            except (paramiko.SSHException, EOFError, OSError) as exc:
+                raise ConnectError(f"{self.name}: the SSH connection dropped while opening its command channel ({exc})",
+                                   fix="check the node and its network, then run the same command again") from None
+        return self._serve_owner
 
     def _serving(self, transport: paramiko.Transport) -> paramiko.Channel:
         """The command channel, opened (again) when there is none or it ended."""

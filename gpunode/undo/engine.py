@@ -4,6 +4,7 @@ read again -> re-plan, which must be `ok`. The uninstall is a run in the journal
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
 
 from gpunode import cancel, nodelock
@@ -11,6 +12,7 @@ from gpunode.actions.base import undo_looks
 from gpunode.connection.base import Connection
 from gpunode.facts import Facts, gather
 from gpunode.facts.containers import journal_text
+from gpunode.facts.registry import FILES, facts_of
 from gpunode.journal import journal_from
 from gpunode.options import Options
 from gpunode.plan import Earlier, Status, StepPlan
@@ -60,15 +62,30 @@ def legacy_records(journal: dict[str, object]) -> list[Record]:
             for step, paths in LEGACY_FILES.items() for path in paths]
 
 
-def read_state(conn: Connection, records: list[Record]) -> NodeState:
-    """Read-only, in ONE command: the hashes and texts of every file the records name, the installed packages,
-    the units, the .run driver, the holds (each only when a record needs it)."""
+def probed_file(facts: Facts, path: str) -> str | None:
+    """The sha256 of a file as the probe read it ("-": the probe looked for it and it is not there), or None when
+    the probe did not look at that path (no file fact of its probe names it) or its text is not the file's bytes
+    (it did not decode as UTF-8). The probe reads files byte for byte (facts/probe.py split_files), as root."""
+    if not any(f.matches(path) and f.gathered_by(facts.probe) for f in facts_of(FILES)):
+        return None
+    text = facts.files.get(path)
+    if text is None:
+        return "-"
+    return None if "\ufffd" in text else hashlib.sha256(text.encode()).hexdigest()
+
+
+def read_state(conn: Connection, records: list[Record], facts: Facts) -> NodeState:
+    """The state of what the records name: files the probe read come from the facts (no command); for the rest,
+    read-only and in ONE command: the hashes and texts of the other files, the installed packages, the units, the
+    .run driver, the holds (each only when a record needs it)."""
     paths = state.paths(records)
     units = state.units(records)
+    probed = {p: h for p in paths for h in [probed_file(facts, p)] if h is not None}
+    looked = [p for p in paths if p not in probed]
     wanted: dict[str, tuple[str, ...]] = {}
-    if paths:
-        wanted["files"] = ("files", *paths)
-        wanted["texts"] = ("texts", *(p for p in paths if not p.endswith(_BINARY)))
+    if looked:
+        wanted["files"] = ("files", *looked)
+        wanted["texts"] = ("texts", *(p for p in looked if not p.endswith(_BINARY)))
     if any(isinstance(r, PackagesRecord) for r in records):
         wanted["packages"] = ("packages",)
     if units:
@@ -78,9 +95,10 @@ def read_state(conn: Connection, records: list[Record]) -> NodeState:
     if any(isinstance(r, HoldRecord) for r in records):
         wanted["holds"] = ("holds",)
     answers = dict(zip(wanted, undo_looks(conn, *wanted.values()), strict=True)) if wanted else {}
-    files = answers.get("files") or {}
-    read = answers.get("texts")
-    texts: dict[str, str | None] = {p: (read or {}).get(p) for p in paths
+    known = {**probed, **(answers.get("files") or {})}
+    files = {p: known[p] for p in paths if p in known}
+    read = {**(answers.get("texts") or {}), **{p: facts.files[p] for p, h in probed.items() if h != "-"}}
+    texts: dict[str, str | None] = {p: read.get(p) for p in paths
                                     if files.get(p, "-") != "-" and not p.endswith(_BINARY)}
     holds = answers.get("holds", {})
     return NodeState(files=files, texts=texts, packages=answers.get("packages", {}),
@@ -113,7 +131,7 @@ class _Undo:
 
     def state(self, facts: Facts) -> NodeState:
         if self._read is None or self._read[0] is not facts:
-            self._read = (facts, read_state(self.conn, self.records))
+            self._read = (facts, read_state(self.conn, self.records, facts))
         return self._read[1]
 
     def steps(self) -> list[Step]:

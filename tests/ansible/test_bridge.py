@@ -26,10 +26,38 @@ def test_the_users_options_are_carried_as_arguments():
                                                          '["docker"], hold_kernel: true, stop_gpu_services: true}')
 
 
-def test_other_commands_stay_runnable_from_the_controller_and_node_commands_stay_as_they_are():
+def test_other_commands_stay_runnable_from_the_controller_and_node_commands_become_tasks():
     fix = fixes.gpunode("verify", k8s=True) + "; " + fixes.on_node("sudo modprobe nvidia")
-    assert bridge.ansible_fix(fix, HOST) == "gpunode verify --host root@gpu-01 --k8s; sudo modprobe nvidia"
+    assert bridge.ansible_fix(fix, HOST) == ('gpunode verify --host root@gpu-01 --k8s; '
+                                             '{ansible.builtin.command: "modprobe nvidia", become: true}')
     assert bridge.ansible_fix(fixes.SEE_OUTPUT_RERUN, HOST).startswith("see `output` in this task's result; ")
+
+
+def test_a_fixs_commands_become_tasks_to_paste():
+    fix = (fixes.on_node("sudo modprobe -r nouveau") + ", then " + fixes.gpunode("install", only="nouveau", reboot=True)
+           + "; " + fixes.on_node("printf 'x\\n' | sudo tee /etc/modules-load.d/x.conf") + "; "
+           + fixes.on_node("nvidia-smi -q", note="read the ECC section") + "; " + fixes.here("kubectl get nodes")
+           + "; " + fixes.gpunode("plan", only="toolkit") + "; " + fixes.gpunode("verify"))
+    assert bridge.fix_tasks(fix, HOST) == [
+        {"ansible.builtin.command": "modprobe -r nouveau", "become": True},
+        {"gpunode.gpu.node": {"only": ["nouveau"]}}, {"ansible.builtin.reboot": {}},
+        {"gpunode.gpu.node": {"only": ["nouveau"]}},
+        {"ansible.builtin.shell": "printf 'x\\n' | tee /etc/modules-load.d/x.conf", "become": True},
+        {"ansible.builtin.command": "nvidia-smi -q"},
+        {"ansible.builtin.command": "kubectl get nodes", "delegate_to": "localhost"},
+        {"gpunode.gpu.node": {"only": ["toolkit"]}, "check_mode": True},
+        {"ansible.builtin.command": "gpunode verify --host root@gpu-01", "delegate_to": "localhost"}]
+    # `sudo -u USER` is not what become does; words are not tasks
+    assert bridge.command_task("sudo -u alice systemctl --user restart docker") == {
+        "ansible.builtin.command": "sudo -u alice systemctl --user restart docker"}
+    assert bridge.fix_tasks("reseat the GPU", HOST) == [] and bridge.fix_tasks(fixes.SEE_OUTPUT_RERUN, HOST) == []
+    piped = fixes.on_node("sudo dmesg", into=fixes.gpunode("explain"))
+    assert bridge.fix_tasks(piped, HOST) == [
+        {"ansible.builtin.command": "dmesg", "become": True, "register": "node_output"},
+        {"ansible.builtin.command": "gpunode explain", "delegate_to": "localhost",
+         "args": {"stdin": "{{ node_output.stdout }}"}}]
+    entry = bridge.fix_entry(fix, HOST, step="driver")
+    assert entry["step"] == "driver" and entry["fix"] == bridge.ansible_fix(fix, HOST) and len(entry["tasks"]) == 9
 
 
 class _Action:

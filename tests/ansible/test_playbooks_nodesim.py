@@ -396,3 +396,31 @@ def test_day2_stop_gpu_services_upgrade_and_kernel_holds_through_the_collection(
         assert "kernel" not in rocky.held_packages()
     finally:
         mirror.stop()
+
+
+def test_a_failed_tasks_fix_names_tasks_that_ansible_runs_as_printed(sim_node, ansible):
+    """A real failure with a command for the host in its fix: a node lock left without a keeper (what a killed
+    Ansible run leaves) and no wait. The result gives the fix as tasks, in `fixes` and at the end of `msg`; the
+    task, pasted into a play as printed, runs, and the same task then goes through."""
+    node = sim_node("ubuntu-22.04-t4", preinstalled_driver=DRIVER, nouveau_loaded=False)
+    ansible.hosts([node])
+    holder = f"gpunode-lock pid=- boot={node.boot_id}\ncommand=gpunode install\nsince=2026-01-01T00:00:00Z\nfrom=ci"
+    code, _, err = node.ssh("mkdir -p /var/lib/gpunode && ln -s \"$(cat)\" /var/lib/gpunode/run.lock", stdin=holder)
+    assert code == 0, err
+    play = node_play("{lock_timeout: 0, only: [nouveau]}")
+    result = ansible.playbook(play).results()["gpu-00"]
+    assert result["_status"] == "failed" and "another gpunode run holds the node" in result["msg"], result
+    assert result["msg"].endswith("; fix: " + result["fix"])
+    (entry,) = result["fixes"]
+    assert entry["fix"] == result["fix"]
+    removal = {"ansible.builtin.command": "rm -f /var/lib/gpunode/run.lock", "become": True}
+    assert removal in entry["tasks"], entry["tasks"]
+    status = next(t for t in entry["tasks"] if "delegate_to" in t)
+    assert status["ansible.builtin.command"].startswith("gpunode status --host root@127.0.0.1:"), status
+    printed = re.search(r"\{ansible\.builtin\.command: [^}]*\}", result["fix"])
+    assert printed is not None and "sudo" not in printed[0], result["fix"]
+    pasted = ansible.playbook(f"- hosts: gpu\n  gather_facts: false\n  tasks:\n    - {printed[0]}\n")
+    assert pasted.rc == 0, pasted
+    assert node.ssh("test -L /var/lib/gpunode/run.lock")[0] == 1  # the link is gone
+    again = ansible.playbook(play).results()["gpu-00"]
+    assert again["_status"] != "failed" and again["state"] == "ready", again

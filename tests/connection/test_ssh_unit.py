@@ -1,5 +1,6 @@
 """SSH pieces that need no server: target parsing, ssh_config resolution, host-key policy."""
 
+import os
 import shutil
 import subprocess
 
@@ -172,21 +173,23 @@ def test_the_command_loop_runs_whole_frames_and_nothing_of_a_frame_cut_short(she
 
     mark = tmp_path / "ran"
 
+    hello = b"gpunode-serve 1 %d\n" % os.getpid()  # base64 is there; the loop's parent: this process
+
     def serve(data: bytes) -> bytes:
         return subprocess.run([*shell, "-c", _SERVE], input=data, capture_output=True, timeout=30, check=False).stdout
 
     touch = f"touch {mark}; echo hi; exit 3".encode()
     out = serve(b"n1 0 -\n" + touch + b"\nn1\n")
-    assert out == b"gpunode-serve 1\nhi\nn1 3\nn1 .\n" and mark.exists()
+    assert out == hello + b"hi\nn1 3\nn1 .\n" and mark.exists()
     mark.unlink()
     long = b": " + b"x" * _SERVE_DD + b"\n" + touch
     out = serve(b"n2 0 %d\n" % len(long) + long + b"n3 1 -\ncat\nn3\n" + base64.b64encode(b"in\x00put") + b"\n")
-    assert out == b"gpunode-serve 1\nhi\nn2 3\nn2 .\nin\x00putn3 0\nn3 .\n" and mark.exists()
+    assert out == hello + b"hi\nn2 3\nn2 .\nin\x00putn3 0\nn3 .\n" and mark.exists()
     mark.unlink()
     for cut in (b"n4 0 -\n" + touch,  # no terminator line
                 b"n5 0 %d\n" % len(long) + long[:-5],  # fewer bytes than announced
                 b"n6 1 -\n" + touch + b"\nn6\n" + base64.b64encode(b"partial")):  # stdin line without its end
-        assert serve(cut) == b"gpunode-serve 1\n" and not mark.exists(), cut
+        assert serve(cut) == hello and not mark.exists(), cut
 
 
 def test_the_command_loop_greeting_is_found_after_what_a_login_script_printed():

@@ -354,9 +354,9 @@ def _fake_modprobe(conn: FakeConnection, argv: list[str], stdin: bytes) -> tuple
 
 
 def _fake_undo_look(conn: FakeConnection, args: list[str], stdin: bytes) -> tuple[int, str, str]:
-    """undo-look NONCE WHAT ITEM... -- ...: files (sha256 of the fake's files) and texts; the other looks answer
-    nothing (unknown)."""
-    nonce, rest, out, index = args[0], args[1:], [], 0
+    """undo-look NONCE COUNT WHAT ITEM... -- ...: files (sha256 of the fake's files) and texts; the other looks
+    answer nothing (unknown)."""
+    nonce, rest, out, index = args[0], args[2:2 + int(args[1])], [], 0
     files = conn.node.files
     while rest:
         end = rest.index("--") if "--" in rest else len(rest)
@@ -369,6 +369,20 @@ def _fake_undo_look(conn: FakeConnection, args: list[str], stdin: bytes) -> tupl
                                                           for p in items if p in files))
         index += 1
     return 0, "".join(out), ""
+
+
+def _fake_looked(conn: FakeConnection, args: list[str], stdin: bytes) -> tuple[int, str, str]:
+    """looked NONCE COUNT BEFORE... COUNT AFTER... ARGV... (gpunode/actions/base.py LOOKED): the looks before (as
+    undo-look answers them), the command itself (dispatched as if sent alone, and logged in the wrapper's place),
+    then the looks after."""
+    nonce, nb = args[0], int(args[1])
+    before, na = args[2:2 + nb], int(args[2 + nb])
+    after, argv = args[3 + nb:3 + nb + na], args[3 + nb + na:]
+    conn.node.calls[-1] = argv
+    _, seen, _ = _fake_undo_look(conn, [nonce, str(nb), *before], b"")
+    code, out, err = conn._dispatch(argv, stdin)
+    _, seen_after, _ = _fake_undo_look(conn, [nonce, str(na), *after], b"")
+    return code, f"{seen}{nonce} ran\n{out}\n{nonce} after\n{seen_after}", err
 
 
 def _fake_rm(conn: FakeConnection, argv: list[str], stdin: bytes) -> tuple[int, str, str]:
@@ -414,6 +428,7 @@ _SCRIPTS: dict[str, Callable[[FakeConnection, list[str], bytes], tuple[int, str,
     "node-lock-read": _fake_node_lock_read,
     "stale-temp": _fake_stale_temp,
     "undo-look": _fake_undo_look,
+    "looked": _fake_looked,
     "pkg-locked-run": _fake_locked_run,
     "mktemp-dir": _fake_mktemp,
     "cleanup": _fake_cleanup,

@@ -3,6 +3,7 @@ run leaves behind. On simulated nodes: real sshd, the node's own sh. See docs/re
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -10,8 +11,10 @@ import threading
 import time
 
 import pytest
+from typer.testing import CliRunner
 
 from gpunode import nodelock
+from gpunode.cli import app
 from gpunode.options import Options
 from gpunode.runner import NullReporter, apply_pipeline
 from gpunode.steps import PIPELINE
@@ -139,3 +142,65 @@ def test_partial_uploads_a_killed_receiver_left_in_var_tmp_are_removed(sim_node)
     assert "removed 3 temporary file(s) an earlier run left behind" in flat(result.output)
     assert node.listdir("/var/tmp") == ["gpunode-notes.txt"]
     assert ".gpunode-tmp.Qr56St" not in node.listdir("/var/lib/gpunode")
+
+
+CHANNEL_LINE = "server_input_channel_open: ctype session"  # sshd logs each channel a client opens (DEBUG1)
+
+
+def test_over_ssh_the_lock_is_the_connections_and_costs_no_channel(sim_node):  # noqa: F811
+    """The lock names sshd's process of the run's connection (the command channel's shell's parent): a second run
+    is refused while that connection lives, takes the lock over once it is gone, and a converged install, plan
+    and doctor each open ONE channel."""
+    node = container_node(sim_node, sshd_log_level="DEBUG1")
+    first = ssh(node)
+    with first:
+        owner = first.lock_owner()
+        assert owner is not None and owner.isdigit()
+        lock = nodelock.acquire(first, "install driver", 0)
+        assert nodelock.holder(first).pid == owner  # type: ignore[union-attr]
+        code, _, _ = node.ssh(f"kill -0 {owner}")
+        assert code == 0  # a live process on the node
+        with ssh(node) as second, pytest.raises(nodelock.NodeLocked) as caught:
+            nodelock.acquire(second, "uninstall", 0)
+        assert f"pid {owner} on the node" in caught.value.message
+    # the connection closed without a release: its sshd process ended, so the lock is stale at once
+    deadline = time.monotonic() + 10
+    while node.ssh(f"kill -0 {owner}")[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    with ssh(node) as third:
+        taken = nodelock.acquire(third, "install", 0)
+        assert taken.stale is not None and taken.stale.pid == owner
+        taken.release()
+    assert not node.exists(LOCK)
+    del lock
+
+    assert install(node).exit_code == 0
+    log = node.sshd_log
+    for command in (["install", *node.cli_args(), "--only", "toolkit", "--only", "runtime", "--only", "nodesettings"],
+                    ["plan", *node.cli_args()], ["doctor", *node.cli_args()]):
+        before = open(log, errors="replace").read().count(CHANNEL_LINE)
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code in (0, 1), result.output  # doctor: 1 when a check warns
+        assert open(log, errors="replace").read().count(CHANNEL_LINE) - before == 1, command
+
+
+def test_of_two_runs_taking_over_one_stale_lock_only_one_takes_it(tmp_path):
+    """The takeover's mutex (LOCK_PATH.takeover): while another run is inside its takeover, a run that found the
+    same stale lock reports it held and removes nothing; the mutex left by a run killed inside it expires."""
+    lock = tmp_path / "run.lock"
+    boot = open("/proc/sys/kernel/random/boot_id").read().strip()
+    stale = f"gpunode-lock pid=999999999 boot={boot}\ncommand=gpunode install\nsince=x\nfrom=y"
+    os.symlink(stale, lock)
+
+    def take(owner: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["sh", "-c", nodelock._LOCK, "node-lock", str(lock), f"command=gpunode {owner}",
+                               str(os.getpid())], capture_output=True, text=True, timeout=30, check=False)
+    (tmp_path / "run.lock.takeover").mkdir()  # another run is taking it over right now
+    busy = take("second")
+    assert busy.returncode == 75 and busy.stdout.startswith("gpunode-lock-held")
+    assert os.readlink(lock) == stale  # nothing removed
+    os.utime(tmp_path / "run.lock.takeover", (time.time() - 120, time.time() - 120))  # its run was killed inside
+    assert take("third").returncode == 75  # this attempt clears the expired mutex ...
+    again = take("third")  # ... and the next takes the stale lock over
+    assert again.returncode == 0 and again.stdout.startswith("gpunode-lock-stale"), again
+    assert f"pid={os.getpid()} " in os.readlink(lock) and not (tmp_path / "run.lock.takeover").exists()

@@ -143,3 +143,31 @@ def test_a_record_that_could_not_be_made_is_a_warning_at_install_time():
              RunReport("n", "install"), StepOutcome("prerequisites", "x", plan, "ok"), Journal(conn, "install"))
     assert any(m.startswith("warning: prerequisites: install gcc: the node did not list its packages")
                and "uninstall will keep it" in m for m in reporter.said), reporter.said
+
+
+def test_files_the_probe_read_come_from_its_facts_and_only_the_others_are_looked_at():
+    from gpunode.facts import RUN
+    from gpunode.facts.containers import DOCKER_CONFIG
+    from gpunode.records import FileRecord
+    from gpunode.undo.engine import probed_file, read_state
+
+    daemon, other, odd = '{"runtimes": {}}\n', "/etc/gpunode-test/x.conf", "/etc/containerd/conf.d/odd.toml"
+    facts = Facts(files={DOCKER_CONFIG: daemon, odd: "bad \ufffd byte"}, probe=RUN)
+    assert probed_file(facts, DOCKER_CONFIG) == hashlib.sha256(daemon.encode()).hexdigest()
+    assert probed_file(facts, "/var/snap/docker/current/config/daemon.json") == "-"  # looked for: not there
+    assert probed_file(facts, other) is None  # no file fact names it
+    assert probed_file(facts, odd) is None  # not the file's bytes: the look reads it
+    node = FakeNode()
+    node.files[other] = "mine\n"
+    node.files[odd] = "real\n"
+    conn = FakeConnection(node)
+    records = [FileRecord(path=p, existed=False, step="runtime") for p in (DOCKER_CONFIG, other, odd)]
+    state = read_state(conn, records, facts)
+    looks = [c for c in node.calls if c[3:4] == ["gpunode-undo-look"]]
+    assert len(looks) == 1 and DOCKER_CONFIG not in looks[0] and other in looks[0] and odd in looks[0]
+    assert state.files == {DOCKER_CONFIG: hashlib.sha256(daemon.encode()).hexdigest(),
+                           other: hashlib.sha256(b"mine\n").hexdigest(), odd: hashlib.sha256(b"real\n").hexdigest()}
+    assert state.texts == {DOCKER_CONFIG: daemon, other: "mine\n", odd: "real\n"}
+    node.calls.clear()
+    only_probed = read_state(conn, records[:1], facts)
+    assert node.calls == [] and only_probed.files == {DOCKER_CONFIG: state.files[DOCKER_CONFIG]}

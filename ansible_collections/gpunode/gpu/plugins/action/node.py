@@ -12,6 +12,8 @@ from ansible_collections.gpunode.gpu.plugins.plugin_utils.gpunode_bridge import 
     GPUNODE_IMPORT_ERROR,
     MISSING_GPUNODE,
     AnsibleNodeConnection,
+    fix_entry,
+    node_args,
     node_fixer,
     rewrite,
 )
@@ -49,6 +51,20 @@ def _failure(data):
     return data.get("error") or f"gpunode ended {data['summary']['state']}", data.get("fix")
 
 
+def _failed(result, msg, fix, fixes, **more):
+    """A failed task: `msg` ends with the fix as Ansible users act on it (module arguments, tasks in YAML), `fix`
+    is that text, `fixes` each fix with its tasks (gpunode_bridge.fix_tasks)."""
+    return {**result, "failed": True, "msg": msg + (f"; fix: {fix}" if fix else ""), "fix": fix, "fixes": fixes,
+            **more}
+
+
+def _fixes(outcome, args):
+    """The task result's `fixes`: each step that did not finish, with its fix's tasks (api.PipelineResult.fixes
+    says which)."""
+    found = {o.step: o.fix for o in outcome.report.outcomes}
+    return [fix_entry(found[f["step"]], args, step=f["step"], result=f["result"]) for f in outcome.fixes()]
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _supports_check_mode = True
@@ -66,11 +82,15 @@ class ActionModule(ActionBase):
         check = bool(self._task.check_mode)
         absent = args.get("state") == "absent"
         values = {k: args.get(k) for k in ansible_spec.gpunode_options()}
-        fixer = node_fixer(task_vars, host)
+        fixer, reach = node_fixer(task_vars, host), node_args(task_vars, host)
+
+        def failed(exc, **more):
+            return _failed(result, exc.message, exc.fix and fixer(exc.fix),
+                           [fix_entry(exc.fix, reach)] if exc.fix else [], **more)
         try:
             chosen = api.uninstall_request(values) if absent else api.request(values)
         except GpunodeError as exc:
-            return {**result, "failed": True, "msg": exc.message, "fix": exc.fix and fixer(exc.fix)}
+            return failed(exc)
         conn = AnsibleNodeConnection(self, host)
         try:
             if absent:
@@ -80,10 +100,9 @@ class ActionModule(ActionBase):
         except ConnectError as exc:
             if conn.failure is not None:
                 return {**result, "unreachable": True, "msg": exc.message}
-            return {**result, "failed": True, "msg": exc.message, "fix": exc.fix and fixer(exc.fix)}
+            return failed(exc)
         except GpunodeError as exc:
-            return {**result, "failed": True, "msg": exc.message, "fix": exc.fix and fixer(exc.fix),
-                    "output": conn.output()}
+            return failed(exc, output=conn.output())
         data = rewrite(outcome.to_dict(), task_vars, host)
         summary = data["summary"]
         result.update(
@@ -105,7 +124,7 @@ class ActionModule(ActionBase):
             result["diff"] = _diff(outcome.file_diffs())
         if summary["state"] in ("failed", "blocked", "interrupted"):
             msg, fix = _failure(data)
-            result.update(failed=True, msg=msg, fix=fix, output=conn.output())
+            result.update(_failed(result, msg, fix, _fixes(outcome, reach), output=conn.output()))
         elif outcome.reboot_required:
             result["msg"] = ("a reboot is required before the remaining steps can run: reboot the host "
                              "(ansible.builtin.reboot), then run this task again")

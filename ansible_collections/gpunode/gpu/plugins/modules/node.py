@@ -280,15 +280,25 @@ nothing_to_undo:
   returned: success and O(state=absent)
   type: bool
 msg:
-  description: The reason of the first failed or blocked step, or the run's state.
+  description: The reason of the first failed or blocked step and its fix (as RV(fix)), or the run's state.
   returned: always
   type: str
 fix:
   description:
-    - gpunode's fix for the failure. gpunode's own commands appear as this module's arguments (for example
-      C(gpunode.gpu.node) with O(only=[toolkit])), commands for the host as they are.
+    - gpunode's fix for the failure (also at the end of RV(msg)). gpunode's own commands appear as this module's
+      arguments (for example C(gpunode.gpu.node) with O(only=[toolkit])), a command for the host as the task that
+      runs it, one line of YAML (C(ansible.builtin.command) or C(ansible.builtin.shell) with C(become=true)).
   returned: failure
   type: str
+fixes:
+  description:
+    - Each fix of the failure as data. C(fix) is its text as in RV(fix); C(tasks) are its commands as tasks to paste
+      into a play (C(gpunode.gpu.node) with its arguments, C(ansible.builtin.command) or C(ansible.builtin.shell)
+      with C(become) for a command on the host, C(delegate_to=localhost) for what runs on the controller);
+      C(step) and C(result) name the step, when the fix is a step's.
+  returned: failure
+  type: list
+  elements: dict
 output:
   description:
     - The commands that failed on the host (else the last ones run), each with its exit status and the end of what
