@@ -254,25 +254,48 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
         client.get_host_keys().add(hostname, key.get_name(), key)
 
 
+# known_hosts files as parsed, by path, while their inode, size and mtime stay the same: a fleet run connects to every
+# node of an inventory whose known_hosts has a line per node, and parsing each file once per connection made that
+# N x N key decodes (~90 us each: ~1 s of CPU for 100 nodes).
+_parsed_known_hosts: dict[Path, tuple[tuple[int, int, int], list[tuple[str, paramiko.PKey]]]] = {}
+
+
+def _known_host_entries(path: Path) -> list[tuple[str, paramiko.PKey]]:
+    """(host name, key) of each usable line of a known_hosts file; one malformed line does not discard the rest."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return []
+    stamp = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    with _known_hosts_lock:
+        cached = _parsed_known_hosts.get(path)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    entries: list[tuple[str, paramiko.PKey]] = []
+    for line in lines:
+        if not line.strip() or line.lstrip().startswith(("#", "@")):
+            continue
+        try:
+            entry = paramiko.hostkeys.HostKeyEntry.from_line(line)
+        except Exception:  # noqa: BLE001 - paramiko raises several unrelated types on bad lines
+            continue
+        if entry is None or entry.key is None:
+            continue
+        entries += [(name, entry.key) for name in entry.hostnames]
+    with _known_hosts_lock:
+        _parsed_known_hosts[path] = (stamp, entries)
+    return entries
+
+
 def _load_known_hosts(client: paramiko.SSHClient, paths: list[Path]) -> None:
-    """Load known_hosts files line by line so one malformed line does not discard the whole file."""
     keys = client.get_host_keys()
     for path in paths:
-        try:
-            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
-            continue
-        for line in lines:
-            if not line.strip() or line.lstrip().startswith(("#", "@")):
-                continue
-            try:
-                entry = paramiko.hostkeys.HostKeyEntry.from_line(line)
-            except Exception:  # noqa: BLE001 - paramiko raises several unrelated types on bad lines
-                continue
-            if entry is None or entry.key is None:
-                continue
-            for name in entry.hostnames:
-                keys.add(name, entry.key.get_name(), entry.key)
+        for name, key in _known_host_entries(path):
+            keys.add(name, key.get_name(), key)
 
 
 @dataclass
