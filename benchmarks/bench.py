@@ -99,7 +99,7 @@ def main() -> int:
         if "fleet" in wanted:
             started = nodes.start(max(sizes), prefix="bench-fl")
             try:
-                rows += _report(fleet.bench(started, sizes, work))
+                rows += _report(fleet.bench(started, sizes, work, max(1, args.repeat)))
             finally:
                 nodes.stop(started)
         if "realvm" in wanted and args.realvm_ssh_config:
