@@ -254,29 +254,25 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
         client.get_host_keys().add(hostname, key.get_name(), key)
 
 
-# known_hosts files as parsed, by path, while their inode, size and mtime stay the same: a fleet run connects to every
-# node of an inventory whose known_hosts has a line per node, and parsing each file once per connection made that
-# N x N key decodes (~90 us each: ~1 s of CPU for 100 nodes).
-_parsed_known_hosts: dict[Path, tuple[tuple[int, int, int], list[tuple[str, paramiko.PKey]]]] = {}
+# known_hosts files as parsed, by path, with the text they were parsed from: a fleet run connects to every node of
+# an inventory whose known_hosts has a line per node, and parsing each file once per connection made that N x N
+# key decodes (~90 us each: ~1 s of CPU for 100 nodes). Reading the text again is cheap; only a changed text is
+# parsed again.
+_parsed_known_hosts: dict[Path, tuple[str, list[tuple[str, paramiko.PKey]]]] = {}
 
 
 def _known_host_entries(path: Path) -> list[tuple[str, paramiko.PKey]]:
     """(host name, key) of each usable line of a known_hosts file; one malformed line does not discard the rest."""
     try:
-        stat = path.stat()
+        text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return []
-    stamp = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
     with _known_hosts_lock:
         cached = _parsed_known_hosts.get(path)
-    if cached is not None and cached[0] == stamp:
+    if cached is not None and cached[0] == text:
         return cached[1]
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return []
     entries: list[tuple[str, paramiko.PKey]] = []
-    for line in lines:
+    for line in text.splitlines():
         if not line.strip() or line.lstrip().startswith(("#", "@")):
             continue
         try:
@@ -287,7 +283,7 @@ def _known_host_entries(path: Path) -> list[tuple[str, paramiko.PKey]]:
             continue
         entries += [(name, entry.key) for name in entry.hostnames]
     with _known_hosts_lock:
-        _parsed_known_hosts[path] = (stamp, entries)
+        _parsed_known_hosts[path] = (text, entries)
     return entries
 
 
