@@ -3,7 +3,7 @@ integration tests). One entry point: `nox -s bench` (or `python -m benchmarks.be
 writes it to docs/benchmarks.md with the machine it ran on. Every figure is measured in this run and shown
 as a ratio to a reference measured in the same run; nothing is typed in.
 
-    python -m benchmarks.bench [--latency] [--repeat 5] [--upload-mb 400] [--fleet 1,20,100] [--only SECTION]
+    python -m benchmarks.bench [--latency] [--repeat 5] [--upload-mb 50,400] [--fleet 1,20,100] [--only SECTION]
                                [--realvm-ssh-config /tmp/gpunode-realos-vm.*/vm/ssh_config]
 
 The real-VM section (benchmarks/realvm.py) runs when --realvm-ssh-config names a running real-OS VM
@@ -58,7 +58,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--latency", action="store_true", help="also run round trips through a 50 ms relay")
     parser.add_argument("--repeat", type=int, default=5, help="runs per timed figure (start-up uses 2x+1)")
-    parser.add_argument("--upload-mb", type=int, default=400)
+    parser.add_argument("--upload-mb", default="50,400", help="upload sizes in MB, comma-separated")
     parser.add_argument("--fleet", default="1,20,100", help="fleet sizes, the first is the reference")
     parser.add_argument("--realvm-ssh-config", help="ssh config of a running real-OS VM (tests/realos)")
     parser.add_argument("--realvm-host", default="realos")
@@ -92,13 +92,14 @@ def main() -> int:
                 if "roundtrips" in wanted:
                     rows += _report(roundtrips.bench(started[0], work, args.repeat, args.latency))
                 if "upload" in wanted:
-                    rows += _report(upload.bench(started[0], args.upload_mb))
+                    rows += _report(upload.bench(started[0], [int(n) for n in args.upload_mb.split(",")],
+                                                 max(3, args.repeat), args.latency, work))
             finally:
                 nodes.stop(started)
         if "fleet" in wanted:
             started = nodes.start(max(sizes), prefix="bench-fl")
             try:
-                rows += _report(fleet.bench(started, sizes, work))
+                rows += _report(fleet.bench(started, sizes, work, max(1, args.repeat)))
             finally:
                 nodes.stop(started)
         if "realvm" in wanted and args.realvm_ssh_config:

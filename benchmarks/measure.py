@@ -50,6 +50,13 @@ def run(argv: Sequence[str], *, ok: Sequence[int] = (0,), timeout: float = 1800,
 
 def run_rss(argv: Sequence[str], *, ok: Sequence[int] = (0,), timeout: float = 1800) -> tuple[float, int]:
     """(wall seconds, peak RSS in KiB) of one process, from wait4's rusage of that very child."""
+    elapsed, rss, _ = run_usage(argv, ok=ok, timeout=timeout)
+    return elapsed, rss
+
+
+def run_usage(argv: Sequence[str], *, ok: Sequence[int] = (0,), timeout: float = 1800) -> tuple[float, int, float]:
+    """(wall seconds, peak RSS in KiB, CPU seconds: user + system) of one process, from wait4's rusage of that
+    very child."""
     start = time.perf_counter()
     proc = subprocess.Popen(list(argv), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = start + timeout
@@ -66,7 +73,7 @@ def run_rss(argv: Sequence[str], *, ok: Sequence[int] = (0,), timeout: float = 1
     stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
     if proc.returncode not in ok:
         raise RuntimeError(f"{argv[0]} exited {proc.returncode}: {stderr[-2500:]}")
-    return elapsed, usage.ru_maxrss
+    return elapsed, usage.ru_maxrss, usage.ru_utime + usage.ru_stime
 
 
 def ms(seconds: float) -> str:

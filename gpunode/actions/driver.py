@@ -181,7 +181,9 @@ class RunInstaller(Action):
         workdir = conn.make_private_dir(WORK_PARENT)
         try:
             with (self.progress or silent)(f"upload {self.source.name}") as report:
-                arrived = conn.upload(verified.path, f"{workdir}/{self.source.name}", mode=0o700, progress=report)
+                # the node's copy must have the verified sha256 (so the file is read here once, only to send it)
+                arrived = conn.upload(verified.path, f"{workdir}/{self.source.name}", mode=0o700, progress=report,
+                                      sha256=verified.sha256)
             if arrived != verified.sha256:  # the local file changed after it was verified
                 raise CommandError(f"the uploaded installer has sha256 {arrived}, not the verified {verified.sha256}: "
                                    "nothing was run", fix="the upload was altered or truncated: run again")

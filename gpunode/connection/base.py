@@ -24,7 +24,10 @@ _READ_FILE = Script(
 
 # Receive stdin into a temp file beside $dest and check that exactly $size bytes arrived; leaves its SHA256 in
 # $sum. The temp file is removed on any exit unless the script clears the EXIT trap. Shared by the verified write
-# and the upload.
+# and the upload. A large file is hashed by openssl where the node has it: it uses the CPU's SHA instructions, ~7x
+# faster than coreutils' or busybox's sha256sum (400 MB: 0.3 s of CPU against 2 s; the upload's largest cost after
+# the transfer itself); its start-up (~30 ms) costs more than that saves below 16 MiB. An answer that is not 64
+# hex digits (no openssl, a broken one) means sha256sum.
 _RECEIVE = r"""dir=$(dirname -- "$dest" && echo x); dir=${dir%??}
 mkdir -p -- "$dir"
 @UMASK@tmp=$(mktemp "$dir/.gpunode-@KIND@.XXXXXX" && echo x); tmp=${tmp%??}
@@ -39,7 +42,13 @@ if [ "$got" != "$size" ]; then
   echo "gpunode-short only $got of $size bytes arrived" >&2
   exit 46
 fi
-sum=$(sha256sum < "$tmp")
+sum=
+if [ "$size" -gt 16777216 ]; then
+  sum=$(openssl dgst -sha256 -r < "$tmp" 2>/dev/null) || sum=
+  sum=${sum%% *}
+  case $sum in *[!0-9a-f]*) sum= ;; esac
+fi
+[ "${#sum}" = 64 ] || sum=$(sha256sum < "$tmp")
 """
 
 
@@ -451,12 +460,16 @@ class Connection(ABC):
         return self.run(script, sudo=sudo, timeout=60).check("creating a private directory").stdout.strip()
 
     def upload(self, local_path: str | os.PathLike[str], remote_path: str, *, mode: int = 0o644,
-               sudo: bool = True, progress: ProgressCallback | None = None) -> str:
+               sudo: bool = True, progress: ProgressCallback | None = None, sha256: str | None = None) -> str:
         """Copy a local file to the node; returns the sha256 of what arrived there (the node checked it against
-        what was sent), so a caller that knows the file's hash need not have the node read it again. The base
+        what was sent, or against `sha256`, the file's known hash, when given: nothing is installed unless it
+        matches), so a caller that knows the file's hash need not have the node read it again. The base
         version streams it through the command's stdin."""
         with open(local_path, "rb") as fh:
             data = fh.read()
+        if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+            raise CommandError(f"{local_path} no longer has the sha256 {sha256}; nothing was uploaded to {remote_path}",
+                               fix="run the same command again")
         self.write_file(remote_path, data, mode=mode, sudo=sudo, backup=False)
         if progress:
             progress(len(data), len(data))

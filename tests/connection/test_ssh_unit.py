@@ -94,6 +94,29 @@ def test_known_hosts_with_a_malformed_line_still_loads_the_rest(tmp_path):
     assert client.get_host_keys().lookup("[127.0.0.1]:2222") is not None
 
 
+def test_a_known_hosts_file_is_parsed_once_per_content_and_again_when_it_changes(tmp_path, monkeypatch):
+    """A fleet connects to every node with the same known_hosts: it is parsed once, not once per node; a file
+    changed since (a key accepted, ssh-keygen -R) is read again."""
+    keys = [paramiko.ECDSAKey.generate() for _ in range(2)]
+    kh = tmp_path / "known_hosts"
+    kh.write_text("".join(f"[127.0.0.1]:{2200 + i} {k.get_name()} {k.get_base64()}\n" for i, k in enumerate(keys)))
+    parsed = []
+    real = paramiko.hostkeys.HostKeyEntry.from_line
+    monkeypatch.setattr(paramiko.hostkeys.HostKeyEntry, "from_line",
+                        classmethod(lambda cls, line, lineno=None: parsed.append(line) or real(line, lineno)))
+    for _ in range(3):
+        client = paramiko.SSHClient()
+        _load_known_hosts(client, [kh])
+        assert client.get_host_keys().lookup("[127.0.0.1]:2201")[keys[1].get_name()] == keys[1]
+    assert len(parsed) == 2
+    other = paramiko.ECDSAKey.generate()
+    kh.write_text(f"[127.0.0.1]:2201 {other.get_name()} {other.get_base64()}\n")  # a changed key, one line
+    client = paramiko.SSHClient()
+    _load_known_hosts(client, [kh])
+    assert client.get_host_keys().lookup("[127.0.0.1]:2201")[other.get_name()] == other
+    assert client.get_host_keys().lookup("[127.0.0.1]:2200") is None and len(parsed) == 3
+
+
 def test_fingerprint_format():
     assert fingerprint(paramiko.RSAKey.generate(1024)).startswith("SHA256:")
 

@@ -41,8 +41,10 @@ SSH_KEYGEN = "/usr/bin/ssh-keygen"
 MAKESELF = "/usr/bin/makeself"
 BUSYBOX_CANDIDATES = ("/bin/busybox", "/usr/bin/busybox")
 DASH_CANDIDATES = ("/usr/bin/dash", "/bin/dash")
-# Small host tools busybox-static lacks but scripts expect on any Linux box (copied with their libraries).
-HOST_TOOLS = ("cksum", "install", "nohup", "getent", "flock")
+# Small host tools busybox-static lacks but scripts expect on any Linux box (copied with their libraries). openssl:
+# real nodes have it (Debian's and Ubuntu's ca-certificates depend on it; RHEL's base has it), and the upload hashes
+# a large file with it (a node without it falls back to sha256sum: tests/connection/test_upload_nodesim.py).
+HOST_TOOLS = ("cksum", "install", "nohup", "getent", "flock", "openssl")
 
 # busybox applets linked into every node.  Everything the simulator fakes (uname, hostname, modprobe, lsmod,
 # rmmod, reboot, dpkg, rpm, wget, ...) is deliberately NOT in this list; neither is `sh`/`ash` (the shell is

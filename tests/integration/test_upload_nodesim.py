@@ -1,0 +1,130 @@
+"""The upload against a real sshd: the node hashes a large file with openssl where it has one (sha256sum where not,
+or where openssl answers nonsense), and a stream cut short or altered on its way is never placed: not under its
+name, not as a temp file beside it."""
+
+import hashlib
+import os
+
+import paramiko
+import pytest
+
+from gpunode.connection.ssh import SSHConnection, SSHOptions
+from gpunode.errors import CommandError
+
+BIG = 17 * 1024 * 1024 + 5  # past the 16 MiB from which the node hashes with openssl
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home" / ".ssh").mkdir(parents=True)
+
+
+@pytest.fixture
+def node(sim_node):
+    return sim_node("ubuntu-22.04-nogpu")
+
+
+@pytest.fixture
+def payload(tmp_path):
+    path = tmp_path / "NVIDIA-Linux-x86_64-570.run"
+    path.write_bytes(os.urandom(BIG))
+    return path
+
+
+def connect(node) -> SSHConnection:
+    return SSHConnection(f"root@127.0.0.1:{node.port}",
+                         SSHOptions(identity=[str(node.key_path)], known_hosts=[str(node.known_hosts)]))
+
+
+def leftovers(node, directory="var/tmp") -> list[str]:
+    return sorted(p.name for p in (node.root / directory).iterdir() if p.name.startswith(".gpunode-"))
+
+
+def test_a_large_upload_is_hashed_by_the_nodes_openssl_and_its_answer_is_checked(node, payload):
+    """A node whose openssl answers a well-formed but wrong sha256 gets nothing installed: the node's own answer
+    is the one compared (and openssl is the tool asked for a file this large)."""
+    want = hashlib.sha256(payload.read_bytes()).hexdigest()
+    with connect(node) as conn:
+        assert conn.upload(payload, "/var/tmp/good.run", sha256=want) == want
+        assert node.read_bytes("/var/tmp/good.run") == payload.read_bytes()
+        node.write("/usr/bin/openssl", "#!/bin/sh\ncat >/dev/null; echo '" + "0" * 64 + " *stdin'\n", 0o755)
+        with pytest.raises(CommandError, match="arrived altered"):
+            conn.upload(payload, "/var/tmp/lied.run", sha256=want)
+    assert not node.exists("/var/tmp/lied.run") and leftovers(node) == []
+
+
+@pytest.mark.parametrize("openssl", ["missing", "broken"])
+def test_without_a_working_openssl_the_node_hashes_with_sha256sum(node, payload, openssl):
+    if openssl == "missing":
+        node.remove("/usr/bin/openssl")
+    else:  # FIPS refusals, a library mismatch: anything but 64 hex digits
+        node.write("/usr/bin/openssl", "#!/bin/sh\necho 'Error setting digest' >&2; echo '(stdin)= '; exit 1\n", 0o755)
+    want = hashlib.sha256(payload.read_bytes()).hexdigest()
+    with connect(node) as conn:
+        assert conn.upload(payload, "/var/tmp/good.run", mode=0o700) == want
+    assert node.read_bytes("/var/tmp/good.run") == payload.read_bytes()
+
+
+class _Tamper:
+    """paramiko's Channel.sendall, altering the upload's stream on its way: `cut` leaves out everything after the
+    first MiB (the node's stdin ends short), `flip` inverts one byte in the middle."""
+
+    def __init__(self, monkeypatch, how):
+        self.how, self.seen, self.done = how, 0, False
+        real, real_exec = paramiko.Channel.sendall, paramiko.Channel.exec_command
+
+        def exec_command(chan, line):
+            chan.gpunode_upload = "upload-receive" in line
+            return real_exec(chan, line)
+
+        def sendall(chan, data):
+            if not getattr(chan, "gpunode_upload", False):  # the command loop's channel: untouched
+                return real(chan, data)
+            at, self.seen = self.seen, self.seen + len(data)
+            if self.how == "cut" and self.seen > (1 << 20):
+                self.done = True
+                return None
+            if self.how == "flip" and at <= BIG // 2 < self.seen and not self.done:
+                self.done = True
+                data = bytearray(data)
+                data[BIG // 2 - at] ^= 0x01
+                data = bytes(data)
+            return real(chan, data)
+
+        monkeypatch.setattr(paramiko.Channel, "sendall", sendall)
+        monkeypatch.setattr(paramiko.Channel, "exec_command", exec_command)
+
+
+@pytest.mark.parametrize("known", [True, False], ids=["sha256-given", "sha256-of-what-was-sent"])
+@pytest.mark.parametrize("how", ["cut", "flip"])
+def test_a_stream_cut_short_or_altered_on_its_way_is_never_placed(node, payload, monkeypatch, how, known):
+    want = hashlib.sha256(payload.read_bytes()).hexdigest()
+    node.write("/var/tmp/driver.run", b"old")
+    with connect(node) as conn:
+        conn.run(["true"])  # connected (and the command loop started) before the stream is tampered with
+        tamper = _Tamper(monkeypatch, how)
+        with pytest.raises(CommandError, match="nothing was installed") as info:
+            conn.upload(payload, "/var/tmp/driver.run", mode=0o700, sha256=want if known else None)
+        monkeypatch.undo()
+        assert tamper.done
+        if how == "cut":
+            assert "only 1048576 of 17825797 bytes arrived" in info.value.stderr + info.value.message
+        else:
+            assert "sha256 mismatch" in info.value.message
+        assert node.read_bytes("/var/tmp/driver.run") == b"old" and leftovers(node) == []
+        assert conn.upload(payload, "/var/tmp/driver.run", sha256=want) == want  # the same connection, re-run
+    assert node.read_bytes("/var/tmp/driver.run") == payload.read_bytes()
+
+
+def test_a_local_file_that_shrinks_during_the_upload_is_named_and_nothing_is_placed(node, payload):
+    with connect(node) as conn:
+        def shrink(done, total):
+            if done >= (2 << 20):
+                os.truncate(payload, 3 << 20)
+
+        with pytest.raises(CommandError, match=r"ended after \d+ of 17825797 bytes \(it changed during the upload\); "
+                                               "nothing was installed"):
+            conn.upload(payload, "/var/tmp/driver.run", progress=shrink)
+        assert conn.run(["echo", "still here"]).stdout == "still here\n"
+    assert not node.exists("/var/tmp/driver.run") and leftovers(node) == []
