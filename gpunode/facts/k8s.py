@@ -146,7 +146,7 @@ CLUSTER = command("k8s_cluster", (
     'echo "kubectl=$k"; echo "kubeconfig=$kc"; if [ -n "$k" ] && [ -n "$kc" ]; then '
     'echo "@@get node"; "$k" --kubeconfig "$kc" --request-timeout=10s get node "$n" -o json 2>&1; r=$?; echo; '
     f'echo "@@end $r"; if [ $r -eq 0 ]; then {_GETS}; fi; fi; '
-    f'[ -e {DEVICE_PLUGIN_SOCKET} ] && echo socket=yes; true'), parse_cluster, module=_M)
+    f'[ -e {DEVICE_PLUGIN_SOCKET} ] && echo socket=yes; true'), parse_cluster, module=_M, late=True)
 
 
 def distribution(tools: dict[str, str], units: dict[str, UnitState]) -> Distribution | None:
