@@ -65,7 +65,9 @@ def parse_tools(text: str) -> dict[str, str]:
 
 
 TOOLS = command("k8s_tools", (
-    'for t in kubelet kubectl k3s rke2; do p=$(command -v "$t" 2>/dev/null) && echo "$t $p"; done; '
+    # PATH walked with the shell's own tests, as `command -v` finds a program, without a process per name
+    'for t in kubelet kubectl k3s rke2; do r=$PATH:; while [ -n "$r" ]; do p=${r%%:*}; r=${r#*:}; p=${p:-.}; '
+    'if [ -f "$p/$t" ] && [ -x "$p/$t" ]; then echo "$t $p/$t"; break; fi; done; done; '
     f'[ -x {RKE2_KUBECTL} ] && echo "kubectl {RKE2_KUBECTL}"; true'), parse_tools, module=_M)
 
 
