@@ -1,5 +1,6 @@
-"""The probe's cost on the node: wall time and node CPU of the RUN probe (what plan and install gather), the FULL
-probe (doctor, verify) and MINIMAL, a hand-written script that reads only the facts a converged check needs
+"""The probe's cost on the node: wall time and node CPU of the RUN probe's first round trip (what a converged plan
+or install gathers; the target is on it), the whole RUN probe in one script, the FULL probe (doctor, verify) and
+MINIMAL, a hand-written script that reads only the facts a converged check needs
 (the lower bound the issue measures against), each over the same SSH connection, interleaved so that load on
 the machine hits all three alike. Node CPU is what the shell's `times` reports for the commands it ran."""
 
@@ -41,7 +42,7 @@ def cpu_of(stdout: str) -> float:
 def bench(node: SimNode, repeat: int) -> list[Row]:
     scripts = {"RUN probe, first round trip (all a converged plan or install reads)":
                build_probe(probe=RUN, part=CHECK)[0].body,
-               "RUN probe, both round trips (a plan that changes a driver)": build_probe(probe=RUN)[0].body,
+               "RUN probe, whole (both parts in one script, as before the split)": build_probe(probe=RUN)[0].body,
                "FULL probe (doctor, verify)": build_probe(probe=FULL)[0].body,
                "minimal script": MINIMAL}
     wall: dict[str, list[float]] = {k: [] for k in scripts}

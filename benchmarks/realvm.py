@@ -2,8 +2,9 @@
 systemd, apt/dpkg, docker.io, containerd; booted with `python -m tests.realos.vm up`, which prints its ssh
 config). Everything runs against that VM through its ssh config entry, interleaved so that load hits all alike:
 
-- probe: the RUN probe (plan, install), the FULL probe (doctor) and benchmarks.probe.MINIMAL over ONE SSH
-  connection; wall time and node CPU (the shell's `times`: user + system of everything it started);
+- probe: the RUN probe's first round trip (all a converged plan or install reads; the late facts come in a
+  second one only when a decision reads them), the whole RUN probe, the FULL probe (doctor) and
+  benchmarks.probe.MINIMAL over ONE SSH connection; wall time and node CPU (the shell's `times`: user + system of everything it started);
 - plan: `gpunode plan` (the RUN probe and the converged check install runs, without changing anything) against
   the lower bound, one `ssh` running MINIMAL; against `ansible-playbook` with its normal modules (the VM has
   python3: stat, command, slurp, service_facts), checking the same things; and against pyinfra
@@ -48,7 +49,7 @@ TCG = "VM under QEMU TCG, 1 vCPU on 2 shared cores"
 def probe_rows(config: str, host: str, repeat: int) -> list[Row]:
     scripts = {"RUN probe, first round trip (all a converged plan or install reads)":
                build_probe(probe=RUN, part=CHECK)[0].body,
-               "RUN probe, both round trips (a plan that changes a driver)": build_probe(probe=RUN)[0].body,
+               "RUN probe, whole (both parts in one script, as before the split)": build_probe(probe=RUN)[0].body,
                "FULL probe (doctor, verify)": build_probe(probe=FULL)[0].body,
                "minimal script": MINIMAL}
     wall: dict[str, list[float]] = {k: [] for k in scripts}
