@@ -9,7 +9,8 @@ raw output with its exit status. The core facts are also typed fields (`facts.ke
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -32,7 +33,21 @@ from gpunode.facts import (
 from gpunode.facts.kernel import LoadedDriver, ModuleBlock, PciDevice, SecureBoot, module_block
 from gpunode.facts.osinfo import UNKNOWN_OS, OsInfo
 from gpunode.facts.probe import all_sections, build_probe, registered, split_files, split_sections
-from gpunode.facts.registry import CORE, FILES, FULL, NOT_RUN, RUN, Fact, NotGatheredError, Section, check
+from gpunode.facts.registry import (
+    ALL,
+    CHECK,
+    CORE,
+    FILES,
+    FULL,
+    HUNG,
+    LATE,
+    NOT_RUN,
+    RUN,
+    Fact,
+    NotGatheredError,
+    Section,
+    check,
+)
 
 __all__ = ["FULL", "RUN", "Facts", "gather", "facts_from_probe_output", "bake", "containers", "driver", "fabric", "health", "holders",
            "k8s", "kernel",
@@ -54,6 +69,30 @@ _FIELDS: dict[Fact[object], str] = {
 }
 
 
+class Later:
+    """The late facts (registry.LATE) of facts gathered in two round trips, not gathered yet, and how to gather
+    them: `fetch` runs the LATE part on the node and returns its sections (None where no node can be asked:
+    reading a late fact is then NotGatheredError). Completed at most once, on the first read of a late fact."""
+
+    def __init__(self, names: set[str], fetch: Callable[[], Mapping[str, Section]] | None) -> None:
+        self.names, self.fetch, self.lock = names, fetch, threading.Lock()
+        self.fetches = 0  # round trips made (0 or 1): what a converged run is meant to leave at 0
+
+    def complete(self, fact: Fact[object], outputs: dict[str, Section]) -> None:
+        with self.lock:
+            if fact.name not in self.names:
+                return
+            if self.fetch is None:
+                raise NotGatheredError(f"{fact!r} is late (gathered in the probe's second round trip) and these "
+                                       "facts have no node to ask for it")
+            sections = self.fetch()
+            self.fetches += 1
+            for late in registered(RUN, LATE):
+                if late.name in self.names and late.section in sections:
+                    outputs[late.name] = sections[late.section]
+            self.names = set()
+
+
 @dataclass(frozen=True)
 class Facts:
     os: OsInfo = UNKNOWN_OS
@@ -72,6 +111,7 @@ class Facts:
     outputs: Mapping[str, Section] = field(default_factory=dict)  # command facts: registered name -> raw output
     initramfs_mtime: int | None = None  # newest initramfs image for the running kernel; None: not found
     probe: str = FULL  # which probe gathered these facts: reading a fact it does not gather is an error
+    later: Later | None = field(default=None, repr=False, compare=False)  # RUN's late facts, until first read
     _parsed: dict[str, object] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     # ---- typed access --------------------------------------------------------------------------------------
@@ -106,6 +146,8 @@ class Facts:
         if not fact.gathered_by(self.probe):
             raise NotGatheredError(f"{fact!r} is read from the {self.probe} probe, which does not gather it "
                                    "(its declaration says full_only=True: drop that, or gather the FULL probe)")
+        if self.later is not None and fact.late:
+            self.later.complete(fact, self.outputs)  # type: ignore[arg-type]  # built as a dict, filled once
 
     # ---- derived -------------------------------------------------------------------------------------------
 
@@ -169,11 +211,16 @@ def _plain(value: object) -> object:
     return value
 
 
-def facts_from_sections(sections: Mapping[str, Section], nonce: str, probe: str = FULL) -> Facts:
+def facts_from_sections(sections: Mapping[str, Section], nonce: str, probe: str = FULL, part: str = ALL,
+                        later: Later | None = None) -> Facts:
+    """Facts from a probe's sections; `part` CHECK leaves the late facts to `later` (which raises
+    NotGatheredError when it cannot fetch them, as it does when None)."""
     core: dict[str, object] = {}
     files: dict[str, tuple[int, str]] = {}
     outputs: dict[str, Section] = {}
-    for fact in registered(probe):
+    if part == CHECK and later is None:
+        later = Later({f.name for f in registered(probe, LATE)}, None)
+    for fact in registered(probe, part):
         section = sections.get(fact.section)
         if fact in _FIELDS:
             core[_FIELDS[fact]] = fact.parse(section or NOT_RUN)
@@ -184,37 +231,60 @@ def facts_from_sections(sections: Mapping[str, Section], nonce: str, probe: str 
     return Facts(**core,  # type: ignore[arg-type]
                  files={path: content for path, (_, content) in files.items()},
                  mtimes={path: mtime for path, (mtime, _) in files.items()},
-                 outputs=outputs, probe=probe)
+                 outputs=outputs, probe=probe, later=later if part == CHECK else None)
 
 
 def facts_from_probe_output(output: str, nonce: str, probe: str = FULL) -> Facts:
     return facts_from_sections(split_sections(output, nonce), nonce, probe)
 
 
-def gather(conn: Connection, probe: str = RUN) -> Facts:
+def gather(conn: Connection, probe: str = RUN, *, at_once: bool = False) -> Facts:
     """Run the probe on the node and parse it. The probe only reads; it runs as root when root is available
     (root-only configs such as a 0600 containerd config.toml must not look empty), else as the login user.
     RUN (plan, install, uninstall, status) leaves out what only doctor and verify read (FULL): the package
-    manager's upgrade simulation, nvidia-smi -q, the kernel log, ..."""
-    script, nonce = build_probe(probe=probe)
-    try:
-        result = conn.run(script, sudo=True, timeout=PROBE_TIMEOUT)
-    except CommandError:
+    manager's upgrade simulation, nvidia-smi -q, the kernel log, ... and goes in two round trips: the CHECK part
+    now, the LATE part (registry.LATE) only when a decision reads one of its facts (`at_once`: both in one, as
+    the probe was gathered before it had two parts; the benchmarks and the tests compare the two)."""
+    part = CHECK if probe == RUN and not at_once else ALL
+    sections, nonce, sudo = _probe(conn, probe, part, sudo=True)
+    if part == ALL:
+        return facts_from_sections(sections, nonce, probe)
+    hung = any(s.status == HUNG for s in sections.values())
+
+    def fetch() -> Mapping[str, Section]:
+        return _probe(conn, probe, LATE, sudo=sudo, hung=hung)[0]
+
+    return facts_from_sections(sections, nonce, probe, CHECK, Later({f.name for f in registered(probe, LATE)}, fetch))
+
+
+def _probe(conn: Connection, probe: str, part: str, *, sudo: bool, hung: bool = False
+           ) -> tuple[dict[str, Section], str, bool]:
+    """One round trip: the sections of `part` of `probe`, the nonce, and whether it ran as root."""
+    script, nonce = build_probe(probe=probe, part=part, hung=hung)
+    result = None
+    if sudo:
+        try:
+            result = conn.run(script, sudo=True, timeout=PROBE_TIMEOUT)
+        except CommandError:
+            sudo = False
+    if result is None:
         result = conn.run(script, timeout=PROBE_TIMEOUT)
     sections = split_sections(result.stdout, nonce)
-    if system.OS_RELEASE.section not in sections and not result.timed_out:
+    first = system.OS_RELEASE.section if part != LATE else next(iter(all_sections(probe, part)), None)
+    if first is not None and first not in sections and not result.timed_out:
         raise CommandError(f"{conn.name}: the fact probe printed nothing usable (exit {result.exit_code})",
                            fix="check that the node has a POSIX /bin/sh and core utilities",
                            stdout=result.stdout, stderr=result.stderr)
-    _check_complete(conn.name, result, sections, nonce, probe)
-    return facts_from_sections(sections, nonce, probe)
+    _check_complete(conn.name, result, sections, nonce, probe, part)
+    return sections, nonce, sudo
 
 
-def _check_complete(node: str, result: Result, sections: Mapping[str, Section], nonce: str, probe: str) -> None:
+def _check_complete(node: str, result: Result, sections: Mapping[str, Section], nonce: str, probe: str,
+                    part: str = ALL) -> None:
     """A probe cut short (past its time limit, or its shell killed) must never read as an empty node: every
     missing section would otherwise parse as "not there" (no driver, no packages). Raise naming the section it
     stopped in."""
-    expected = list(all_sections(probe))
+    expected = list(all_sections(probe, part))
     missing = [name for name in expected if name not in sections]
     if not missing:
         return

@@ -74,12 +74,12 @@ KERNELS = command("kernel_files", (
     'for f in /boot/initrd.img-* /boot/initramfs-*.img; do [ -f "$f" ] || continue; '
     'case $f in /boot/initrd.img-*) k=${f#/boot/initrd.img-} ;; *) k=${f#/boot/initramfs-}; k=${k%.img} ;; esac; '
     'echo "initramfs $(stat -c %Y "$f") $k"; done; true'
-), parse_kernel_files, module=_M)
+), parse_kernel_files, module=_M, late=True)
 # every NVIDIA kernel module built for any installed kernel, with its sha256 (what a bake marker records)
 MODULE_SUMS = command("nvidia_module_sums", (
     'find /lib/modules/ -name "nvidia*.ko*" -type f 2>/dev/null | while IFS= read -r f; do sha256sum "$f"; done; true'
-), parse_module_sums, module=_M)
+), parse_module_sums, module=_M, late=True)
 # the node's clock (UTC), for the time a bake records
-CLOCK = command("clock", 'date -u +%Y-%m-%dT%H:%M:%SZ', parse_clock, module=_M)
+CLOCK = command("clock", 'date -u +%Y-%m-%dT%H:%M:%SZ', parse_clock, module=_M, late=True)
 # the marker of an image build: what was baked, for which kernel (gpunode/bake.py)
 MARKER = files("bake_marker", (MARKER_PATH,), module=_M)

@@ -595,7 +595,7 @@ ROOTLESS_DOCKER = files("rootless_docker", ("/root/.config/systemd/user/docker.s
                                             "/home/*/.config/systemd/user/docker.service"), module=_M)
 CTK_CONFIG = files("doctor_ctk_config", ("/etc/nvidia-container-runtime/config.toml",), module=_M, full_only=True)
 CTK_VERSION = command("nvidia_ctk_version", "nvidia-ctk --version", parse_ctk_version, module=_M)
-CONTAINERD_VERSION = command("containerd_version", "containerd --version", parse_containerd_version, module=_M)
+CONTAINERD_VERSION = command("containerd_version", "containerd --version", parse_containerd_version, module=_M, late=True)
 # client versions (no daemon contacted)
 ENGINE_VERSIONS = command("doctor_engines", (
     'command -v docker >/dev/null 2>&1 && echo "docker $(docker --version 2>/dev/null | head -n 1)"; '

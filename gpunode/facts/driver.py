@@ -423,7 +423,7 @@ def _offered_snippet() -> str:
 
 # versions of the packages routes' names the configured repositories offer (local metadata only: `apt-get update`
 # is the fix when the lists are old), read by the driver step with --driver-source packages
-OFFERED = command("driver_offered", _offered_snippet(), parse_offered, module=_M)
+OFFERED = command("driver_offered", _offered_snippet(), parse_offered, module=_M, late=True)
 
 
 @dataclass(frozen=True)

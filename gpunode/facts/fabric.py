@@ -106,7 +106,7 @@ FABRIC_STATE = command("fabric_state", (
 ), parse_fabric, module=_M)
 FABRICMANAGER_LOG = command("fabricmanager_log", (
     "tail -n 5 /var/log/fabricmanager.log"
-), str.strip, module=_M)
+), str.strip, module=_M, late=True)
 # dnf/yum version locks as the plugin reports them (cache only, no metadata refresh), on NVSwitch nodes only
 VERSIONLOCKS = command("versionlocks", (
     "found=; for d in /sys/bus/pci/devices/*; do [ -r \"$d/class\" ] || continue; read v < \"$d/vendor\"; "

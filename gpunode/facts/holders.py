@@ -193,23 +193,23 @@ GPU_PROCESSES = command("gpu_processes", (
     '[ -d "/proc/$pid" ] || continue; '
     'cg=$(grep -E "^0::|name=systemd" "/proc/$pid/cgroup" 2>/dev/null | head -n 1); cg=${cg#*:*:}; '
     'printf "%s\\t%s\\t%s\\t%s\\n" "$pid" "$(cat "/proc/$pid/comm" 2>/dev/null)" "$cg" "$devs"; done'
-), parse_fd_scan, module=_M)
+), parse_fd_scan, module=_M, late=True)
 COMPUTE_APPS = command("gpu_compute_apps", (
     "[ -r /proc/driver/nvidia/version ] && command -v nvidia-smi >/dev/null 2>&1 || exit 3; "
     + smi_output("--query-compute-apps=pid,process_name --format=csv,noheader")
-), parse_compute_apps, module=_M)
+), parse_compute_apps, module=_M, late=True)
 GPU_CONTAINERS = command("gpu_containers", (
     _LOADED + "command -v docker >/dev/null 2>&1 || exit 3; "
     't=; command -v timeout >/dev/null 2>&1 && t="timeout 20"; '
     "ids=$($t docker ps -q 2>/dev/null) || exit 4; [ -n \"$ids\" ] || exit 0; tab=$(printf '\\t'); "
     '$t docker inspect --format "{{.Id}}$tab{{.Name}}$tab{{.Config.Image}}$tab{{.HostConfig.Runtime}}$tab'
     '{{json .HostConfig.DeviceRequests}}$tab{{json .Config.Env}}" $ids'
-), parse_containers, module=_M)
+), parse_containers, module=_M, late=True)
 MODULE_REFCOUNTS = command("nvidia_module_refcounts", (
     "for m in " + " ".join(MODULES) + "; do [ -r /sys/module/$m/refcnt ] || continue; "
     'printf "%s %s %s\\n" "$m" "$(cat /sys/module/$m/refcnt)" "$(ls /sys/module/$m/holders 2>/dev/null | tr "\\n" " ")"; '
     "done"
-), parse_refcounts, module=_M)
+), parse_refcounts, module=_M, late=True)
 
 
 def parse_owed_starts(text: str) -> tuple[str, ...]:

@@ -65,7 +65,9 @@ def parse_tools(text: str) -> dict[str, str]:
 
 
 TOOLS = command("k8s_tools", (
-    'for t in kubelet kubectl k3s rke2; do p=$(command -v "$t" 2>/dev/null) && echo "$t $p"; done; '
+    # PATH walked with the shell's own tests, as `command -v` finds a program, without a process per name
+    'for t in kubelet kubectl k3s rke2; do r=$PATH:; while [ -n "$r" ]; do p=${r%%:*}; r=${r#*:}; p=${p:-.}; '
+    'if [ -f "$p/$t" ] && [ -x "$p/$t" ]; then echo "$t $p/$t"; break; fi; done; done; '
     f'[ -x {RKE2_KUBECTL} ] && echo "kubectl {RKE2_KUBECTL}"; true'), parse_tools, module=_M)
 
 
@@ -146,7 +148,7 @@ CLUSTER = command("k8s_cluster", (
     'echo "kubectl=$k"; echo "kubeconfig=$kc"; if [ -n "$k" ] && [ -n "$kc" ]; then '
     'echo "@@get node"; "$k" --kubeconfig "$kc" --request-timeout=10s get node "$n" -o json 2>&1; r=$?; echo; '
     f'echo "@@end $r"; if [ $r -eq 0 ]; then {_GETS}; fi; fi; '
-    f'[ -e {DEVICE_PLUGIN_SOCKET} ] && echo socket=yes; true'), parse_cluster, module=_M)
+    f'[ -e {DEVICE_PLUGIN_SOCKET} ] && echo socket=yes; true'), parse_cluster, module=_M, late=True)
 
 
 def distribution(tools: dict[str, str], units: dict[str, UnitState]) -> Distribution | None:

@@ -451,7 +451,7 @@ KERNEL_PACKAGES = command("kernel_packages", (
     "elif command -v rpm >/dev/null 2>&1; then "
     "rpm -q --qf 'ii \\t%{NAME}\\t%{VERSION}-%{RELEASE}\\n' kernel kernel-core kernel-modules kernel-devel "
     "2>/dev/null | grep '^ii '; fi; true"
-), parse_packages, module=_M)
+), parse_packages, module=_M, late=True)
 # can the package manager install the headers of the installed kernels that lack them? (local metadata only)
 HEADERS_AVAILABLE = command("kernel_headers_available", (
     'if command -v apt-cache >/dev/null 2>&1; then '
@@ -461,4 +461,4 @@ HEADERS_AVAILABLE = command("kernel_headers_available", (
     'elif command -v dnf >/dev/null 2>&1; then '
     'dnf -q -C list --available --showduplicates kernel-devel 2>/dev/null | grep -E "^kernel-devel\\." | '
     'sed "s/^/dnf /"; fi; true'
-), parse_headers_available, module=_M)
+), parse_headers_available, module=_M, late=True)

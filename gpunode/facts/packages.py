@@ -290,4 +290,4 @@ PREREQ_AVAILABLE = command("prereq_available", (
     'out=$(dnf -q -C list --available --showduplicates gcc make dkms kernel-devel 2>/dev/null) || exit 0; '
     'printf "%s\\n" "$out" | grep -E "^(gcc|make|dkms|kernel-devel)\\." | sed "s/^/dnf /"; '
     'fi; true'
-), raw_text, module=_M)
+), raw_text, module=_M, late=True)

@@ -6,6 +6,7 @@ file content can forge a section boundary. Parsing the framed output is a pure f
 
 from __future__ import annotations
 
+import re
 import secrets
 
 # Importing the subsystems registers their facts.
@@ -24,6 +25,7 @@ from gpunode.facts import (  # noqa: F401
 from gpunode.facts.kernel import EFI_SECURE_BOOT_VAR, MODPROBE_DIRS
 from gpunode.facts.nodesettings import SYSTEMD_UNIT_DIRS, UDEV_RULES_DIRS
 from gpunode.facts.registry import (
+    ALL,
     COMMAND,
     CORE,
     FILES,
@@ -50,24 +52,55 @@ FILE_GROUPS: dict[str, tuple[str, ...]] = {f.name: f.patterns for f in facts_of(
 COMMANDS: dict[str, str] = {f.name: f.snippet for f in facts_of(COMMAND)}
 
 
-def registered(probe: str = FULL) -> list[Fact[object]]:
+def registered(probe: str = FULL, part: str = ALL) -> list[Fact[object]]:
     """The facts `probe` gathers (every registered fact for FULL) in probe order: core facts, then file groups,
-    then commands."""
+    then commands; `part` (registry.CHECK or LATE) keeps one of the RUN probe's two round trips."""
     order = {CORE: 0, FILES: 1, COMMAND: 2}
-    return sorted((f for f in REGISTRY.values() if f.gathered_by(probe)),
+    return sorted((f for f in REGISTRY.values() if f.gathered_by(probe) and f.in_part(part)),
                   key=lambda f: order[f.kind])  # stable: registration order within a kind
 
 
-def all_sections(probe: str = FULL) -> dict[str, str]:
+def all_sections(probe: str = FULL, part: str = ALL) -> dict[str, str]:
     """Section name -> snippet, in probe order (core facts bare, then `files:NAME`, then `cmd:NAME`)."""
-    return {f.section: f.snippet for f in registered(probe)}
+    return {f.section: f.snippet for f in registered(probe, part)}
 
 
-def build_probe(nonce: str | None = None, probe: str = FULL) -> tuple[Script, str]:
-    """The probe script (the facts `probe` gathers: RUN for plan and install, FULL for doctor) and the nonce
-    that frames its sections."""
+# A section runs in a subshell of its own unless its snippet can run as a function of the probe's shell: then it
+# costs no process of its own (each costs tens of ms on a slow node; a section that only walks a glob costs none).
+# A function has its own positional parameters (`set --`) but shares the shell's state, so a snippet qualifies
+# only without anything that would end or change the probe's shell (exit, cd, IFS, traps, options, exec, eval...);
+# the variables it assigns are unset after it, so none reaches a later section.
+# a built-in at a command's start (after a separator or a keyword) that would end or change the shell: `set --`
+# alone is allowed (a function's positional parameters are its own)
+_SHELL_STATE = re.compile(r"(?:^|[;&|(){}]|\b(?:then|do|else|elif|if|while|until)\b)\s*!?\s*"
+                          r"(exit|cd|trap|exec|umask|eval|readonly|export|unset|shopt|source|local|return|\.|"
+                          r"set(?!\s+--[\s;]))(?=[\s;]|$)|\bIFS\b", re.MULTILINE)
+_ASSIGNED = re.compile(r"(?<![\w${#%/-])([A-Za-z_]\w*)=|\bfor\s+([A-Za-z_]\w*)\b|\bread\s+(?:-r\s+)?([A-Za-z_][\w ]*)")
+
+
+_ENVIRONMENT = frozenset({"PATH", "HOME", "LANG", "LC_ALL", "ENV", "SHELL", "TMPDIR", "PS4", "OPTIND", "PWD"})
+
+
+def in_shell(snippet: str) -> bool:
+    """Can this snippet run as a function of the probe's own shell (no subshell)?"""
+    return not _SHELL_STATE.search(snippet) and _ENVIRONMENT.isdisjoint(assigned(snippet))
+
+
+def assigned(snippet: str) -> list[str]:
+    """The shell variables a snippet sets (assignments, `for` and `read` targets), but the probe's own."""
+    names: set[str] = set()
+    for match in _ASSIGNED.finditer(snippet):
+        for group in match.groups():
+            names.update(group.split() if group else ())
+    return sorted(n for n in names if not n.startswith("gpunode_") and n != "s")
+
+
+def build_probe(nonce: str | None = None, probe: str = FULL, part: str = ALL, *, hung: bool = False) -> tuple[Script, str]:
+    """The probe script (the facts `probe` gathers: RUN for plan and install, FULL for doctor; `part` keeps one
+    of RUN's two round trips) and the nonce that frames its sections. `hung`: an earlier part found nvidia-smi
+    hung, so this one does not wait for it again."""
     nonce = nonce or secrets.token_hex(8)
-    sections = all_sections(probe)
+    sections = all_sections(probe, part)
     # A tool two or more sections read is asked once, at the top level just before the first of them, so the
     # calls happen in the order they always did (the first nvidia-smi to hang is the one named): `nvidia-smi -q`
     # (registry.SMI_Q_ONCE) and `systemctl show` (packages.shared_units). Each section then reads that answer.
@@ -77,7 +110,7 @@ def build_probe(nonce: str | None = None, probe: str = FULL) -> tuple[Script, st
     units = packages.shared_units(sections.values())
     if units:
         shared["gpunode_units_set"] = units
-    parts = []
+    parts = ["gpunode_hung=1"] if hung else []
     for name, snippet in sections.items():
         for marker in [m for m in shared if m in snippet]:
             parts.append(shared.pop(marker))
@@ -85,7 +118,13 @@ def build_probe(nonce: str | None = None, probe: str = FULL) -> tuple[Script, st
         # The bare `echo` ends a last line that has no newline (an os-release file without a final newline),
         # so the end marker always starts a line; split_sections drops the one empty line it adds otherwise.
         # a section that found nvidia-smi hung (HUNG) spares the later ones the wait (registry.SMI_CALL)
-        parts.append(f'echo "@{nonce}@begin {name}"\n( {body}\n) 2>/dev/null; s=$?; echo\n'
+        if in_shell(snippet):
+            leaked = assigned(snippet)
+            run = (f'gpunode_section() {{ {body}\n}}; gpunode_section 2>/dev/null; s=$?; '
+                   + (f'unset {" ".join(leaked)}; ' if leaked else '') + 'echo\n')
+        else:
+            run = f'( {body}\n) 2>/dev/null; s=$?; echo\n'
+        parts.append(f'echo "@{nonce}@begin {name}"\n{run}'
                      f'[ "$s" != {HUNG} ] || gpunode_hung=1\necho "@{nonce}@end {name} $s"')
     return Script(body="\n".join(parts) + "\n", name="probe"), nonce
 

@@ -29,6 +29,14 @@ CORE, FILES, COMMAND = "core", "files", "command"
 # says so where it is declared (`full_only=True`): a new fact is in both unless it asks otherwise.
 RUN, FULL = "run", "full"
 
+# The RUN probe goes in two parts (gpunode/facts/__init__.py, gather): CHECK, every fact a converged node's plan
+# reads, in the first round trip; LATE, the facts declared `late=True` (what only a change reads: the processes
+# and containers holding the GPU, the kernels installed, the package versions on offer, ...), in a second round
+# trip made only when a decision reads one of them. Which facts are late decides only the cost, never a decision:
+# reading a late fact before it is gathered gathers the LATE part first (or, where no node can be asked, raises
+# NotGatheredError); it never reads as absent. ALL is both parts in one (FULL, doctor).
+ALL, CHECK, LATE = "all", "check", "late"
+
 
 # nvidia-smi hangs on a wedged GPU or a stuck driver. Every call of it in the probe goes through `gpunode_smi`,
 # which gives it SMI_DEADLINE seconds; one that does not answer prints "... did not answer within Ns (hung)" and
@@ -104,9 +112,14 @@ class Fact(Generic[T_co]):
     module: str = ""  # the subsystem that declared it
     patterns: tuple[str, ...] = ()  # kind FILES: the globs read
     full_only: bool = False  # gathered by the FULL probe only (doctor, verify, facts), never by plan or install
+    late: bool = False  # in the RUN probe's second round trip, made only when a decision reads a late fact
 
     def gathered_by(self, probe: str) -> bool:
         return probe == FULL or not self.full_only
+
+    def in_part(self, part: str) -> bool:
+        """Is the fact in this part (ALL, CHECK, LATE) of a probe?"""
+        return part == ALL or (part == LATE) == self.late
 
     @property
     def section(self) -> str:
@@ -147,16 +160,17 @@ def _text_or_empty(parse: Callable[[str], T]) -> Callable[[Section], T]:
 
 
 def command(name: str, snippet: str, parse: Callable[[str], T], *, module: str = "",
-            full_only: bool = False) -> Fact[T]:
+            full_only: bool = False, late: bool = False) -> Fact[T]:
     """A command fact; `parse` gets the output, or "" when the snippet failed (ask `Facts.get` or
-    `Facts.section` where failure and empty output differ)."""
-    return register(Fact(name, snippet, _text_or_empty(parse), COMMAND, module, full_only=full_only))
+    `Facts.section` where failure and empty output differ). `late`: see LATE (only command facts can be late:
+    core facts and file groups are read as fields, `Facts.files`, outside the checked access)."""
+    return register(Fact(name, snippet, _text_or_empty(parse), COMMAND, module, full_only=full_only, late=late))
 
 
 def command_section(name: str, snippet: str, parse: Callable[[Section], T], *, module: str = "",
-                    full_only: bool = False) -> Fact[T]:
+                    full_only: bool = False, late: bool = False) -> Fact[T]:
     """A command fact whose parser needs the exit status too."""
-    return register(Fact(name, snippet, parse, COMMAND, module, full_only=full_only))
+    return register(Fact(name, snippet, parse, COMMAND, module, full_only=full_only, late=late))
 
 
 def core(name: str, snippet: str, parse: Callable[[str], T], *, module: str = "") -> Fact[T]:
@@ -167,10 +181,11 @@ def files(name: str, patterns: tuple[str, ...], *, module: str = "", full_only: 
     """Whole files by glob; reading the fact gives {path: text} of the files found."""
     # One `stat` for the group's mtimes (one line each, in argument order), not one per file: on a real node every
     # process counts (benchmarks/probe.py). Should stat fail (a file gone in between), each file is asked alone.
+    # No `exit`: the probe runs a snippet like this one in its own shell, not in a subshell (probe.in_shell).
     snippet = ('set --; for f in ' + " ".join(patterns) + '; do [ -f "$f" ] && set -- "$@" "$f"; done; '
-               '[ $# -gt 0 ] || exit 0; m=$(stat -c %Y -- "$@" 2>/dev/null) || '
+               'if [ $# -gt 0 ]; then m=$(stat -c %Y -- "$@" 2>/dev/null) || '
                'm=$(for f; do stat -c %Y -- "$f" 2>/dev/null || echo 0; done); '
-               'for f; do t=${m%%[!0-9]*}; m=${m#"$t"}; m=${m#?}; echo "@FILE@ ${t:-0} $f"; cat "$f"; echo; done; true')
+               'for f; do t=${m%%[!0-9]*}; m=${m#"$t"}; m=${m#?}; echo "@FILE@ ${t:-0} $f"; cat "$f"; echo; done; fi; true')
     return register(Fact(name, snippet, lambda section: {}, FILES, module, patterns, full_only))
 
 

@@ -7,10 +7,12 @@ import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
+
 from gpunode.connection.local import LocalConnection
 from gpunode.facts import facts_from_probe_output, gather, registry
 from gpunode.facts.probe import SECTIONS, build_probe, registered, split_files, split_sections
-from gpunode.facts.registry import REGISTRY, Fact
+from gpunode.facts.registry import REGISTRY, RUN, Fact
 from tests.conftest import fixture_files
 
 
@@ -155,3 +157,43 @@ def test_the_full_probe_asks_nvidia_smi_q_once_and_every_section_reads_that_answ
         alone = subprocess.run(["sh", "-c", body], capture_output=True, text=True, check=False, env=path).stdout
         assert fact.parse(full[fact.section]) == fact.parse(Section(alone.rstrip("\n"), 0))
         assert fact.parse(full[fact.section])  # something was parsed, so the comparison means something
+
+
+@pytest.mark.parametrize("shell", [s for s in (["dash"], ["bash", "--posix"], ["busybox", "sh"]) if shutil.which(s[0])],
+                         ids=lambda s: s[0])
+def test_sections_run_in_the_probes_own_shell_print_what_a_subshell_prints(shell, monkeypatch):
+    # here, read-only: the RUN probe with every section that can run as a function of the probe's shell, and with
+    # every section in a subshell (as before), give the same sections byte for byte
+    import gpunode.facts.probe as probe_mod
+
+    def run() -> dict:
+        script, nonce = build_probe("cafe", probe=RUN)
+        out = subprocess.run([*shell, "-c", script.body], capture_output=True, text=True, check=False).stdout
+        sections = split_sections(out, nonce)
+        assert sections.pop("cmd:clock").ok  # the time: the one section that differs from run to run
+        return sections
+
+    script = build_probe("cafe", probe=RUN)[0].body
+    assert script.count("gpunode_section()") >= 30  # most sections start no process of their own
+    in_shell = run()
+    monkeypatch.setattr(probe_mod, "in_shell", lambda snippet: False)
+    assert "gpunode_section()" not in build_probe("cafe", probe=RUN)[0].body
+    assert run() == in_shell
+
+
+@pytest.mark.parametrize("snippet,alone", [
+    ("exit 0", False), ("true; set -f", False), ("set --; set -- a b; echo $#", True), ("x=1; . /etc/x", False),
+    ("if true; then cd /; fi", False), ("IFS=:", False), ("PATH=/x; ls", False), ("cat /usr/local/lib/f", True),
+    ("for f in /a/*; do [ -f \"$f\" ] && echo \"$f\"; done", True), ("echo exit", True),
+])
+def test_which_snippets_may_run_in_the_probes_own_shell(snippet, alone):
+    from gpunode.facts.probe import in_shell
+
+    assert in_shell(snippet) is alone
+
+
+def test_a_section_run_in_the_probes_shell_leaves_no_variable_to_the_next():
+    from gpunode.facts.probe import assigned
+
+    assert assigned('k=$(uname -r); for d in /x/*; do read v < "$d"; read -r a b < "$d"; done; s=1') == \
+        ["a", "b", "d", "k", "v"]

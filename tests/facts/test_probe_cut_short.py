@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from gpunode.errors import CommandError, CommandTimeout
-from gpunode.facts import FULL, RUN, driver, gather
+from gpunode.facts import FULL, RUN, driver, gather, holders
 from gpunode.facts.probe import all_sections
+from gpunode.facts.registry import ALL, CHECK, LATE
 from tests.fakes.connection import FakeConnection, FakeNode
 
 PACKAGES = driver.PACKAGES.section  # "cmd:driver_packages": a section the RUN probe reaches late
@@ -26,7 +27,7 @@ class CutShort(FakeConnection):
         code, out, err, _ = super()._exec(line, stdin, timeout)
         text = out.decode()
         marker = f"@begin {self.stop_in}\n"
-        if "@begin os_release" not in text or marker not in text:
+        if "@begin " not in text or marker not in text:
             return code, out, err, False
         cut = text.index(marker) + len(marker)
         return self.exit_code, (text[:cut] + "partial outp").encode(), err, self.timed_out
@@ -49,17 +50,26 @@ def test_a_probe_past_its_time_limit_is_an_error_naming_the_section_it_stopped_i
     message = str(caught.value)
     assert "ran past its 120 s limit" in message and repr(PACKAGES) in message
     assert "unknown (not absent)" in message
-    missing = len(list(all_sections(RUN))[list(all_sections(RUN)).index(PACKAGES):])
-    assert f"{missing} of {len(all_sections(RUN))} sections" in message
+    first = list(all_sections(RUN, CHECK))  # the RUN probe's first round trip
+    missing = len(first[first.index(PACKAGES):])
+    assert f"{missing} of {len(first)} sections" in message
     assert caught.value.fix and "too slowly" in caught.value.fix and PACKAGES in caught.value.fix
 
 
 @pytest.mark.parametrize("probe", [RUN, FULL])
 def test_every_section_cut_short_is_an_error_in_either_probe(probe):
-    names = list(all_sections(probe))
+    names = list(all_sections(probe, CHECK if probe == RUN else ALL))
     for name in (names[1], names[len(names) // 2], names[-1]):  # os_release itself is the "nothing usable" case
         with pytest.raises(CommandTimeout, match=repr(name)):
             gather(CutShort(packaged_node(), name), probe=probe)
+
+
+def test_the_late_round_trip_cut_short_is_an_error_when_a_late_fact_is_read_never_an_absent_fact():
+    late = list(all_sections(RUN, LATE))
+    for name in (late[0], late[-1]):
+        facts = gather(CutShort(packaged_node(), name))  # the first round trip is whole
+        with pytest.raises(CommandTimeout, match=repr(name)):
+            facts[holders.GPU_PROCESSES]
 
 
 def test_a_probe_whose_shell_died_is_an_error_with_its_exit_status_not_a_timeout():
