@@ -16,11 +16,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpunode.explain import hooks, xid
+from gpunode.explain import generic, hooks, xid
 from gpunode.explain.candidate import candidates
 from gpunode.explain.finding import Doc, Finding
 from gpunode.explain.normalise import normalise
 from gpunode.explain.tables import tables
+
+
+GENERIC = True  # the generic layer (gpunode.explain.generic); benchmarks switch it off to measure what it adds
 
 
 def _superseded(finding: Finding, superseded_by: dict[str, set[str]], present: set[str]) -> bool:
@@ -50,6 +53,8 @@ def _hits(doc: Doc) -> list[tuple[int, int, Finding, tuple[Any, ...]]]:
             hits.append(entry)
     for strength, position, finding in xid.findings(doc):
         hits.append((strength, position, finding, (finding.id, finding.values.get("pci"))))
+    if GENERIC:
+        hits += generic.findings(doc, hits)
     return hits
 
 
