@@ -82,7 +82,7 @@ def blind_batches() -> dict[str, dict[str, object]]:
 # data/explain_detectors.csv between the commit the batch was measured at and the last commit of its fixes: 7ede98d..
 # c065630, c065630..67dfe19, 67dfe19..10f55cb, 1d93d30..cc238f0, matched by pattern so later variant renames are
 # followed), and the finding ids that did not exist before it. With a batch's rows switched off, what is left
-# (older rows, the catalogue's rows, the generic layer) is measured on that batch's texts: the nearest this corpus
+# (older rows, the generic layer: codes, catalogued messages in other words, component x error class) is measured on that batch's texts: the nearest this corpus
 # can come to a blind figure for the generic layer. "strict" also switches off the generic rows and codes that give
 # one of the batch's new ids, since those ids were named after the batch was seen.
 BATCH_ROWS = {
@@ -136,7 +136,7 @@ def _batch_rows(name: str) -> list[dict[str, str]]:
 def leave_one_batch_out() -> dict[str, dict[str, int]]:
     """Per blind batch: its texts scored with the rows written after it switched off, without the generic layer,
     with it, and with it minus the generic entries giving the batch's new ids (strict)."""
-    full_tables, full_generic = tables(), generic.load()
+    full_tables, full_generic, full_catalogued = tables(), generic.load(), generic.catalogued()
     out: dict[str, dict[str, int]] = {}
     try:
         for name, written in BATCH_ROWS.items():
@@ -151,12 +151,15 @@ def leave_one_batch_out() -> dict[str, dict[str, int]]:
                 classes, subjects, codes = full_generic
                 generic.load = lambda c=classes, s=subjects, k=codes, new=new: (  # type: ignore[assignment,misc]
                     c, tuple(x for x in s if x.id not in new), tuple(x for x in k if x.id not in new))
+                generic.catalogued = lambda new=new: tuple(  # type: ignore[assignment,misc]
+                    x for x in full_catalogued if x.id not in new)
                 scores[mode] = sum([f.id for f in explain((CORPUS / "unseen" / row["file"]).read_text(
                     encoding="utf-8"))][:1] == [row["expected"]] for row in members)
             out[name] = scores
     finally:
         engine.tables, engine.GENERIC = tables, True  # type: ignore[assignment]
         generic.load = lambda: full_generic  # type: ignore[assignment,misc]
+        generic.catalogued = lambda: full_catalogued  # type: ignore[assignment,misc]
     return out
 
 

@@ -22,8 +22,7 @@ from gpunode.explain.finding import Doc, Finding
 from gpunode.explain.normalise import normalise
 from gpunode.explain.tables import tables
 
-
-GENERIC = True  # the generic layer (gpunode.explain.generic); benchmarks switch it off to measure what it adds
+GENERIC = True  # the generic layer (gpunode.explain.generic and the family-wide decisive line); benchmarks switch it off
 
 
 def _superseded(finding: Finding, superseded_by: dict[str, set[str]], present: set[str]) -> bool:
@@ -55,6 +54,11 @@ def _hits(doc: Doc) -> list[tuple[int, int, Finding, tuple[Any, ...]]]:
         hits.append((strength, position, finding, (finding.id, finding.values.get("pci"))))
     if GENERIC:
         hits += generic.findings(doc, hits)
+    if GENERIC and not any(hit[2].id == "container.no-gpu-injected" for hit in hits):  # the decisive line, any wording
+        for i, (_, position, finding, key) in enumerate(hits):
+            refined = hooks.in_container_without_gpu(finding, doc)
+            if refined is not None:
+                hits[i] = (refined.strength, position, refined, ("container.no-gpu-injected", *key[1:]))
     return hits
 
 

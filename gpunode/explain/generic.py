@@ -32,8 +32,9 @@ from typing import Any
 from gpunode.datatables import DataError, data_dir, optional_field, read_table, source_field, text_field
 from gpunode.explain.candidate import fill
 from gpunode.explain.finding import Doc, Finding
-from gpunode.explain.tables import PLACEHOLDER, Detector, group_names, tables
+from gpunode.explain.tables import FORMAT_VERB, PLACEHOLDER, Detector, catalogue, group_names, tables
 
+CATCH_ALL = 44  # a row this weak is a component's catch-all ("stage failed", "hook failed"): it does not explain a line
 MAX_GAP = 80  # characters between the error words and the thing they are about, on one line
 
 
@@ -63,6 +64,14 @@ class Code:
     id: str
     row: Detector
     regexes: tuple[tuple[str, re.Pattern[str], int], ...]  # (how it was read, pattern, strength)
+
+
+@dataclass(frozen=True)
+class Catalogued:
+    id: str
+    emitter: str
+    regex: re.Pattern[str]
+    row: Detector
 
 
 def _regex(text: str) -> re.Pattern[str]:
@@ -117,9 +126,28 @@ def _row_for(finding_id: str, available: set[str], where: str) -> Detector:
 
 def _loose(message: str) -> str:
     """A message as a pattern that tolerates other spacing and punctuation ("Driver / library" for
-    "Driver/library") but not other words."""
+    "Driver/library"), and for a message of five words or more one word left out ("no CUDA-capable is detected")."""
     words = re.findall(r"[A-Za-z0-9]+", message)
-    return r"\b" + r"[\W_]*".join(re.escape(w) for w in words) + r"\b"
+    exact = r"[\W_]*".join(re.escape(w) for w in words)
+    if len(words) < 5:
+        return r"\b" + exact + r"\b"
+    fewer = [r"[\W_]*".join(re.escape(w) for w in words[:i] + words[i + 1:]) for i in range(1, len(words) - 1)]
+    return r"\b(?:" + "|".join([exact, *fewer]) + r")\b"
+
+
+_WORDS = r"[\W_]+(?:[A-Za-z0-9]+[\W_]+)?"  # between two words of a catalogued message: punctuation, maybe one more word
+
+
+def _tolerant(template: str) -> re.Pattern[str] | None:
+    """A catalogued message as a pattern for other versions' and other values' wording: what varies (its {names}
+    and format verbs) matches anything on the line, its words in order with at most one extra word between two,
+    spacing and punctuation free. None for a message with fewer than four fixed words (too little to go on)."""
+    text = re.sub(r"\{\w+\}", "\x00", FORMAT_VERB.sub("\x00", template))
+    parts = [re.findall(r"[A-Za-z0-9]+", part) for part in text.split("\x00")]
+    if sum(len(words) for words in parts) < 4:
+        return None
+    pattern = r"[^\n]{0,80}?".join(_WORDS.join(re.escape(w) for w in words) for words in parts if words)
+    return re.compile(r"\b" + pattern + r"\b", re.IGNORECASE)
 
 
 def _read(name: str) -> str:
@@ -128,6 +156,23 @@ def _read(name: str) -> str:
     except OSError as exc:
         raise DataError(f"data/{name} cannot be read: {exc}",
                         fix="reinstall gpunode; the data tables ship inside the package") from None
+
+
+@lru_cache(maxsize=1)
+def catalogued() -> tuple[Catalogued, ...]:
+    """Every catalogued message (data/explain_catalogue.csv) whose id has a row the generic finding can show, as a
+    tolerant pattern."""
+    out = []
+    for message in catalogue():
+        regex = _tolerant(message.template)
+        if regex is None or message.id.startswith(("xid.", "sxid.")):
+            continue
+        try:
+            row = _row_for(message.id, set(), f"data/explain_catalogue.csv line {message.line}")
+        except DataError:
+            continue  # every row of that id needs a value from its own pattern
+        out.append(Catalogued(message.id, message.emitter, regex, row))
+    return tuple(out)
 
 
 @lru_cache(maxsize=1)
@@ -156,7 +201,7 @@ def load() -> tuple[tuple[ErrorClass, ...], tuple[Subject, ...], tuple[Code, ...
         if row["message"]:
             regexes.append(("message", re.compile(_loose(row["message"]), re.IGNORECASE), 54))
         number = (r"(?:\berror|\bcode|\berr|returned|status|result)\W{0,3}(?:=\s*|\(\s*)?" + str(row["code"])
-                  + r"\b(?!\.\d)")
+                  + r"\b(?!\.\d)|\b" + str(row["code"]) + r"\W{0,2}(?:[a-z]+ )?error\b")  # "error 803", "802 system error"
         regexes.append(("code", re.compile(number, re.IGNORECASE), 54))
         if family not in _CONTEXT:
             raise DataError(f"{where}: family {row['family']} is not one of " + ", ".join(_CONTEXT))
@@ -210,21 +255,38 @@ def _code_hits(start: int, line: str) -> list[tuple[int, int, Finding, tuple[Any
     return hits
 
 
+def _catalogue_hits(start: int, line: str) -> list[tuple[int, int, Finding, tuple[Any, ...]]]:
+    hits: list[tuple[int, int, Finding, tuple[Any, ...]]] = []
+    for message in catalogued():
+        match = message.regex.search(line)
+        if match:
+            hits.append((50, start + match.start(), _finding(
+                message.row, {"generic": "catalogue", "emitter": message.emitter}, line,
+                "generic match: a catalogued message in other words",
+                f"Generic finding: this line is {message.emitter}'s catalogued message in other words or with other "
+                "values (no detector row matched it); that message's cause is the following.", 50),
+                (message.id, "generic")))
+    return hits
+
+
 def _class_hits(start: int, line: str) -> list[tuple[int, int, Finding, tuple[Any, ...]]]:
     classes, subjects, _ = load()
     errors = [(c, m) for c in classes for m in c.regex.finditer(line)]
     if not errors:
         return []
-    things = [(s, m) for s in subjects for m in s.regex.finditer(line)]
+    # the program a line begins with ("nvidia-container-cli: ldcache error: ...") printed it: it is the emitter, not
+    # what the error is about, except when the error is that the emitter rejects its own configuration
+    things = [(s, m, not line[:m.start()].strip() and line[m.end():].startswith(":"))
+              for s in subjects for m in s.regex.finditer(line)]
     hits: list[tuple[int, int, Finding, tuple[Any, ...]]] = []
     for error_class, error in errors:
-        near = sorted(((_gap(m, error), m.start(), s, m) for s, m in things), key=lambda t: (t[0], t[1]))
+        near = sorted(((_gap(m, error), m.start(), s, m) for s, m, emitter in things
+                       if s.error_class == error_class.name and (not emitter or error_class.name == "invalid-config")),
+                      key=lambda t: (t[0], t[1]))
         if not near or near[0][0] > MAX_GAP:
             continue
         gap, position = near[0][0], near[0][1]
         for _, _, subject, match in (t for t in near if t[0] == gap and t[1] == position):
-            if subject.error_class != error_class.name:
-                continue
             values: dict[str, Any] = {k: v for k, v in match.groupdict().items() if v}
             values.update({"generic": error_class.name, "subject": match[0]})
             hits.append((subject.strength, start + error.start(), _finding(
@@ -239,14 +301,16 @@ def findings(doc: Doc, specific: list[tuple[int, int, Finding, tuple[Any, ...]]]
              ) -> list[tuple[int, int, Finding, tuple[Any, ...]]]:
     """(strength, position, finding, key) for the lines of `doc` that no detector row explained."""
     explained_ids = {hit[2].id for hit in specific}
-    positions = [hit[1] for hit in specific]
     out: list[tuple[int, int, Finding, tuple[Any, ...]]] = []
     seen: set[str] = set()
     for start, line in _lines(doc.text):
-        if not line.strip() or any(start <= p <= start + len(line) for p in positions):
+        if not line.strip():
             continue
-        for hit in _code_hits(start, line) + _class_hits(start, line):
-            if hit[2].id in explained_ids or hit[2].id in seen:
+        # a row written for this line's message explains it, unless that row is a weaker catch-all (a component's
+        # "stage failed" headline): then the detail the generic layer read from the same line is the decisive one
+        here = [hit[0] for hit in specific if start <= hit[1] <= start + len(line)]
+        for hit in _code_hits(start, line) + _catalogue_hits(start, line) + _class_hits(start, line):
+            if hit[2].id in explained_ids or hit[2].id in seen or any(strength > CATCH_ALL for strength in here):
                 continue
             seen.add(hit[2].id)
             out.append(hit)
