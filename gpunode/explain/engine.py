@@ -59,6 +59,12 @@ def _hits(doc: Doc) -> list[tuple[int, int, Finding, tuple[Any, ...]]]:
             refined = hooks.in_container_without_gpu(finding, doc)
             if refined is not None:
                 hits[i] = (refined.strength, position, refined, ("container.no-gpu-injected", *key[1:]))
+    if GENERIC:  # the component the paste shows decides between sibling causes of one message
+        present = {hit[2].id for hit in hits}
+        for i, (_, position, finding, key) in enumerate(hits):
+            refined = generic.in_component(finding, doc)
+            if refined is not None and refined.id not in present:
+                hits[i] = (refined.strength, position, refined, (refined.id, *key[1:]))
     return hits
 
 
@@ -72,6 +78,8 @@ def explain(text: str) -> list[Finding]:
     if terminal != normalised:  # lines that may have been cut by a terminal: read that way too
         known = {hit[3] for hit in hits}
         hits += [hit for hit in _hits(Doc(terminal)) if hit[3] not in known]
+    specific = {hit[2].id for hit in hits if "generic" not in hit[2].values}
+    hits = [hit for hit in hits if "generic" not in hit[2].values or hit[2].id not in specific]  # either reading's row
     present = {hit[2].id for hit in hits if not hit[2].values.get("from_prose")}  # a mere mention supersedes nothing
     superseded_by: dict[str, set[str]] = {}  # what any variant of an id yields to (a finding does not keep its variant)
     for detector in tables()[0]:

@@ -158,6 +158,37 @@ def _read(name: str) -> str:
                         fix="reinstall gpunode; the data tables ship inside the package") from None
 
 
+CONTEXT_SCHEMA = {"id": text_field, "context": _regex, "becomes": text_field, "source": source_field}
+
+
+@lru_cache(maxsize=1)
+def contexts() -> tuple[tuple[str, re.Pattern[str], Detector], ...]:
+    """data/explain_component_context.csv: (id, what in the paste names the component, the row it then becomes).
+    The component a paste shows (the device plugin's pod, the open kernel module) decides between sibling causes
+    of one message."""
+    out = []
+    for row in read_table(_read("explain_component_context.csv"), "explain_component_context.csv", CONTEXT_SCHEMA,
+                          key=None):
+        where = f"data/explain_component_context.csv line {row['_line']}"
+        out.append((row["id"], row["context"], _row_for(row["becomes"], set(), where)))
+    return tuple(out)
+
+
+def in_component(finding: Finding, doc: Doc) -> Finding | None:
+    """`finding` told as the sibling cause of the component the paste shows, or None."""
+    for finding_id, context, row in contexts():
+        if finding.id != finding_id:
+            continue
+        match = context.search(doc.text)
+        if match:
+            line = doc.excerpt(match.start(), match.end())
+            excerpt = finding.excerpt if line in finding.excerpt else f"{finding.excerpt}\n{line}"
+            return Finding(row.id, row.title, row.cause, row.fix, excerpt,
+                           {**finding.values, "component": match[0], "instead_of": finding.id}, row.also,
+                           max(row.strength, finding.strength))
+    return None
+
+
 @lru_cache(maxsize=1)
 def catalogued() -> tuple[Catalogued, ...]:
     """Every catalogued message (data/explain_catalogue.csv) whose id has a row the generic finding can show, as a
@@ -226,6 +257,15 @@ def _gap(subject: re.Match[str], error: re.Match[str]) -> int:
     return 0
 
 
+def _emitter(line: str, subject: re.Match[str], error: re.Match[str]) -> bool:
+    """Is `subject` the program that printed the error rather than what it is about? "nvidia-container-cli:
+    ldcache error: ... no such file" names its emitter and then a stage; "libnvidia-container.so.1: cannot open
+    shared object file" names the object right before the error. (An emitter rejecting its own configuration is
+    still the object: the caller keeps it for that class.)"""
+    after = line[subject.end():error.start()]
+    return after.startswith(":") and len(after.strip(": ")) > 0
+
+
 def _finding(row: Detector, values: dict[str, Any], line: str, title_note: str, cause_note: str,
              strength: int) -> Finding:
     shown = {k: v for k, v in values.items() if not k.startswith("_")}
@@ -274,14 +314,12 @@ def _class_hits(start: int, line: str) -> list[tuple[int, int, Finding, tuple[An
     errors = [(c, m) for c in classes for m in c.regex.finditer(line)]
     if not errors:
         return []
-    # the program a line begins with ("nvidia-container-cli: ldcache error: ...") printed it: it is the emitter, not
-    # what the error is about, except when the error is that the emitter rejects its own configuration
-    things = [(s, m, not line[:m.start()].strip() and line[m.end():].startswith(":"))
-              for s in subjects for m in s.regex.finditer(line)]
+    things = [(s, m) for s in subjects for m in s.regex.finditer(line)]
     hits: list[tuple[int, int, Finding, tuple[Any, ...]]] = []
     for error_class, error in errors:
-        near = sorted(((_gap(m, error), m.start(), s, m) for s, m, emitter in things
-                       if s.error_class == error_class.name and (not emitter or error_class.name == "invalid-config")),
+        near = sorted(((_gap(m, error), m.start(), s, m) for s, m in things
+                       if s.error_class == error_class.name
+                       and (error_class.name == "invalid-config" or not _emitter(line, m, error))),
                       key=lambda t: (t[0], t[1]))
         if not near or near[0][0] > MAX_GAP:
             continue

@@ -126,3 +126,11 @@ def test_any_driver_unreachable_finding_in_a_container_run_without_a_gpu_is_the_
     assert "command" in with_run[0].values
     asked = explain(f"$ docker run --gpus all -it myimage python train.py\n{line}")
     assert asked[0].id != "container.no-gpu-injected"  # the run asked for a GPU: the message keeps its own cause
+
+
+def test_the_component_the_paste_shows_decides_between_sibling_causes() -> None:
+    line = "libnvidia-ml.so.1: cannot open shared object file: No such file or directory"
+    assert explain(line)[0].id == "lib.nvml-missing"  # nothing says where: the message's own cause
+    finding = explain(f"$ kubectl logs -n kube-system nvidia-device-plugin-daemonset-x2\n{line}")[0]
+    assert finding.id == "kube.device-plugin-no-nvml"
+    assert "nvidia-device-plugin" in finding.excerpt and finding.values["component"] == "nvidia-device-plugin"
