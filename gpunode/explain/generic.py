@@ -232,7 +232,9 @@ def load() -> tuple[tuple[ErrorClass, ...], tuple[Subject, ...], tuple[Code, ...
         if row["message"]:
             regexes.append(("message", re.compile(_loose(row["message"]), re.IGNORECASE), 54))
         number = (r"(?:\berror|\bcode|\berr|returned|status|result)\W{0,3}(?:=\s*|\(\s*)?" + str(row["code"])
-                  + r"\b(?!\.\d)|\b" + str(row["code"]) + r"\W{0,2}(?:[a-z]+ )?error\b")  # "error 803", "802 system error"
+                  + r"\b(?!\.\d)")  # "error 803", "code=46", "returned 100"
+        if row["code"] >= 100:  # "802 system error" (a small number before "error" is too often something else)
+            number += r"|(?<![.\d])\b" + str(row["code"]) + r"\W{0,2}(?:[a-z]+ )?error\b"
         regexes.append(("code", re.compile(number, re.IGNORECASE), 54))
         if family not in _CONTEXT:
             raise DataError(f"{where}: family {row['family']} is not one of " + ", ".join(_CONTEXT))

@@ -134,3 +134,12 @@ def test_the_component_the_paste_shows_decides_between_sibling_causes() -> None:
     finding = explain(f"$ kubectl logs -n kube-system nvidia-device-plugin-daemonset-x2\n{line}")[0]
     assert finding.id == "kube.device-plugin-no-nvml"
     assert "nvidia-device-plugin" in finding.excerpt and finding.values["component"] == "nvidia-device-plugin"
+
+
+@pytest.mark.parametrize("text", [
+    "single line cuda>=12.2 requirement error (devcontainer)",  # a version, not CUDA error 2
+    "The current PCI-E link generation. These may be reduced when the GPU is not in use.",  # nvidia-smi's help
+    "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-e78e68c0-4e6a-737e-f9cc-4223fe50aead)",
+])
+def test_ordinary_text_about_gpus_is_no_generic_finding(text: str) -> None:
+    assert _generic(text) == []
