@@ -10,7 +10,9 @@ cause with its source (gpunode.explain.tables); code only where a finding needs 
 (gpunode.explain.hooks, gpunode.explain.xid), chiefly a decisive line elsewhere in the same paste that refines the
 headline's cause (the finding then quotes both lines). data/explain_catalogue.csv lists what each component
 (nvidia-container-cli, NVML, CUDA, PyTorch/TensorFlow/JAX, the kernel, Kubernetes, ...) can print, with its source;
-tests/explain/test_catalogue.py requires every catalogued message to be recognised.
+tests/explain/test_catalogue.py requires every catalogued message to be recognised. Lines no row explains go to the
+generic layer (gpunode.explain.generic): an error code, a catalogued message in other words, or a component named
+beside a generic error (permission denied, not found, ...) gives a weaker finding whose title says it is generic.
 
 Finding ids are stable (scripts may match on them): `docker.no-gpu-driver`, `cuda.requirement`, `xid.79`, ...
 `IDS` lists every fixed id; Xid and SXid findings are `xid.<N>` and `sxid.<N>`.

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpunode.explain import hooks, xid
+from gpunode.explain import generic, hooks, xid
 from gpunode.explain.candidate import candidates
 from gpunode.explain.finding import Doc, Finding
 from gpunode.explain.normalise import normalise
 from gpunode.explain.tables import tables
+
+GENERIC = True  # the generic layer (gpunode.explain.generic and the family-wide decisive line); benchmarks switch it off
 
 
 def _superseded(finding: Finding, superseded_by: dict[str, set[str]], present: set[str]) -> bool:
@@ -50,6 +52,19 @@ def _hits(doc: Doc) -> list[tuple[int, int, Finding, tuple[Any, ...]]]:
             hits.append(entry)
     for strength, position, finding in xid.findings(doc):
         hits.append((strength, position, finding, (finding.id, finding.values.get("pci"))))
+    if GENERIC:
+        hits += generic.findings(doc, hits)
+    if GENERIC and not any(hit[2].id == "container.no-gpu-injected" for hit in hits):  # the decisive line, any wording
+        for i, (_, position, finding, key) in enumerate(hits):
+            refined = hooks.in_container_without_gpu(finding, doc)
+            if refined is not None:
+                hits[i] = (refined.strength, position, refined, ("container.no-gpu-injected", *key[1:]))
+    if GENERIC:  # the component the paste shows decides between sibling causes of one message
+        present = {hit[2].id for hit in hits}
+        for i, (_, position, finding, key) in enumerate(hits):
+            refined = generic.in_component(finding, doc)
+            if refined is not None and refined.id not in present:
+                hits[i] = (refined.strength, position, refined, (refined.id, *key[1:]))
     return hits
 
 
@@ -63,6 +78,8 @@ def explain(text: str) -> list[Finding]:
     if terminal != normalised:  # lines that may have been cut by a terminal: read that way too
         known = {hit[3] for hit in hits}
         hits += [hit for hit in _hits(Doc(terminal)) if hit[3] not in known]
+    specific = {hit[2].id for hit in hits if "generic" not in hit[2].values}
+    hits = [hit for hit in hits if "generic" not in hit[2].values or hit[2].id not in specific]  # either reading's row
     present = {hit[2].id for hit in hits if not hit[2].values.get("from_prose")}  # a mere mention supersedes nothing
     superseded_by: dict[str, set[str]] = {}  # what any variant of an id yields to (a finding does not keep its variant)
     for detector in tables()[0]:

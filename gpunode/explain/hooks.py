@@ -13,7 +13,7 @@ from typing import Any
 from gpunode import fixes, passthrough, signing
 from gpunode.explain.candidate import Candidate, render
 from gpunode.explain.finding import Doc, Finding
-from gpunode.explain.tables import compile_pattern
+from gpunode.explain.tables import compile_pattern, tables
 
 Hook = Callable[[Candidate, Doc], "Finding | None"]
 HOOKS: dict[str, Hook] = {}
@@ -618,3 +618,35 @@ def _pcie_link(c: Candidate, doc: Doc) -> Finding | None:
     if failing is None:  # a riser mentioned in passing is no finding
         return None
     return _render(c, doc, excerpt=_with_line(c, doc, failing))
+
+
+# --- the container that got no GPU, for any finding that says no driver is reachable -------------------------------
+
+# Findings that mean "this program reached no NVIDIA driver". Inside a container started without any GPU request
+# that is the cause whatever the program's wording, so the decisive line (the run command, Apptainer without --nv,
+# the paste saying nvidia-smi does not work in the container) wins over each of them, specific or generic.
+DRIVER_UNREACHABLE = frozenset({"cuda.insufficient-driver", "cuda.no-driver", "lib.nvml-missing", "smi.no-driver",
+                                "smi.not-installed", "cuda.no-device", "driver.not-loaded", "cuda.libraries-missing"})
+
+
+def _no_gpu_evidence(doc: Doc) -> re.Match[str] | None:
+    run = next((m for m in _CONTAINER_RUN.finditer(doc.text) if not _GPU_REQUEST.search(m[0])), None)
+    if run is None and not _GPU_REQUEST.search(doc.text):
+        run = doc.has(_APPTAINER) or doc.has(_NO_GPU_SAID)
+    return run
+
+
+def in_container_without_gpu(finding: Finding, doc: Doc) -> Finding | None:
+    """`finding` (a driver that cannot be reached) told as the container that got no GPU, when the paste shows one;
+    None when it does not. The finding quotes its own line and the decisive one."""
+    if finding.id not in DRIVER_UNREACHABLE:
+        return None
+    run = _no_gpu_evidence(doc)
+    rows = [d for d in tables()[0] if d.id == "container.no-gpu-injected"]
+    if run is None or not rows:
+        return None
+    row = next((d for d in rows if d.variant.startswith("cuda-in-container")), rows[0])
+    line = doc.excerpt(run.start(), run.end())
+    excerpt = finding.excerpt if line in finding.excerpt else f"{finding.excerpt}\n{line}"
+    values = {**finding.values, "command": run[0].strip(), "instead_of": finding.id}
+    return Finding(row.id, row.title, row.cause, row.fix, excerpt, values, row.also, max(row.strength, finding.strength))

@@ -4,13 +4,15 @@ Removes ANSI escapes, shell prompts (bash, zsh, PowerShell, `(env) user@host:~$`
 quoting (`> `, e-mail replies), code fences and common indentation, log prefixes (dmesg in every format: `[  12.3]`,
 `[+0.000421]`, `-T`, `-e`, `-x`; journald/syslog with or without host, ISO stamps, /dev/kmsg records, rsyslog's
 `#012`, CI step prefixes), folds curly quotes, odd spaces and hyphens, decodes HTML entities (`&quot;`, `&#39;`),
-unescapes messages quoted by Go/JSON (the 2017-2019 `\\\"error running hook` form), and joins lines a terminal or
+unescapes messages quoted by Go/JSON (the 2017-2019 `\\\"error running hook` form) or logfmt (`msg="...\\"nvidia\\"..."`),
+reads a JSON log record (docker json-file, CRI, `journalctl -o json`) as its message, and joins lines a terminal or
 the kernel wrapped.
 """
 
 from __future__ import annotations
 
 import html
+import json
 import re
 from dataclasses import dataclass
 
@@ -41,6 +43,9 @@ _STAMPS = tuple(re.compile(p) for p in (
     r"^(?:kern|user|daemon|syslog)\s*:\s*(?:emerg|alert|crit|err|warn|notice|info|debug)\s*:",  # dmesg -x
     r"^(?:[\w.-]+\s+)?kernel:\s",  # "kernel: " left by grep, or "host kernel: " after a monotonic stamp
     r"^\[\d{1,2}:\d\d(?::\d\d)?(?:\s?[AaPp][Mm])?\]",  # a chat message's time: [10:42 AM]
+    r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ [\w.-]+:\d+\]\s",  # klog (kubelet, device plugin): E1124 10:11:12.1 42 x.go:9]
+    r"^[\w.-]+[-_]\d+\s+\|\s",  # docker compose's service prefix: "app-1  | " (v1: "app_1  | ")
+    r"^(?:Normal|Warning)\s{2,}\w+\s{2,}\S.*?\s{2,}[\w/-]+\s{2,}(?=\S)",  # kubectl describe's Events row
 ))
 _PROMPTS = tuple(re.compile(p) for p in (
     r"^(?:\([\w.-]+\)\s+)?[\w.-]+@[\w.-]+:[^\s$#]*\s?[$#]\s?",  # (env) user@host:~/dir$
@@ -88,9 +93,46 @@ def _fences(line: str) -> list[str]:
     return [match[1] + match[2], match[1] + rest]
 
 
+_JSON_RECORD = re.compile(r'^\s*\{.*"(?:log|msg|message|MESSAGE)"\s*:.*\}\s*$')
+_LOGFMT = re.compile(r'\b(?:msg|error|err)="')
+
+
+_LOGFMT_FIELD = re.compile(r'\b(msg|error|err)="((?:[^"\\]|\\.)*)"')
+
+
+def _logfmt_record(line: str) -> str:
+    """A logfmt record (containerd, the toolkit's runtime log: `time=... level=error msg="..." error="..."`) as its
+    message and error fields, unescaped; any other line as it is."""
+    if not re.search(r"\blevel=\w+", line):
+        return line
+    fields = _LOGFMT_FIELD.findall(line)
+    if not fields:
+        return line
+    return " ".join(re.sub(r'\\(["\\])', r"\1", value) for _, value in fields)
+
+
+def _json_record(line: str) -> str:
+    """A JSON log record (docker's json-file, the CRI log of a pod, `journalctl -o json`, a structured logger) as its
+    message, then its error field; any other line as it is."""
+    if not _JSON_RECORD.match(line):
+        return line
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return line
+    if not isinstance(record, dict):
+        return line
+    parts = [record.get(key) for key in ("log", "msg", "message", "MESSAGE", "error", "err")]
+    text = " ".join(part.rstrip("\n") for part in parts if isinstance(part, str) and part.strip())
+    return text or line
+
+
 def _unescape(text: str) -> str:
+    text = "\n".join(_logfmt_record(_json_record(line)) for line in text.split("\n"))
     text = re.sub(r"#012(?![0-9A-Fa-f]{3})", "\n", text)  # rsyslog's escaped newline / tab
     text = re.sub(r"#011(?![0-9A-Fa-f]{3})", "\t", text)
+    if _LOGFMT.search(text):  # logfmt (containerd, the toolkit's runtime log): msg="... \"nvidia\" ..."
+        text = re.sub(r'\\+"', '"', text)
     if re.search(r"\\+n", text) and re.search(r'\\+"|\\\\', text):  # a message quoted (maybe twice) in Go/JSON
         text = re.sub(r"\\+n", "\n", text)
         text = re.sub(r'\\+"', '"', text)

@@ -4,12 +4,13 @@ its finding first; a message the rules do not recognise fails here."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 
 from gpunode.compat import DataError
-from gpunode.explain import explain
+from gpunode.explain import engine, explain
 from gpunode.explain.tables import Message, catalogue
 
 MESSAGES = catalogue()
@@ -26,8 +27,14 @@ def test_the_catalogue_covers_every_emitter_of_the_issue():
     assert len(MESSAGES) >= 60 and all(m.source for m in MESSAGES)
 
 
+@pytest.fixture
+def rows_only(monkeypatch):
+    """The detector rows alone: the generic layer reads the catalogue itself, so it must not pass this test for them."""
+    monkeypatch.setattr(engine, "GENERIC", False)
+
+
 @pytest.mark.parametrize("message", MESSAGES, ids=[f"{m.line}-{m.id}" for m in MESSAGES])
-def test_every_catalogued_message_is_recognised(message):
+def test_every_catalogued_message_is_recognised(message, rows_only):
     text = message.render()
     assert [f.id for f in explain(text)][:1] == [message.id], text
     assert [f.id for f in explain(f"```{text}```")][:1] == [message.id]  # fenced on the same line
@@ -126,3 +133,24 @@ def test_every_node_cuda_error_and_every_operator_stage_is_catalogued():
         assert any(re.search(rf"driver_types\.h:\d+ {name} = \d+", m.source) for m in MESSAGES), name
     for stage in OPERATOR_STAGES:
         assert any(f"error validating {stage}: " in m.template for m in MESSAGES), stage
+
+
+# The same message as the log collectors and tools people copy from print it.
+PASTE_FORMS = {
+    "klog": lambda m: f"E1124 10:11:12.123456    4242 kuberuntime_manager.go:1256] {m}",
+    "journald": lambda m: f"Nov 24 10:11:12 node1 kubelet[123]: {m}",
+    "compose": lambda m: f"app-1  | {m}",
+    "docker json-file / CRI JSON": lambda m: json.dumps({"log": m + "\n", "stream": "stderr",
+                                                         "time": "2024-01-01T00:00:00Z"}),
+    "journalctl -o json": lambda m: json.dumps({"MESSAGE": m, "_PID": "12", "SYSLOG_IDENTIFIER": "containerd"}),
+    "logfmt": lambda m: 'time="2024-01-01T00:00:00Z" level=error msg="' + m.replace('"', '\\"') + '"',
+    "kubectl describe": lambda m: f"  Warning  Failed     3m (x4 over 5m)  kubelet            {m}",
+    "ANSI and CRLF": lambda m: f"\x1b[31m{m}\x1b[0m\r\n",
+}
+
+
+@pytest.mark.parametrize("form", PASTE_FORMS)
+def test_every_catalogued_message_is_recognised_in_every_log_form(form, rows_only):
+    wrap = PASTE_FORMS[form]
+    missed = [(m.line, m.id) for m in MESSAGES if [f.id for f in explain(wrap(m.render()))][:1] != [m.id]]
+    assert missed == []

@@ -1,0 +1,145 @@
+"""gpunode.explain.generic: lines no detector row was written for are recognised by their error code or by the
+component they name and the shape of the error, at lower strength, saying so and quoting the line."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpunode.explain import engine, explain, generic
+from gpunode.explain.finding import Doc
+
+
+def _generic(text: str) -> list:  # type: ignore[type-arg]
+    """What the generic layer alone finds (no detector row explained any line)."""
+    return [hit[2] for hit in sorted(generic.findings(Doc(text), []), key=lambda h: (-h[0], h[1]))]
+
+
+def _first(text: str) -> tuple[str, dict[str, object], str, str]:
+    findings = _generic(text)
+    assert findings, f"nothing recognised in {text!r}"
+    return findings[0].id, findings[0].values, findings[0].title, findings[0].cause
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # a wrapper that prints only the code, the enum name or the library's string, in words no row was written for
+    ("vllm worker: cuda init returned error 803 on rank 3", "cuda.driver-mismatch"),
+    ("cupy raised CUDARuntimeError(cudaErrorCompatNotSupportedOnDevice) while warming up", "cuda.compat-unsupported"),
+    ("miner: board 2 fan query failed, NVMLError_GpuIsLost", "nvml.gpu-lost"),
+    ("dcgm probe gave up: ERROR_OPERATING_SYSTEM", "nvml.os-blocked"),
+    ("our launcher died with CUDA code=100 during startup", "cuda.no-device"),
+    ("training aborted after a 802 system error from cuda", "fabricmanager.802"),
+])
+def test_a_cuda_or_nvml_error_code_names_its_cause_in_any_wrapper(text: str, expected: str) -> None:
+    finding_id, values, title, cause = _first(text)
+    assert finding_id == expected
+    assert values["generic"] == "error-code"
+    assert "(generic match: error code)" in title and cause.startswith("Generic finding: recognised by its")
+
+
+def test_a_bare_number_without_cuda_or_nvml_on_its_line_is_no_finding() -> None:
+    assert _generic("the web server returned error 803 to the client") == []
+
+
+@pytest.mark.parametrize(("text", "expected", "subject"), [
+    ("helper failed to dlopen libnvidia-container.so.1 at start", "toolkit.libnvidia-container-missing",
+     "libnvidia-container.so.1"),
+    ("the pre-start hook could not locate nvidia-container-cli in its search path", "docker.toolkit-binary-missing",
+     "nvidia-container-cli"),
+    ("worker: open /dev/nvidia-uvm: ENOENT", "driver.device-nodes-missing", "/dev/nvidia-uvm"),
+    ("NUMA setup: write /sys/devices/system/memory/auto_online_blocks: EACCES", "persistenced.numa-online",
+     "/sys/devices/system/memory/auto_online_blocks"),
+    ("containerd: toml: cannot load TOML value for plugins", "containerd.config-invalid", "containerd"),
+])
+def test_a_component_named_beside_a_generic_error_gives_that_components_cause(text: str, expected: str,
+                                                                               subject: str) -> None:
+    finding = _generic(text)[0]
+    assert finding.id == expected
+    assert finding.values["subject"] == subject and finding.values["generic"]
+    assert finding.title.endswith(f"(generic match: {finding.values['generic']})")
+    assert finding.cause.startswith(f"Generic finding: no catalogued message matched this line, but it says that {subject}")
+    assert finding.excerpt == text  # the line it used
+
+
+def test_the_thing_nearest_the_error_words_is_what_the_error_is_about() -> None:
+    # the program is named first, but what is missing is the device node next to "no such file"
+    finding = _generic("nvidia-container-cli probe: lstat /dev/nvidia3: no such file or directory")[0]
+    assert finding.id == "driver.device-nodes-missing"
+    assert finding.values["subject"] == "/dev/nvidia3"
+
+
+def test_a_row_written_for_the_line_wins_and_a_weaker_catch_all_does_not() -> None:
+    # the libnvidia-container row knows this message: one finding, the row's own, not a generic one
+    text = ("nvidia-container-cli: error while loading shared libraries: libnvidia-container.so.1: cannot open "
+            "shared object file: No such file or directory")
+    findings = explain(text)
+    assert findings[0].id == "toolkit.libnvidia-container-missing"
+    assert "generic" not in findings[0].values
+    # toolkit.cli-failed is a catch-all for any stage error (strength 36): the cgroup detail on its line decides
+    text = ("nvidia-container-cli: mount error: failed to add device rules: write "
+            "/sys/fs/cgroup/devices/docker/ab12/devices.allow: permission denied: unknown")
+    assert explain(text)[0].id == "toolkit.device-filter-denied"
+
+
+def test_switching_the_generic_layer_off_leaves_only_the_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = "helper failed to dlopen libnvidia-container.so.1 at start"
+    assert explain(text)
+    monkeypatch.setattr(engine, "GENERIC", False)
+    assert explain(text) == []
+
+
+def test_every_code_and_every_generic_row_is_reachable() -> None:
+    classes, subjects, codes = generic.load()
+    for code in codes:
+        for name in code.names:
+            ids = [f.id for f in _generic(f"the wrapper reported {name} and stopped")]
+            assert code.id in ids, (code.family, code.code, name, ids)
+    assert {s.error_class for s in subjects} <= {c.name for c in classes}
+    assert all(s.strength <= 60 for s in subjects)  # generic findings rank below the specific rows
+
+
+def test_a_catalogued_message_in_other_words_or_with_other_values_is_recognised_and_says_so() -> None:
+    from gpunode.explain.tables import catalogue
+    coded = {code.id for code in generic.load()[2]}
+    message = next(m for m in catalogue() if "%" not in m.template and "{" not in m.template
+                   and len(m.template.split()) >= 6 and m.id not in coded and m.id.startswith("persistenced."))
+    words = message.template.split()
+    reworded = " ".join([*words[:2], "really", *words[2:]])  # one extra word between two of its words
+    assert reworded != message.template
+    hits = _generic(reworded)
+    assert hits and hits[0].id == message.id
+    assert hits[0].values["generic"] == "catalogue" and "in other words" in hits[0].title
+
+
+def test_a_five_word_code_message_with_a_word_left_out_still_names_its_cause() -> None:
+    assert _first("paddle: no CUDA-capable is detected")[0] == "cuda.no-device"
+
+
+@pytest.mark.parametrize("line", [
+    "RuntimeError: Found no NVIDIA driver on your system.",
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.",
+    "helper failed to dlopen libcuda.so.1 at start",  # a generic finding too
+])
+def test_any_driver_unreachable_finding_in_a_container_run_without_a_gpu_is_the_missing_injection(line: str) -> None:
+    with_run = explain(f"$ docker run -it myimage python train.py\n{line}")
+    assert with_run[0].id == "container.no-gpu-injected"
+    assert "docker run -it myimage python train.py" in with_run[0].excerpt and line.split()[0] in with_run[0].excerpt
+    assert "command" in with_run[0].values
+    asked = explain(f"$ docker run --gpus all -it myimage python train.py\n{line}")
+    assert asked[0].id != "container.no-gpu-injected"  # the run asked for a GPU: the message keeps its own cause
+
+
+def test_the_component_the_paste_shows_decides_between_sibling_causes() -> None:
+    line = "libnvidia-ml.so.1: cannot open shared object file: No such file or directory"
+    assert explain(line)[0].id == "lib.nvml-missing"  # nothing says where: the message's own cause
+    finding = explain(f"$ kubectl logs -n kube-system nvidia-device-plugin-daemonset-x2\n{line}")[0]
+    assert finding.id == "kube.device-plugin-no-nvml"
+    assert "nvidia-device-plugin" in finding.excerpt and finding.values["component"] == "nvidia-device-plugin"
+
+
+@pytest.mark.parametrize("text", [
+    "single line cuda>=12.2 requirement error (devcontainer)",  # a version, not CUDA error 2
+    "The current PCI-E link generation. These may be reduced when the GPU is not in use.",  # nvidia-smi's help
+    "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-e78e68c0-4e6a-737e-f9cc-4223fe50aead)",
+])
+def test_ordinary_text_about_gpus_is_no_generic_finding(text: str) -> None:
+    assert _generic(text) == []
