@@ -41,6 +41,20 @@ APT_PIN = "/etc/apt/preferences.d/gpunode-nvidia-driver"
 PIN_PACKAGES = "nvidia-* libnvidia-* libcuda1 libcuda1-* firmware-nvidia-gsp xserver-xorg-video-nvidia*"
 
 
+# every package of an NVIDIA driver that a route's transaction may install, replace or remove on its own: the apt
+# pin's globs, NVIDIA's RPM kernel-module and meta packages, Ubuntu's per-kernel precompiled module packages. A
+# simulated transaction that removes anything else is refused before the first change (steps/driver_packages.py).
+DRIVER_FAMILY = (*PIN_PACKAGES.split(), "kmod-nvidia*", "cuda-drivers*", "linux-modules-nvidia-*",
+                 "linux-objects-nvidia-*", "linux-signatures-nvidia-*", "libnvidia-*")
+
+
+def of_the_driver(name: str) -> bool:
+    """Whether a package belongs to an NVIDIA driver (DRIVER_FAMILY) or is one a route installs."""
+    from fnmatch import fnmatchcase
+
+    return any(fnmatchcase(name, p) for p in DRIVER_FAMILY) or is_route_package(name)
+
+
 def apt_pin(version: str) -> str:
     """The preferences stanza (its Explanation lines are apt's own comment field)."""
     return ("Explanation: Written by gpunode (--driver-source packages): the NVIDIA driver's packages at release "

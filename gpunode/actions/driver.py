@@ -15,6 +15,7 @@ from gpunode.artifacts.source import Source, Verified, obtain
 from gpunode.connection.base import TEMP_PARENT, Connection, DiskFree, megabytes
 from gpunode.errors import CommandError
 from gpunode.explain import installer_failure
+from gpunode.facts.transaction import Query
 from gpunode.records import DriverRecord, UndoRecord
 from gpunode.shell import Script
 
@@ -365,6 +366,9 @@ class InstallDriverPackages(PackageCommand):
 
     version: str = ""
     previous: str | None = None
+    # the package manager's simulation of the install command (facts/transaction.py), asked before the first
+    # change so the plan lists every package the transaction would change (preflight.plan_asking)
+    query: Query | None = None
 
     kind = "driver-packages"
 

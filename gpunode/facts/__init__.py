@@ -33,6 +33,8 @@ from gpunode.facts.kernel import LoadedDriver, ModuleBlock, PciDevice, SecureBoo
 from gpunode.facts.osinfo import UNKNOWN_OS, OsInfo
 from gpunode.facts.probe import all_sections, build_probe, registered, split_files, split_sections
 from gpunode.facts.registry import CORE, FILES, FULL, NOT_RUN, RUN, Fact, NotGatheredError, Section, check
+from gpunode.facts.transaction import Query, Transaction
+from gpunode.shell import Script
 
 __all__ = ["FULL", "RUN", "Facts", "gather", "facts_from_probe_output", "bake", "containers", "driver", "fabric", "health", "holders",
            "k8s", "kernel",
@@ -72,6 +74,7 @@ class Facts:
     outputs: Mapping[str, Section] = field(default_factory=dict)  # command facts: registered name -> raw output
     initramfs_mtime: int | None = None  # newest initramfs image for the running kernel; None: not found
     probe: str = FULL  # which probe gathered these facts: reading a fact it does not gather is an error
+    answers: Mapping[str, Section] = field(default_factory=dict)  # queries a plan asked (ask): script -> output
     _parsed: dict[str, object] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     # ---- typed access --------------------------------------------------------------------------------------
@@ -90,6 +93,11 @@ class Facts:
     def get(self, fact: Fact[T]) -> T | None:
         """Like facts[fact], but None when the fact's snippet failed or did not run (a missing tool or file)."""
         return self[fact] if self.ran(fact) else None
+
+    def answer(self, query: Query) -> Transaction | None:
+        """A plan's query (gpunode/facts/transaction.py) parsed, or None when it was not asked of the node."""
+        found = self.answers.get(query.script)
+        return query.parse(found) if found is not None else None
 
     def section(self, fact: Fact[object]) -> Section:
         """The raw output of a command fact and its exit status (status 127: not in the probe's output)."""
@@ -208,6 +216,23 @@ def gather(conn: Connection, probe: str = RUN) -> Facts:
                            stdout=result.stdout, stderr=result.stderr)
     _check_complete(conn.name, result, sections, nonce, probe)
     return facts_from_sections(sections, nonce, probe)
+
+
+def ask(conn: Connection, facts: Facts, queries: list[Query]) -> Facts:
+    """Facts with the answers of the queries not asked yet (read-only commands a plan built from its own values:
+    a transaction's simulation), run as root when root is available, like the probe."""
+    todo = [q for q in dict.fromkeys(queries) if q.script not in facts.answers]
+    if not todo:
+        return facts
+    answers = dict(facts.answers)
+    for query in todo:
+        script = Script(body=query.script, name="simulate")
+        try:
+            result = conn.run(script, sudo=True, timeout=query.timeout)
+        except CommandError:
+            result = conn.run(script, timeout=query.timeout)
+        answers[query.script] = Section(result.stdout + result.stderr, -1 if result.timed_out else result.exit_code)
+    return dataclasses.replace(facts, answers=answers)
 
 
 def _check_complete(node: str, result: Result, sections: Mapping[str, Section], nonce: str, probe: str) -> None:

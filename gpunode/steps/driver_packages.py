@@ -14,12 +14,13 @@ at package install for every kernel with headers).
 from __future__ import annotations
 
 import dataclasses
+import shlex
 
 from gpunode import bake, fixes, pkgmgr
 from gpunode import driver_packages as routes
 from gpunode.actions.driver import InstallDriverPackages
 from gpunode.actions.packages import package_command, versionlock_plugin
-from gpunode.facts import Facts
+from gpunode.facts import Facts, transaction
 from gpunode.facts import driver as driver_facts
 from gpunode.facts import fabric as fabric_facts
 from gpunode.facts.driver import DriverState
@@ -159,10 +160,71 @@ def plan(facts: Facts, options: Options, state: DriverState, version: str, flavo
             return change(NAME, f"{placed.reason}; pinning its release for apt", [pin], *placed.notes)
         return dataclasses.replace(placed, actions=(pin, *placed.actions))
     decided = _install(facts, options, state, version, route, manager, notes, others, run_there)
-    if pin is None or decided.status is not Status.CHANGE:
+    if decided.status is not Status.CHANGE:
         return decided
     at = next(i for i, a in enumerate(decided.actions) if isinstance(a, InstallDriverPackages))
-    return dataclasses.replace(decided, actions=(*decided.actions[:at], pin, *decided.actions[at:]))
+    if pin is not None:
+        decided = dataclasses.replace(decided, actions=(*decided.actions[:at], pin, *decided.actions[at:]))
+        at += 1
+    return _simulated(facts, options, decided, at, manager, route, version, others, pin is not None)
+
+
+def _simulated(facts: Facts, options: Options, plan: StepPlan, at: int, manager: str, route: routes.Route,
+               version: str, others: list[str], pin: bool) -> StepPlan:
+    """The install action with its simulation (facts/transaction.py: apt-get -s / dnf --assumeno / zypper
+    --dry-run of exactly its specs, with the apt pin it writes first); once the node answered, the plan lists every
+    package the transaction would change, and is blocked before any change when the manager would refuse it or
+    it would remove a package that is not the driver's."""
+    m = pkgmgr.get(manager)
+    specs = [m.spec(n, v) for n, v in route.specs()]
+    query = transaction.simulation(manager, specs, (routes.APT_PIN.rsplit("/", 1)[1], routes.apt_pin(version))
+                                   if pin else None)
+    install = plan.actions[at]
+    assert isinstance(install, InstallDriverPackages)
+    actions = (*plan.actions[:at], dataclasses.replace(install, query=query), *plan.actions[at + 1:])
+    plan = dataclasses.replace(plan, actions=actions)
+    found = facts.answer(query)
+    if found is None:
+        return plan
+    streams = _streams(facts, route)
+    if found.error and not streams:
+        return dataclasses.replace(blocked(
+            NAME, f"{query.name} refuses the driver {version} transaction: {found.error}",
+            transaction_line(manager, specs) + "  # shows the same refusal with the package "
+            "manager's own explanation; make the repositories offer a consistent set (apt-get update / dnf "
+            "makecache), or choose another --driver release", *plan.notes), lasting=True)
+    if found.error:  # EL8/9: the stream is enabled by the same transaction, so a simulation cannot resolve yet
+        return dataclasses.replace(plan, notes=(*plan.notes, f"{query.name}: not resolvable before `dnf module "
+                                                             f"enable` runs ({found.error})"))
+    foreign = [c for c in found.removes if not routes.of_the_driver(c.name) and c.name not in others]
+    if foreign:
+        names = [c.name for c in foreign]
+        return dataclasses.replace(blocked(
+            NAME, f"the driver {version} transaction would remove packages that are not the driver's ({query.name}): "
+                  + ", ".join(c.show() for c in foreign),
+            transaction_line(manager, specs) + "  # shows why; remove or replace "
+            + ", ".join(names) + " yourself if that is intended, then run this command again", *plan.notes),
+            lasting=True)
+    wanted = {n for n, _ in route.specs()}
+    listing = [c.show() + ("" if c.name in wanted or c.action == transaction.REMOVE else " (dependency)")
+               for c in found.changes]
+    return dataclasses.replace(plan, notes=(*plan.notes, f"the transaction, as {query.name} resolves it on the node: "
+                                            + ("; ".join(listing) or "nothing to change")))
+
+
+def _streams(facts: Facts, route: routes.Route) -> bool:
+    """Whether the install enables a dnf module stream first (NVIDIA's repository on EL8/EL9)."""
+    return route.id == "rhel-cuda" and facts.os.version.split(".", 1)[0] in ("8", "9")
+
+
+def transaction_line(manager: str, specs: list[str]) -> fixes.Fix:
+    """The simulation as a person runs it on the node (without the pin's throwaway directory)."""
+    quoted = " ".join(shlex.quote(s) for s in specs)
+    if manager == "apt":
+        return fixes.on_node(f"apt-get -s install --no-install-recommends --allow-downgrades {quoted}")
+    if manager in ("dnf", "yum"):
+        return fixes.on_node(f"sudo dnf --assumeno install {quoted}")
+    return fixes.on_node(f"sudo zypper --non-interactive install --dry-run --oldpackage {quoted}")
 
 
 def _pin(facts: Facts, manager: str, version: str) -> WriteFile | None:
@@ -231,7 +293,7 @@ def _install(facts: Facts, options: Options, state: DriverState, version: str, r
                                        m.unhold(held), packages=held, lock_timeout=options.lock_timeout))
     specs = [m.spec(n, v) for n, v in route.specs()]
     transaction: list[tuple[str, ...]] = []
-    if route.id == "rhel-cuda" and facts.os.version.split(".", 1)[0] in ("8", "9"):
+    if _streams(facts, route):
         # the module stream of the branch and flavour (EL8/EL9 modular repositories; EL10 has no streams: the
         # packages alone, as NVIDIA's installation guide's table says)
         stream = f"nvidia-driver:{version.split('.')[0]}-{'open' if 'open' in route.module.name else 'dkms'}"
