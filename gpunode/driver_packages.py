@@ -18,9 +18,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cache
+from typing import TYPE_CHECKING
 
 from gpunode import fixes
 from gpunode.datatables import choice_field, data_dir, read_table, source_field, text_field
+
+if TYPE_CHECKING:
+    from gpunode.facts import Facts
 
 TABLE = "driver_package_routes.csv"
 SCHEMA = {"route": text_field, "os": choice_field("debian", "ubuntu", "rhel", "sles"),
@@ -97,6 +101,27 @@ def route_os(os_id: str, family: str) -> str | None:
     if os_id.startswith(("sles", "opensuse")) or family == "suse":
         return "sles"
     return None
+
+
+def manager_of(facts: Facts, os_key: str) -> str | None:
+    """The package manager of a route's node: zypper on SUSE (rules.package_manager knows apt and dnf/yum)."""
+    from gpunode.rules import package_manager
+
+    return "zypper" if os_key == "sles" else package_manager(facts)
+
+
+def installed(facts: Facts) -> dict[str, tuple[str, bool]]:
+    """{name: (version, held)} of the driver packages installed (dpkg/rpm, with apt-mark holds, versionlock and
+    zypper locks)."""
+    from gpunode.facts import driver as driver_facts
+    from gpunode.facts.packages import PACKAGE_LOCKS, PKG_STATUS, held_packages
+
+    status = facts.get(PKG_STATUS) or {}
+    held = held_packages(status, facts.get(PACKAGE_LOCKS) or {})
+    found = {n: (v, n in held) for n, v in facts[driver_facts.PACKAGES]}
+    for name, pkg in status.items():
+        found[name] = (pkg.version, name in held)
+    return found
 
 
 def kernel_flavour(kernel: str) -> str:

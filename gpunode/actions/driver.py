@@ -369,9 +369,11 @@ class InstallDriverPackages(PackageCommand):
     # the package manager's simulation of the install command (facts/transaction.py), asked before the first
     # change so the plan lists every package the transaction would change (preflight.plan_asking)
     query: Query | None = None
+    route: tuple[str, ...] = ()  # every package of the route as NAME=VERSION (recorded on the DriverRecord)
 
     kind = "driver-packages"
 
     def apply_recorded(self, conn: Connection) -> tuple[str | None, list[UndoRecord]]:
         note, records = super().apply_recorded(conn)
-        return note, [*records, DriverRecord(version=self.version, previous=self.previous, source="packages")]
+        return note, [*records, DriverRecord(version=self.version, previous=self.previous, source="packages",
+                                                    packages=self.route)]

@@ -25,27 +25,17 @@ from gpunode.facts import driver as driver_facts
 from gpunode.facts import fabric as fabric_facts
 from gpunode.facts.driver import DriverState
 from gpunode.facts.holders import MODULES
-from gpunode.facts.packages import PACKAGE_LOCKS, PKG_STATUS, held_packages
+from gpunode.facts.packages import PKG_STATUS
 from gpunode.options import Options
 from gpunode.plan import Action, Earlier, Reboot, RunCommand, Status, StepPlan, WriteFile, blocked, change, ok
-from gpunode.rules import NO_GPU, NO_GPU_FIX, package_manager
+from gpunode.rules import NO_GPU, NO_GPU_FIX
 
 NAME = "driver"
 UNINSTALL_RUN = ("nvidia-installer", "--uninstall", "--silent")
 
 
-def manager_of(facts: Facts, os_key: str) -> str | None:
-    return "zypper" if os_key == "sles" else package_manager(facts)
-
-
-def installed(facts: Facts) -> dict[str, tuple[str, bool]]:
-    """{name: (version, held)} of the driver packages installed (dpkg/rpm, with apt-mark holds)."""
-    status = facts.get(PKG_STATUS) or {}
-    held = held_packages(status, facts.get(PACKAGE_LOCKS) or {})
-    found = {n: (v, n in held) for n, v in facts[driver_facts.PACKAGES]}
-    for name, pkg in status.items():
-        found[name] = (pkg.version, name in held)
-    return found
+manager_of = routes.manager_of
+installed = routes.installed
 
 
 def route_of(facts: Facts, options: Options, version: str, flavour: str) -> routes.Route | StepPlan:
@@ -305,7 +295,7 @@ def _install(facts: Facts, options: Options, state: DriverState, version: str, r
                                     manager=manager, cmds=tuple(transaction), packages=tuple(n for n, _ in
                                                                                              route.specs()),
                                     lock_timeout=options.lock_timeout, version=version,
-                                    previous=current or None)
+                                    previous=current or None, route=tuple(f"{n}={v}" for n, v in route.specs()))
     loaded_modules = [mod for mod in MODULES if facts.module_loaded(mod)]
     if run_there:
         actions.append(RunCommand(f"remove the .run driver {state.installer} (its own uninstaller; it unloads the "

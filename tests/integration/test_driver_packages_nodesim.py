@@ -83,11 +83,27 @@ def test_debian_install_rerun_upgrade_uninstall(sim_node) -> None:  # type: igno
 
     # status and doctor say packages own the driver
     code, out = run(node, "status")
-    line = next(x for x in out.splitlines() if x.startswith(f"driver {DEBIAN_NEW}: "))
-    assert "installed by gpunode from packages (" in line and "nvidia-kernel-dkms" in line, out
+    flat = " ".join(out.split())  # the terminal wraps the long line
+    line = flat[flat.index(f"driver {DEBIAN_NEW}: "):]
+    # every package of the route at its exact version, the ones the transaction only changed too
+    assert "installed by gpunode from packages: " in line, out
+    for name in DEBIAN_SET:
+        own = name in ("nvidia-persistenced", "nvidia-modprobe")  # their own versions
+        assert (f"{name} " if own else f"{name} 535.309.01-0+deb12u1") in line, (name, line)
     code, out = run(node, "doctor", "--format", "json")
-    single = next(c for c in json.loads(out)["checks"] if c["id"] == "driver.single-source")
+    checks = {c["id"]: c for c in json.loads(out)["checks"]}
+    single = checks["driver.single-source"]
     assert "from distribution packages" in single["evidence"] and "installed by gpunode" in single["evidence"]
+    assert checks["driver.packages-held"]["status"] == "pass", checks["driver.packages-held"]
+    # an unattended upgrade cannot move them alone: doctor notices a released hold and gives the command back
+    node.ssh("apt-mark unhold nvidia-smi")
+    code, out = run(node, "doctor", "--format", "json")
+    held = next(c for c in json.loads(out)["checks"] if c["id"] == "driver.packages-held")
+    assert held["status"] == "warn" and "nvidia-smi" in held["evidence"], held
+    assert held["fix"].startswith("ssh -t ") and held["fix"].endswith(' "sudo apt-mark hold nvidia-smi"'), held
+    rc, _, err = node.ssh("apt-mark hold nvidia-smi")  # what it runs there (root on the node)
+    assert rc == 0, err
+    assert "nvidia-smi" in node.held_packages()
 
     # uninstall purges exactly what gpunode added
     code, out = run(node, "uninstall", "--only", "driver", "--stop-gpu-services")
