@@ -185,11 +185,25 @@ def _pick(offered: list[str], want: str) -> str | None:
 
 def plan_route(os_key: str, version: str, flavour: str, *, kernel: str, secure_boot: bool | None,
                gsp: bool, offered: dict[str, list[str]]) -> Route:
-    """The packages of `os_key`'s route for driver `version` with the `flavour` module, for `kernel`."""
+    """The route a node takes for driver `version` with the `flavour` module, for `kernel`: of the table's routes
+    for `os_key`, in the table's order (the distribution's own archive first, then NVIDIA's CUDA repository), the
+    first whose every package the configured repositories offer at exactly that release; when none does, the
+    first (its refusal names what is missing)."""
+    found = [_plan_one(route, os_key, version, flavour, kernel=kernel, secure_boot=secure_boot, gsp=gsp,
+                       offered=offered) for route in dict.fromkeys(r.route for r in rows() if r.os == os_key)]
+    return next((r for r in found if not r.missing), found[0])
+
+
+def routes_of(os_key: str) -> tuple[str, ...]:
+    """The route ids of an OS, in the order plan_route prefers them."""
+    return tuple(dict.fromkeys(r.route for r in rows() if r.os == os_key))
+
+
+def _plan_one(route: str, os_key: str, version: str, flavour: str, *, kernel: str, secure_boot: bool | None,
+              gsp: bool, offered: dict[str, list[str]]) -> Route:
     branch = version.split(".", 1)[0]
     open_tag = "-open" if flavour == "open" else ""
-    table = [r for r in rows() if r.os == os_key]
-    route = table[0].route
+    table = [r for r in rows() if r.os == os_key and r.route == route]
     precompiled_name = None
     why = "DKMS builds the module at package install"
     if any(r.when == "precompiled" for r in table):
@@ -250,6 +264,19 @@ def route_names(os_key: str) -> tuple[str, ...]:
 def is_route_package(name: str) -> bool:
     """Whether an installed package is one a packages route installs (any distribution)."""
     return any(re.match(p, name) for os_key in ("debian", "ubuntu", "rhel", "sles") for p in candidate_names(os_key))
+
+
+def cuda_repo_dir(os_id: str, os_version: str) -> str:
+    """NVIDIA's repository directory of a Debian or Ubuntu release: ubuntu2204, ubuntu2404, debian12."""
+    return f"{os_id}{os_version.replace('.', '')}" if os_id == "ubuntu" else f"{os_id}{os_version.split('.', 1)[0]}"
+
+
+def cuda_keyring_fix(os_id: str, os_version: str) -> fixes.Fix:
+    """apt: NVIDIA's CUDA repository, set up the way NVIDIA's installation guide does (its cuda-keyring package
+    writes the sources list and the signing key)."""
+    url = f"{CUDA_REPO}/{cuda_repo_dir(os_id, os_version)}/x86_64/cuda-keyring_1.1-1_all.deb"
+    return fixes.on_node(f"wget -qO /tmp/cuda-keyring.deb {url} && sudo dpkg -i /tmp/cuda-keyring.deb && "
+                         "sudo apt-get update")
 
 
 def sources_fix(os_key: str, codename: str | None, version: str = "") -> fixes.Fix:

@@ -70,9 +70,21 @@ def _missing(facts: Facts, options: Options, route: routes.Route, version: str, 
         fixes.on_node("sudo apt-get update" if os_key in ("debian", "ubuntu") else "sudo dnf makecache")
         + "  # refreshes the package lists; if the version is still not offered, choose one the repositories "
         "have: " + fixes.same_run(options, "install", driver=_nearest(route) or version))
+    if os_key in ("debian", "ubuntu") and not _cuda_repo(facts):
+        # NVIDIA's CUDA repository carries every release of the supported branches (routes.plan_route takes it
+        # when the distribution's archive does not offer the release); on Debian under Debian's own names
+        fix = fix + "; or add NVIDIA's CUDA repository, which carries every release: " + routes.cuda_keyring_fix(
+            facts.os.id, facts.os.version)
     plan = blocked(NAME, f"the configured repositories do not offer driver {version} for the {route.id} route: "
                          + "; ".join(lines), fix, *notes, route.why)
     return dataclasses.replace(plan, lasting=True)  # no step of this run adds repositories: nothing runs
+
+
+def _cuda_repo(facts: Facts) -> bool:
+    from gpunode.facts.packages import PACKAGE_SOURCES
+    from gpunode.steps.fabricmanager import cuda_repo_configured
+
+    return cuda_repo_configured(facts.get(PACKAGE_SOURCES) or {})
 
 
 def _nearest(route: routes.Route) -> str | None:

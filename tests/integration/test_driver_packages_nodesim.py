@@ -250,3 +250,33 @@ def test_rocky_from_the_cuda_repository(sim_node) -> None:  # type: ignore[no-un
     code, out = run(node, "uninstall", "--only", "driver", "--stop-gpu-services")
     assert code == 0, out
     assert "kmod-nvidia-latest-dkms" not in node.installed_packages()
+
+
+def test_ubuntu_takes_nvidias_repository_for_a_release_the_archive_lacks(sim_node) -> None:  # type: ignore[no-untyped-def]
+    """570.195.03 is in NVIDIA's CUDA repository only (the archive's 570 is 570.133.20): refused with the
+    cuda-keyring command while that repository is not configured; once it is (the fix, run as printed on the
+    node), the ubuntu-cuda route installs nvidia-driver-570 and cuda-drivers-570 at exact versions and holds
+    them; uninstall removes them."""
+    node = sim_node("ubuntu-22.04-t4")
+    # the proprietary module (R570 would choose open on a T4): its set has the branch's cuda-drivers meta package
+    args = ("--driver-source", "packages", "--driver", "570.195.03", "--kernel-module", "proprietary", *STEPS)
+    step = driver_step(plan_json(node, *args))
+    assert step["status"] == "blocked", step
+    keyring = ("https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/cuda-keyring_1.1-1_all.deb")
+    assert keyring in step["fix"] and "ubuntu-archive route" in step["reason"], step
+    rc, _, err = node.ssh(f"wget -qO /tmp/cuda-keyring.deb {keyring} && dpkg -i /tmp/cuda-keyring.deb && "
+                          "apt-get update")  # the fix's node command (root on the node: no sudo)
+    assert rc == 0, err
+    step = driver_step(plan_json(node, *args))
+    assert step["status"] == "change" and "ubuntu-cuda" in step["reason"], step
+    assert any(n.startswith("the transaction, as apt-get -s install resolves it") and "nvidia-driver-570 "
+               "570.195.03-0ubuntu1" in n for n in step["notes"]), step["notes"]
+    code, out = run(node, "install", *args)
+    assert code == 0, out
+    have = node.installed_packages()
+    assert have["nvidia-driver-570"] == "570.195.03-0ubuntu1" and have["cuda-drivers-570"] == "570.195.03-1"
+    assert {"nvidia-driver-570", "cuda-drivers-570"} <= set(node.held_packages())
+    assert (node.driver() or {}).get("version") == "570.195.03" and node.is_loaded("nvidia")
+    code, out = run(node, "uninstall", "--only", "driver", "--stop-gpu-services")
+    assert code == 0, out
+    assert not {"nvidia-driver-570", "cuda-drivers-570"} & set(node.installed_packages())
