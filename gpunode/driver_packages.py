@@ -30,7 +30,7 @@ TABLE = "driver_package_routes.csv"
 SCHEMA = {"route": text_field, "os": choice_field("debian", "ubuntu", "rhel", "sles"),
           "role": choice_field("module", "userspace", "firmware"), "package": text_field,
           "flavour": choice_field("any", "open", "proprietary"),
-          "when": choice_field("always", "gsp", "dkms", "precompiled"), "version": choice_field("driver", "own"),
+          "when": choice_field("always", "gsp", "dkms", "precompiled", "desktop"), "version": choice_field("driver", "own"),
           "example_version": text_field, "source": source_field}
 
 # where a Debian node gets the non-free component: a gpunode-private list file, so the user's own sources are
@@ -184,13 +184,13 @@ def _pick(offered: list[str], want: str) -> str | None:
 
 
 def plan_route(os_key: str, version: str, flavour: str, *, kernel: str, secure_boot: bool | None,
-               gsp: bool, offered: dict[str, list[str]]) -> Route:
+               gsp: bool, offered: dict[str, list[str]], desktop: bool = False) -> Route:
     """The route a node takes for driver `version` with the `flavour` module, for `kernel`: of the table's routes
     for `os_key`, in the table's order (the distribution's own archive first, then NVIDIA's CUDA repository), the
     first whose every package the configured repositories offer at exactly that release; when none does, the
     first (its refusal names what is missing)."""
     found = [_plan_one(route, os_key, version, flavour, kernel=kernel, secure_boot=secure_boot, gsp=gsp,
-                       offered=offered) for route in dict.fromkeys(r.route for r in rows() if r.os == os_key)]
+                       offered=offered, desktop=desktop) for route in dict.fromkeys(r.route for r in rows() if r.os == os_key)]
     return next((r for r in found if not r.missing), found[0])
 
 
@@ -200,7 +200,7 @@ def routes_of(os_key: str) -> tuple[str, ...]:
 
 
 def _plan_one(route: str, os_key: str, version: str, flavour: str, *, kernel: str, secure_boot: bool | None,
-              gsp: bool, offered: dict[str, list[str]]) -> Route:
+              gsp: bool, offered: dict[str, list[str]], desktop: bool = False) -> Route:
     branch = version.split(".", 1)[0]
     open_tag = "-open" if flavour == "open" else ""
     table = [r for r in rows() if r.os == os_key and r.route == route]
@@ -230,6 +230,12 @@ def _plan_one(route: str, os_key: str, version: str, flavour: str, *, kernel: st
         if r.when == "dkms" and precompiled_name:
             continue
         if r.when == "precompiled" and not precompiled_name:
+            continue
+        # a display stack (`desktop`): the full driver (X driver, GL libraries) in place of the headless set; the
+        # precompiled modules go with the headless no-DKMS set (the archive has no full one without DKMS)
+        if r.when == "desktop" and (not desktop or precompiled_name):
+            continue
+        if r.when == "dkms" and r.role == "userspace" and desktop and not precompiled_name:
             continue
         name = r.package.format(branch=branch, open=open_tag, kernel=kernel)
         versions = offered.get(name, [])

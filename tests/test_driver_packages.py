@@ -135,3 +135,20 @@ def test_nvidias_repository_is_set_up_by_its_keyring_package_per_release():
     fix = str(routes.cuda_keyring_fix("ubuntu", "24.04"))
     assert ("https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/cuda-keyring_1.1-1_all.deb"
             in fix and "sudo dpkg -i /tmp/cuda-keyring.deb && sudo apt-get update" in fix)
+
+
+def test_ubuntu_with_a_display_stack_takes_the_full_driver_not_the_headless_set():
+    offered = ubuntu() | {f"nvidia-driver-535-server{t}": ["535.230.02-0ubuntu0.22.04.1"] for t in ("", "-open")}
+    desk = routes.plan_route("ubuntu", "535.230.02", "proprietary", kernel=K, secure_boot=False, gsp=True,
+                             offered=offered, desktop=True)
+    assert dict(desk.specs()) == {n: "535.230.02-0ubuntu0.22.04.1" for n in (
+        "nvidia-dkms-535-server", "nvidia-driver-535-server", "nvidia-utils-535-server")}
+    headless = routes.plan_route("ubuntu", "535.230.02", "open", kernel=K, secure_boot=False, gsp=True,
+                                 offered=offered)
+    assert "nvidia-headless-535-server-open" in dict(headless.specs())
+    assert not any(n.startswith("nvidia-driver-") for n in dict(headless.specs()))
+    # Secure Boot with the precompiled signed modules: the no-DKMS headless set, display stack or not
+    signed = routes.plan_route("ubuntu", "535.230.02", "proprietary", kernel=K, secure_boot=True, gsp=True,
+                               offered=offered, desktop=True)
+    assert signed.precompiled and "nvidia-headless-no-dkms-535-server" in dict(signed.specs())
+    assert "nvidia-driver-535-server" not in dict(signed.specs())

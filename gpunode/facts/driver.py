@@ -472,3 +472,7 @@ def gpunode_driver(facts: Facts) -> GpunodeDriver:
 
 # the apt pin gpunode writes for a packages route (gpunode/driver_packages.py APT_PIN)
 APT_PIN_FILE = files("driver_apt_pin", ("/etc/apt/preferences.d/gpunode-nvidia-driver",), module=_M)
+
+# a display manager installed (Debian's and Ubuntu's display managers write the file at install; debconf's
+# shared/default-x-display-manager): the packages route on Ubuntu installs the full driver, not the headless set
+DISPLAY_MANAGER = files("driver_display_manager", ("/etc/X11/default-display-manager",), module=_M)

@@ -47,7 +47,8 @@ def route_of(facts: Facts, options: Options, version: str, flavour: str) -> rout
     kernel = (bake.target_kernel(facts, options) if options.bake else None) or facts.kernel
     gsp = flavour == "open" or any(_gsp_gpu(d.device) for d in facts.gpus)
     return routes.plan_route(os_key, version, flavour, kernel=kernel, secure_boot=facts.secure_boot.enabled,
-                             gsp=gsp, offered=facts[driver_facts.OFFERED])
+                             gsp=gsp, offered=facts[driver_facts.OFFERED],
+                             desktop=bool(facts[driver_facts.DISPLAY_MANAGER]))
 
 
 def _gsp_gpu(device: int) -> bool:

@@ -280,3 +280,13 @@ def test_ubuntu_takes_nvidias_repository_for_a_release_the_archive_lacks(sim_nod
     code, out = run(node, "uninstall", "--only", "driver", "--stop-gpu-services")
     assert code == 0, out
     assert not {"nvidia-driver-570", "cuda-drivers-570"} & set(node.installed_packages())
+
+
+def test_ubuntu_with_a_display_manager_plans_the_full_server_driver(sim_node) -> None:  # type: ignore[no-untyped-def]
+    node = sim_node("ubuntu-22.04-t4")
+    args = ("--driver-source", "packages", "--driver", UBUNTU_NEW, *STEPS)
+    headless = json.dumps(driver_step(plan_json(node, *args)))
+    assert "nvidia-headless-535-server=" in headless and "nvidia-driver-535-server=" not in headless
+    node.write("/etc/X11/default-display-manager", "/usr/sbin/gdm3\n")  # what a display manager's package writes
+    full = json.dumps(driver_step(plan_json(node, *args)))
+    assert "nvidia-driver-535-server=535.230.02-0ubuntu0.22.04.1" in full and "nvidia-headless-535-server=" not in full
