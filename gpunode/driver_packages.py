@@ -18,15 +18,19 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cache
+from typing import TYPE_CHECKING
 
 from gpunode import fixes
 from gpunode.datatables import choice_field, data_dir, read_table, source_field, text_field
+
+if TYPE_CHECKING:
+    from gpunode.facts import Facts
 
 TABLE = "driver_package_routes.csv"
 SCHEMA = {"route": text_field, "os": choice_field("debian", "ubuntu", "rhel", "sles"),
           "role": choice_field("module", "userspace", "firmware"), "package": text_field,
           "flavour": choice_field("any", "open", "proprietary"),
-          "when": choice_field("always", "gsp", "dkms", "precompiled"), "version": choice_field("driver", "own"),
+          "when": choice_field("always", "gsp", "dkms", "precompiled", "desktop"), "version": choice_field("driver", "own"),
           "example_version": text_field, "source": source_field}
 
 # where a Debian node gets the non-free component: a gpunode-private list file, so the user's own sources are
@@ -39,6 +43,20 @@ DEBIAN_NONFREE_LIST = "/etc/apt/sources.list.d/gpunode-nonfree.list"
 # It also keeps unattended-upgrades from moving the driver, with the holds.
 APT_PIN = "/etc/apt/preferences.d/gpunode-nvidia-driver"
 PIN_PACKAGES = "nvidia-* libnvidia-* libcuda1 libcuda1-* firmware-nvidia-gsp xserver-xorg-video-nvidia*"
+
+
+# every package of an NVIDIA driver that a route's transaction may install, replace or remove on its own: the apt
+# pin's globs, NVIDIA's RPM kernel-module and meta packages, Ubuntu's per-kernel precompiled module packages. A
+# simulated transaction that removes anything else is refused before the first change (steps/driver_packages.py).
+DRIVER_FAMILY = (*PIN_PACKAGES.split(), "kmod-nvidia*", "cuda-drivers*", "linux-modules-nvidia-*",
+                 "linux-objects-nvidia-*", "linux-signatures-nvidia-*", "libnvidia-*")
+
+
+def of_the_driver(name: str) -> bool:
+    """Whether a package belongs to an NVIDIA driver (DRIVER_FAMILY) or is one a route installs."""
+    from fnmatch import fnmatchcase
+
+    return any(fnmatchcase(name, p) for p in DRIVER_FAMILY) or is_route_package(name)
 
 
 def apt_pin(version: str) -> str:
@@ -83,6 +101,27 @@ def route_os(os_id: str, family: str) -> str | None:
     if os_id.startswith(("sles", "opensuse")) or family == "suse":
         return "sles"
     return None
+
+
+def manager_of(facts: Facts, os_key: str) -> str | None:
+    """The package manager of a route's node: zypper on SUSE (rules.package_manager knows apt and dnf/yum)."""
+    from gpunode.rules import package_manager
+
+    return "zypper" if os_key == "sles" else package_manager(facts)
+
+
+def installed(facts: Facts) -> dict[str, tuple[str, bool]]:
+    """{name: (version, held)} of the driver packages installed (dpkg/rpm, with apt-mark holds, versionlock and
+    zypper locks)."""
+    from gpunode.facts import driver as driver_facts
+    from gpunode.facts.packages import PACKAGE_LOCKS, PKG_STATUS, held_packages
+
+    status = facts.get(PKG_STATUS) or {}
+    held = held_packages(status, facts.get(PACKAGE_LOCKS) or {})
+    found = {n: (v, n in held) for n, v in facts[driver_facts.PACKAGES]}
+    for name, pkg in status.items():
+        found[name] = (pkg.version, name in held)
+    return found
 
 
 def kernel_flavour(kernel: str) -> str:
@@ -145,12 +184,26 @@ def _pick(offered: list[str], want: str) -> str | None:
 
 
 def plan_route(os_key: str, version: str, flavour: str, *, kernel: str, secure_boot: bool | None,
-               gsp: bool, offered: dict[str, list[str]]) -> Route:
-    """The packages of `os_key`'s route for driver `version` with the `flavour` module, for `kernel`."""
+               gsp: bool, offered: dict[str, list[str]], desktop: bool = False) -> Route:
+    """The route a node takes for driver `version` with the `flavour` module, for `kernel`: of the table's routes
+    for `os_key`, in the table's order (the distribution's own archive first, then NVIDIA's CUDA repository), the
+    first whose every package the configured repositories offer at exactly that release; when none does, the
+    first (its refusal names what is missing)."""
+    found = [_plan_one(route, os_key, version, flavour, kernel=kernel, secure_boot=secure_boot, gsp=gsp,
+                       offered=offered, desktop=desktop) for route in dict.fromkeys(r.route for r in rows() if r.os == os_key)]
+    return next((r for r in found if not r.missing), found[0])
+
+
+def routes_of(os_key: str) -> tuple[str, ...]:
+    """The route ids of an OS, in the order plan_route prefers them."""
+    return tuple(dict.fromkeys(r.route for r in rows() if r.os == os_key))
+
+
+def _plan_one(route: str, os_key: str, version: str, flavour: str, *, kernel: str, secure_boot: bool | None,
+              gsp: bool, offered: dict[str, list[str]], desktop: bool = False) -> Route:
     branch = version.split(".", 1)[0]
     open_tag = "-open" if flavour == "open" else ""
-    table = [r for r in rows() if r.os == os_key]
-    route = table[0].route
+    table = [r for r in rows() if r.os == os_key and r.route == route]
     precompiled_name = None
     why = "DKMS builds the module at package install"
     if any(r.when == "precompiled" for r in table):
@@ -177,6 +230,12 @@ def plan_route(os_key: str, version: str, flavour: str, *, kernel: str, secure_b
         if r.when == "dkms" and precompiled_name:
             continue
         if r.when == "precompiled" and not precompiled_name:
+            continue
+        # a display stack (`desktop`): the full driver (X driver, GL libraries) in place of the headless set; the
+        # precompiled modules go with the headless no-DKMS set (the archive has no full one without DKMS)
+        if r.when == "desktop" and (not desktop or precompiled_name):
+            continue
+        if r.when == "dkms" and r.role == "userspace" and desktop and not precompiled_name:
             continue
         name = r.package.format(branch=branch, open=open_tag, kernel=kernel)
         versions = offered.get(name, [])
@@ -211,6 +270,19 @@ def route_names(os_key: str) -> tuple[str, ...]:
 def is_route_package(name: str) -> bool:
     """Whether an installed package is one a packages route installs (any distribution)."""
     return any(re.match(p, name) for os_key in ("debian", "ubuntu", "rhel", "sles") for p in candidate_names(os_key))
+
+
+def cuda_repo_dir(os_id: str, os_version: str) -> str:
+    """NVIDIA's repository directory of a Debian or Ubuntu release: ubuntu2204, ubuntu2404, debian12."""
+    return f"{os_id}{os_version.replace('.', '')}" if os_id == "ubuntu" else f"{os_id}{os_version.split('.', 1)[0]}"
+
+
+def cuda_keyring_fix(os_id: str, os_version: str) -> fixes.Fix:
+    """apt: NVIDIA's CUDA repository, set up the way NVIDIA's installation guide does (its cuda-keyring package
+    writes the sources list and the signing key)."""
+    url = f"{CUDA_REPO}/{cuda_repo_dir(os_id, os_version)}/x86_64/cuda-keyring_1.1-1_all.deb"
+    return fixes.on_node(f"wget -qO /tmp/cuda-keyring.deb {url} && sudo dpkg -i /tmp/cuda-keyring.deb && "
+                         "sudo apt-get update")
 
 
 def sources_fix(os_key: str, codename: str | None, version: str = "") -> fixes.Fix:

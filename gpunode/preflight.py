@@ -3,6 +3,9 @@
 Every selected step is planned against the current facts (each reading the plans of the earlier steps it
 declares, as in a plan). Then:
 
+- queries: a step whose actions name a read-only question for the node (`Action.query`: the package manager's
+  simulation of the exact transaction) is planned again with the answer (`plan_asking`), so the plan shows every
+  package the transaction would change, and a transaction the manager would refuse blocks here.
 - blockers: a step that is `blocked` although none of the steps it reads is about to change anything is
   blocked for good; no earlier step can lift it, so nothing runs. So is a step blocked by something no step
   touches (`StepPlan.lasting`: an unparseable daemon.json or containerd config, read with the facts before the
@@ -45,11 +48,27 @@ class Stop:
     fix: str | None
 
 
-def plan_all(steps: Sequence[Step], facts: Facts, options: Options) -> dict[str, StepPlan]:
+def plan_all(steps: Sequence[Step], facts: Facts, options: Options,
+             conn: Connection | None = None) -> dict[str, StepPlan]:
     plans: dict[str, StepPlan] = {}
     for step in steps:
-        plans[step.name] = step.plan_with(facts, options, plans)
+        plans[step.name], facts = plan_asking(conn, step, facts, options, plans)
     return plans
+
+
+def plan_asking(conn: Connection | None, step: Step, facts: Facts, options: Options,
+                plans: dict[str, StepPlan]) -> tuple[StepPlan, Facts]:
+    """Plan a step; when its actions name queries (`Action.query`: a transaction's simulation, built from the
+    plan's own values) the node has not answered yet, ask them (read-only) and plan it again with the answers."""
+    plan = step.plan_with(facts, options, plans)
+    queries = [q for a in plan.actions if (q := getattr(a, "query", None)) is not None
+               and q.script not in facts.answers]
+    if conn is None or not queries:
+        return plan, facts
+    from gpunode.facts import ask
+
+    facts = ask(conn, facts, queries)
+    return step.plan_with(facts, options, plans), facts
 
 
 def blocker(steps: Sequence[Step], plans: dict[str, StepPlan]) -> Stop | None:

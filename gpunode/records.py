@@ -57,7 +57,8 @@ class UndoRecord:
     kind: ClassVar[str] = ""
     # fields written only when set (the others always are, as earlier releases wrote them)
     optional: ClassVar[frozenset[str]] = frozenset({"id", "run", "step", "time", "undone", "mode", "engine", "restart",
-                                                     "repository", "marker", "unknown", "source"})
+                                                     "repository", "marker", "unknown", "source",
+                                                     "packages"})
 
     @property
     def gap(self) -> str | None:
@@ -199,11 +200,13 @@ class UnitRecord(UndoRecord):
 class DriverRecord(UndoRecord):
     """The driver gpunode installed (None: the node could not tell) and the one in place before it (None:
     none; "unknown": could not tell); `source` "packages" when it came from repository packages (their
-    PackagesRecord and HoldRecord say which: `uninstall` removes those), "" for the .run."""
+    PackagesRecord and HoldRecord say which: `uninstall` removes those), "" for the .run. `packages`: every
+    package of the route as NAME=VERSION, the ones already there too (what status lists and doctor checks)."""
 
     version: str | None = None
     previous: str | None = None
     source: str = ""
+    packages: tuple[str, ...] = ()
 
     kind: ClassVar[str] = "driver"
 
@@ -215,7 +218,7 @@ class DriverRecord(UndoRecord):
     @classmethod
     def _own(cls, data: dict[str, Any]) -> dict[str, Any]:
         return {"version": _text(data, "version", optional=True), "previous": _text(data, "previous", optional=True),
-                "source": _text(data, "source", optional=True) or ""}
+                "source": _text(data, "source", optional=True) or "", "packages": _names(data, "packages")}
 
 
 KINDS: dict[str, type[UndoRecord]] = {k.kind: k for k in (FileRecord, PackagesRecord, HoldRecord, UnitRecord,

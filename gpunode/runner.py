@@ -206,7 +206,7 @@ def plan_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
     report.node, report.facts = facts.summary(), facts
     reporter.node(conn.name, facts)
     try:
-        earlier = plan_steps(conn.name, steps, facts, options, reporter, report)
+        earlier = plan_steps(conn.name, steps, facts, options, reporter, report, conn=conn)
     except GpunodeError:
         raise
     except Exception as exc:  # noqa: BLE001 - a bug: a failed plan with its cause, not a traceback
@@ -225,12 +225,12 @@ PLANNED = {"ok": "ok", "change": "planned", "blocked": "blocked", "unknown": "un
 
 
 def plan_steps(host: str, steps: Sequence[Step], facts: Facts, options: Options, reporter: Reporter,
-               report: RunReport) -> dict[str, StepPlan]:
+               report: RunReport, *, conn: Connection | None = None) -> dict[str, StepPlan]:
     """Plan every step in order, each seeing the earlier plans: the outcomes of a dry run (plan, `uninstall
     --dry-run`). Returns the plans by step."""
     earlier: dict[str, StepPlan] = {}
     for step in steps:
-        plan = step.plan_with(facts, options, earlier)
+        plan, facts = preflight.plan_asking(conn, step, facts, options, earlier)
         earlier[step.name] = plan
         reporter.planned(host, step, plan)
         report.outcomes.append(StepOutcome(step.name, step.title, plan, PLANNED[plan.status.value]))
@@ -255,7 +255,7 @@ def _preflight(conn: Connection, steps: Sequence[Step], options: Options, report
                facts: Facts) -> bool:
     """Before the first change: every blocker that can be known, and every installer obtained and verified.
     False (with every step recorded, nothing changed on the node) when the run cannot finish."""
-    plans = preflight.plan_all(steps, facts, options)
+    plans = preflight.plan_all(steps, facts, options, conn)
     stop = (preflight.blocker(steps, plans) or preflight.artifacts(plans, fetch=True, progress=options.progress)
             or preflight.room(conn, plans))
     if stop is None:
@@ -352,7 +352,7 @@ def run_steps(conn: Connection, steps: Sequence[Step], options: Options, reporte
             plan = step.plan_with(facts, options, earlier)
             report.outcomes.append(StepOutcome(step.name, step.title, plan, "not-run", stopped))
             continue
-        plan = step.plan_with(facts, options, earlier)
+        plan, facts = preflight.plan_asking(conn, step, facts, options, earlier)
         earlier[step.name] = plan
         reporter.planned(conn.name, step, plan)
         outcome = StepOutcome(step.name, step.title, plan, "ok")

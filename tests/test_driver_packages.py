@@ -98,3 +98,57 @@ def test_candidate_names_match_what_the_routes_install():
     assert routes.is_route_package("nvidia-dkms-570-server-open")
     assert routes.is_route_package(f"linux-modules-nvidia-535-server-{K}")
     assert routes.is_route_package("kmod-nvidia-open-dkms") and not routes.is_route_package("nvidia-container-toolkit")
+
+
+def test_ubuntu_prefers_the_archive_and_takes_nvidias_repository_for_a_release_only_it_offers():
+    cuda = {"nvidia-driver-570": ["570.195.03-0ubuntu1", "570.172.08-0ubuntu1"],
+            "nvidia-driver-570-open": ["570.195.03-0ubuntu1"], "cuda-drivers-570": ["570.195.03-1"],
+            # the archive's server set of the same branch, at another release
+            "nvidia-utils-570-server": ["570.133.20-0ubuntu0.22.04.1"],
+            "nvidia-dkms-570-server": ["570.133.20-0ubuntu0.22.04.1"],
+            "nvidia-headless-570-server": ["570.133.20-0ubuntu0.22.04.1"]}
+    offered = ubuntu() | cuda
+    archive = routes.plan_route("ubuntu", "535.230.02", "proprietary", kernel=K, secure_boot=False, gsp=True,
+                                offered=offered)
+    assert archive.id == "ubuntu-archive" and not archive.missing
+    nvidia = routes.plan_route("ubuntu", "570.195.03", "proprietary", kernel=K, secure_boot=False, gsp=True,
+                               offered=offered)
+    assert nvidia.id == "ubuntu-cuda"
+    assert dict(nvidia.specs()) == {"nvidia-driver-570": "570.195.03-0ubuntu1", "cuda-drivers-570": "570.195.03-1"}
+    assert nvidia.module.name == "nvidia-driver-570"
+    opened = routes.plan_route("ubuntu", "570.195.03", "open", kernel=K, secure_boot=False, gsp=True, offered=offered)
+    assert dict(opened.specs()) == {"nvidia-driver-570-open": "570.195.03-0ubuntu1"}
+    # the archive's release of the branch stays the archive's
+    server = routes.plan_route("ubuntu", "570.133.20", "proprietary", kernel=K, secure_boot=False, gsp=True,
+                               offered=offered)
+    assert server.id == "ubuntu-archive" and not server.missing
+    # offered by neither: the distribution's route names what is missing
+    neither = routes.plan_route("ubuntu", "570.999.01", "proprietary", kernel=K, secure_boot=False, gsp=True,
+                                offered=offered)
+    assert neither.id == "ubuntu-archive" and neither.missing
+    assert routes.routes_of("ubuntu") == ("ubuntu-archive", "ubuntu-cuda")
+    assert routes.is_route_package("cuda-drivers-570") and routes.is_route_package("nvidia-driver-570-open")
+
+
+def test_nvidias_repository_is_set_up_by_its_keyring_package_per_release():
+    assert routes.cuda_repo_dir("ubuntu", "22.04") == "ubuntu2204" and routes.cuda_repo_dir("debian", "12") == "debian12"
+    fix = str(routes.cuda_keyring_fix("ubuntu", "24.04"))
+    assert ("https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/cuda-keyring_1.1-1_all.deb"
+            in fix and "sudo dpkg -i /tmp/cuda-keyring.deb && sudo apt-get update" in fix)
+
+
+def test_ubuntu_with_a_display_stack_takes_the_full_driver_not_the_headless_set():
+    offered = ubuntu() | {f"nvidia-driver-535-server{t}": ["535.230.02-0ubuntu0.22.04.1"] for t in ("", "-open")}
+    desk = routes.plan_route("ubuntu", "535.230.02", "proprietary", kernel=K, secure_boot=False, gsp=True,
+                             offered=offered, desktop=True)
+    assert dict(desk.specs()) == {n: "535.230.02-0ubuntu0.22.04.1" for n in (
+        "nvidia-dkms-535-server", "nvidia-driver-535-server", "nvidia-utils-535-server")}
+    headless = routes.plan_route("ubuntu", "535.230.02", "open", kernel=K, secure_boot=False, gsp=True,
+                                 offered=offered)
+    assert "nvidia-headless-535-server-open" in dict(headless.specs())
+    assert not any(n.startswith("nvidia-driver-") for n in dict(headless.specs()))
+    # Secure Boot with the precompiled signed modules: the no-DKMS headless set, display stack or not
+    signed = routes.plan_route("ubuntu", "535.230.02", "proprietary", kernel=K, secure_boot=True, gsp=True,
+                               offered=offered, desktop=True)
+    assert signed.precompiled and "nvidia-headless-no-dkms-535-server" in dict(signed.specs())
+    assert "nvidia-driver-535-server" not in dict(signed.specs())

@@ -329,3 +329,46 @@ def test_a_bug_in_a_plan_is_a_failed_plan_not_a_traceback():
     report = plan_pipeline(FakeConnection(gpu_node()), (Step("broken", "Broken", broken_plan),), Options())
     assert report.state == "failed" and report.exit_code == 1
     assert report.error == "internal error: ZeroDivisionError: division by zero"
+
+
+def _asking_step(query, refused_blocks: bool = False):  # type: ignore[no-untyped-def]
+    """A step whose action names a query (as the packages route's install names its simulation)."""
+    import dataclasses
+
+    from gpunode.plan import blocked
+
+    @dataclasses.dataclass(frozen=True)
+    class Asking(RunCommand):
+        query: object = None
+
+    def plan(facts, options, earlier):  # type: ignore[no-untyped-def]
+        found = facts.answer(query)
+        if found is not None and found.error and refused_blocks:
+            return dataclasses.replace(blocked("asker", f"refused: {found.error}", "choose another"), lasting=True)
+        reason = "not asked" if found is None else "answered: " + ", ".join(c.show() for c in found.changes)
+        return change("asker", reason, [Asking("do it", ("true",), query=query)])
+    return Step("asker", "Asker", plan)
+
+
+def test_a_plan_naming_a_query_is_planned_again_with_the_nodes_answer_asked_once():
+    from gpunode.facts.transaction import simulation
+
+    query = simulation("apt", ["x=1"])
+    node = gpu_node()
+    node.handlers["simulate"] = lambda n, argv, stdin: (0, "Inst x (1 Debian:12/stable [amd64])\n", "")
+    report = plan_pipeline(FakeConnection(node), (_asking_step(query),), Options())
+    assert report.outcomes[0].plan.reason == "answered: x 1"
+    asked = [c for c in node.calls if c[:2] == ["sh", "-c"] and c[3] == "gpunode-simulate"]
+    assert len(asked) == 1 and "x=1" in asked[0][2]
+
+
+def test_a_query_the_node_refuses_stops_install_before_the_first_change():
+    from gpunode.facts.transaction import simulation
+
+    query = simulation("apt", ["x=1"])
+    node = gpu_node()
+    node.handlers["simulate"] = lambda n, argv, stdin: (100, "", "E: Version '1' for 'x' was not found\n")
+    report = apply_pipeline(FakeConnection(node), (_asking_step(query, refused_blocks=True),), Options())
+    outcome = report.outcomes[0]
+    assert outcome.result == "blocked" and "E: Version '1' for 'x' was not found" in (outcome.error or "")
+    assert node.changing_calls() == [] and report.exit_code != 0

@@ -15,6 +15,7 @@ from gpunode.artifacts.source import Source, Verified, obtain
 from gpunode.connection.base import TEMP_PARENT, Connection, DiskFree, megabytes
 from gpunode.errors import CommandError
 from gpunode.explain import installer_failure
+from gpunode.facts.transaction import Query
 from gpunode.records import DriverRecord, UndoRecord
 from gpunode.shell import Script
 
@@ -372,9 +373,14 @@ class InstallDriverPackages(PackageCommand):
 
     version: str = ""
     previous: str | None = None
+    # the package manager's simulation of the install command (facts/transaction.py), asked before the first
+    # change so the plan lists every package the transaction would change (preflight.plan_asking)
+    query: Query | None = None
+    route: tuple[str, ...] = ()  # every package of the route as NAME=VERSION (recorded on the DriverRecord)
 
     kind = "driver-packages"
 
     def apply_recorded(self, conn: Connection) -> tuple[str | None, list[UndoRecord]]:
         note, records = super().apply_recorded(conn)
-        return note, [*records, DriverRecord(version=self.version, previous=self.previous, source="packages")]
+        return note, [*records, DriverRecord(version=self.version, previous=self.previous, source="packages",
+                                                    packages=self.route)]

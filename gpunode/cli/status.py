@@ -42,18 +42,25 @@ def _run_view(run: dict[str, Any]) -> Group:
 
 def driver_source(journal: dict[str, Any]) -> dict[str, Any] | None:
     """The driver gpunode installed and has not undone, and its source: {"version", "source": "packages" | "run",
-    "packages": [names]} (the packages its driver step's transactions added), or None."""
+    "packages": [names] (the packages its driver step's transactions added), "route": {name: version} (every
+    package of the route at its exact version, those that were there already too), "held": [names]}, or None."""
     found = driver_of_records(journal.get("undo") or [])
     if not found.source:
         return None
+    packages = found.source == "packages"
     return {"version": found.version, "source": found.source,
-            "packages": list(found.packages) if found.source == "packages" else []}
+            "packages": list(found.packages) if packages else [],
+            "route": dict(found.pinned) if packages else {}, "held": list(found.held) if packages else []}
 
 
 def _driver_line(found: dict[str, Any]) -> str:
     version = found["version"] or "(version not recorded)"
     if found["source"] == "packages":
-        return f"driver {version}: installed by gpunode from packages ({', '.join(found['packages'])})"
+        route = found.get("route") or {}
+        if not route:  # a record from before the route's set was recorded: what the transactions added
+            return f"driver {version}: installed by gpunode from packages ({', '.join(found['packages'])})"
+        listed = ", ".join(f"{n} {v}" for n, v in route.items())
+        return f"driver {version}: installed by gpunode from packages: {listed}"
     return f"driver {version}: installed by gpunode from NVIDIA's .run installer"
 
 

@@ -4,6 +4,7 @@ toolkit installed on the host runs on this driver."""
 
 from __future__ import annotations
 
+import shlex
 from datetime import date
 
 from packaging.version import Version
@@ -149,6 +150,41 @@ def single_source(node: Node) -> Verdict:
           else "")
     return passed(f"{version}from distribution packages ({', '.join(n for n, _ in state.packages[:3])}"
                   + (" ..." if len(state.packages) > 3 else "") + f"), no .run installer record{by}")
+
+
+@check("driver.packages-held", "driver", "the driver packages gpunode installed are at their versions and held")
+def packages_held(node: Node) -> Verdict:
+    """--driver-source packages: every package of the route is still at the exact version gpunode installed, and
+    the holds it placed are still there (an unattended upgrade, or a person's `apt-mark unhold`, moves one package
+    of the driver alone and the module no longer matches its libraries). About the software: no GPU needed."""
+    from gpunode import driver_packages as routes
+    from gpunode import pkgmgr
+
+    mine = driver_facts.gpunode_driver(node.facts)
+    if mine.source != "packages":
+        return skipped("gpunode did not install the driver from packages")
+    if not mine.pinned:
+        return skipped(f"driver {mine.version} from packages: the journal's record names no package versions (written "
+                       "by an older gpunode; the next install records them)")
+    have = routes.installed(node.facts)
+    moved = [f"{n} {have[n][0]} (installed {v})" for n, v in mine.pinned if n in have and have[n][0] != v]
+    gone = [n for n, _ in mine.pinned if n not in have]
+    if moved or gone:
+        what = "; ".join([*(f"{m}" for m in moved), *(f"{n} removed" for n in gone)])
+        return failed(f"driver {mine.version}'s packages moved since gpunode installed them: {what}",
+                      fixes.gpunode("install", driver_source="packages", driver=mine.version)
+                      + "  # puts every package back at its exact version and holds it")
+    os_key = routes.route_os(node.facts.os.id, node.facts.os.family) or ""
+    manager = routes.manager_of(node.facts, os_key)
+    unheld = [(n, v) for n, v in mine.pinned if n in mine.held and not have[n][1]]
+    if unheld and manager is not None:
+        hold = " ".join(shlex.quote(w) for w in pkgmgr.get(manager).hold_all(unheld))
+        return warned(f"driver {mine.version}'s packages are at their versions but no longer held: "
+                      + ", ".join(n for n, _ in unheld) + " (an upgrade can move them alone)",
+                      fixes.on_node(f"sudo {hold}"))
+    held = [n for n, _ in mine.pinned if have[n][1]]
+    return passed(f"driver {mine.version}: {len(mine.pinned)} packages at the versions gpunode installed"
+                  + (f", {len(held)} held" if held else ", not held (--no-hold-driver)" if not mine.held else ""))
 
 
 @check("driver.version-mismatch", "driver", "loaded module matches the user-space libraries")

@@ -48,6 +48,8 @@ from gpunode.facts.registry import (
     Section,
     check,
 )
+from gpunode.facts.transaction import Query, Transaction
+from gpunode.shell import Script
 
 __all__ = ["FULL", "RUN", "Facts", "gather", "facts_from_probe_output", "bake", "containers", "driver", "fabric", "health", "holders",
            "k8s", "kernel",
@@ -112,6 +114,7 @@ class Facts:
     initramfs_mtime: int | None = None  # newest initramfs image for the running kernel; None: not found
     probe: str = FULL  # which probe gathered these facts: reading a fact it does not gather is an error
     later: Later | None = field(default=None, repr=False, compare=False)  # RUN's late facts, until first read
+    answers: Mapping[str, Section] = field(default_factory=dict)  # queries a plan asked (ask): script -> output
     _parsed: dict[str, object] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     # ---- typed access --------------------------------------------------------------------------------------
@@ -130,6 +133,11 @@ class Facts:
     def get(self, fact: Fact[T]) -> T | None:
         """Like facts[fact], but None when the fact's snippet failed or did not run (a missing tool or file)."""
         return self[fact] if self.ran(fact) else None
+
+    def answer(self, query: Query) -> Transaction | None:
+        """A plan's query (gpunode/facts/transaction.py) parsed, or None when it was not asked of the node."""
+        found = self.answers.get(query.script)
+        return query.parse(found) if found is not None else None
 
     def section(self, fact: Fact[object]) -> Section:
         """The raw output of a command fact and its exit status (status 127: not in the probe's output)."""
@@ -277,6 +285,23 @@ def _probe(conn: Connection, probe: str, part: str, *, sudo: bool, hung: bool = 
                            stdout=result.stdout, stderr=result.stderr)
     _check_complete(conn.name, result, sections, nonce, probe, part)
     return sections, nonce, sudo
+
+
+def ask(conn: Connection, facts: Facts, queries: list[Query]) -> Facts:
+    """Facts with the answers of the queries not asked yet (read-only commands a plan built from its own values:
+    a transaction's simulation), run as root when root is available, like the probe."""
+    todo = [q for q in dict.fromkeys(queries) if q.script not in facts.answers]
+    if not todo:
+        return facts
+    answers = dict(facts.answers)
+    for query in todo:
+        script = Script(body=query.script, name="simulate")
+        try:
+            result = conn.run(script, sudo=True, timeout=query.timeout)
+        except CommandError:
+            result = conn.run(script, timeout=query.timeout)
+        answers[query.script] = Section(result.stdout + result.stderr, -1 if result.timed_out else result.exit_code)
+    return dataclasses.replace(facts, answers=answers)
 
 
 def _check_complete(node: str, result: Result, sections: Mapping[str, Section], nonce: str, probe: str,

@@ -435,6 +435,8 @@ class GpunodeDriver:
     run: str | None = None
     source: str = ""  # the source of the last driver gpunode installed: "packages" | "run" | ""
     version: str | None = None  # the version of the last driver gpunode installed (either source)
+    pinned: tuple[tuple[str, str], ...] = ()  # packages: every package of the route at its exact version
+    held: tuple[str, ...] = ()  # the holds the driver step placed and has not released
 
 
 def parse_gpunode_driver(text: str) -> GpunodeDriver:
@@ -450,15 +452,17 @@ def parse_gpunode_driver(text: str) -> GpunodeDriver:
 
 def driver_of_records(records: list[Any]) -> GpunodeDriver:
     """The driver step's undo records that are not undone, read as GpunodeDriver (the journal's `undo` list)."""
-    from gpunode.records import DriverRecord, PackagesRecord
+    from gpunode.records import DriverRecord, HoldRecord, PackagesRecord
 
     mine = [r for r in records if r.step == "driver" and not r.undone]
     names = tuple(dict.fromkeys(n for r in mine if isinstance(r, PackagesRecord) for n in r.names))
     drivers = [r for r in mine if isinstance(r, DriverRecord)]
     runs = [r for r in drivers if r.source != "packages"]
     source = ("packages" if drivers[-1].source == "packages" else "run") if drivers else ""
+    pinned = tuple((p.split("=", 1)[0], p.split("=", 1)[1]) for p in drivers[-1].packages if "=" in p) if drivers else ()
+    held = tuple(dict.fromkeys(n for r in mine if isinstance(r, HoldRecord) for n in r.held))
     return GpunodeDriver(names, runs[-1].version if runs else None, source,
-                         drivers[-1].version if drivers else None)
+                         drivers[-1].version if drivers else None, pinned, held)
 
 
 def gpunode_driver(facts: Facts) -> GpunodeDriver:
@@ -468,3 +472,7 @@ def gpunode_driver(facts: Facts) -> GpunodeDriver:
 
 # the apt pin gpunode writes for a packages route (gpunode/driver_packages.py APT_PIN)
 APT_PIN_FILE = files("driver_apt_pin", ("/etc/apt/preferences.d/gpunode-nvidia-driver",), module=_M)
+
+# a display manager installed (Debian's and Ubuntu's display managers write the file at install; debconf's
+# shared/default-x-display-manager): the packages route on Ubuntu installs the full driver, not the headless set
+DISPLAY_MANAGER = files("driver_display_manager", ("/etc/X11/default-display-manager",), module=_M)

@@ -14,37 +14,28 @@ at package install for every kernel with headers).
 from __future__ import annotations
 
 import dataclasses
+import shlex
 
 from gpunode import bake, fixes, pkgmgr
 from gpunode import driver_packages as routes
 from gpunode.actions.driver import InstallDriverPackages
 from gpunode.actions.packages import package_command, versionlock_plugin
-from gpunode.facts import Facts
+from gpunode.facts import Facts, transaction
 from gpunode.facts import driver as driver_facts
 from gpunode.facts import fabric as fabric_facts
 from gpunode.facts.driver import DriverState
 from gpunode.facts.holders import MODULES
-from gpunode.facts.packages import PACKAGE_LOCKS, PKG_STATUS, held_packages
+from gpunode.facts.packages import PKG_STATUS
 from gpunode.options import Options
 from gpunode.plan import Action, Earlier, Reboot, RunCommand, Status, StepPlan, WriteFile, blocked, change, ok
-from gpunode.rules import NO_GPU, NO_GPU_FIX, package_manager
+from gpunode.rules import NO_GPU, NO_GPU_FIX
 
 NAME = "driver"
 UNINSTALL_RUN = ("nvidia-installer", "--uninstall", "--silent")
 
 
-def manager_of(facts: Facts, os_key: str) -> str | None:
-    return "zypper" if os_key == "sles" else package_manager(facts)
-
-
-def installed(facts: Facts) -> dict[str, tuple[str, bool]]:
-    """{name: (version, held)} of the driver packages installed (dpkg/rpm, with apt-mark holds)."""
-    status = facts.get(PKG_STATUS) or {}
-    held = held_packages(status, facts.get(PACKAGE_LOCKS) or {})
-    found = {n: (v, n in held) for n, v in facts[driver_facts.PACKAGES]}
-    for name, pkg in status.items():
-        found[name] = (pkg.version, name in held)
-    return found
+manager_of = routes.manager_of
+installed = routes.installed
 
 
 def route_of(facts: Facts, options: Options, version: str, flavour: str) -> routes.Route | StepPlan:
@@ -56,7 +47,8 @@ def route_of(facts: Facts, options: Options, version: str, flavour: str) -> rout
     kernel = (bake.target_kernel(facts, options) if options.bake else None) or facts.kernel
     gsp = flavour == "open" or any(_gsp_gpu(d.device) for d in facts.gpus)
     return routes.plan_route(os_key, version, flavour, kernel=kernel, secure_boot=facts.secure_boot.enabled,
-                             gsp=gsp, offered=facts[driver_facts.OFFERED])
+                             gsp=gsp, offered=facts[driver_facts.OFFERED],
+                             desktop=bool(facts[driver_facts.DISPLAY_MANAGER]))
 
 
 def _gsp_gpu(device: int) -> bool:
@@ -79,9 +71,21 @@ def _missing(facts: Facts, options: Options, route: routes.Route, version: str, 
         fixes.on_node("sudo apt-get update" if os_key in ("debian", "ubuntu") else "sudo dnf makecache")
         + "  # refreshes the package lists; if the version is still not offered, choose one the repositories "
         "have: " + fixes.same_run(options, "install", driver=_nearest(route) or version))
+    if os_key in ("debian", "ubuntu") and not _cuda_repo(facts):
+        # NVIDIA's CUDA repository carries every release of the supported branches (routes.plan_route takes it
+        # when the distribution's archive does not offer the release); on Debian under Debian's own names
+        fix = fix + "; or add NVIDIA's CUDA repository, which carries every release: " + routes.cuda_keyring_fix(
+            facts.os.id, facts.os.version)
     plan = blocked(NAME, f"the configured repositories do not offer driver {version} for the {route.id} route: "
                          + "; ".join(lines), fix, *notes, route.why)
     return dataclasses.replace(plan, lasting=True)  # no step of this run adds repositories: nothing runs
+
+
+def _cuda_repo(facts: Facts) -> bool:
+    from gpunode.facts.packages import PACKAGE_SOURCES
+    from gpunode.steps.fabricmanager import cuda_repo_configured
+
+    return cuda_repo_configured(facts.get(PACKAGE_SOURCES) or {})
 
 
 def _nearest(route: routes.Route) -> str | None:
@@ -159,10 +163,71 @@ def plan(facts: Facts, options: Options, state: DriverState, version: str, flavo
             return change(NAME, f"{placed.reason}; pinning its release for apt", [pin], *placed.notes)
         return dataclasses.replace(placed, actions=(pin, *placed.actions))
     decided = _install(facts, options, state, version, route, manager, notes, others, run_there)
-    if pin is None or decided.status is not Status.CHANGE:
+    if decided.status is not Status.CHANGE:
         return decided
     at = next(i for i, a in enumerate(decided.actions) if isinstance(a, InstallDriverPackages))
-    return dataclasses.replace(decided, actions=(*decided.actions[:at], pin, *decided.actions[at:]))
+    if pin is not None:
+        decided = dataclasses.replace(decided, actions=(*decided.actions[:at], pin, *decided.actions[at:]))
+        at += 1
+    return _simulated(facts, options, decided, at, manager, route, version, others, pin is not None)
+
+
+def _simulated(facts: Facts, options: Options, plan: StepPlan, at: int, manager: str, route: routes.Route,
+               version: str, others: list[str], pin: bool) -> StepPlan:
+    """The install action with its simulation (facts/transaction.py: apt-get -s / dnf --assumeno / zypper
+    --dry-run of exactly its specs, with the apt pin it writes first); once the node answered, the plan lists every
+    package the transaction would change, and is blocked before any change when the manager would refuse it or
+    it would remove a package that is not the driver's."""
+    m = pkgmgr.get(manager)
+    specs = [m.spec(n, v) for n, v in route.specs()]
+    query = transaction.simulation(manager, specs, (routes.APT_PIN.rsplit("/", 1)[1], routes.apt_pin(version))
+                                   if pin else None)
+    install = plan.actions[at]
+    assert isinstance(install, InstallDriverPackages)
+    actions = (*plan.actions[:at], dataclasses.replace(install, query=query), *plan.actions[at + 1:])
+    plan = dataclasses.replace(plan, actions=actions)
+    found = facts.answer(query)
+    if found is None:
+        return plan
+    streams = _streams(facts, route)
+    if found.error and not streams:
+        return dataclasses.replace(blocked(
+            NAME, f"{query.name} refuses the driver {version} transaction: {found.error}",
+            transaction_line(manager, specs) + "  # shows the same refusal with the package "
+            "manager's own explanation; make the repositories offer a consistent set (apt-get update / dnf "
+            "makecache), or choose another --driver release", *plan.notes), lasting=True)
+    if found.error:  # EL8/9: the stream is enabled by the same transaction, so a simulation cannot resolve yet
+        return dataclasses.replace(plan, notes=(*plan.notes, f"{query.name}: not resolvable before `dnf module "
+                                                             f"enable` runs ({found.error})"))
+    foreign = [c for c in found.removes if not routes.of_the_driver(c.name) and c.name not in others]
+    if foreign:
+        names = [c.name for c in foreign]
+        return dataclasses.replace(blocked(
+            NAME, f"the driver {version} transaction would remove packages that are not the driver's ({query.name}): "
+                  + ", ".join(c.show() for c in foreign),
+            transaction_line(manager, specs) + "  # shows why; remove or replace "
+            + ", ".join(names) + " yourself if that is intended, then run this command again", *plan.notes),
+            lasting=True)
+    wanted = {n for n, _ in route.specs()}
+    listing = [c.show() + ("" if c.name in wanted or c.action == transaction.REMOVE else " (dependency)")
+               for c in found.changes]
+    return dataclasses.replace(plan, notes=(*plan.notes, f"the transaction, as {query.name} resolves it on the node: "
+                                            + ("; ".join(listing) or "nothing to change")))
+
+
+def _streams(facts: Facts, route: routes.Route) -> bool:
+    """Whether the install enables a dnf module stream first (NVIDIA's repository on EL8/EL9)."""
+    return route.id == "rhel-cuda" and facts.os.version.split(".", 1)[0] in ("8", "9")
+
+
+def transaction_line(manager: str, specs: list[str]) -> fixes.Fix:
+    """The simulation as a person runs it on the node (without the pin's throwaway directory)."""
+    quoted = " ".join(shlex.quote(s) for s in specs)
+    if manager == "apt":
+        return fixes.on_node(f"apt-get -s install --no-install-recommends --allow-downgrades {quoted}")
+    if manager in ("dnf", "yum"):
+        return fixes.on_node(f"sudo dnf --assumeno install {quoted}")
+    return fixes.on_node(f"sudo zypper --non-interactive install --dry-run --oldpackage {quoted}")
 
 
 def _pin(facts: Facts, manager: str, version: str) -> WriteFile | None:
@@ -231,7 +296,7 @@ def _install(facts: Facts, options: Options, state: DriverState, version: str, r
                                        m.unhold(held), packages=held, lock_timeout=options.lock_timeout))
     specs = [m.spec(n, v) for n, v in route.specs()]
     transaction: list[tuple[str, ...]] = []
-    if route.id == "rhel-cuda" and facts.os.version.split(".", 1)[0] in ("8", "9"):
+    if _streams(facts, route):
         # the module stream of the branch and flavour (EL8/EL9 modular repositories; EL10 has no streams: the
         # packages alone, as NVIDIA's installation guide's table says)
         stream = f"nvidia-driver:{version.split('.')[0]}-{'open' if 'open' in route.module.name else 'dkms'}"
@@ -243,7 +308,7 @@ def _install(facts: Facts, options: Options, state: DriverState, version: str, r
                                     manager=manager, cmds=tuple(transaction), packages=tuple(n for n, _ in
                                                                                              route.specs()),
                                     lock_timeout=options.lock_timeout, version=version,
-                                    previous=current or None)
+                                    previous=current or None, route=tuple(f"{n}={v}" for n, v in route.specs()))
     loaded_modules = [mod for mod in MODULES if facts.module_loaded(mod)]
     if run_there:
         actions.append(RunCommand(f"remove the .run driver {state.installer} (its own uninstaller; it unloads the "

@@ -10,6 +10,7 @@ signed-by breaks `apt-get update` for the whole machine.
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 import re
 from collections.abc import Mapping
@@ -24,6 +25,7 @@ from gpunode.facts.containers import survey_engines
 from gpunode.facts.packages import (
     Package,
     compare_versions,
+    held_packages,
     upstream_version,
 )
 from gpunode.options import Options
@@ -262,14 +264,16 @@ def _plan(facts: Facts, options: Options) -> StepPlan:
         wanted = options.toolkit_version
         wrong = [p for p in PACKAGES if not satisfied(have[p], wanted)]
         if not wrong:
-            return ok(NAME, f"container toolkit {wanted} installed (all four packages)")
+            return _held(facts, options, manager, ok(NAME, f"container toolkit {wanted} installed (all four packages)"),
+                         [(p, have[p].version) for p in PACKAGES])  # type: ignore[union-attr]
         shown = ", ".join(f"{p} {have[p].version if have[p] else 'missing'}" for p in wrong)  # type: ignore[union-attr]
         reason = f"--toolkit-version {wanted}: {shown}"
         version = wanted_version(wanted)
     elif main is not None:
         wrong = [p for p in PACKAGES if have[p] is None or have[p].upstream != main.upstream]  # type: ignore[union-attr]
         if not wrong:
-            return ok(NAME, f"container toolkit {main.version} installed")
+            return _held(facts, options, manager, ok(NAME, f"container toolkit {main.version} installed"),
+                         [(p, have[p].version) for p in PACKAGES])  # type: ignore[union-attr]
         reason = (f"nvidia-container-toolkit {main.version} installed, but " + ", ".join(
             f"{p} {have[p].version if have[p] else 'is missing'}" for p in wrong)  # type: ignore[union-attr]
             + " (since 1.18 all four must match)")
@@ -282,7 +286,36 @@ def _plan(facts: Facts, options: Options) -> StepPlan:
     else:
         actions.append(install_packages("install the container toolkit", manager, (PACKAGES[0],),
                                         lock_timeout=options.lock_timeout))
-    return change(NAME, reason, actions, *notes).with_outputs(ToolkitOutputs(True, version or None))
+    planned = change(NAME, reason, actions, *notes).with_outputs(ToolkitOutputs(True, version or None))
+    return _held(facts, options, manager, planned, [(p, version) for p in PACKAGES], installing=True)
+
+
+def _held(facts: Facts, options: Options, manager: str, plan: StepPlan, specs: list[tuple[str, str]],
+          installing: bool = False) -> StepPlan:
+    """--driver-source packages: the toolkit's four packages are held like the driver's (apt-mark hold, dnf
+    versionlock at their versions, zypper addlock; recorded, so `uninstall` releases them), so no upgrade moves
+    them alone; --no-hold-driver leaves them free. Without a version (the repository's newest at install time)
+    the hold names the packages: apt-mark and zypper hold names, versionlock locks the version installed."""
+    if options.driver_source != "packages" or options.hold_driver is False:
+        return plan
+    from gpunode.actions.packages import versionlock_plugin
+
+    installed = facts[package_facts.PKG_STATUS]
+    held = held_packages(installed, facts[package_facts.PACKAGE_LOCKS])
+    names = [n for n, _ in specs if installing or n not in held]
+    if not names:
+        return plan
+    m = pkgmgr.get(manager)
+    pinned = [(n, v) for n, v in specs if n in names and v]
+    argv = m.hold_all(pinned) if len(pinned) == len(names) else (*m.hold_argv, *names)
+    hold: list[Action] = [
+        *versionlock_plugin(manager, installed, lock_timeout=options.lock_timeout),
+        package_command(f"hold the container toolkit ({', '.join(names)}) like the driver's packages "
+                        "(--driver-source packages)", manager, argv, packages=names, lock_timeout=options.lock_timeout)]
+    if plan.status.value == "ok":
+        return change(NAME, f"{plan.reason}; holding it like the driver's packages", hold,
+                      *plan.notes).with_outputs(ToolkitOutputs(False))
+    return dataclasses.replace(plan, actions=(*plan.actions, *hold))
 
 
 STEP = Step(NAME, TITLE, plan)

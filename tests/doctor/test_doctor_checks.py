@@ -37,7 +37,8 @@ from tests.fakes.connection import FakeConnection, FakeNode
 K8S_CHECKS = {"container.k8s-kubelet-runtime", "container.k8s-device-plugin", "container.k8s-allocatable",
               "container.k8s-sharing-units"}
 NOT_APPLICABLE_ON_T4 = {"container.crio-nvidia-runtime", "container.cdi-spec", "fabric.manager-version",
-                        "fabric.manager-active", "hw.iommu"} | K8S_CHECKS
+                        "fabric.manager-active", "hw.iommu",
+                        "driver.packages-held"} | K8S_CHECKS  # the finished T4 has the .run driver: skipped
 
 
 def test_at_least_30_checks_with_stable_unique_ids_and_known_layers():
@@ -71,7 +72,8 @@ def test_finished_node_passes_every_check_that_applies():
 def test_finished_nvswitch_node_passes_the_fabric_checks_too():
     results = check_results(finished(H100, 8, switches=4))
     assert {i for i, r in results.items() if r.status != "pass"} == {"container.crio-nvidia-runtime",
-                                                                     "container.cdi-spec", "hw.iommu"} | K8S_CHECKS
+                                                                     "container.cdi-spec", "hw.iommu",
+                                                                     "driver.packages-held"} | K8S_CHECKS
     assert "4 NVSwitch(es): nvidia-fabricmanager 580.95.05-1" in results["fabric.manager-installed"].evidence
     assert "fabric Completed on 8 GPU(s)" in results["fabric.manager-active"].evidence
 
@@ -231,6 +233,18 @@ def _both_sources(node: FakeNode) -> None:
                                         "580.95.05-0ubuntu1\n")
 
 
+def _packages_moved(node: FakeNode) -> None:
+    """gpunode installed the driver from packages (its journal's record) and one of them moved since."""
+    import json
+
+    from gpunode.records import DriverRecord
+
+    record = DriverRecord(step="driver", version="580.95.05", source="packages",
+                          packages=("nvidia-utils-580=580.95.05-0ubuntu1",))
+    set_output(node, "gpunode_pending_restarts", json.dumps({"runs": [], "undo": [record.to_dict()]}))
+    set_output(node, "pkg_status", "ii \tnvidia-utils-580\t580.105.08-0ubuntu1\n")
+
+
 def _old_branch(version: str, flavour: str = "proprietary") -> Mutation:
     def mutate(node: FakeNode) -> None:
         lib = "/usr/lib/x86_64-linux-gnu"
@@ -329,6 +343,7 @@ VARIANTS: list[tuple[str, str, Callable[[], FakeNode], Mutation, set[str]]] = [
     ("kernel.dkms-newest-kernel", "fail", finished, _new_kernel, set()),
     ("driver.loaded", "fail", finished, _unload, set()),
     ("driver.single-source", "fail", finished, _both_sources, set()),
+    ("driver.packages-held", "fail", finished, _packages_moved, set()),
     ("driver.version-mismatch", "fail", finished, _mismatch, set()),
     ("driver.smi", "fail", finished, lambda n: set_output(n, "driver_smi", "No devices were found", 6), set()),
     ("driver.persistence", "warn", finished, _persistence_off, set()),

@@ -59,3 +59,43 @@ def test_packaged_driver_without_gpu_gets_software_verdicts():
 def test_compute_only_set_says_modprobe_nvidia_would_not_find_the_module():
     status, evidence = verdicts(node(linked=False))["driver.loaded"]
     assert status == "skip" and "`modprobe nvidia` would not find it" in evidence and "libcuda1" in evidence
+
+
+def _journal(*records) -> str:  # type: ignore[no-untyped-def]
+    import json
+
+    return json.dumps({"runs": [], "undo": [r.to_dict() for r in records]})
+
+
+def _held_node(status: str, journal: str) -> Node:
+    outputs = {"pkg_status": Section(status, 0), "gpunode_pending_restarts": Section(journal, 0)}
+    return Node(Facts(os=OS, kernel=K, arch="x86_64", outputs=outputs))
+
+
+def test_packages_held_checks_every_recorded_version_and_the_holds_gpunode_placed():
+    from gpunode.doctor.driver import packages_held
+    from gpunode.records import DriverRecord, HoldRecord
+
+    v = "535.309.01-0+deb12u1"
+    route = (f"nvidia-kernel-dkms={v}", f"nvidia-smi={v}", "nvidia-persistenced=535.171.04-1~deb12u1")
+    journal = _journal(DriverRecord(step="driver", version="535.309.01", source="packages", packages=route),
+                       HoldRecord(step="driver", manager="apt",
+                                  held=("nvidia-kernel-dkms", "nvidia-smi", "nvidia-persistenced")))
+    rows = {"nvidia-kernel-dkms": v, "nvidia-smi": v, "nvidia-persistenced": "535.171.04-1~deb12u1"}
+
+    def status(held: set[str], **over: str) -> str:
+        return "".join(f"{'h' if n in held else 'i'}i \t{n}\t{over.get(n.replace('-', '_'), ver)}\n"
+                       for n, ver in rows.items())
+
+    every = set(rows)
+    ok = packages_held(_held_node(status(every), journal))
+    assert ok.status == "pass" and "3 packages at the versions gpunode installed, 3 held" in ok.evidence
+    loose = packages_held(_held_node(status(every - {"nvidia-smi"}), journal))
+    assert loose.status == "warn" and "no longer held: nvidia-smi" in loose.evidence
+    assert str(loose.fix) == "sudo apt-mark hold nvidia-smi"
+    moved = packages_held(_held_node(status(every, nvidia_smi="535.309.02-1"), journal))
+    assert moved.status == "fail" and "nvidia-smi 535.309.02-1 (installed 535.309.01-0+deb12u1)" in moved.evidence
+    assert "install --driver-source packages --driver 535.309.01" in str(moved.fix)
+    old = _journal(DriverRecord(step="driver", version="535.309.01", source="packages"))
+    assert packages_held(_held_node(status(every), old)).status == "skip"
+    assert packages_held(_held_node(status(every), _journal())).status == "skip"

@@ -82,7 +82,8 @@ class FakeNode:
                                    # the run's node lock, taken and released, and the stale temp sweep: they
                                    # leave the node as they found it (a test of the lock reads `node_lock`)
                                    "gpunode-node-lock", "gpunode-node-unlock", "gpunode-stale-temp",
-                                   "gpunode-disk-free", "gpunode-node-lock-read"})
+                                   "gpunode-disk-free", "gpunode-node-lock-read",
+                                   "gpunode-simulate"})  # a package transaction simulated (apt-get -s)
 
     def changing_calls(self, since: int = 0) -> list[list[str]]:
         """Calls after `since` other than reads (the probe, read-file, and the `id -u` / `sudo -n true`

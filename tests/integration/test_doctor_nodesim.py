@@ -46,7 +46,8 @@ cli = CliRunner()
 K8S_CHECKS = {"container.k8s-kubelet-runtime", "container.k8s-device-plugin", "container.k8s-allocatable",
               "container.k8s-sharing-units"}
 NOT_APPLICABLE = {"container.crio-nvidia-runtime", "container.cdi-spec",  # no CRI-O, no podman
-                  "hw.iommu"} | K8S_CHECKS  # no GPU bound to vfio-pci
+                  "hw.iommu",  # no GPU bound to vfio-pci
+                  "driver.packages-held"} | K8S_CHECKS  # the .run driver (packages: test_driver_packages_nodesim)
 
 
 class Mirror:
@@ -535,6 +536,7 @@ def test_variants_cover_every_check_the_simulator_can_break():
     covered = {v[0] for v in T4_VARIANTS} | {v[0] for v in H100_VARIANTS} | {
         "hw.gpu-present", "driver.branch-lifecycle", "pkg.unattended-upgrades", "driver.branch-supports-gpu",
         "container.runtime-loaded"} | K8S_CHECKS  # runtime-loaded: broken in tests/integration/test_reliability_runtime.py
+    covered |= {"driver.packages-held"}  # a released hold: tests/integration/test_driver_packages_nodesim.py
     # GPU health, MIG and pending upgrades: every verdict of each in test_doctor_health_nodesim.py
     covered |= {"health.ecc", "health.row-remapping", "driver.gsp", "driver.uvm", "hw.mig-layout", "hw.mig-mode",
                 "pkg.pending-upgrades"}

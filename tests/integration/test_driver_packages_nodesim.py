@@ -83,11 +83,27 @@ def test_debian_install_rerun_upgrade_uninstall(sim_node) -> None:  # type: igno
 
     # status and doctor say packages own the driver
     code, out = run(node, "status")
-    line = next(x for x in out.splitlines() if x.startswith(f"driver {DEBIAN_NEW}: "))
-    assert "installed by gpunode from packages (" in line and "nvidia-kernel-dkms" in line, out
+    flat = " ".join(out.split())  # the terminal wraps the long line
+    line = flat[flat.index(f"driver {DEBIAN_NEW}: "):]
+    # every package of the route at its exact version, the ones the transaction only changed too
+    assert "installed by gpunode from packages: " in line, out
+    for name in DEBIAN_SET:
+        own = name in ("nvidia-persistenced", "nvidia-modprobe")  # their own versions
+        assert (f"{name} " if own else f"{name} 535.309.01-0+deb12u1") in line, (name, line)
     code, out = run(node, "doctor", "--format", "json")
-    single = next(c for c in json.loads(out)["checks"] if c["id"] == "driver.single-source")
+    checks = {c["id"]: c for c in json.loads(out)["checks"]}
+    single = checks["driver.single-source"]
     assert "from distribution packages" in single["evidence"] and "installed by gpunode" in single["evidence"]
+    assert checks["driver.packages-held"]["status"] == "pass", checks["driver.packages-held"]
+    # an unattended upgrade cannot move them alone: doctor notices a released hold and gives the command back
+    node.ssh("apt-mark unhold nvidia-smi")
+    code, out = run(node, "doctor", "--format", "json")
+    held = next(c for c in json.loads(out)["checks"] if c["id"] == "driver.packages-held")
+    assert held["status"] == "warn" and "nvidia-smi" in held["evidence"], held
+    assert held["fix"].startswith("ssh -t ") and held["fix"].endswith(' "sudo apt-mark hold nvidia-smi"'), held
+    rc, _, err = node.ssh("apt-mark hold nvidia-smi")  # what it runs there (root on the node)
+    assert rc == 0, err
+    assert "nvidia-smi" in node.held_packages()
 
     # uninstall purges exactly what gpunode added
     code, out = run(node, "uninstall", "--only", "driver", "--stop-gpu-services")
@@ -234,3 +250,43 @@ def test_rocky_from_the_cuda_repository(sim_node) -> None:  # type: ignore[no-un
     code, out = run(node, "uninstall", "--only", "driver", "--stop-gpu-services")
     assert code == 0, out
     assert "kmod-nvidia-latest-dkms" not in node.installed_packages()
+
+
+def test_ubuntu_takes_nvidias_repository_for_a_release_the_archive_lacks(sim_node) -> None:  # type: ignore[no-untyped-def]
+    """570.195.03 is in NVIDIA's CUDA repository only (the archive's 570 is 570.133.20): refused with the
+    cuda-keyring command while that repository is not configured; once it is (the fix, run as printed on the
+    node), the ubuntu-cuda route installs nvidia-driver-570 and cuda-drivers-570 at exact versions and holds
+    them; uninstall removes them."""
+    node = sim_node("ubuntu-22.04-t4")
+    # the proprietary module (R570 would choose open on a T4): its set has the branch's cuda-drivers meta package
+    args = ("--driver-source", "packages", "--driver", "570.195.03", "--kernel-module", "proprietary", *STEPS)
+    step = driver_step(plan_json(node, *args))
+    assert step["status"] == "blocked", step
+    keyring = ("https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/cuda-keyring_1.1-1_all.deb")
+    assert keyring in step["fix"] and "ubuntu-archive route" in step["reason"], step
+    rc, _, err = node.ssh(f"wget -qO /tmp/cuda-keyring.deb {keyring} && dpkg -i /tmp/cuda-keyring.deb && "
+                          "apt-get update")  # the fix's node command (root on the node: no sudo)
+    assert rc == 0, err
+    step = driver_step(plan_json(node, *args))
+    assert step["status"] == "change" and "ubuntu-cuda" in step["reason"], step
+    assert any(n.startswith("the transaction, as apt-get -s install resolves it") and "nvidia-driver-570 "
+               "570.195.03-0ubuntu1" in n for n in step["notes"]), step["notes"]
+    code, out = run(node, "install", *args)
+    assert code == 0, out
+    have = node.installed_packages()
+    assert have["nvidia-driver-570"] == "570.195.03-0ubuntu1" and have["cuda-drivers-570"] == "570.195.03-1"
+    assert {"nvidia-driver-570", "cuda-drivers-570"} <= set(node.held_packages())
+    assert (node.driver() or {}).get("version") == "570.195.03" and node.is_loaded("nvidia")
+    code, out = run(node, "uninstall", "--only", "driver", "--stop-gpu-services")
+    assert code == 0, out
+    assert not {"nvidia-driver-570", "cuda-drivers-570"} & set(node.installed_packages())
+
+
+def test_ubuntu_with_a_display_manager_plans_the_full_server_driver(sim_node) -> None:  # type: ignore[no-untyped-def]
+    node = sim_node("ubuntu-22.04-t4")
+    args = ("--driver-source", "packages", "--driver", UBUNTU_NEW, *STEPS)
+    headless = json.dumps(driver_step(plan_json(node, *args)))
+    assert "nvidia-headless-535-server=" in headless and "nvidia-driver-535-server=" not in headless
+    node.write("/etc/X11/default-display-manager", "/usr/sbin/gdm3\n")  # what a display manager's package writes
+    full = json.dumps(driver_step(plan_json(node, *args)))
+    assert "nvidia-driver-535-server=535.230.02-0ubuntu0.22.04.1" in full and "nvidia-headless-535-server=" not in full

@@ -288,3 +288,31 @@ def test_debian_nvidia_driver_brings_the_glx_alternative(sim_node):
     assert node.ssh("apt-get install -y nvidia-driver")[0] == 0
     assert "libcuda1" in node.ssh("dpkg-query -W -f '${Package}\\n'")[1].split()
     assert node.exists("/etc/modprobe.d/nvidia.conf")
+
+
+def test_apt_simulation_answers_like_real_apt_and_changes_nothing(sim_node):
+    """`apt-get -s install` resolves as the real install would, prints apt's Inst/Conf lines (what
+    facts/transaction.py parses) and changes nothing; a refused transaction is exit 100 with apt's wording."""
+    from gpunode.facts.registry import Section
+    from gpunode.facts.transaction import INSTALL, parse_apt
+
+    node = sim_node("ubuntu-22.04-nogpu")
+    node.ssh(TOOLKIT_REPO + " && apt-get update")
+    before = node.read("/var/lib/dpkg/status")
+    rc, out, err = node.ssh("apt-get -s install --no-install-recommends nvidia-container-toolkit=1.17.8-1 "
+                            "nvidia-container-toolkit-base=1.17.8-1 libnvidia-container-tools=1.17.8-1 "
+                            "libnvidia-container1=1.17.8-1")
+    assert rc == 0, err
+    assert "Inst nvidia-container-toolkit (1.17.8-1 " in out and "Conf nvidia-container-toolkit (1.17.8-1 " in out
+    found = parse_apt(Section(out, rc))
+    assert found.error is None
+    assert {(c.action, c.name, c.version) for c in found.changes} == {
+        (INSTALL, n, "1.17.8-1") for n in ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
+                                           "libnvidia-container-tools", "libnvidia-container1")}
+    assert node.read("/var/lib/dpkg/status") == before and "nvidia-container-toolkit" not in node.installed_packages()
+    node.ssh("apt-get install -y " + PINNED)
+    rc, out, _ = node.ssh("apt-get -s install --allow-downgrades nvidia-container-toolkit=1.17.8-1")
+    assert rc == 0 and "Inst" not in out  # already there: nothing to do
+    rc, out, err = node.ssh("apt-get -s install nvidia-container-toolkit=9.9.9-1")
+    assert rc == 100 and "E: Version '9.9.9-1' for 'nvidia-container-toolkit' was not found" in err
+    assert parse_apt(Section(out + err, rc)).error == "E: Version '9.9.9-1' for 'nvidia-container-toolkit' was not found"

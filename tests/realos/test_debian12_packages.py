@@ -134,6 +134,14 @@ def test_plan_lists_every_package_at_its_exact_version_and_changes_nothing(realp
     assert {n: inst.get(n, have.get(n)) for n in pins} == pins, text
     # the plan names every package it installs: what apt adds beyond the route are dependencies of them
     NODE["apt_adds"] = {n: v for n, v in inst.items() if n not in pins}
+    # and the plan shows them too, before anything runs: gpunode's own simulation of the exact transaction (with its
+    # apt pin in a throwaway preferences directory) lists every package real apt would install, at its version
+    note = next((n for n in step["notes"] if n.startswith("the transaction, as apt-get -s install resolves it")),
+                None)
+    assert note is not None, step["notes"]
+    listed = dict(entry.split(" ")[:2] for entry in note.split(": ", 1)[1].split("; "))
+    assert {n: listed.get(n) for n in inst} == inst, (note, text)
+    assert not [e for e in note.split("; ") if e.endswith("(removed)")], note
     assert realpkg.ssh("dkms status") and state(realpkg) == NODE["pristine"]
 
 

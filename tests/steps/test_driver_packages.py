@@ -172,3 +172,46 @@ def test_rhel_enables_the_branch_stream_on_el9_and_not_on_el10():
         assert ("sudo dnf module enable -y nvidia-driver:570-open" in lines) is stream, lines
         assert "kmod-nvidia-open-dkms-570.195.03-1.el9" in lines[-1]
         assert any("dnf versionlock add" in c for a in p.actions for c in a.commands())
+
+
+def _answered(f: Facts, text: str, status: int = 0) -> tuple[Facts, InstallDriverPackages]:
+    """The facts with the node's answer to the plan's own simulation query (what preflight.plan_asking adds)."""
+    install = next(a for a in plan(f).actions if isinstance(a, InstallDriverPackages))
+    assert install.query is not None and install.query.name == "apt-get -s install"
+    return dataclasses.replace(f, answers={install.query.script: Section(text, status)}), install
+
+
+def test_the_plan_lists_what_apt_would_install_with_versions_once_the_node_answered_its_simulation():
+    f = node()
+    unasked = plan(f)
+    assert not any(n.startswith("the transaction") for n in unasked.notes)  # no answer yet: no listing, no guess
+    # the query simulates exactly the install command, with the pin the plan writes first (not there yet)
+    install = next(a for a in unasked.actions if isinstance(a, InstallDriverPackages))
+    assert install.query is not None
+    for name in SET:
+        assert f"{name}=535.261.03-1" in install.query.script
+    assert "Pin: version 535.261.03-*" in install.query.script and "PreferencesParts" in install.query.script
+    answered, _ = _answered(f, "".join(f"Inst {n} ({OLD}-1 Debian:12.12/stable [amd64])\n" for n in SET)
+                            + f"Inst nvidia-support (20220217+3~deb12u1 Debian:12.12/stable [amd64])\n"
+                              f"Inst libnvidia-ptxjitcompiler1 ({OLD}-1 Debian:12.12/stable [amd64])\n")
+    p = plan(answered)
+    assert p.status is Status.CHANGE
+    note = next(n for n in p.notes if n.startswith("the transaction, as apt-get -s install resolves it"))
+    assert "nvidia-support 20220217+3~deb12u1 (dependency)" in note
+    assert f"libnvidia-ptxjitcompiler1 {OLD}-1 (dependency)" in note and f"nvidia-smi {OLD}-1;" in note
+
+
+def test_a_simulation_that_removes_a_package_not_the_drivers_or_that_apt_refuses_blocks_before_any_change():
+    f = node()
+    answered, _ = _answered(f, f"Remv cuda-samples [12.2-1]\nRemv nvidia-open-kernel-dkms [{NEW}-0+deb12u1]\n"
+                               f"Inst nvidia-smi ({OLD}-1 Debian:12.12/stable [amd64])\n")
+    p = plan(answered)
+    assert p.status is Status.BLOCKED and p.lasting
+    assert "would remove packages that are not the driver's" in p.reason and "cuda-samples 12.2-1" in p.reason
+    assert "nvidia-open-kernel-dkms" not in p.reason  # the driver's own packages may go (the other flavour)
+    assert p.fix is not None and "apt-get -s install" in p.fix and "cuda-samples" in p.fix
+    refused, _ = _answered(f, f" libcuda1 : Depends: nvidia-alternative (= {OLD}-1) but {NEW}-0+deb12u1 is to be "
+                              "installed\nE: Unable to correct problems, you have held broken packages.\n", 100)
+    p = plan(refused)
+    assert p.status is Status.BLOCKED and p.lasting and "apt-get -s install refuses" in p.reason
+    assert "nvidia-alternative (= 535.261.03-1)" in p.reason

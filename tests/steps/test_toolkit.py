@@ -212,3 +212,23 @@ def test_plan_actions_are_serialisable():
         data = action.to_dict()
         assert data["summary"] and isinstance(data["commands"], list)
     assert isinstance(plan_of(node).actions[0], RunCommand)
+
+
+def test_with_the_driver_from_packages_the_toolkit_is_held_like_the_driver():
+    """--driver-source packages: the four packages are held at their versions in the same plan (recorded, so
+    uninstall releases them); --no-hold-driver and the default .run source leave them free."""
+    node, system = make_node(packages={p: "1.18.1-1" for p in TOOLKIT})
+    assert plan_of(node).status is Status.OK  # the .run source: nothing held
+    assert plan_of(node, driver_source="packages", driver="535.230.02", hold_driver=False).status is Status.OK
+    plan = plan_of(node, driver_source="packages", driver="535.230.02")
+    assert plan.status is Status.CHANGE and "holding it like the driver's packages" in plan.reason
+    assert argv(plan.actions[-1]) == ("apt-mark", "hold", *TOOLKIT)
+    report = run(node, driver_source="packages", driver="535.230.02")
+    assert report.outcomes[0].result == "changed", report.outcomes[0].error
+    assert set(TOOLKIT) <= system.held
+    assert plan_of(node, driver_source="packages", driver="535.230.02").status is Status.OK  # held: converged
+    # a pinned install holds in the same plan, at the exact version (dnf: versionlock NAME-VERSION)
+    rocky, _ = make_node(os_release=ROCKY_9, tools=("dnf",))
+    pinned = plan_of(rocky, driver_source="packages", driver="535.274.02", toolkit_version="1.17.8")
+    assert argv(pinned.actions[-1])[:3] == ("dnf", "versionlock", "add")
+    assert "nvidia-container-toolkit-1.17.8-1" in argv(pinned.actions[-1])
