@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import time
 
 import pytest
@@ -90,7 +91,7 @@ def route_pins(step: dict) -> dict[str, str]:
     """{package: version} of the plan's package transaction (action kind `driver-packages`)."""
     commands = [c for a in step["actions"] if a.get("kind") == "driver-packages" for c in a.get("commands", [])]
     assert commands, step
-    return dict(w.split("=", 1) for w in commands[-1].split() if "=" in w and not w.startswith("-"))
+    return dict(w.split("=", 1) for w in shlex.split(commands[-1]) if "=" in w and not w.startswith("-"))
 
 
 def journal_drivers(node) -> list[dict]:
