@@ -39,6 +39,19 @@ def test_parsers_keep_only_well_formed_lines():
     assert sums == {"6.8.0-45-generic": {"updates/dkms/nvidia.ko": SUM}}
 
 
+def test_module_sums_are_the_drivers_modules_not_the_kernels_own_nvidia_named_ones():
+    """Found on the real Debian 12 tree (tests/realos/test_debian12_packages_upgrade.py): its kernel ships
+    nvidia-wmi-ec-backlight.ko, which the bake marker recorded as a module of the driver, so 'the module is built
+    for kernel K' held with no NVIDIA driver at all."""
+    kernel = "/lib/modules/6.1.0-56-amd64/"
+    driver = ["updates/dkms/nvidia-current.ko", "updates/dkms/nvidia-current-uvm.ko", "kernel/drivers/video/nvidia.ko",
+              "kernel/drivers/video/nvidia-modeset.ko.xz", "updates/dkms/nvidia-tesla-535-drm.ko",
+              "updates/dkms/nvidia-current-open-peermem.ko"]
+    text = "".join(f"{SUM}  {kernel}{p}\n" for p in [*driver, "kernel/drivers/platform/x86/nvidia-wmi-ec-backlight.ko"])
+    assert parse_module_sums(text) == {"6.1.0-56-amd64": dict.fromkeys(driver, SUM)}
+    assert parse_module_sums(f"{SUM}  {kernel}kernel/drivers/platform/x86/nvidia-wmi-ec-backlight.ko\n") == {}
+
+
 def marker(**changes: object) -> dict:
     base = bake.Marker("535.129.03", "proprietary", "5.15.0-92-generic", {"updates/dkms/nvidia.ko": SUM}, "1.17.8-1",
                        "2026-11-23T14:00:00Z").to_dict()

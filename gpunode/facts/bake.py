@@ -46,14 +46,20 @@ def parse_kernel_files(text: str) -> KernelFiles:
 
 
 _MODULE_LINE = re.compile(rf"^([0-9a-f]{{64}})  /lib/modules/({_KERNEL})/([A-Za-z0-9._/+-]+\.ko(?:\.[a-z]+)?)$")
+# the NVIDIA driver's own module files: the .run's nvidia{,-modeset,-uvm,-drm,-peermem}.ko and the packages' names
+# for them (Debian's nvidia-current*.ko / nvidia-tesla-535*.ko, with -open); not the kernel's in-tree modules whose
+# names also start with "nvidia" (Debian 12's kernel ships kernel/drivers/platform/x86/nvidia-wmi-ec-backlight.ko)
+_DRIVER_MODULE = re.compile(r"(?:^|/)nvidia(?:-current|-tesla-[0-9]+)?(?:-open)?(?:-modeset|-uvm|-drm|-peermem)?"
+                            r"\.ko(?:\.[a-z]+)?$")
 
 
 def parse_module_sums(text: str) -> dict[str, dict[str, str]]:
-    """`sha256sum` lines of /lib/modules/*/.../nvidia*.ko* -> {kernel: {path under /lib/modules/K: sha256}}."""
+    """`sha256sum` lines of /lib/modules/*/.../nvidia*.ko* -> {kernel: {path under /lib/modules/K: sha256}}, the
+    driver's module files only."""
     found: dict[str, dict[str, str]] = {}
     for line in text.splitlines():
         match = _MODULE_LINE.match(line.strip())
-        if match and ".." not in match[3].split("/"):
+        if match and ".." not in match[3].split("/") and _DRIVER_MODULE.search(match[3]):
             found.setdefault(match[2], {})[match[3]] = match[1]
     return found
 

@@ -222,6 +222,20 @@ def test_debian_packaged_driver_has_debians_names(sim_node):
     assert module.filename == f"/lib/modules/{kernel}/updates/dkms/nvidia-current.ko"
 
 
+def test_debian_dkms_package_skips_a_kernel_without_headers_as_the_real_postinst(sim_node):
+    """Debian's nvidia-kernel-dkms runs dkms's common.postinst (dkms 3.0.10, read on the real Debian 12 tree of
+    tests/realos/test_debian12_packages_upgrade.py): a kernel without headers is skipped with this text and the
+    package installs (exit 0); no module is built for it. The simulator used to fail the install with `dkms
+    autoinstall`'s "Error! Your kernel headers ... cannot be found" (the kernel hook's text, not the package's)."""
+    node = sim_node("debian-12-nogpu", kernel_headers=False)
+    rc, out, err = node.ssh("apt-get install -y nvidia-kernel-dkms")
+    assert rc == 0, out + err
+    assert (f"Module build for kernel {node.kernel} was skipped since the\n"
+            "kernel headers for this kernel do not seem to be installed.\n") in out, out
+    assert "Error!" not in out
+    assert not node.exists(f"/lib/modules/{node.kernel}/updates/dkms/nvidia-current.ko")
+
+
 def test_debian_packaged_driver_without_gpu_answers_as_the_real_programs(sim_node):
     """The real texts of the tier's nvidia VM (tests/fixtures/real/debian-nvidia, the state with Debian's modprobe
     configuration linked in): the simulator prints the same for modprobe, nvidia-smi and nvidia-modprobe."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.realos import toolkit_repo
+from tests.realos.chroot import ChrootNode
 from tests.realos.mirror import MirrorServer
 from tests.realos.vm import HOST_ALIAS, Vm, cache_root, ensure_image, missing_requirements
 
@@ -39,7 +41,7 @@ class Run:
 
 @dataclass
 class Realos:
-    vm: Vm
+    vm: Vm | ChrootNode
     mirror: MirrorServer
     workdir: Path
     runs: list[Run] = field(default_factory=list)
@@ -134,6 +136,42 @@ def realpkg() -> Iterator[Realos]:
     its test module runs."""
     with _vm("nvidia", "packages VM: ") as node:
         yield node
+
+
+@pytest.fixture(scope="module")
+def realchroot() -> Iterator[Realos]:
+    """The chroot node (chroot.py): the nvidia image's tree, unpacked, in namespaces of its own, at native speed,
+    for what needs real DKMS builds (test_debian12_packages_upgrade.py). Up only while its test module runs;
+    stopped by its holder's PID at the end, on Ctrl-C, and on SIGTERM (turned into KeyboardInterrupt here)."""
+    why = _unavailable()
+    if why is None and (shutil.which("nsenter") is None or shutil.which("ip") is None):
+        why = "missing nsenter or ip: apt-get install util-linux iproute2"
+    if why:
+        if os.environ.get("GPUNODE_REQUIRE_REALOS") == "1":
+            pytest.fail(f"GPUNODE_REQUIRE_REALOS=1 but the real-OS tier cannot run: {why}")
+        pytest.skip(why)
+    label = "chroot node: "
+    started = time.monotonic()
+    image = ensure_image(variant="nvidia")
+    TIMINGS[f"{label}image (build or cache)"] = round(time.monotonic() - started, 1)
+    node = ChrootNode(image / "tree.tar.zst", 0)
+    mirror = MirrorServer(node.workdir / "empty", cache_root() / "apt").start()
+    node.mirror_port = mirror.port
+
+    def terminated(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        node.start()
+        TIMINGS[f"{label}tree unpacked, namespaces up"] = round(node.timings["tree unpacked and mounted"], 1)
+        yield Realos(node, mirror, node.workdir, variant="nvidia", label=label)
+    finally:
+        try:
+            node.stop()
+        finally:
+            mirror.stop()
+            signal.signal(signal.SIGTERM, previous)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]

@@ -128,6 +128,11 @@ pkg_driver_effect() {  # NAME VER FLAVOR SIGN  -> 0, or 1 with DKMS-style errors
                 for _dm in nvidia nvidia-uvm nvidia-modeset nvidia-drm nvidia-peermem; do
                     : > "/lib/modules/$_k/updates/dkms/$(ns_driver_file $_dm).ko"
                 done
+            elif [ "$DRIVER_DKMS_NAME" = nvidia-current ]; then
+                # Debian's packages run dkms's common.postinst, which skips a kernel without headers (exit 0;
+                # its text as dkms 3.0.10 on the real Debian 12 tree prints it)
+                echo "Module build for kernel $_k was skipped since the"
+                echo "kernel headers for this kernel do not seem to be installed."
             else
                 echo "Error! Your kernel headers for kernel $_k cannot be found."
                 if [ "$FAMILY" = rhel ]; then echo "Please install the kernel-devel-$_k package,"
@@ -138,10 +143,13 @@ pkg_driver_effect() {  # NAME VER FLAVOR SIGN  -> 0, or 1 with DKMS-style errors
             ;;
     esac
     ns_driver_write_env
-    # DKMS's package post-install builds for every installed kernel whose headers are there, not only the running
-    # one (an image build installs the driver for the kernel it will boot)
+    # DKMS's package post-install builds for other installed kernels with headers too, not only the running one
+    # (an image build installs the driver for the kernel it will boot). Debian's common.postinst (dkms 3.0.10, read
+    # on the real tree) builds for the running kernel and the newest installed one only.
+    _others=$(cat "$NS/kernels" 2>/dev/null)
+    [ "$DRIVER_DKMS_NAME" != nvidia-current ] || _others=$(printf '%s\n' $_others | sort -V | tail -n 1)
     if [ "$DRIVER_DKMS" = 1 ]; then
-        for _ok in $(cat "$NS/kernels" 2>/dev/null); do
+        for _ok in $_others; do
             [ "$_ok" = "$_k" ] || ! ns_headers_present "$_ok" || ns_dkms_build "$_ok" >/dev/null 2>&1 || true
         done
     fi
