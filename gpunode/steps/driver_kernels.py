@@ -45,9 +45,8 @@ def _installs_with_dkms(plan: StepPlan) -> bool:
 
 
 def _remove_kernel(manager: str, kernel: str) -> str:
-    if manager == "apt":
-        return fixes.on_node(f"sudo apt-get remove linux-image-{kernel}")
-    return fixes.on_node(f"sudo {manager} remove kernel-core-{pkgmgr.rpm_kernel_version(kernel)}")
+    return fixes.on_node(pkgmgr.remove_kernel(manager, kernel)
+                         or f"sudo {manager} remove kernel-core-{pkgmgr.rpm_kernel_version(kernel)}")
 
 
 def _headers_offered(facts: Facts, package: str) -> bool | None:
