@@ -87,7 +87,7 @@ PIN
 echo 'MODULES=most' > /etc/initramfs-tools/conf.d/zz-realos-build.conf
 SECOND=$(ls /lib/modules)  # the image's own kernel (bookworm-security's); the only one so far
 # shellcheck disable=SC2086
-POINT=$(apt-cache $APT madison linux-image-amd64 | awk -F' [|] ' '$3 ~ /bookworm\/main / { print $2; exit }')
+POINT=$(apt-cache $APT madison linux-image-amd64 | awk '/ bookworm\/main / { print $3; exit }')
 # shellcheck disable=SC2086
 FIRST=$(apt-cache $APT show "linux-image-amd64=$POINT" | sed -n 's/^Depends: .*linux-image-\([^ ,]*-amd64\).*/\1/p' | head -n 1)
 [ -n "$FIRST" ] && [ "$FIRST" != "$SECOND" ] || { say "no older point-release kernel than $SECOND: '$FIRST'"; exit 1; }
