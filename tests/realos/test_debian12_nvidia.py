@@ -43,6 +43,8 @@ CAPTURE_DIR = os.environ.get("GPUNODE_REALOS_CAPTURE")  # read at import: tests/
 # the DKMS module and of the module files (nvidia-current.ko, nvidia-current-uvm.ko, ...)
 FLAVOUR = {"nvidia": ("proprietary", "nvidia-kernel-dkms", "nvidia-current"),
            "nvidia-open": ("open", "nvidia-open-kernel-dkms", "nvidia-current-open")}
+# the value of Debian's `nvidia` alternative: each flavour's kernel-support package registers its own directory
+ALTERNATIVE = {"nvidia": "/usr/lib/nvidia/current", "nvidia-open": "/usr/lib/nvidia/current-open"}
 
 
 def fixture_name(realnv, name: str) -> str:
@@ -109,8 +111,8 @@ def test_debian_packaged_driver_is_really_installed(realnv):
         f"for f in /lib/modules/{kernel}/updates/dkms/*.ko; do echo \"$f $(modinfo -F name $f)\"; done"))
     assert f"/lib/modules/{kernel}/updates/dkms/{base}.ko nvidia\n" in names, names
     assert f"/lib/modules/{kernel}/updates/dkms/{base}-uvm.ko nvidia_uvm\n" in names, names
-    assert "Value: /usr/lib/nvidia/current" in capture(realnv, "update-alternatives-query-nvidia.txt",
-                                                       realnv.ssh("update-alternatives --query nvidia"))
+    assert f"Value: {ALTERNATIVE[realnv.variant]}\n" in capture(realnv, "update-alternatives-query-nvidia.txt",
+                                                               realnv.ssh("update-alternatives --query nvidia"))
     assert f"libnvidia-ml.so.{version}" in realnv.ssh("ls /usr/lib/x86_64-linux-gnu/nvidia/current/").split()
 
 
@@ -143,7 +145,7 @@ def test_facts_read_the_packaged_driver(realnv):
     assert (module["version"], module["flavour"]) == (NODE["version"], flavour)
     assert module["filename"] == f"/lib/modules/{NODE['kernel']}/updates/dkms/{base}.ko"
     names = driver["driver_debian_names"]
-    assert names["alternative"] == "/usr/lib/nvidia/current"
+    assert names["alternative"] == ALTERNATIVE[realnv.variant]
     assert [f"/lib/modules/{NODE['kernel']}/updates/dkms/{base}.ko", "nvidia"] in names["module_files"]
     libs, installer = driver["driver_userspace"]
     assert libs == [NODE["version"]] and installer is None

@@ -106,6 +106,20 @@ ns_dkms_build() {  # KVER : build the registered nvidia module for KVER (dkms's 
         echo "or use the --kernelsourcedir option to tell DKMS where it's located"
         return 1
     fi
+    if grep -qxF "$1" "$NS/dkms-fails" 2>/dev/null; then  # the driver's sources do not compile for this kernel
+        _db=/var/lib/dkms/$DRIVER_DKMS_NAME/$DRIVER_VERSION/build
+        mkdir -p "$_db"
+        # DKMS's make.log (its real first line; the compiler's error as Debian 12's open 535.261.03 gave it on 6.1.0-56)
+        printf 'DKMS make.log for %s-%s for kernel %s (x86_64)\n%s\nmake -C /lib/modules/%s/build M=%s modules\n' \
+            "$DRIVER_DKMS_NAME" "$DRIVER_VERSION" "$1" "$(date)" "$1" "$_db" > "$_db/make.log"
+        printf "%s/nvidia/nv-pci.c:223:9: error: too few arguments to function \342\200\230pci_resize_resource\342\200\231\n" \
+            "$_db" >> "$_db/make.log"
+        printf '\nBuilding module:\nCleaning build area...\n'
+        printf 'env NV_VERBOSE=1 make -j2 modules KERNEL_UNAME=%s....(bad exit status: 2)\n' "$1"
+        printf 'Error! Bad return status for module build on kernel: %s (x86_64)\n' "$1"
+        printf 'Consult %s/make.log for more information.\n' "$_db"
+        return 10
+    fi
     DRIVER_KERNELS="${DRIVER_KERNELS:+$DRIVER_KERNELS }$1"
     ns_driver_write_env
     _dk=/lib/modules/$1/updates/dkms
