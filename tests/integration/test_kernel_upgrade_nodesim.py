@@ -253,8 +253,9 @@ def test_a_kernel_the_driver_does_not_build_for_is_named_not_rebuilt(sim_node, m
     running = node.kernel
     node.dkms_fails_for(NEW)
     node.offer_kernel_upgrade(NEW, headers=True)
-    _, out, _ = node.ssh("apt-get -y dist-upgrade")
+    rc, out, _ = node.ssh("apt-get -y dist-upgrade")
     assert f"Error! Bad return status for module build on kernel: {NEW} (x86_64)" in out, out
+    assert rc == 100 and "run-parts: /etc/kernel/header_postinst.d/dkms exited with return code 11" in out, out
     log = f"/var/lib/dkms/nvidia/{V}/build/make.log"
     assert node.read(log).startswith(f"DKMS make.log for nvidia-{V} for kernel {NEW} (x86_64)")
 
