@@ -143,13 +143,13 @@ def rpm_kernel_version(kernel: str) -> str:
 
 
 def remove_kernel(manager: str, kernel: str, headers: bool = False) -> str | None:
-    """The command that removes kernel release `kernel` (and its headers with `headers`), asking before it does (a
-    metapackage that depends on it goes too); None: unknown manager."""
+    """The command (run as root) that removes kernel release `kernel` (and its headers with `headers`), asking
+    before it does (a metapackage that depends on it goes too); None: unknown manager."""
     if manager == "apt":
-        return f"sudo apt-get remove linux-image-{kernel}" + (f" linux-headers-{kernel}" if headers else "")
+        return f"apt-get remove linux-image-{kernel}" + (f" linux-headers-{kernel}" if headers else "")
     if manager in ("dnf", "yum"):
         version = rpm_kernel_version(kernel)
-        return f"sudo {manager} remove kernel-core-{version}" + (f" kernel-devel-{version}" if headers else "")
+        return f"{manager} remove kernel-core-{version}" + (f" kernel-devel-{version}" if headers else "")
     return None
 
 

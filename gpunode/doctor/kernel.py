@@ -156,7 +156,7 @@ def _failed_build_fix(node: Node, kernel: str, running: str) -> str:
     another flavour) builds for it. Removing the kernel (and its half-configured headers) does that."""
     remove = pkgmgr.remove_kernel(rules.package_manager(node.facts) or "", kernel, headers=True)
     if remove is not None:
-        return fixes.on_node(remove, note=f"the next boot stays on {running}, until a driver release builds for "
+        return fixes.on_node(f"sudo {remove}", note=f"the next boot stays on {running}, until a driver release builds for "
                                           f"{kernel}")
     return f"remove kernel {kernel} with the distribution's package manager, or install a driver release that " \
         f"builds for it (DKMS's make.log says why this one does not)"

@@ -45,8 +45,9 @@ def _installs_with_dkms(plan: StepPlan) -> bool:
 
 
 def _remove_kernel(manager: str, kernel: str, headers: bool = False) -> str:
-    return fixes.on_node(pkgmgr.remove_kernel(manager, kernel, headers)
-                         or f"sudo {manager} remove kernel-core-{pkgmgr.rpm_kernel_version(kernel)}")
+    remove = pkgmgr.remove_kernel(manager, kernel, headers) or \
+        f"{manager} remove kernel-core-{pkgmgr.rpm_kernel_version(kernel)}"
+    return fixes.on_node(f"sudo {remove}")
 
 
 def _headers_offered(facts: Facts, package: str) -> bool | None:
