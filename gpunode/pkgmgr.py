@@ -142,6 +142,17 @@ def rpm_kernel_version(kernel: str) -> str:
     return re.sub(r"\.(x86_64|aarch64|ppc64le|s390x)$", "", kernel)
 
 
+def remove_kernel(manager: str, kernel: str, headers: bool = False) -> str | None:
+    """The command (run as root) that removes kernel release `kernel` (and its headers with `headers`), asking
+    before it does (a metapackage that depends on it goes too); None: unknown manager."""
+    if manager == "apt":
+        return f"apt-get remove linux-image-{kernel}" + (f" linux-headers-{kernel}" if headers else "")
+    if manager in ("dnf", "yum"):
+        version = rpm_kernel_version(kernel)
+        return f"{manager} remove kernel-core-{version}" + (f" kernel-devel-{version}" if headers else "")
+    return None
+
+
 # Where repository definitions live, for every manager: a file under one of these configures a repository.
 REPO_CONFIG_ROOTS = ("/etc/apt/", "/etc/yum.repos.d/", "/etc/zypp/")
 

@@ -258,3 +258,14 @@ def test_report_json_shape():
     assert set(data["tests"][0]) == {"engine", "name", "kind", "command", "status", "reason", "fix", "exit_code",
                                      "expected_gpus", "seen_gpus", "findings", "output"}
     assert data["summary"] == {"pass": 5, "fail": 0, "skip": 0} and data["error"] is None
+
+
+@pytest.mark.parametrize("file, cause", [("cuda-devices_with-libcuda1_chroot.txt", "cuda.no-device"),
+                                         ("cuda-devices_without-libcuda1_open.txt", "cuda.insufficient-driver")])
+def test_a_cuda_workload_failing_at_cudagetdevicecount_comes_back_with_its_cause(file, cause):
+    """The real text of a program built with Debian's nvcc 11.8 (tests/realos, nvidia-open image) as a workload's
+    output: verify fails it with explain's cause, not "did not report PASSED"."""
+    text = (FIXTURES / "debian-nvidia" / file).read_text(encoding="utf-8")
+    test = verify.Test("docker", "cuda", ("docker",), kind="cuda")
+    outcome = verify.judge(test, 1, text, "", ())
+    assert outcome.status == "fail" and outcome.findings and outcome.findings[0].id == cause, outcome

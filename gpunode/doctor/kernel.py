@@ -151,6 +151,17 @@ def _rebuild_fix(node: Node, kernel: str, has_headers: bool) -> str:
     return build if has_headers else _then(_headers_install(node, kernel), build)
 
 
+def _failed_build_fix(node: Node, kernel: str, running: str) -> str:
+    """DKMS cannot build this driver for `kernel`: the next boot must stay on `running` until a driver release (or
+    another flavour) builds for it. Removing the kernel (and its half-configured headers) does that."""
+    remove = pkgmgr.remove_kernel(rules.package_manager(node.facts) or "", kernel, headers=True)
+    if remove is not None:
+        return fixes.on_node(f"sudo {remove}", note=f"the next boot stays on {running}, until a driver release builds for "
+                                          f"{kernel}")
+    return f"remove kernel {kernel} with the distribution's package manager, or install a driver release that " \
+        f"builds for it (DKMS's make.log says why this one does not)"
+
+
 @check("kernel.dkms-newest-kernel", "kernel", "NVIDIA module built for the kernel the next boot runs")
 def dkms_newest_kernel(node: Node) -> Verdict:
     """The next boot runs the boot loader's default: the newest installed kernel (GRUB_DEFAULT=0), or what grubby
@@ -171,6 +182,11 @@ def dkms_newest_kernel(node: Node) -> Verdict:
     also = "" if nxt.name == running else f" (running {running})"
     if built:
         return passed(f"next boot runs {nxt.name}{also} ({how}): {built[0]}")
+    failure = info.failed_build(nxt.name)
+    if failure is not None:  # building again fails the same way: keep the kernel the module builds for
+        return failed(f"the next boot runs {nxt.name}{also} ({how}), which has no nvidia module: DKMS's build of "
+                      f"{failure.module} for it failed ({failure.error}; {failure.log}), so a boot into it comes up "
+                      "without the NVIDIA driver", _failed_build_fix(node, nxt.name, running))
     return failed(f"the next boot runs {nxt.name}{also} ({how}), which has no nvidia module"
                   + ("" if nxt.headers else " and no headers")
                   + ": a boot into it comes up without the NVIDIA driver", _rebuild_fix(node, nxt.name, nxt.headers))

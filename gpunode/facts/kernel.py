@@ -302,6 +302,19 @@ class DkmsEntry:
 
 
 @dataclass(frozen=True)
+class DkmsFailure:
+    """DKMS's last build of an nvidia module, when it failed: its build tree keeps make.log, whose first line names
+    the module, the version and the kernel (`DKMS make.log for nvidia-current-open-535.261.03 for kernel K (x86_64)`),
+    and the compiler's first error. A build that succeeded afterwards for the same kernel supersedes it
+    (Kernels.failed_build)."""
+
+    log: str  # /var/lib/dkms/MODULE/VERSION/build/make.log
+    module: str  # nvidia-current-open-535.261.03: DKMS's "MODULE-VERSION"
+    kernel: str
+    error: str  # the compiler's first error line, the build tree's path left out
+
+
+@dataclass(frozen=True)
 class Kernels:
     """`known`: the probe ran. `kernels`: modules trees with a kernel/ directory whose image is in /boot (a tree
     left behind by a removed kernel, with only DKMS's updates/ in it, is not a kernel). `grub_default`: GRUB_DEFAULT
@@ -312,6 +325,13 @@ class Kernels:
     dkms: tuple[DkmsEntry, ...] = ()
     grubby: str | None = None
     grub_default: str | None = None
+    failures: tuple[DkmsFailure, ...] = ()
+
+    def failed_build(self, kernel: str) -> DkmsFailure | None:
+        """DKMS's failed build of an nvidia module for `kernel`, unless a module for it is there after all."""
+        if self.built_for(kernel):
+            return None
+        return next((f for f in self.failures if f.kernel == kernel), None)
 
     @property
     def newest(self) -> Kernel | None:
@@ -392,6 +412,7 @@ def parse_kernels(text: str | None) -> Kernels:
     kernels = []
     dkms_lines = []
     grubby = grub_default = None
+    failures: list[DkmsFailure] = []
     for line in text.splitlines():
         word, _, rest = line.partition(" ")
         if word == "kernel":
@@ -407,12 +428,33 @@ def parse_kernels(text: str | None) -> Kernels:
             grubby = rest.strip().rsplit("/", 1)[-1].removeprefix("vmlinuz-")
         elif word == "grubdefault":
             grub_default = rest.strip().strip("\"'")
-    return Kernels(True, tuple(kernels), parse_dkms_status("\n".join(dkms_lines)), grubby, grub_default)
+        elif word == "dkmsfail":
+            failure = _dkms_failure(rest)
+            if failure is not None:
+                failures.append(failure)
+    return Kernels(True, tuple(kernels), parse_dkms_status("\n".join(dkms_lines)), grubby, grub_default,
+                   tuple(failures))
+
+
+_MAKE_LOG_HEAD = re.compile(r"DKMS make\.log for (?P<module>\S+) for kernel (?P<kernel>\S+)")
+
+
+def _dkms_failure(rest: str) -> DkmsFailure | None:
+    """`dkmsfail LOG | FIRST LINE OF make.log | FIRST ERROR LINE` (the probe's line)."""
+    parts = [p.strip() for p in rest.split(" | ", 2)]
+    if len(parts) != 3 or not parts[2]:
+        return None
+    head = _MAKE_LOG_HEAD.match(parts[1])
+    if head is None:
+        return None
+    build = parts[0].removesuffix("make.log")  # the compiler names sources by their path in the build tree
+    error = parts[2].replace(build, "") if build.endswith("/build/") else parts[2]
+    return DkmsFailure(parts[0], head["module"], head["kernel"], error)
 
 
 # installed kernels (a modules tree with kernel/): headers (build resolves), an nvidia module (nvidia.ko, or Debian's
 # nvidia-current.ko / nvidia-tesla-535.ko: the same module under the file name its packages give it), the image in /boot;
-# DKMS's view; the boot default (grubby on the RHEL family, GRUB_DEFAULT elsewhere). The name is historical: the
+# DKMS's view and its last failed build of an nvidia module (make.log with a compiler error); the boot default (grubby on the RHEL family, GRUB_DEFAULT elsewhere). The name is historical: the
 # doctor read it first; the driver step reads it too.
 KERNELS = command_section("doctor_kernels", (
     'for d in /lib/modules/*; do [ -d "$d/kernel" ] || continue; k=${d##*/}; '
@@ -421,6 +463,8 @@ KERNELS = command_section("doctor_kernels", (
     'i=-; { [ -e "/boot/vmlinuz-$k" ] || [ -e "$d/vmlinuz" ]; } && i=image; '
     'echo "kernel $k $h ${m:--} $i"; done; '
     'command -v dkms >/dev/null 2>&1 && dkms status 2>/dev/null | sed "s/^/dkms /"; '
+    'for l in /var/lib/dkms/nvidia*/*/build/make.log; do [ -r "$l" ] || continue; '
+    'e=$(grep -m 1 -E ": (fatal )?error: " "$l"); [ -n "$e" ] && echo "dkmsfail $l | $(head -n 1 "$l") | $e"; done; '
     'command -v grubby >/dev/null 2>&1 && echo "grubby $(grubby --default-kernel 2>/dev/null)"; '
     '[ -r /etc/default/grub ] && sed -n "s/^GRUB_DEFAULT=/grubdefault /p" /etc/default/grub | tail -n 1; true'
 ), lambda s: parse_kernels(s.text if s.ok else None), module=_M)

@@ -44,10 +44,10 @@ def _installs_with_dkms(plan: StepPlan) -> bool:
     return any(a.kind == "driver-install" for a in plan.actions)
 
 
-def _remove_kernel(manager: str, kernel: str) -> str:
-    if manager == "apt":
-        return fixes.on_node(f"sudo apt-get remove linux-image-{kernel}")
-    return fixes.on_node(f"sudo {manager} remove kernel-core-{pkgmgr.rpm_kernel_version(kernel)}")
+def _remove_kernel(manager: str, kernel: str, headers: bool = False) -> str:
+    remove = pkgmgr.remove_kernel(manager, kernel, headers) or \
+        f"{manager} remove kernel-core-{pkgmgr.rpm_kernel_version(kernel)}"
+    return fixes.on_node(f"sudo {remove}")
 
 
 def _headers_offered(facts: Facts, package: str) -> bool | None:
@@ -73,6 +73,14 @@ def kernel_builds(facts: Facts, options: Options, version: str, running: str,
     notes: list[str] = []
     default, how = kernels.boot_default
     for k in targets:
+        failure = kernels.failed_build(k.name)
+        if failure is not None and failure.module.endswith(f"-{version}"):
+            remove = _remove_kernel(manager or "", k.name, headers=True)
+            return [], [], blocked(
+                NAME, f"DKMS's build of {failure.module} for kernel {k.name} failed ({failure.error}; {failure.log}): "
+                      f"building it again fails the same way, and a boot into {k.name} comes up without the driver",
+                f"remove that kernel (`{remove}`) so the next boot stays on {running}, or install a driver release "
+                f"that builds for {k.name}; then run the same command again")
         if not k.headers:
             package = pkgmgr.headers_package(manager or "", k.name)
             if manager is None or package is None:

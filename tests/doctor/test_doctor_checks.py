@@ -646,3 +646,23 @@ def test_booted_into_a_kernel_without_the_module_fails_once():
     results = check_results(node)
     assert {i for i, r in results.items() if r.status == "fail"} == {"kernel.dkms-newest-kernel"}
     assert "kernel.dkms-newest-kernel" in results["driver.loaded"].evidence
+
+
+def test_a_next_boot_kernel_whose_dkms_build_failed_is_not_fixed_by_building_again():
+    """DKMS's make.log says the build for the next boot's kernel failed (the real one: Debian's open modules against
+    a newer kernel's API, tests/realos): the evidence names the error and the log, and the fix keeps the running
+    kernel instead of printing the same failing build."""
+    node = finished()
+    log = "/var/lib/dkms/nvidia/550.127.05/build/make.log"
+    set_output(node, "doctor_kernels", f"kernel {K} headers /lib/modules/{K}/updates/dkms/nvidia.ko image\n"
+                                       "kernel 5.15.0-92-generic headers - image\n"
+                                       f"dkms nvidia/550.127.05, {K}, x86_64: installed\n"
+                                       f"dkmsfail {log} | DKMS make.log for nvidia-550.127.05 for kernel "
+                                       "5.15.0-92-generic (x86_64) | /var/lib/dkms/nvidia/550.127.05/build/nvidia/"
+                                       "nv-pci.c:223:9: error: too few arguments to function 'pci_resize_resource'\n")
+    result = check_results(node)["kernel.dkms-newest-kernel"]
+    assert result.status == "fail"
+    assert "DKMS's build of nvidia-550.127.05 for it failed (nvidia/nv-pci.c:223:9: error: too few arguments to " \
+           f"function 'pci_resize_resource'; {log})" in result.evidence
+    assert result.fix == ("sudo apt-get remove linux-image-5.15.0-92-generic linux-headers-5.15.0-92-generic  # the "
+                          f"next boot stays on {K}, until a driver release builds for 5.15.0-92-generic")

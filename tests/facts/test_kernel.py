@@ -154,3 +154,28 @@ def test_kernel_order_is_numeric_and_puts_a_rhel_z_stream_after_its_base():
     names = ["5.15.0-100-generic", "5.15.0-91-generic", "5.14.0-362.8.1.el9_3.x86_64", "5.14.0-362.el9.x86_64"]
     assert sorted(names, key=kernel_key) == ["5.14.0-362.el9.x86_64", "5.14.0-362.8.1.el9_3.x86_64",
                                              "5.15.0-91-generic", "5.15.0-100-generic"]
+
+
+def test_a_failed_dkms_build_from_the_real_make_log():
+    """The probe's `dkmsfail` line, built from a real make.log (Debian's open modules 535.261.03 against
+    bookworm-security's kernel, tests/realos): the kernel, DKMS's module-version and the first compiler error,
+    without the build tree's path. A module built for that kernel afterwards supersedes it."""
+    from gpunode.facts.kernel import parse_kernels
+    from tests.conftest import FIXTURES
+
+    head, error = (FIXTURES / "debian-nvidia" / "dkms-make-log_second-kernel_errors_open.txt").read_text(
+        encoding="utf-8").splitlines()[:2]
+    log = "/var/lib/dkms/nvidia-current-open/535.261.03/build/make.log"
+    info = parse_kernels("kernel 6.1.0-50-amd64 headers /lib/modules/6.1.0-50-amd64/updates/dkms/"
+                         "nvidia-current-open.ko image\nkernel 6.1.0-56-amd64 headers - image\n"
+                         "dkms nvidia-current-open/535.261.03, 6.1.0-50-amd64, x86_64: installed\n"
+                         f"dkmsfail {log} | {head} | {error}\n")
+    failure = info.failed_build("6.1.0-56-amd64")
+    assert failure is not None and failure.module == "nvidia-current-open-535.261.03" and failure.log == log
+    assert failure.error == "nvidia/nv-pci.c:223:9: error: too few arguments to function ‘pci_resize_resource’"
+    assert info.failed_build("6.1.0-50-amd64") is None  # no failure recorded for it
+    built = parse_kernels("kernel 6.1.0-56-amd64 headers /lib/modules/6.1.0-56-amd64/updates/dkms/nvidia.ko image\n"
+                          f"dkmsfail {log} | {head} | {error}\n")
+    assert built.failed_build("6.1.0-56-amd64") is None  # built after all: the log is an older attempt's
+    assert parse_kernels(f"dkmsfail {log} | not a make.log | {error}\n").failures == ()
+    assert parse_kernels(f"dkmsfail {log} | {head} | \n").failures == ()

@@ -240,3 +240,33 @@ def test_rocky_9_kernel_upgrade_without_kernel_devel_then_reboot_keeps_the_drive
     again = install(node, tmp_path)
     assert again.exit_code == 0 and "changed" not in again.stdout, again.output
     assert changes(node) == []
+
+
+def test_a_kernel_the_driver_does_not_build_for_is_named_not_rebuilt(sim_node, mirror, tmp_path):  # noqa: F811
+    """A kernel update whose API the driver's sources predate (the real case: Debian 12's open modules 535.261.03
+    and bookworm-security's 6.1.0-56, tests/realos): DKMS's build fails with its headers there. doctor and the plan
+    read the failed build from DKMS's make.log: no plan to run the same failing build, the fix keeps the running
+    kernel."""
+    mirror.publish(V)
+    node = sim_node("ubuntu-22.04-t4", nouveau_loaded=False)
+    assert install(node, tmp_path).exit_code == 0
+    running = node.kernel
+    node.dkms_fails_for(NEW)
+    node.offer_kernel_upgrade(NEW, headers=True)
+    rc, out, _ = node.ssh("apt-get -y dist-upgrade")
+    assert f"Error! Bad return status for module build on kernel: {NEW} (x86_64)" in out, out
+    assert rc == 100 and "run-parts: /etc/kernel/header_postinst.d/dkms exited with return code 11" in out, out
+    log = f"/var/lib/dkms/nvidia/{V}/build/make.log"
+    assert node.read(log).startswith(f"DKMS make.log for nvidia-{V} for kernel {NEW} (x86_64)")
+
+    found = doctor(node)["kernel.dkms-newest-kernel"]
+    assert found["status"] == "fail" and f"DKMS's build of nvidia-{V} for it failed" in found["evidence"], found
+    assert "pci_resize_resource" in found["evidence"] and log in found["evidence"]
+    assert f"apt-get remove linux-image-{NEW} linux-headers-{NEW}" in found["fix"], found["fix"]
+    assert "dkms" not in found["fix"]
+
+    node.clear_calls()
+    step = plan_json(node, tmp_path)["driver"]
+    assert step["status"] == "blocked" and "building it again fails the same way" in step["reason"], step
+    assert f"the next boot stays on {running}" in step["fix"], step["fix"]
+    assert changes(node) == []

@@ -850,6 +850,12 @@ class SimNode:
         self._lock.release()
 
     # ---- file access ------------------------------------------------------------------------------------
+    def dkms_fails_for(self, kernel: str) -> None:
+        """DKMS's build of the driver fails for `kernel` from now on: its sources do not compile against that kernel
+        (a kernel-API change; the make.log and messages are the real ones of tests/realos's nvidia-open image)."""
+        fails = self.read("/var/lib/nodesim/dkms-fails") or ""
+        self.write("/var/lib/nodesim/dkms-fails", fails + kernel + "\n")
+
     def read(self, path: str) -> str | None:
         p = self._p(path)
         try:

@@ -191,11 +191,11 @@ pkg_apply_effects() {  # NAME VER ; prints error text, returns 1 on a failed pos
                 mkdir -p "$_src/include" "/lib/modules/$_rest"
                 ln -sfn "$_src" "/lib/modules/$_rest/build"
                 pkg_record "$1" "/lib/modules/$_rest/build"; pkg_record "$1" "dir:$_src"
-                ns_kernel_postinst_dkms "$_rest" header ;;
+                ns_kernel_postinst_dkms "$_rest" header || _ret=1 ;;
             kernel)
                 ns_kernel_add "$_rest"
                 pkg_record "$1" "dir:/lib/modules/$_rest/kernel"; pkg_record "$1" "/boot/vmlinuz-$_rest"
-                ns_kernel_postinst_dkms "$_rest" ;;
+                ns_kernel_postinst_dkms "$_rest" || _ret=1 ;;
             driver)
                 _v=${_rest%%:*}; _r2=${_rest#*:}; _fl=${_r2%%:*}; _sg=${_r2#*:}
                 pkg_driver_effect "$1" "$_v" "$_fl" "$_sg" || _ret=1 ;;
