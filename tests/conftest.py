@@ -7,12 +7,15 @@ import fnmatch
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 os.environ.setdefault("COLUMNS", "200")  # stable rich layout, before gpunode.ui creates its consoles
 
 import pytest  # noqa: E402
+
+from tests.stage_times import STAGE_TIMES  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures" / "real"
 
@@ -36,19 +39,62 @@ def _no_internet_in_plans(monkeypatch: pytest.MonkeyPatch) -> None:
 
 # -- stopping the test run when asked ------------------------------------------------------------------------
 # Ctrl-C and SIGTERM (a CI timeout) stop the run: the signal raises KeyboardInterrupt in the running test, and
-# pytest tears every fixture down (simulated nodes stop their sshd by PID and remove their directory). gpunode's
-# own run handler (gpunode/cancel.py `signals`) leaves a handler it did not install in charge, so a CLI command
-# run by a test no longer swallows the Ctrl-C; and should gpunode still catch the KeyboardInterrupt (a run stops
-# "at once" and reports it), the run stops after that test all the same.
+# pytest tears every fixture down (simulated nodes stop their sshd by PID and remove their directory; the real-OS
+# tier stops its VM or chroot node). gpunode's own run handler (gpunode/cancel.py `signals`) leaves a handler it
+# did not install in charge, so a CLI command run by a test no longer swallows the Ctrl-C; and should gpunode
+# still catch the KeyboardInterrupt (a run stops "at once" and reports it), the run stops after that test all
+# the same.
+# The suite runs in pytest-xdist workers (pyproject.toml's addopts). There the controller raises nothing at the
+# first signal: it passes it on to its workers (a SIGTERM reaches only the process it is sent to), which stop
+# as above and end their sessions; the controller then ends with them. The same signal arriving twice within
+# a second (Ctrl-C reaches every process of the terminal's group, and the controller passes it on) counts once,
+# so a teardown in progress is not interrupted by its own echo.
 STOP_REQUESTS: list[str] = []
+_LAST_SIGNAL: list[float] = []
+_CONFIG: list[pytest.Config] = []
+
+
+def _xdist_controller() -> bool:
+    return bool(_CONFIG) and not hasattr(_CONFIG[0], "workerinput") and _CONFIG[0].pluginmanager.hasplugin("dsession")
+
+
+def _children() -> list[int]:
+    """This process's child processes (the xdist workers), from /proc."""
+    me = str(os.getpid())
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if stat[stat.rindex(")") + 2:].split()[1] == me:
+                found.append(int(entry.name))
+    return found
 
 
 def _stop_tests(signum: int, frame: object) -> None:
-    STOP_REQUESTS.append(signal.Signals(signum).name)
-    raise KeyboardInterrupt(f"{signal.Signals(signum).name}: stopping the test run")
+    name = signal.Signals(signum).name
+    now = time.monotonic()
+    echo = bool(_LAST_SIGNAL) and now - _LAST_SIGNAL[-1] < 1.0
+    _LAST_SIGNAL.append(now)
+    if echo:
+        return
+    first = not STOP_REQUESTS
+    STOP_REQUESTS.append(name)
+    if _xdist_controller():
+        for pid in _children():
+            try:
+                os.kill(pid, signum)
+            except OSError:
+                pass
+        if first:
+            return
+    raise KeyboardInterrupt(f"{name}: stopping the test run")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    _CONFIG[:] = [config]
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, _stop_tests)
         signal.signal(signal.SIGTERM, _stop_tests)
@@ -58,6 +104,56 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_runtest_teardown(item: pytest.Item) -> None:
     if STOP_REQUESTS:
         item.session.shouldstop = f"stopped by {STOP_REQUESTS[0]}"
+
+
+# -- parallel runs (pytest-xdist) -----------------------------------------------------------------------------
+# The real-OS tier is one unit of work, collected first and run in one worker: its VMs and chroot node share one
+# image cache and want a core of their own, one after the other, while the other workers run the rest. Every
+# other test module is a unit of its own, so a module's fixtures are set up once. (The scheduler is ours, not
+# `--dist loadgroup`: with pytest 9, xdist 3.8's group marks no longer reach the controller.)
+REALOS_PREFIX = "tests/realos/"
+
+
+def _realos(item: pytest.Item) -> bool:
+    return Path(str(item.path)).is_relative_to(Path(__file__).parent / "realos")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items[:] = [item for item in items if _realos(item)] + [item for item in items if not _realos(item)]
+
+
+def unit_of_work(nodeid: str) -> str:
+    """The unit of work a test belongs to: "realos" for the real-OS tier, else its module."""
+    return "realos" if nodeid.startswith(REALOS_PREFIX) else nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TierScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of_work(nodeid)
+
+    return TierScheduling(config, log)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: its stage table goes to the controller
+        workeroutput["stage_times"] = dict(STAGE_TIMES)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    STAGE_TIMES.update(getattr(node, "workeroutput", {}).get("stage_times", {}))
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
+    if STAGE_TIMES:
+        terminalreporter.section("real-OS tier: seconds per stage")
+        for name, seconds in STAGE_TIMES.items():
+            terminalreporter.write_line(f"{seconds:8.1f}  {name}")
 
 
 @pytest.fixture

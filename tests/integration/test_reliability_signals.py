@@ -130,12 +130,16 @@ def test_never_reached():
 '''
 
 
+# in one process, and in pytest-xdist workers as README's test command runs (the signal reaches only the
+# controller, which passes it on to its workers: tests/conftest.py)
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_the_test_run_stops_when_asked_and_removes_its_simulated_nodes(nodesim_available, tmp_path, sig):  # noqa: F811
+def test_the_test_run_stops_when_asked_and_removes_its_simulated_nodes(nodesim_available, tmp_path, sig,  # noqa: F811
+                                                                     workers):
     state = tmp_path / "state"
     (tmp_path / "test_inner.py").write_text(textwrap.dedent(INNER.format(state=str(state))))
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
-                             "--rootdir", str(tmp_path), str(tmp_path / "test_inner.py")],
+                             *workers, "--rootdir", str(tmp_path), str(tmp_path / "test_inner.py")],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 60

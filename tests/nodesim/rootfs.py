@@ -161,6 +161,21 @@ def _owner_alive(owner_file: Path) -> bool:
     return _proc_start_time(pid) == start
 
 
+def _being_made(entry: Path) -> bool:
+    """A directory whose owner file is not written yet (new_dir: mkdir, then the owner), by a process that is
+    alive: the PID in its name (another test process, an xdist worker, making it at this moment)."""
+    try:
+        pid = int(entry.name.split("-")[1])
+    except (IndexError, ValueError):
+        return False
+    owner = entry / "owner"
+    try:
+        complete = len(owner.read_text().split()) == 2
+    except OSError:
+        complete = False
+    return not complete and Path(f"/proc/{pid}").exists()
+
+
 def _children_map() -> dict[int, list[int]]:
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
@@ -279,7 +294,7 @@ def cleanup_stale() -> list[str]:
             continue
         if not (entry.name.startswith("node-") or entry.name.startswith("tpl-")):
             continue
-        if _owner_alive(entry / "owner"):
+        if _owner_alive(entry / "owner") or _being_made(entry):
             continue
         destroy_node_dir(entry)
         removed.append(entry.name)

@@ -174,6 +174,22 @@ def test_stale_directories_of_dead_runs_are_removed(nodesim_available):
     assert d.name in removed and not d.exists()
 
 
+def test_a_directory_another_live_process_is_making_is_kept(nodesim_available):
+    # new_dir makes the directory, then writes its owner: another test process (an xdist worker) cleaning up in
+    # between must not take it for a dead run's
+    d = rootfs.new_dir("node")
+    try:
+        (d / "owner").write_text("")  # as between mkdir and the owner's write, by this (live) process
+        assert d.name not in rootfs.cleanup_stale() and d.exists()
+        (d / "owner").write_text("")
+        dead = d.with_name("node-999999999-" + d.name.rsplit("-", 1)[1])
+        d.rename(dead)
+        d = dead
+        assert d.name in rootfs.cleanup_stale() and not d.exists()  # the same, of a process that is gone
+    finally:
+        rootfs.destroy_node_dir(d)
+
+
 def test_profiles_cover_distros_and_gpus():
     assert {"ubuntu-22.04", "ubuntu-24.04", "debian-12", "rocky-9"} <= set(DISTROS)
     for g in ("nogpu", "t4", "rtx4090", "a100x8", "h100x8", "b200x8"):

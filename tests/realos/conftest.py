@@ -22,9 +22,10 @@ from tests.realos import toolkit_repo
 from tests.realos.chroot import ChrootNode
 from tests.realos.mirror import MirrorServer
 from tests.realos.vm import HOST_ALIAS, Vm, cache_root, ensure_image, missing_requirements
+from tests.stage_times import STAGE_TIMES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-TIMINGS: dict[str, float] = {}
+TIMINGS = STAGE_TIMES  # the stage table (tests/stage_times.py), printed by tests/conftest.py
 
 
 @dataclass
@@ -170,10 +171,3 @@ def realchroot() -> Iterator[Realos]:
         finally:
             mirror.stop()
             signal.signal(signal.SIGTERM, previous)
-
-
-def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
-    if TIMINGS:
-        terminalreporter.section("real-OS tier: seconds per stage")
-        for name, seconds in TIMINGS.items():
-            terminalreporter.write_line(f"{seconds:8.1f}  {name}")
