@@ -787,10 +787,12 @@ class SimNode:
         if not req.exists():
             return
         try:
-            action = req.read_text().split()[0]
-        except (OSError, IndexError):
-            action = "reboot"
-        self._power_cycle(action)
+            words = req.read_text().split()
+        except OSError:
+            return
+        if len(words) < 2:  # the shim's `echo "$action $$" >` has created the file but not written it yet
+            return  # (read as "reboot", a poweroff came back up under load): the next poll reads it whole
+        self._power_cycle(words[0])
 
     def _drop_sessions(self) -> None:
         pids = []

@@ -237,3 +237,19 @@ def test_reboot_downtime_and_poweroff(sim_node):
     assert not node.powered_on
     node.power_on()
     assert node.ssh("echo on")[1] == "on\n"
+
+
+def test_a_reboot_request_caught_half_written_is_read_again_not_taken_for_a_reboot(sim_node):
+    # the shims write "ACTION PID" with `echo >`, which creates the file before it writes it: a poll in between
+    # must wait for the words (read as a reboot, a poweroff came back up under load)
+    from tests.nodesim.node import STATE
+
+    node = sim_node("debian-12-nogpu")
+    boots = node.reboots
+    request = node.root / STATE / "reboot-request"
+    request.write_text("")
+    node._poll_reboot()
+    assert node.reboots == boots and node.powered_on and request.exists()
+    request.write_text("poweroff 123\n")
+    node._poll_reboot()
+    assert node.reboots == boots and not node.powered_on
