@@ -215,3 +215,27 @@ def test_a_simulation_that_removes_a_package_not_the_drivers_or_that_apt_refuses
     p = plan(refused)
     assert p.status is Status.BLOCKED and p.lasting and "apt-get -s install refuses" in p.reason
     assert "nvidia-alternative (= 535.261.03-1)" in p.reason
+
+
+def test_bake_builds_the_module_for_a_kernel_the_packages_dkms_does_not_pick():
+    """--bake --kernel K with Debian's DKMS package: its install builds for the running kernel and the newest one
+    only, so K between them gets `dkms autoinstall -k K` after the install; the newest needs nothing more; once
+    installed, a K with no module built is planned again with that build alone."""
+    files = Section("".join(f"image {k}\nheaders {k}\n" for k in ("6.1.0-18-amd64", "6.1.0-20-amd64",
+                                                                    "6.1.0-25-amd64")), 0)
+    middle = plan(node(devices=(), kernel_files=files), bake=True, bake_kernel="6.1.0-20-amd64")
+    assert middle.status is Status.CHANGE
+    build = middle.actions[-2]  # then the hold
+    assert isinstance(build, RunCommand) and build.commands() == ["sudo dkms autoinstall -k 6.1.0-20-amd64"]
+    assert isinstance(middle.actions[-3], InstallDriverPackages)
+    assert any("not 6.1.0-20-amd64: built for it after the install" in n for n in middle.notes)
+    assert not any("every kernel" in n for n in middle.notes)
+    newest = plan(node(devices=(), kernel_files=files), bake=True, bake_kernel=None)
+    assert not any(isinstance(a, RunCommand) and "dkms" in a.commands()[0] for a in newest.actions)
+    assert any("builds the module for 6.1.0-25-amd64 at install" in n for n in newest.notes)
+    installed = dict(installed=f"{OLD}-1", held=True, devices=(), kernel_files=files)
+    again = plan(node(**installed), bake=True, bake_kernel="6.1.0-20-amd64")
+    assert again.status is Status.CHANGE and again.actions[-1].commands() == ["sudo dkms autoinstall -k 6.1.0-20-amd64"]
+    sums = Section(f"{'a' * 64}  /lib/modules/6.1.0-20-amd64/updates/dkms/nvidia-current.ko\n", 0)
+    assert plan(node(**installed, nvidia_module_sums=sums), bake=True, bake_kernel="6.1.0-20-amd64").status \
+        is Status.OK
