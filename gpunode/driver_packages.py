@@ -220,7 +220,7 @@ def _plan_one(route: str, os_key: str, version: str, flavour: str, *, kernel: st
                    f"kernel {kernel} (no DKMS, no key to enroll)")
         elif secure_boot:
             why = (f"Secure Boot is on but the archive offers no {name} for kernel {kernel}: DKMS builds the module "
-                   "and signs it with the DKMS key, which must be enrolled (mokutil)")
+                   "(see the Secure Boot note)")
     wanted: list[Wanted] = []
     for r in table:
         if r.flavour not in ("any", flavour):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import shlex
 
-from gpunode import bake, fixes, pkgmgr
+from gpunode import bake, fixes, pkgmgr, signing
 from gpunode import driver_packages as routes
 from gpunode.actions.driver import InstallDriverPackages
 from gpunode.actions.packages import package_command, versionlock_plugin
@@ -133,10 +133,8 @@ def plan(facts: Facts, options: Options, state: DriverState, version: str, flavo
                                                  f"its fabric manager: {fm}", "choose a --driver release whose fabric "
                                                  "manager the repositories carry (apt-cache policy / dnf list "
                                                  "--showduplicates nvidia-fabricmanager*)"), lasting=True)
-    if facts.secure_boot.enabled and not route.precompiled and os_key != "ubuntu":
-        notes.append("Secure Boot is on: DKMS signs the module with its own key, which must be enrolled (confirmed "
-                     "at the next boot) or the kernel refuses the module: "
-                     + fixes.on_node("sudo mokutil --import /var/lib/dkms/mok.pub"))
+    if facts.secure_boot.enabled and not route.precompiled:  # every DKMS route, NVIDIA's on Ubuntu too
+        notes.append(signing.dkms_note(facts.os.id))
     notes = [*notes, f"{route.id}: {route.why}",
              "packages: " + ", ".join(f"{n} {v}" for n, v in route.specs())]
     have = installed(facts)

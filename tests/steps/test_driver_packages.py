@@ -239,3 +239,27 @@ def test_bake_builds_the_module_for_a_kernel_the_packages_dkms_does_not_pick():
     sums = Section(f"{'a' * 64}  /lib/modules/6.1.0-20-amd64/updates/dkms/nvidia-current.ko\n", 0)
     assert plan(node(**installed, nvidia_module_sums=sums), bake=True, bake_kernel="6.1.0-20-amd64").status \
         is Status.OK
+
+
+UBUNTU = parse_os_release('ID=ubuntu\nID_LIKE=debian\nVERSION_ID="22.04"\nVERSION_CODENAME=jammy\n'
+                          'PRETTY_NAME="Ubuntu 22.04.4 LTS"\n')
+
+
+def test_every_dkms_route_under_secure_boot_names_the_key_to_enroll_nvidias_on_ubuntu_too():
+    """Secure Boot with a DKMS-built module: the note names the certificate that distribution's DKMS signs with
+    (Ubuntu's shim-signed MOK, dkms's own elsewhere) and the mokutil command; NVIDIA's CUDA repository route on
+    Ubuntu (no precompiled modules) had none."""
+    offered = ("".join(f"{name}:\n  Installed: (none)\n  Candidate: {v}\n  Version table:\n     {v} 500\n        500 "
+                       "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64  Packages\n"
+                       for name, v in (("nvidia-driver-570", "570.195.03-0ubuntu1"),
+                                       ("nvidia-driver-570-open", "570.195.03-0ubuntu1"),
+                                       ("cuda-drivers-570", "570.195.03-1"))))
+    secure = SecureBoot(True, True, "efivar 1")
+    cuda = dataclasses.replace(node(offered=offered, devices=(0x1EB8,)), os=UBUNTU, kernel="5.15.0-91-generic",
+                               secure_boot=secure)
+    p = plan(cuda, "570.195.03")
+    assert p.status is Status.CHANGE and any("ubuntu-cuda" in n for n in p.notes), p.reason
+    assert any("sudo mokutil --import /var/lib/shim-signed/mok/MOK.der" in n for n in p.notes)
+    debian = plan(dataclasses.replace(node(), secure_boot=secure))
+    assert any("sudo mokutil --import /var/lib/dkms/mok.pub" in n for n in debian.notes)
+    assert not any("mokutil" in n for n in plan(node()).notes)  # Secure Boot off: no note
