@@ -220,7 +220,7 @@ def _plan_one(route: str, os_key: str, version: str, flavour: str, *, kernel: st
                    f"kernel {kernel} (no DKMS, no key to enroll)")
         elif secure_boot:
             why = (f"Secure Boot is on but the archive offers no {name} for kernel {kernel}: DKMS builds the module "
-                   "and signs it with the DKMS key, which must be enrolled (mokutil)")
+                   "(see the Secure Boot note)")
     wanted: list[Wanted] = []
     for r in table:
         if r.flavour not in ("any", flavour):
@@ -301,3 +301,33 @@ def sources_fix(os_key: str, codename: str | None, version: str = "") -> fixes.F
         return fixes.on_node(f"sudo dnf config-manager --add-repo {CUDA_REPO}/rhel{major}/x86_64/cuda-rhel{major}.repo && "
                 "sudo dnf makecache")
     return fixes.on_node(f"sudo zypper addrepo {CUDA_REPO}/sles15/x86_64/cuda-sles15.repo && sudo zypper refresh")
+
+
+# ---- what a DKMS module package builds when it is installed ------------------------------------------------
+# The kernels are chosen by the package's own maintainer script, not "every kernel with headers":
+# - apt (Debian and Ubuntu: nvidia-kernel-dkms, nvidia-dkms-<branch>[-server]) run dkms's common.postinst
+#   (github.com/dell/dkms, dkms_common.postinst; Debian 12's dkms 3.0.10 read and run on the real-OS tier, issue
+#   27's realup): the running kernel and the newest installed one; when the running kernel is not installed (a
+#   chroot, an image build on another host kernel) every installed kernel on a first install and only the newest
+#   on an upgrade. A kernel without headers is skipped and the install still succeeds. (`autoinstall_all_kernels`
+#   in /etc/dkms/framework.conf, all kernels, is not read.)
+# - dnf/yum (NVIDIA's dkms-nvidia RPMs, github.com/NVIDIA/yum-packaging-dkms-nvidia dkms-nvidia.spec %post):
+#   `dkms build` / `dkms install` without a kernel: the running kernel only.
+DKMS_AT_INSTALL = {
+    "apt": "the running kernel and the newest installed one, where their headers are installed",
+    "dnf": "the running kernel only",
+    "yum": "the running kernel only",
+}
+
+
+def dkms_kernels(manager: str, running: str, installed: tuple[str, ...], newest: str | None,
+                 upgrade: bool) -> tuple[str, ...] | None:
+    """The kernels a DKMS module package's install builds for (headers permitting), as its maintainer script
+    decides (DKMS_AT_INSTALL); None when not known for `manager`."""
+    if manager == "apt":
+        if running in installed:
+            return tuple(dict.fromkeys(k for k in (running, newest) if k))
+        return (newest,) if upgrade and newest else installed
+    if manager in ("dnf", "yum"):
+        return (running,)
+    return None

@@ -31,3 +31,24 @@ def fix(version: str | None, os_id: str = "") -> fixes.Fix:
         text += ("; (3) use Ubuntu's signed driver packages instead of --driver: `"
                  + fixes.on_node(f"sudo ubuntu-drivers install --gpgpu nvidia:{branch}-server") + "`")
     return text
+
+
+# The certificate DKMS signs what it builds with, which Secure Boot needs enrolled: dkms's own default
+# /var/lib/dkms/mok.pub, made on its first build (github.com/dell/dkms README "Module signing"; Debian's dkms 3,
+# seen on the real-OS tier: "Public certificate (MOK): /var/lib/dkms/mok.pub"); Ubuntu's dkms is configured to
+# sign with shim-signed's MOK instead (mok_certificate=/var/lib/shim-signed/mok/MOK.der in
+# /etc/dkms/framework.conf, made by update-secureboot-policy; https://wiki.ubuntu.com/UEFI/SecureBoot/DKMS).
+DKMS_CERT = "/var/lib/dkms/mok.pub"
+UBUNTU_DKMS_CERT = "/var/lib/shim-signed/mok/MOK.der"
+
+
+def dkms_cert(os_id: str) -> str:
+    return UBUNTU_DKMS_CERT if os_id == "ubuntu" else DKMS_CERT
+
+
+def dkms_note(os_id: str) -> fixes.Fix:
+    """What a DKMS build under Secure Boot needs: its signing certificate enrolled, with the command."""
+    cert = dkms_cert(os_id)
+    return (f"Secure Boot is on: DKMS signs what it builds with its own key ({cert}), which must be enrolled "
+            "(confirmed in MOK Manager at the next boot) or the kernel refuses the module: `"
+            + fixes.on_node(f"sudo mokutil --import {cert}") + "`")

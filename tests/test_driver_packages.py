@@ -71,7 +71,7 @@ def test_ubuntu_secure_boot_takes_the_precompiled_signed_modules_for_the_current
     older = routes.plan_route("ubuntu", "535.183.06", "proprietary", kernel=K, secure_boot=True, gsp=True,
                               offered=ubuntu())
     assert not older.precompiled and older.module.name == "nvidia-dkms-535-server"  # no signed build of it
-    assert "must be enrolled" in older.why
+    assert "DKMS builds the module (see the Secure Boot note)" in older.why  # the step notes the key (signing)
     other_kernel = routes.plan_route("ubuntu", "535.230.02", "open", kernel="6.8.0-45-generic", secure_boot=True,
                                      gsp=True, offered=ubuntu())
     assert not other_kernel.precompiled
@@ -152,3 +152,19 @@ def test_ubuntu_with_a_display_stack_takes_the_full_driver_not_the_headless_set(
                                offered=offered, desktop=True)
     assert signed.precompiled and "nvidia-headless-no-dkms-535-server" in dict(signed.specs())
     assert "nvidia-driver-535-server" not in dict(signed.specs())
+
+
+def test_a_dkms_package_builds_at_install_for_the_kernels_its_maintainer_script_picks_not_every_kernel():
+    """Debian and Ubuntu (dkms's common.postinst, as run on the real-OS tier): the running kernel and the newest
+    installed one; a chroot whose running kernel is not installed: all installed kernels on a first install, the
+    newest only on an upgrade. NVIDIA's RPMs: the running kernel. Unknown managers: None."""
+    kernels = ("6.1.0-18-amd64", "6.1.0-20-amd64", "6.1.0-25-amd64")
+    assert routes.dkms_kernels("apt", "6.1.0-18-amd64", kernels, kernels[-1], False) == ("6.1.0-18-amd64",
+                                                                                         "6.1.0-25-amd64")
+    assert routes.dkms_kernels("apt", "6.1.0-25-amd64", kernels, kernels[-1], True) == ("6.1.0-25-amd64",)
+    assert routes.dkms_kernels("apt", "6.18.44-host", kernels, kernels[-1], False) == kernels
+    assert routes.dkms_kernels("apt", "6.18.44-host", kernels, kernels[-1], True) == ("6.1.0-25-amd64",)
+    assert routes.dkms_kernels("dnf", "5.14.0-427.el9.x86_64", ("5.14.0-427.el9.x86_64", "5.14.0-503.el9.x86_64"),
+                               "5.14.0-503.el9.x86_64", False) == ("5.14.0-427.el9.x86_64",)
+    assert routes.dkms_kernels("zypper", "6.4.0-150600.23.25-default", (), None, False) is None
+    assert "every kernel" not in " ".join(routes.DKMS_AT_INSTALL.values())

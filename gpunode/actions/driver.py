@@ -15,7 +15,7 @@ from gpunode.artifacts.source import Source, Verified, obtain
 from gpunode.connection.base import TEMP_PARENT, Connection, DiskFree, megabytes
 from gpunode.errors import CommandError
 from gpunode.explain import installer_failure
-from gpunode.facts.transaction import Query
+from gpunode.facts.transaction import Query, Transaction
 from gpunode.records import DriverRecord, UndoRecord
 from gpunode.shell import Script
 
@@ -375,7 +375,7 @@ class InstallDriverPackages(PackageCommand):
     previous: str | None = None
     # the package manager's simulation of the install command (facts/transaction.py), asked before the first
     # change so the plan lists every package the transaction would change (preflight.plan_asking)
-    query: Query | None = None
+    query: Query[Transaction] | None = None
     route: tuple[str, ...] = ()  # every package of the route as NAME=VERSION (recorded on the DriverRecord)
 
     kind = "driver-packages"

@@ -11,11 +11,13 @@ import posixpath
 import shlex
 from collections.abc import Container
 from dataclasses import dataclass
+from typing import Any
 
 from gpunode import pkgmgr
 from gpunode.actions.base import Action, Answer, Looks, command_line
 from gpunode.connection.base import Connection, Result
 from gpunode.errors import CommandError
+from gpunode.facts.transaction import Query
 from gpunode.records import FileRecord, HoldRecord, PackagesRecord, UndoRecord
 from gpunode.shell import Cmd, Script, to_argv
 
@@ -52,6 +54,9 @@ class PackageCommand(Action):
     packages: tuple[str, ...] = ()  # the packages it installs, removes or holds
     lock_timeout: float = 600.0
     timeout: float = 1800.0  # for each command, once the lock is free
+    # a read-only question the plan asks the node before the first change (preflight.plan_asking): what the
+    # repository offers (facts/offers.py), so the plan pins the exact version that will land
+    query: Query[Any] | None = None
 
     kind = "packages"
 

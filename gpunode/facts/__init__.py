@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from gpunode.connection.base import Connection, Result
 from gpunode.errors import CommandError, CommandTimeout
@@ -48,7 +48,7 @@ from gpunode.facts.registry import (
     Section,
     check,
 )
-from gpunode.facts.transaction import Query, Transaction
+from gpunode.facts.transaction import A, Query
 from gpunode.shell import Script
 
 __all__ = ["FULL", "RUN", "Facts", "gather", "facts_from_probe_output", "bake", "containers", "driver", "fabric", "health", "holders",
@@ -134,7 +134,7 @@ class Facts:
         """Like facts[fact], but None when the fact's snippet failed or did not run (a missing tool or file)."""
         return self[fact] if self.ran(fact) else None
 
-    def answer(self, query: Query) -> Transaction | None:
+    def answer(self, query: Query[A]) -> A | None:
         """A plan's query (gpunode/facts/transaction.py) parsed, or None when it was not asked of the node."""
         found = self.answers.get(query.script)
         return query.parse(found) if found is not None else None
@@ -287,7 +287,7 @@ def _probe(conn: Connection, probe: str, part: str, *, sudo: bool, hung: bool = 
     return sections, nonce, sudo
 
 
-def ask(conn: Connection, facts: Facts, queries: list[Query]) -> Facts:
+def ask(conn: Connection, facts: Facts, queries: Sequence[Query[Any]]) -> Facts:
     """Facts with the answers of the queries not asked yet (read-only commands a plan built from its own values:
     a transaction's simulation), run as root when root is available, like the probe."""
     todo = [q for q in dict.fromkeys(queries) if q.script not in facts.answers]
@@ -295,7 +295,7 @@ def ask(conn: Connection, facts: Facts, queries: list[Query]) -> Facts:
         return facts
     answers = dict(facts.answers)
     for query in todo:
-        script = Script(body=query.script, name="simulate")
+        script = Script(body=query.script, name=query.label)
         try:
             result = conn.run(script, sudo=True, timeout=query.timeout)
         except CommandError:

@@ -20,6 +20,7 @@ import re
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from gpunode.facts.registry import Section
 
@@ -61,15 +62,20 @@ class Transaction:
         return tuple(c for c in self.changes if c.action != REMOVE)
 
 
+A = TypeVar("A")
+
+
 @dataclass(frozen=True)
-class Query:
+class Query(Generic[A]):
     """A read-only command whose answer a plan reads, built from the plan's own values (`script`, every value
-    quoted) and parsed by `parse` (the Section: output and exit status)."""
+    quoted) and parsed by `parse` (the Section: output and exit status) into a Transaction here, or another
+    answer (facts/offers.py: what a repository offers)."""
 
     name: str
     script: str
-    parse: Callable[[Section], Transaction]
+    parse: Callable[[Section], A]
     timeout: float = SIMULATE_TIMEOUT
+    label: str = "simulate"  # the script's name on the node (gpunode-LABEL in its command line)
 
 
 # ---- apt -------------------------------------------------------------------------------------------------------
@@ -195,7 +201,7 @@ def simulate_zypper(specs: Sequence[str]) -> str:
                                       "--oldpackage", *specs]) + " 2>&1")
 
 
-def simulation(manager: str, specs: Sequence[str], pin: tuple[str, str] | None = None) -> Query:
+def simulation(manager: str, specs: Sequence[str], pin: tuple[str, str] | None = None) -> Query[Transaction]:
     """The query that simulates installing `specs` (exact versions, spelled by pkgmgr) with `manager`."""
     if manager == "apt":
         return Query("apt-get -s install", simulate_apt(specs, pin), parse_apt)

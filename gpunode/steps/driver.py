@@ -334,7 +334,7 @@ def _from_packages(facts: Facts, options: Options, state: DriverState, version: 
         kernel = bake.target_kernel(facts, options)
         if kernel is None or kernel not in bake.installed_kernels(facts):
             return _bake_plan(facts, options, version, choice, notes, state)  # its refusals name the kernel
-        notes.append(f"bake: the module is built for {kernel} (and every kernel with headers) and not loaded")
+        notes.append(f"bake: the module is built for {kernel} and not loaded")
     return driver_packages.plan(facts, options, state, version, choice.flavour, notes, earlier)
 
 

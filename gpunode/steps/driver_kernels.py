@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpunode import fixes, pkgmgr
+from gpunode import fixes, pkgmgr, signing
 from gpunode.actions.packages import install_packages, package_command, versionlock_plugin
 from gpunode.facts import Facts
 from gpunode.facts import kernel as kernel_facts
@@ -104,8 +104,7 @@ def kernel_builds(facts: Facts, options: Options, version: str, running: str,
     boots = f"; the next boot runs {default.name} ({how})" if default is not None else ""
     notes.append(f"installed kernel(s) not running: {', '.join(k.name for k in targets)}{boots}")
     if facts.secure_boot.enabled:
-        notes.append("Secure Boot is on: DKMS signs what it builds with its own key (/var/lib/dkms/mok.pub), which "
-                     "must be enrolled (`" + fixes.on_node("sudo mokutil --import /var/lib/dkms/mok.pub") + "`)")
+        notes.append(signing.dkms_note(facts.os.id))
     return actions, notes, None
 
 

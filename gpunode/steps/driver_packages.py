@@ -7,8 +7,9 @@ configured repositories do not offer one (with the command that adds the reposit
 (apt-mark hold / dnf versionlock / zypper addlock) unless --no-hold-driver; a loaded driver replaced by the .run's
 upgrade sequence (stop the GPU services that hold it, unload, install, load, start); the other source removed
 first when a node switches (a .run that gpunode installed, by its own uninstaller; a .run installed by someone
-else is refused with the command that removes it); --bake installs without a GPU and loads nothing (DKMS builds
-at package install for every kernel with headers).
+else is refused with the command that removes it); --bake installs without a GPU and loads nothing; the package's
+DKMS builds at install only for the kernels its maintainer script picks (routes.dkms_kernels), so a bake kernel
+outside them gets its own `dkms autoinstall -k K`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import shlex
 
-from gpunode import bake, fixes, pkgmgr
+from gpunode import bake, fixes, pkgmgr, signing
 from gpunode import driver_packages as routes
 from gpunode.actions.driver import InstallDriverPackages
 from gpunode.actions.packages import package_command, versionlock_plugin
@@ -132,10 +133,8 @@ def plan(facts: Facts, options: Options, state: DriverState, version: str, flavo
                                                  f"its fabric manager: {fm}", "choose a --driver release whose fabric "
                                                  "manager the repositories carry (apt-cache policy / dnf list "
                                                  "--showduplicates nvidia-fabricmanager*)"), lasting=True)
-    if facts.secure_boot.enabled and not route.precompiled and os_key != "ubuntu":
-        notes.append("Secure Boot is on: DKMS signs the module with its own key, which must be enrolled (confirmed "
-                     "at the next boot) or the kernel refuses the module: "
-                     + fixes.on_node("sudo mokutil --import /var/lib/dkms/mok.pub"))
+    if facts.secure_boot.enabled and not route.precompiled:  # every DKMS route, NVIDIA's on Ubuntu too
+        notes.append(signing.dkms_note(facts.os.id))
     notes = [*notes, f"{route.id}: {route.why}",
              "packages: " + ", ".join(f"{n} {v}" for n, v in route.specs())]
     have = installed(facts)
@@ -230,6 +229,25 @@ def transaction_line(manager: str, specs: list[str]) -> fixes.Fix:
     return fixes.on_node(f"sudo zypper --non-interactive install --dry-run --oldpackage {quoted}")
 
 
+def _bake_build(facts: Facts, options: Options, manager: str, version: str, upgrade: bool,
+                notes: list[str]) -> list[Action]:
+    """--bake: the package's DKMS builds at install for the kernels its maintainer script picks
+    (routes.dkms_kernels); the bake's kernel outside them (or not known) gets its own build after the install."""
+    kernel = bake.target_kernel(facts, options)
+    if kernel is None:
+        return []
+    kernels = bake.installed_kernels(facts)
+    built = routes.dkms_kernels(manager, facts.kernel, kernels, kernels[-1] if kernels else None, upgrade)
+    said = routes.DKMS_AT_INSTALL.get(manager, "the kernels its package scripts choose")
+    if built is not None and kernel in built:
+        notes.append(f"bake: the package's DKMS builds the module for {kernel} at install ({said})")
+        return []
+    notes.append(f"bake: the package's DKMS builds at install for {said}, not {kernel}: built for it "
+                 "after the install")
+    return [RunCommand(f"build the driver {version} module for kernel {kernel} (dkms autoinstall)",
+                       ("dkms", "autoinstall", "-k", kernel), timeout=1800)]
+
+
 def _pin(facts: Facts, manager: str, version: str) -> WriteFile | None:
     """apt: the preferences file that pins the driver's packages at the release (routes.APT_PIN); None when it is
     there already, or the manager is not apt."""
@@ -258,6 +276,12 @@ def _in_place(facts: Facts, options: Options, state: DriverState, version: str, 
     label = f"driver {version} from packages ({route.module.name} {route.module.version})"
     loaded = state.loaded
     if options.bake or not facts.gpus:
+        kernel = bake.target_kernel(facts, options) if options.bake and not route.precompiled else None
+        if kernel is not None and not bake.module_sums(facts, kernel):
+            return change(NAME, f"{label} is installed but its module is not built for kernel {kernel} (bake)",
+                          [*holds, RunCommand(f"build the driver {version} module for kernel {kernel} (dkms "
+                                              "autoinstall)", ("dkms", "autoinstall", "-k", kernel), timeout=1800)],
+                          *notes)
         if holds:
             return change(NAME, f"{label} is installed; holding its packages", holds, *notes)
         return ok(NAME, f"{label} is installed" + (" (bake: not loaded)" if options.bake else ""), *notes)
@@ -315,9 +339,10 @@ def _install(facts: Facts, options: Options, state: DriverState, version: str, r
                                   "modules)", UNINSTALL_RUN, timeout=1800))
         loaded_modules = []
     if options.bake or not facts.gpus:
-        notes.append("bake: DKMS builds the module at package install for every kernel with headers; nothing is "
-                     "loaded" if options.bake else "no GPU: nothing is loaded")
+        notes.append("bake: nothing is loaded" if options.bake else "no GPU: nothing is loaded")
         actions.append(install)
+        if options.bake and not route.precompiled:
+            actions += _bake_build(facts, options, manager, version, bool(current), notes)
     elif loaded_modules or facts.loaded_driver is not None:
         from gpunode.steps.driver import replace_loaded_with
 

@@ -17,17 +17,19 @@ from collections.abc import Mapping
 from urllib.parse import unquote
 
 from gpunode import pkgmgr, rules
-from gpunode.actions.packages import InstallLocalPackages, install_packages, package_command
-from gpunode.facts import Facts
+from gpunode.actions.packages import InstallLocalPackages, PackageCommand, install_packages, package_command
+from gpunode.facts import Facts, offers
 from gpunode.facts import k8s as k8s_facts
 from gpunode.facts import packages as package_facts
 from gpunode.facts.containers import survey_engines
+from gpunode.facts.offers import Offers
 from gpunode.facts.packages import (
     Package,
     compare_versions,
     held_packages,
     upstream_version,
 )
+from gpunode.facts.transaction import Query
 from gpunode.options import Options
 from gpunode.plan import Action, Earlier, RunCommand, StepPlan, WriteFile, blocked, change, ok
 from gpunode.shell import Script
@@ -38,6 +40,7 @@ NAME = "toolkit"
 TITLE = "NVIDIA Container Toolkit"
 PACKAGES = rules.TOOLKIT_PACKAGES
 ARCHES = ("x86_64", "aarch64")
+DEB_ARCHES = {"x86_64": "amd64", "aarch64": "arm64"}  # dpkg's names: apt's $(ARCH) in the repository line
 
 REPO = "https://nvidia.github.io/libnvidia-container"
 MARKER = "nvidia.github.io/libnvidia-container"
@@ -170,7 +173,7 @@ def satisfied(pkg: Package | None, requested: str) -> bool:
 
 
 def install_actions(manager: str, specs: list[tuple[str, str]], installed: Mapping[str, Package],
-                    lock_timeout: float = 600.0) -> list[Action]:
+                    lock_timeout: float = 600.0) -> list[PackageCommand]:
     """Pinned installs, allowed to go down a version. yum's install cannot: its `downgrade` takes those."""
     m = pkgmgr.get(manager)
     down = [(n, v) for n, v in specs if n in installed and compare_versions(installed[n].version, v) > 0]
@@ -178,7 +181,7 @@ def install_actions(manager: str, specs: list[tuple[str, str]], installed: Mappi
     names = [n for n, _ in specs]
     if manager == "yum" and down:
         up = [(n, v) for n, v in specs if (n, v) not in down]
-        actions: list[Action] = [package_command(what + " (downgrade)", manager,
+        actions = [package_command(what + " (downgrade)", manager,
                                                  m.downgrade([m.spec(n, v) for n, v in down]),
                                                  packages=[n for n, _ in down], lock_timeout=lock_timeout)]
         return actions + ([package_command(what, manager, m.install([m.spec(n, v) for n, v in up]),
@@ -281,13 +284,71 @@ def _plan(facts: Facts, options: Options) -> StepPlan:
     else:
         reason, version = "nvidia-container-toolkit is not installed", ""
     actions, notes = repo_actions(facts, manager, options.lock_timeout)
+    query = offers_query(facts, manager) if options.driver_source == "packages" else None
+    if query is not None:
+        found = facts.answer(query)
+        if found is None:
+            notes.append(f"the version is read from the repository's metadata on the node ({query.name}) before "
+                         "any change")
+        else:
+            decided = _offered(found, version, bool(options.toolkit_version))
+            if isinstance(decided, StepPlan):
+                return decided
+            version, note = decided
+            notes.append(note)
     if version:
-        actions += install_actions(manager, [(p, version) for p in PACKAGES], installed, options.lock_timeout)
+        install = install_actions(manager, [(p, version) for p in PACKAGES], installed, options.lock_timeout)
     else:
-        actions.append(install_packages("install the container toolkit", manager, (PACKAGES[0],),
-                                        lock_timeout=options.lock_timeout))
+        install = [install_packages("install the container toolkit", manager, (PACKAGES[0],),
+                                    lock_timeout=options.lock_timeout)]
+    if query is not None:
+        install[-1] = dataclasses.replace(install[-1], query=query)
+    actions += install
     planned = change(NAME, reason, actions, *notes).with_outputs(ToolkitOutputs(True, version or None))
     return _held(facts, options, manager, planned, [(p, version) for p in PACKAGES], installing=True)
+
+
+def configured(facts: Facts, manager: str) -> bool:
+    """Whether a repository pointing at libnvidia-container is configured on the node already."""
+    if manager == "apt":
+        return bool(apt_sources(facts.files))
+    return bool(rpm_repos(facts.files, pkgmgr.get(manager).repo_dir))
+
+
+def offers_query(facts: Facts, manager: str) -> Query[Offers] | None:
+    """The read of NVIDIA's toolkit repository metadata (facts/offers.py) at the address the step is about to
+    add, so the plan pins the exact version before the repository is added; None when a repository is already
+    configured (it may be a mirror or another channel: the package manager decides from it)."""
+    if configured(facts, manager):
+        return None
+    if manager == "apt":
+        return offers.apt_flat(f"{REPO}/stable/deb/{DEB_ARCHES[facts.arch]}", PACKAGES)
+    return offers.rpm_md(f"{REPO}/stable/rpm/{facts.arch}", PACKAGES)
+
+
+def _offered(found: Offers, version: str, requested: bool) -> tuple[str, str] | StepPlan:
+    """(the exact version to install, a note) from what the repository offers, or the plan blocked before any
+    change: the repository cannot be read, offers no version of all four packages, or not the one asked for."""
+    fix_reach = (f"make {found.url} readable from the node (its network, or a proxy in the package manager's "
+                 "configuration), or install from package files: --toolkit-package FILE, once per package file")
+    if found.error:
+        return dataclasses.replace(blocked(NAME, f"NVIDIA's toolkit repository cannot be read from the node: "
+                                                 f"{found.error}", fix_reach), lasting=True)
+    common = found.common(PACKAGES)
+    if not common:
+        return dataclasses.replace(blocked(NAME, f"NVIDIA's toolkit repository ({found.url}) offers no version of "
+                                                 f"all four packages ({', '.join(PACKAGES)})", fix_reach),
+                                   lasting=True)
+    shown = ", ".join(common[:5]) + (", ..." if len(common) > 5 else "")
+    if not version:
+        return common[0], (f"NVIDIA's toolkit repository offers {common[0]} as its newest release of all four "
+                           f"packages ({found.url}); the install pins it")
+    if version in common:
+        return version, f"NVIDIA's toolkit repository offers {version} for all four packages ({found.url})"
+    what = "--toolkit-version" if requested else "the installed nvidia-container-toolkit"
+    return dataclasses.replace(blocked(
+        NAME, f"NVIDIA's toolkit repository does not offer {version} ({what}) for all four packages; it offers "
+              f"{shown}", f"choose one it offers: --toolkit-version {common[0]}"), lasting=True)
 
 
 def _held(facts: Facts, options: Options, manager: str, plan: StepPlan, specs: list[tuple[str, str]],

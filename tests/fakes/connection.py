@@ -83,7 +83,8 @@ class FakeNode:
                                    # leave the node as they found it (a test of the lock reads `node_lock`)
                                    "gpunode-node-lock", "gpunode-node-unlock", "gpunode-stale-temp",
                                    "gpunode-disk-free", "gpunode-node-lock-read",
-                                   "gpunode-simulate"})  # a package transaction simulated (apt-get -s)
+                                   "gpunode-simulate",  # a package transaction simulated (apt-get -s)
+                                   "gpunode-read-offers"})  # a repository's metadata read (facts/offers.py)
 
     def changing_calls(self, since: int = 0) -> list[list[str]]:
         """Calls after `since` other than reads (the probe, read-file, and the `id -u` / `sudo -n true`
@@ -473,7 +474,8 @@ class FakeSystem:
 
     def attach(self) -> FakeSystem:
         for name in ("apt-get", "apt-mark", "dnf", "yum", "zypper", "systemctl", "nvidia-ctk", "fetch-apt-key",
-                     "backup-files", "remove-dir", "fabric-state", "fabricmanager-log", "install-cuda-keyring"):
+                     "backup-files", "remove-dir", "fabric-state", "fabricmanager-log", "install-cuda-keyring",
+                     "read-offers"):
             self.node.handlers[name] = self._handle
         self.sync()
         return self
@@ -509,6 +511,12 @@ class FakeSystem:
                 for a, v, _, c in node.pci if v == 0x10DE and c >> 16 == 0x03), 0)
 
     # -- handlers --------------------------------------------------------------------------------------------
+    def _read_offers(self, args: list[str]) -> tuple[int, str, str]:
+        """NVIDIA's toolkit repository metadata as facts/offers.py's script prints it: the versions an unpinned
+        install gets (`versions`), but none of the names in `missing`."""
+        return 0, "".join(f"offer {n} {self.versions[n]}\n" for n in self.TOOLKIT
+                          if n in self.versions and n not in self.missing), ""
+
     def _handle(self, node: FakeNode, argv: list[str], stdin: bytes) -> tuple[int, str, str]:
         name, args = (argv[3].removeprefix("gpunode-"), argv[4:]) if argv[:2] == ["sh", "-c"] else (argv[0], argv[1:])
         handler = getattr(self, "_" + name.replace("-", "_"))

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import atexit
 import base64
+import gzip
+import hashlib
 import os
 import shlex
 import shutil
@@ -73,6 +75,34 @@ def _root_shell() -> str:
 # ----------------------------------------------------------------------------------------------------------
 # reboot watcher: one thread for every live node
 
+
+
+TOOLKIT_REPO = "https://nvidia.github.io/libnvidia-container/stable"
+
+
+def toolkit_metadata(family: str, entries: list[catalog_mod.Entry]) -> dict[str, bytes]:
+    """NVIDIA's toolkit repository metadata for the catalog's toolkit packages, laid out as the real one
+    (github.com/NVIDIA/libnvidia-container, branch gh-pages): a flat apt repository's uncompressed
+    stable/deb/amd64/Packages; for rpm, stable/rpm/x86_64/repodata/repomd.xml naming a gzip'd primary.xml by its
+    sha512."""
+    toolkit = [e for e in entries if e.repo == "nvidia-container-toolkit"]
+    if family == "debian":
+        index = "".join(f"Package: {e.name}\nVersion: {e.version}\nArchitecture: {e.arch}\n"
+                        f"Filename: ./{e.name}_{e.version}_{e.arch}.deb\n\n" for e in toolkit)
+        return {f"{TOOLKIT_REPO}/deb/amd64/Packages": index.encode()}
+    packages = "".join(
+        f'<package type="rpm">\n  <name>{e.name}</name>\n  <arch>{e.arch}</arch>\n  <version epoch="0" '
+        f'ver="{e.version.rsplit("-", 1)[0]}" rel="{e.version.rsplit("-", 1)[1]}"/>\n</package>\n' for e in toolkit)
+    primary = gzip.compress(('<?xml version="1.0" encoding="UTF-8"?>\n<metadata xmlns="http://linux.duke.edu/'
+                             f'metadata/common" packages="{len(toolkit)}">\n{packages}</metadata>\n').encode(),
+                            mtime=0)
+    digest = hashlib.sha512(primary).hexdigest()
+    repomd = ('<?xml version="1.0" encoding="UTF-8"?>\n<repomd xmlns="http://linux.duke.edu/metadata/repo">\n'
+              f'  <data type="filelists">\n    <location href="repodata/{"0" * 128}-filelists.xml.gz"/>\n  </data>\n'
+              f'  <data type="primary">\n    <checksum type="sha512">{digest}</checksum>\n'
+              f'    <location href="repodata/{digest}-primary.xml.gz"/>\n  </data>\n</repomd>\n')
+    base = f"{TOOLKIT_REPO}/rpm/x86_64/repodata"
+    return {f"{base}/repomd.xml": repomd.encode(), f"{base}/{digest}-primary.xml.gz": primary}
 
 class _Watcher:
     def __init__(self) -> None:
@@ -632,6 +662,7 @@ class SimNode:
             urls[f"{base}/cuda-{d.cuda_repo}.repo"] = (
                 f"[cuda-{d.cuda_repo}-x86_64]\nname=cuda-{d.cuda_repo}-x86_64\nbaseurl={base}\nenabled=1\ngpgcheck=1\n"
                 f"gpgkey={base}/D42D0685.pub\n").encode()
+        urls.update(toolkit_metadata(d.family, catalog_mod.catalog(self.profile)))
         for url, host_file in self.profile.served_urls:
             urls[url] = Path(host_file).read_bytes()
         self._w(f"{STATE}/urls.tsv", "")

@@ -330,3 +330,28 @@ def test_apt_simulation_answers_like_real_apt_and_changes_nothing(sim_node):
     rc, out, err = node.ssh("apt-get -s install nvidia-container-toolkit=9.9.9-1")
     assert rc == 100 and "E: Version '9.9.9-1' for 'nvidia-container-toolkit' was not found" in err
     assert parse_apt(Section(out + err, rc)).error == "E: Version '9.9.9-1' for 'nvidia-container-toolkit' was not found"
+
+
+@pytest.mark.parametrize("profile", ["debian-12-nogpu", "rocky-9-t4"])
+def test_the_toolkit_repository_metadata_is_read_as_the_real_layouts_publish_it(sim_node, profile):
+    """facts/offers.py's scripts on the node's own shell and tools (dash, busybox awk/tr/gzip, curl): the flat
+    apt repository's Packages index, or rpm-md's repomd.xml then its gzip'd primary metadata; read-only (no
+    temporary file left); a repository the node cannot reach is the downloader's error."""
+    from gpunode.facts import offers
+    from gpunode.facts.registry import Section
+    from gpunode.steps import toolkit
+
+    node = sim_node(profile)
+    deb = profile.startswith("debian")
+    url = f"{toolkit.REPO}/stable/deb/amd64" if deb else f"{toolkit.REPO}/stable/rpm/x86_64"
+    read = offers.apt_flat if deb else offers.rpm_md
+    before = node.ssh("ls -a /tmp /var/tmp")[1]
+    rc, out, err = node.ssh(read(url, toolkit.PACKAGES).script)
+    found = read(url, toolkit.PACKAGES).parse(Section(out + err, rc))
+    assert found.error is None, out + err
+    assert found.common(toolkit.PACKAGES) == ["1.20.0-1", "1.18.0-1", "1.17.8-1"]  # the catalog's releases
+    assert node.ssh("ls -a /tmp /var/tmp")[1] == before
+    rc, out, err = node.ssh(read("https://nvidia.github.io/no-such", toolkit.PACKAGES).script)
+    lost = read("https://nvidia.github.io/no-such", toolkit.PACKAGES).parse(Section(out + err, rc))
+    assert lost.error is not None and "cannot read https://nvidia.github.io/no-such/" in lost.error
+    assert "curl: (22)" in lost.error and lost.versions == {}

@@ -215,3 +215,51 @@ def test_a_simulation_that_removes_a_package_not_the_drivers_or_that_apt_refuses
     p = plan(refused)
     assert p.status is Status.BLOCKED and p.lasting and "apt-get -s install refuses" in p.reason
     assert "nvidia-alternative (= 535.261.03-1)" in p.reason
+
+
+def test_bake_builds_the_module_for_a_kernel_the_packages_dkms_does_not_pick():
+    """--bake --kernel K with Debian's DKMS package: its install builds for the running kernel and the newest one
+    only, so K between them gets `dkms autoinstall -k K` after the install; the newest needs nothing more; once
+    installed, a K with no module built is planned again with that build alone."""
+    files = Section("".join(f"image {k}\nheaders {k}\n" for k in ("6.1.0-18-amd64", "6.1.0-20-amd64",
+                                                                    "6.1.0-25-amd64")), 0)
+    middle = plan(node(devices=(), kernel_files=files), bake=True, bake_kernel="6.1.0-20-amd64")
+    assert middle.status is Status.CHANGE
+    build = middle.actions[-2]  # then the hold
+    assert isinstance(build, RunCommand) and build.commands() == ["sudo dkms autoinstall -k 6.1.0-20-amd64"]
+    assert isinstance(middle.actions[-3], InstallDriverPackages)
+    assert any("not 6.1.0-20-amd64: built for it after the install" in n for n in middle.notes)
+    assert not any("every kernel" in n for n in middle.notes)
+    newest = plan(node(devices=(), kernel_files=files), bake=True, bake_kernel=None)
+    assert not any(isinstance(a, RunCommand) and "dkms" in a.commands()[0] for a in newest.actions)
+    assert any("builds the module for 6.1.0-25-amd64 at install" in n for n in newest.notes)
+    installed = dict(installed=f"{OLD}-1", held=True, devices=(), kernel_files=files)
+    again = plan(node(**installed), bake=True, bake_kernel="6.1.0-20-amd64")
+    assert again.status is Status.CHANGE and again.actions[-1].commands() == ["sudo dkms autoinstall -k 6.1.0-20-amd64"]
+    sums = Section(f"{'a' * 64}  /lib/modules/6.1.0-20-amd64/updates/dkms/nvidia-current.ko\n", 0)
+    assert plan(node(**installed, nvidia_module_sums=sums), bake=True, bake_kernel="6.1.0-20-amd64").status \
+        is Status.OK
+
+
+UBUNTU = parse_os_release('ID=ubuntu\nID_LIKE=debian\nVERSION_ID="22.04"\nVERSION_CODENAME=jammy\n'
+                          'PRETTY_NAME="Ubuntu 22.04.4 LTS"\n')
+
+
+def test_every_dkms_route_under_secure_boot_names_the_key_to_enroll_nvidias_on_ubuntu_too():
+    """Secure Boot with a DKMS-built module: the note names the certificate that distribution's DKMS signs with
+    (Ubuntu's shim-signed MOK, dkms's own elsewhere) and the mokutil command; NVIDIA's CUDA repository route on
+    Ubuntu (no precompiled modules) had none."""
+    offered = ("".join(f"{name}:\n  Installed: (none)\n  Candidate: {v}\n  Version table:\n     {v} 500\n        500 "
+                       "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64  Packages\n"
+                       for name, v in (("nvidia-driver-570", "570.195.03-0ubuntu1"),
+                                       ("nvidia-driver-570-open", "570.195.03-0ubuntu1"),
+                                       ("cuda-drivers-570", "570.195.03-1"))))
+    secure = SecureBoot(True, True, "efivar 1")
+    cuda = dataclasses.replace(node(offered=offered, devices=(0x1EB8,)), os=UBUNTU, kernel="5.15.0-91-generic",
+                               secure_boot=secure)
+    p = plan(cuda, "570.195.03")
+    assert p.status is Status.CHANGE and any("ubuntu-cuda" in n for n in p.notes), p.reason
+    assert any("sudo mokutil --import /var/lib/shim-signed/mok/MOK.der" in n for n in p.notes)
+    debian = plan(dataclasses.replace(node(), secure_boot=secure))
+    assert any("sudo mokutil --import /var/lib/dkms/mok.pub" in n for n in debian.notes)
+    assert not any("mokutil" in n for n in plan(node()).notes)  # Secure Boot off: no note

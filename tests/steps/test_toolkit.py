@@ -3,11 +3,14 @@ package files, and the cases it refuses."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from gpunode.actions.base import Action
 from gpunode.actions.packages import PackageCommand
 from gpunode.facts import gather
+from gpunode.facts.registry import Section
 from gpunode.options import Options
 from gpunode.plan import RunCommand, Status, WriteFile
 from gpunode.runner import apply_pipeline
@@ -232,3 +235,79 @@ def test_with_the_driver_from_packages_the_toolkit_is_held_like_the_driver():
     pinned = plan_of(rocky, driver_source="packages", driver="535.274.02", toolkit_version="1.17.8")
     assert argv(pinned.actions[-1])[:3] == ("dnf", "versionlock", "add")
     assert "nvidia-container-toolkit-1.17.8-1" in argv(pinned.actions[-1])
+
+
+def answered(node, offered: str, status: int = 0, **options):
+    """The plan once the node answered the read of NVIDIA's toolkit repository metadata with `offered`."""
+    facts = gather(FakeConnection(node))
+    query = toolkit.offers_query(facts, facts.os.package_manager)
+    assert query is not None
+    facts = dataclasses.replace(facts, answers={query.script: Section(offered, status)})
+    return toolkit.plan(facts, Options(**options), {})
+
+
+def offer_lines(**versions):
+    """`offer NAME VERSION` lines (facts/offers.py's script output) for the toolkit's packages."""
+    return "".join(f"offer {name} {v}\n" for name in TOOLKIT for v in versions.get(name.replace("-", "_"),
+                                                                                     versions.get("all", ())))
+
+
+def test_with_the_driver_from_packages_a_fresh_toolkit_is_pinned_to_the_newest_release_all_four_are_offered_at():
+    """--driver-source packages, no --toolkit-version, the repository not added yet: the plan reads the
+    repository's own metadata on the node before any change and installs (and holds) all four packages at the
+    newest version every one of them is offered at; the .run source keeps the repository's newest unpinned."""
+    node, system = make_node()
+    packages = dict(driver_source="packages", driver="535.230.02")
+    unanswered = plan_of(node, **packages)
+    install = unanswered.actions[-2]
+    assert isinstance(install, PackageCommand) and install.query is not None
+    assert install.query.label == "read-offers" and "/stable/deb/amd64/Packages" in install.query.script
+    assert any("before any change" in n for n in unanswered.notes)
+    assert plan_of(node).actions[-1].query is None  # the .run source: nothing asked
+    # libnvidia-container1 lacks 1.20.0-1 in this repository: the newest common release is 1.18.0-1
+    offered = offer_lines(all=("1.17.8-1", "1.18.0-1", "1.20.0-1"), libnvidia_container1=("1.17.8-1", "1.18.0-1"))
+    plan = answered(node, offered, **packages)
+    assert plan.status is Status.CHANGE
+    install, hold = plan.actions[-2:]
+    assert argv(install)[-4:] == tuple(f"{p}=1.18.0-1" for p in TOOLKIT)
+    assert argv(hold) == ("apt-mark", "hold", *TOOLKIT)
+    assert plan.outputs.version == "1.18.0-1"
+    assert any("offers 1.18.0-1 as its newest release of all four" in n for n in plan.notes)
+    # an installed toolkit is kept, whatever the repository offers; a repository already configured is asked
+    # through the package manager, not read from NVIDIA's address
+    node.files[toolkit.APT_LIST] = toolkit.APT_SOURCE
+    assert toolkit.offers_query(gather(FakeConnection(node)), "apt") is None
+    rocky, _ = make_node(os_release=ROCKY_9, tools=("dnf",))
+    query = toolkit.offers_query(gather(FakeConnection(rocky)), "dnf")
+    assert query is not None and "libnvidia-container/stable/rpm/x86_64" in query.script
+
+
+def test_a_toolkit_version_the_repository_lacks_or_an_unreadable_repository_blocks_before_any_change():
+    node, system = make_node()
+    packages = dict(driver_source="packages", driver="535.230.02")
+    offered = offer_lines(all=("1.17.8-1", "1.18.0-1"))
+    pinned = answered(node, offered, toolkit_version="1.17.8", **packages)
+    assert pinned.status is Status.CHANGE and argv(pinned.actions[-2])[-1] == "libnvidia-container1=1.17.8-1"
+    lacking = answered(node, offered, toolkit_version="1.20.0", **packages)
+    assert lacking.status is Status.BLOCKED and lacking.lasting
+    assert "does not offer 1.20.0-1 (--toolkit-version)" in lacking.reason and "1.18.0-1, 1.17.8-1" in lacking.reason
+    assert lacking.fix == "choose one it offers: --toolkit-version 1.18.0-1"
+    unreachable = answered(node, "curl: (6) Could not resolve host: nvidia.github.io\nE: cannot read "
+                                 "https://nvidia.github.io/libnvidia-container/stable/deb/amd64/Packages\n", 1,
+                           **packages)
+    assert unreachable.status is Status.BLOCKED and unreachable.lasting
+    assert "curl: (6) Could not resolve host: nvidia.github.io" in unreachable.reason
+    assert "--toolkit-package FILE" in unreachable.fix
+    none = answered(node, offer_lines(nvidia_container_toolkit=("1.18.0-1",)), **packages)
+    assert none.status is Status.BLOCKED and "offers no version of all four packages" in none.reason
+    # a whole run: the node is asked before the first change; refused there, nothing changes
+    since = len(node.calls)
+    node.handlers["read-offers"] = lambda node, argv, stdin: (1, "", "curl: (6) Could not resolve host: x\n")
+    report = run(node, **packages)
+    assert report.outcomes[0].result == "blocked"
+    assert node.changing_calls(since) == [] and not system.packages
+    del node.handlers["read-offers"]
+    system.attach()
+    report = run(node, **packages)
+    assert report.outcomes[0].result == "changed", report.outcomes[0].error
+    assert {p: system.packages[p] for p in TOOLKIT} == {p: "1.18.1-1" for p in TOOLKIT} and set(TOOLKIT) <= system.held
