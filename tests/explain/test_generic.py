@@ -183,6 +183,11 @@ def test_no_space_left_in_a_container_started_without_shm_settings_is_its_shared
      "kernel-devel-4.18.0-240.23.2.el8_3.x86_64", "operator.driver-kernel"),
     ("$ sudo dnf install kernel-devel-5.14.0-427.el9.x86_64\nError: Unable to find a match: "
      "kernel-devel-5.14.0-427.el9.x86_64", "dkms.headers-missing"),
+    # the Windows build a WSL paste shows decides whether WSL can reach a GPU at all
+    ("Microsoft Windows [Version 10.0.17763.292]\n$ nvidia-smi\nNVIDIA-SMI has failed because it couldn't "
+     "communicate with the NVIDIA driver.", "wsl.gpu-unsupported"),
+    ("Microsoft Windows [Version 10.0.19045.3570]\n$ nvidia-smi\nNVIDIA-SMI has failed because it couldn't "
+     "communicate with the NVIDIA driver.", "smi.no-driver"),
 ])
 def test_the_decisive_line_wins_over_the_headline(text: str, expected: str) -> None:
     finding = explain(text)[0]
