@@ -152,7 +152,7 @@ def test_a_device_plugin_started_by_a_plain_docker_run_is_the_plugins_case_not_a
     assert explain(f"{run}\n{failure}")[0].id == "kube.device-plugin-no-nvml"  # the image names the component
     assert explain(f"{pod}\n$ {run}\n{failure}")[0].id == "kube.device-plugin-no-nvml"
     # the same failure in a user's own container started without a GPU stays the missing injection
-    assert explain(f"$ docker run -it nvidia/cuda:12.4.1-base-ubuntu22.04 nvidia-smi\n"
+    assert explain("$ docker run -it nvidia/cuda:12.4.1-base-ubuntu22.04 nvidia-smi\n"
                    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.")[0].id == \
         "container.no-gpu-injected"
 
