@@ -134,9 +134,11 @@ BATCH_ROWS = {
                          "dkms.stale-module-tree/", "kernel.module-built-for-other-kernel/",
                          "kernel.module-missing/fallback-service", "kernel.no-adapter-probed/bound-to-other-driver",
                          "kernel.no-adapter-probed/no-devices-probed", "repo.driver-repos-mixed/",
-                         "slurm.gres-conf-invalid/", "slurm.gres-not-configured/", "wsl.gpu-unsupported/"),
+                         "slurm.gres-conf-invalid/", "slurm.gres-not-configured/", "vgpu.wrong-guest-driver/",
+                         "wsl.gpu-unsupported/"),
                 "new_ids": ("dkms.stale-module-tree", "kernel.module-built-for-other-kernel", "repo.driver-repos-mixed",
-                            "slurm.gres-conf-invalid", "slurm.gres-not-configured", "wsl.gpu-unsupported")},
+                            "slurm.gres-conf-invalid", "slurm.gres-not-configured", "vgpu.wrong-guest-driver",
+                            "wsl.gpu-unsupported")},
 }
 
 

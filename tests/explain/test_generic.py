@@ -171,6 +171,10 @@ def test_no_space_left_in_a_container_started_without_shm_settings_is_its_shared
         assert finding.values["instead_of"] == "installer.no-space" and "docker run" in finding.excerpt
 
 
+_L40S_UNSUPPORTED = ("NVRM: The NVIDIA GPU 0000:05:00.0 (PCI ID: 10de:26b9)\nNVRM: installed in this system is not "
+                     "supported by the\nNVRM: NVIDIA 570.86.15 driver release.")
+
+
 @pytest.mark.parametrize(("text", "expected"), [
     # a decisive NVRM line beside the installer's headline names which driver owns the GPU
     ("ERROR: Unable to load the kernel module 'nvidia.ko'.\n-> Kernel module load error: No such device\n"
@@ -188,6 +192,10 @@ def test_no_space_left_in_a_container_started_without_shm_settings_is_its_shared
      "communicate with the NVIDIA driver.", "wsl.gpu-unsupported"),
     ("Microsoft Windows [Version 10.0.19045.3570]\n$ nvidia-smi\nNVIDIA-SMI has failed because it couldn't "
      "communicate with the NVIDIA driver.", "smi.no-driver"),
+    # a GPU the release supports, "not supported" with a vGPU attached: the vGPU guest driver is needed
+    (f"{_L40S_UNSUPPORTED}\nThe VM has an L40S-8Q vGPU profile attached.", "vgpu.wrong-guest-driver"),
+    (f"{_L40S_UNSUPPORTED}\nThe worker nodes are virtual machines.", "kernel.gpu-unsupported"),  # a VM alone: no
+    (_L40S_UNSUPPORTED.replace("10de:26b9", "10de:0640") + "\nwith a vGPU", "kernel.gpu-unsupported"),  # G96: too old
 ])
 def test_the_decisive_line_wins_over_the_headline(text: str, expected: str) -> None:
     finding = explain(text)[0]
