@@ -54,17 +54,17 @@ def _hits(doc: Doc) -> list[tuple[int, int, Finding, tuple[Any, ...]]]:
         hits.append((strength, position, finding, (finding.id, finding.values.get("pci"))))
     if GENERIC:
         hits += generic.findings(doc, hits)
+    if GENERIC:  # the component the paste shows decides between sibling causes of one message (first: a device
+        # plugin's pod started by a plain `docker run` is the plugin's case, not a user's container without a GPU)
+        for i, (_, position, finding, key) in enumerate(hits):
+            refined = generic.in_component(finding, doc)
+            if refined is not None:
+                hits[i] = (refined.strength, position, refined, (refined.id, *key[1:]))
     if GENERIC and not any(hit[2].id == "container.no-gpu-injected" for hit in hits):  # the decisive line, any wording
         for i, (_, position, finding, key) in enumerate(hits):
             refined = hooks.in_container_without_gpu(finding, doc)
-            if refined is not None:
+            if refined is not None and generic.in_component(finding, doc) is None:  # the component's cause stands
                 hits[i] = (refined.strength, position, refined, ("container.no-gpu-injected", *key[1:]))
-    if GENERIC:  # the component the paste shows decides between sibling causes of one message
-        present = {hit[2].id for hit in hits}
-        for i, (_, position, finding, key) in enumerate(hits):
-            refined = generic.in_component(finding, doc)
-            if refined is not None and refined.id not in present:
-                hits[i] = (refined.strength, position, refined, (refined.id, *key[1:]))
     return hits
 
 

@@ -650,3 +650,28 @@ def in_container_without_gpu(finding: Finding, doc: Doc) -> Finding | None:
     excerpt = finding.excerpt if line in finding.excerpt else f"{finding.excerpt}\n{line}"
     values = {**finding.values, "command": run[0].strip(), "instead_of": finding.id}
     return Finding(row.id, row.title, row.cause, row.fix, excerpt, values, row.also, max(row.strength, finding.strength))
+
+
+# --- a vGPU given to a virtual machine: the data-center driver "does not support" a GPU its release supports ------
+
+# Evidence of a vGPU, not merely of a VM: a supported GPU passed through whole to a VM can print the same NVRM lines
+# for other reasons (tests/fixtures/explain/dev/gpu-unsupported_first-line-unstamped_nvtrust-55.txt, a confidential VM).
+_VGPU_ATTACHED = compile_pattern(r"\bvGPU\b|\bGRID\b|\bmdev\b|mediated device|virtual GPU|\bnvidia-\d{2,3}\b[^\n]{0,40}"
+                                 r"\btype\b")
+
+
+@_hook("vgpu.wrong-guest-driver")
+def _vgpu_guest(c: Candidate, doc: Doc) -> Finding | None:
+    """Only when the release supports the GPU (data/gpus.csv, data/gpu_architectures.csv) and the paste shows a
+    vGPU; otherwise the message means what kernel.gpu-unsupported says."""
+    from gpunode import compat, gpus  # the GPU tables only when such a line is present
+    gpu = gpus.lookup_id(str(c.values.get("pci_id", "")))
+    try:
+        version = compat.Version(str(c.values.get("driver_version", "")))
+    except compat.InvalidVersion:
+        return None
+    if gpu is None or not compat.driver_supports(gpus.architecture_of(gpu), version)[0]:
+        return None
+    if not doc.has(_VGPU_ATTACHED):
+        return None
+    return _render(c, doc, values={**c.values, "gpu": gpu.name})  # the name as a value, beside the row's texts

@@ -65,7 +65,8 @@ _HTML_ENTITY = re.compile(r"&(?:#\d{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-
 _HTML_TAG = re.compile(r"</?(?:details|summary|code|pre|kbd|tt|b|strong|em|i|p|div|span)(?:\s[^<>]*)?>", re.IGNORECASE)
 _TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
 _TABLE_RULE = re.compile(r"^\s*\|?(?:\s*:?-{3,}:?\s*\|)+\s*:?-*:?\s*$")  # |---|:--:| (not nvidia-smi's +---+)
-_MARKUP = re.compile(r"`+|\*\*|(?<=\s)__|__(?=\s)")  # inline code and bold around a pasted message
+_MARKUP = re.compile(r"`+|\*\*_(?=\S)|(?<=\S)_\*\*|\*\*|(?<=\s)__|__(?=\s)")  # inline code, bold and bold italic
+# (**_..._**) around a pasted message or a part of it
 # A line that begins a message of its own, never the tail of a wrapped one.
 _RECORD_START = re.compile(r"^(?:[\w.\-/]+(?:\[\d+\])?:\s|[A-Z]{4,}\[|\[|Error\b|ERROR\b|WARNING\b|Failed\b|"
                            r"Unable\b|NVIDIA-SMI\b|NVRM\b|Traceback\b|terminate\b)")

@@ -143,3 +143,75 @@ def test_the_component_the_paste_shows_decides_between_sibling_causes() -> None:
 ])
 def test_ordinary_text_about_gpus_is_no_generic_finding(text: str) -> None:
     assert _generic(text) == []
+
+
+def test_a_device_plugin_started_by_a_plain_docker_run_is_the_plugins_case_not_a_container_without_a_gpu() -> None:
+    run = "docker run -it -v /var/lib/kubelet/device-plugins:/var/lib/kubelet/device-plugins nvidia/k8s-device-plugin:1.8"
+    pod = "nvidia-device-plugin-daemonset-zb8xn   0/1       CrashLoopBackOff   6          9m"
+    failure = "2017/11/29 01:54:30 could not load NVML library"
+    assert explain(f"{run}\n{failure}")[0].id == "kube.device-plugin-no-nvml"  # the image names the component
+    assert explain(f"{pod}\n$ {run}\n{failure}")[0].id == "kube.device-plugin-no-nvml"
+    # the same failure in a user's own container started without a GPU stays the missing injection
+    assert explain("$ docker run -it nvidia/cuda:12.4.1-base-ubuntu22.04 nvidia-smi\n"
+                   "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.")[0].id == \
+        "container.no-gpu-injected"
+
+
+@pytest.mark.parametrize(("run", "expected"), [
+    ("docker run -it --gpus all nvcr.io/nvidia/pytorch:23.09-py3", "container.shm-too-small"),
+    ("docker run -it --gpus all --ipc=host nvcr.io/nvidia/pytorch:23.09-py3", "installer.no-space"),
+    ("docker run -it --gpus all --shm-size=16g nvcr.io/nvidia/pytorch:23.09-py3", "installer.no-space"),
+    ("", "installer.no-space"),
+])
+def test_no_space_left_in_a_container_started_without_shm_settings_is_its_shared_memory(run: str, expected: str) -> None:
+    text = f"{run}\nOSError: [Errno 28] No space left on device"
+    finding = explain(text)[0]
+    assert finding.id == expected
+    if expected == "container.shm-too-small":
+        assert finding.values["instead_of"] == "installer.no-space" and "docker run" in finding.excerpt
+
+
+_L40S_UNSUPPORTED = ("NVRM: The NVIDIA GPU 0000:05:00.0 (PCI ID: 10de:26b9)\nNVRM: installed in this system is not "
+                     "supported by the\nNVRM: NVIDIA 570.86.15 driver release.")
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # a decisive NVRM line beside the installer's headline names which driver owns the GPU
+    ("ERROR: Unable to load the kernel module 'nvidia.ko'.\n-> Kernel module load error: No such device\n"
+     "[  201.910514] NVRM: GPU 0000:01:00.0 is already bound to NovaCore.\n"
+     "[  201.913648] NVRM: No NVIDIA devices probed.", "kernel.no-adapter-probed"),
+    ("ERROR: Unable to load the kernel module 'nvidia.ko'.\nNVRM: GPU 0000:65:00.0 is already bound to vfio-pci.",
+     "kernel.no-adapter-probed"),
+    # the headers the GPU Operator's driver container cannot find are its repositories' problem
+    ("Installing Linux kernel headers...\nError: Unable to find a match: kernel-headers-4.18.0-240.23.2.el8_3.x86_64 "
+     "kernel-devel-4.18.0-240.23.2.el8_3.x86_64", "operator.driver-kernel"),
+    ("$ sudo dnf install kernel-devel-5.14.0-427.el9.x86_64\nError: Unable to find a match: "
+     "kernel-devel-5.14.0-427.el9.x86_64", "dkms.headers-missing"),
+    # the Windows build a WSL paste shows decides whether WSL can reach a GPU at all
+    ("Microsoft Windows [Version 10.0.17763.292]\n$ nvidia-smi\nNVIDIA-SMI has failed because it couldn't "
+     "communicate with the NVIDIA driver.", "wsl.gpu-unsupported"),
+    ("Microsoft Windows [Version 10.0.19045.3570]\n$ nvidia-smi\nNVIDIA-SMI has failed because it couldn't "
+     "communicate with the NVIDIA driver.", "smi.no-driver"),
+    # a GPU the release supports, "not supported" with a vGPU attached: the vGPU guest driver is needed
+    (f"{_L40S_UNSUPPORTED}\nThe VM has an L40S-8Q vGPU profile attached.", "vgpu.wrong-guest-driver"),
+    (f"{_L40S_UNSUPPORTED}\nThe worker nodes are virtual machines.", "kernel.gpu-unsupported"),  # a VM alone: no
+    (_L40S_UNSUPPORTED.replace("10de:26b9", "10de:0640") + "\nwith a vGPU", "kernel.gpu-unsupported"),  # G96: too old
+])
+def test_the_decisive_line_wins_over_the_headline(text: str, expected: str) -> None:
+    finding = explain(text)[0]
+    assert finding.id == expected, [f.id for f in explain(text)]
+
+
+def test_another_driver_owning_the_gpu_is_named_with_its_address() -> None:
+    finding = explain("NVRM: GPU 0000:01:00.0 is already bound to nouveau.")[0]
+    assert finding.values["driver"] == "nouveau" and finding.values["pci"] == "0000:01:00.0"
+    assert "nouveau" in finding.title and "lspci -nnk -s 0000:01:00.0" in str(finding.fix)
+
+
+def test_an_apparmor_record_wrapped_over_lines_is_read_as_one() -> None:
+    text = ('type=AVC msg=audit(1666461161.036:2784): apparmor="DENIED"\noperation="exec" profile="qtox" '
+            'name="/usr/bin/nvidia-modprobe" pid=5150\ncomm="qtox" requested_mask="x" denied_mask="x"')
+    finding = explain(text)[0]
+    assert finding.id == "apparmor.device-denied" and finding.values["path"] == "/usr/bin/nvidia-modprobe"
+    # a denial of something that is not the driver's is no NVIDIA finding
+    assert explain('apparmor="DENIED" operation="open" profile="qtox" name="/proc/modules" pid=5139') == []

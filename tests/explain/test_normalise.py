@@ -130,3 +130,12 @@ def test_html_entities_of_a_web_or_mail_copy_are_decoded():
     assert normalise("exec: &#34;nvidia-smi&#34;: executable file not found in $PATH &amp;&amp; 5 &gt; 4") == \
         'exec: "nvidia-smi": executable file not found in $PATH && 5 > 4'
     assert normalise("a &notanentity; stays") == "a &notanentity; stays"
+
+
+def test_bold_italic_markup_inside_a_pasted_message_is_dropped_but_underscores_of_names_stay():
+    line = ("stderr: **_nvidia-container-cli: mount error: mount operation failed:_** "
+            "/merged/proc/driver/nvidia/params/version/registry_**: no such file or directory")
+    assert normalise(line) == ("stderr: nvidia-container-cli: mount error: mount operation failed: "
+                               "/merged/proc/driver/nvidia/params/version/registry: no such file or directory")
+    assert normalise("libnvidia_ml_loader failed: CUDA_ERROR_NO_DEVICE") == \
+        "libnvidia_ml_loader failed: CUDA_ERROR_NO_DEVICE"
