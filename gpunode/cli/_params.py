@@ -18,6 +18,7 @@ from typing import Annotated, Any, get_args
 import typer
 
 from gpunode import options as table
+from gpunode.cli._typerpatch import import_rich_help
 from gpunode.errors import GpunodeError
 from gpunode.options import CLI, OptionSpec, options_for
 from gpunode.ui import broken_pipe, print_error, print_note
@@ -99,6 +100,7 @@ UndoStopGpuServicesOpt = Annotated[bool, typer.Option(
 
 def _help(ctx: typer.Context, value: bool) -> None:
     if value and not ctx.resilient_parsing:
+        import_rich_help()
         typer.echo(ctx.get_help(), color=ctx.color)
         raise typer.Exit(0)
 
