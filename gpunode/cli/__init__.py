@@ -15,7 +15,7 @@ from typer._click.exceptions import UsageError as ClickUsageError
 from typer.core import TyperCommand, TyperGroup
 
 from gpunode import __version__
-from gpunode.cli._params import HelpOpt
+from gpunode.cli._help import HelpOpt
 from gpunode.cli._typerpatch import defer_coercion, import_rich_help
 from gpunode.ui import broken_pipe, print_error
 

@@ -18,7 +18,7 @@ from typing import Annotated, Any, get_args
 import typer
 
 from gpunode import options as table
-from gpunode.cli._typerpatch import import_rich_help
+from gpunode.cli._help import HelpOpt
 from gpunode.errors import GpunodeError
 from gpunode.options import CLI, OptionSpec, options_for
 from gpunode.ui import broken_pipe, print_error, print_note
@@ -97,17 +97,6 @@ UndoStopGpuServicesOpt = Annotated[bool, typer.Option(
     "fabric manager, DCGM, MPS) so it can be unloaded and removed; they are not started again. Never stops other "
     "processes.")]
 
-
-def _help(ctx: typer.Context, value: bool) -> None:
-    if value and not ctx.resilient_parsing:
-        import_rich_help()
-        typer.echo(ctx.get_help(), color=ctx.color)
-        raise typer.Exit(0)
-
-
-# typer's own help option shows a `<bool>` type; commands use this one instead (app.command(add_help_option=False))
-HelpOpt = Annotated[bool, typer.Option("--help", "-h", metavar="", is_eager=True, expose_value=False,
-                                       callback=_help, help="Show this message and exit.")]
 
 def _panel(name: str, *annotations: Any) -> None:
     """--help lists these options under `name` (typer's rich help panels), not in one long table."""

@@ -47,6 +47,13 @@ def test_help_and_version_load_nothing_heavy():
         assert heavy(modules) == [], argv
 
 
+def test_install_loads_neither_the_explain_tables_nor_doctor():
+    # a converged install reads no explain table: the driver step loads them only when the installer fails
+    modules = loaded_after("import gpunode.cli.pipeline, gpunode.connection.ssh")
+    assert "gpunode.runner" in modules and "paramiko" in modules  # the probe really imported the install side
+    assert sorted(m for m in modules if m.startswith(("gpunode.explain", "gpunode.doctor", "gpunode.verify"))) == []
+
+
 def test_running_a_command_loads_its_module():
     modules = loaded_after(run_main("compat", "--gpu", "T4"))
     assert {"gpunode.cli.compat", "gpunode.compat"} <= modules and "paramiko" not in modules
