@@ -18,7 +18,10 @@ from benchmarks.measure import Row, ms
 
 DEPENDENCIES = ("typer", "rich", "paramiko", "requests", "distro", "packaging", "yaml", "pydantic", "invoke",
                 "markdown_it", "rich.markdown", "rich.traceback", "typer.rich_utils")
-OWN = ("gpunode.cli", "gpunode.cli.pipeline", "gpunode.cli.doctor", "gpunode.connection.ssh")
+# gpunode.cli.pipeline is what `plan --help` loads; a run adds gpunode.cli._inputs (the checks, the steps) and
+# gpunode.runner, and SSH
+OWN = ("gpunode.cli", "gpunode.cli.pipeline", "gpunode.cli._inputs", "gpunode.runner", "gpunode.cli.doctor",
+       "gpunode.connection.ssh")
 
 
 def import_cost(module: str, repeat: int) -> float:

@@ -214,6 +214,12 @@ def expected_errors(fixer: Callable[[str], str] | None = None) -> Iterator[None]
         raise typer.Exit(exc.exit_code) from None
 
 
+def _evaluated(annotation: Any, func: Callable[..., Any]) -> Any:
+    """A parameter's annotation as `inspect.signature(eval_str=True)` gives it (a string under
+    `from __future__ import annotations` is evaluated in the function's module)."""
+    return eval(annotation, func.__globals__) if isinstance(annotation, str) else annotation
+
+
 def command(reach: str = "none", pipeline: bool = False,
             reboot: bool = False) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Adds the shared options of `reach` (and of the pipeline, and --reboot) to a command. The command gets
@@ -227,8 +233,10 @@ def command(reach: str = "none", pipeline: bool = False,
     wanted = params((*(pipeline_params() if pipeline else ()), *(reboot_params() if reboot else ())))
 
     def decorate(func: Callable[..., None]) -> Callable[..., None]:
-        own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
-               for p in inspect.signature(func, eval_str=True).parameters.values()
+        # only the command's own options are evaluated: `target` and `request` may name their types under
+        # TYPE_CHECKING, so that `gpunode plan --help` need not import what a run uses
+        own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=_evaluated(p.annotation, func))
+               for p in inspect.signature(func).parameters.values()
                if p.name not in ("target", "argv", "request")]
         every = [*shared, *wanted, *own, inspect.Parameter("help_", inspect.Parameter.KEYWORD_ONLY, default=False,
                                                   annotation=HelpOpt)]

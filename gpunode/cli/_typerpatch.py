@@ -50,10 +50,10 @@ class _Later(type):
         return isinstance(obj, cls.real())
 
 
-def import_rich_help() -> types.ModuleType:
+def import_rich_help(target: str = "typer.rich_utils") -> types.ModuleType:
     """typer.rich_utils, imported without rich.markdown and rich.traceback (see the module docstring)."""
-    if "typer.rich_utils" in sys.modules:
-        return sys.modules["typer.rich_utils"]
+    if target in sys.modules:
+        return sys.modules[target]
     placed = []
     for module, name in _LATER.items():
         if module not in sys.modules:
@@ -62,7 +62,13 @@ def import_rich_help() -> types.ModuleType:
             sys.modules[module] = stand_in
             placed.append(module)
     try:
-        return importlib.import_module("typer.rich_utils")
+        return importlib.import_module(target)
+    except ImportError:  # a typer that wants more of them than the two classes: its own import, as it is
+        sys.modules.pop(target, None)
+        for module in placed:
+            del sys.modules[module]
+        placed.clear()
+        return importlib.import_module(target)
     finally:
         for module in placed:
             del sys.modules[module]
@@ -106,7 +112,10 @@ def defer_coercion(command: Any) -> Any:
         return command
     for param in getattr(command, "params", ()):
         if isinstance(param, _TyperParameter) and getattr(param, "_runtime_param", "") is None:
-            desc = param.type_descriptor
+            desc = getattr(param, "type_descriptor", None)
+            info = getattr(desc, "parameter_info", None)
+            if not all(hasattr(info, a) for a in ("parser", "min", "max")) or not hasattr(desc, "file_annotation"):
+                continue  # not the typer this was written for (0.29): its own coercion
             param._runtime_param = _Deferred(parameter_info=desc.parameter_info, annotation=desc.annotation,
                                              descriptor=desc)
     return command

@@ -47,9 +47,18 @@ def test_help_and_version_load_nothing_heavy():
         assert heavy(modules) == [], argv
 
 
+@pytest.mark.parametrize("command", ["plan", "install"])
+def test_a_pipeline_command_s_help_loads_no_pipeline(command):
+    # the options come from the option table; what a run uses (steps, facts, SSH, the runner) is imported by the run
+    modules = loaded_after(run_main(command, "--help"))
+    assert "gpunode.cli.pipeline" in modules  # the command's module really was loaded, for its options
+    assert heavy(modules - {"gpunode.cli.pipeline"}) == [] and "gpunode.runner" not in modules
+
+
 def test_install_loads_neither_the_explain_tables_nor_doctor():
     # a converged install reads no explain table: the driver step loads them only when the installer fails
-    modules = loaded_after("import gpunode.cli.pipeline, gpunode.connection.ssh")
+    modules = loaded_after("import gpunode.cli.pipeline, gpunode.cli._inputs, gpunode.cli._fleet, gpunode.runner, "
+                           "gpunode.cli._pipeline_view, gpunode.cli._target, gpunode.connection.ssh")
     assert "gpunode.runner" in modules and "paramiko" in modules  # the probe really imported the install side
     assert sorted(m for m in modules if m.startswith(("gpunode.explain", "gpunode.doctor", "gpunode.verify"))) == []
 

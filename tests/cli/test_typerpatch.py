@@ -70,6 +70,15 @@ def test_the_stand_ins_import_the_real_classes_when_used():
     assert done.stdout.strip() == "ok", done.stderr
 
 
+def test_a_typer_wanting_more_of_rich_markdown_gets_its_own_import(tmp_path):
+    (tmp_path / "wants_more.py").write_text("from rich.markdown import Markdown, Heading\n")
+    done = _run(f"import sys\nsys.path.insert(0, {str(tmp_path)!r})\n"
+                "from gpunode.cli._typerpatch import import_rich_help\nm = import_rich_help('wants_more')\n"
+                "import rich.markdown\nassert m.Heading is rich.markdown.Heading and m.Markdown is rich.markdown.Markdown\n"
+                "print('ok')\n")
+    assert done.stdout.strip() == "ok", done.stderr
+
+
 def test_markdown_help_still_renders_markdown():
     # gpunode never uses rich_markup_mode="markdown"; if it did, the stand-in must give typer the real Markdown
     app = ("import typer\napp = typer.Typer(rich_markup_mode='markdown')\n@app.command()\n"
