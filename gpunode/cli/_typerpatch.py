@@ -112,7 +112,7 @@ def defer_coercion(command: Any) -> Any:
         return command
     for param in getattr(command, "params", ()):
         if isinstance(param, _TyperParameter) and getattr(param, "_runtime_param", "") is None:
-            desc = getattr(param, "type_descriptor", None)
+            desc: Any = getattr(param, "type_descriptor", None)
             info = getattr(desc, "parameter_info", None)
             if not all(hasattr(info, a) for a in ("parser", "min", "max")) or not hasattr(desc, "file_annotation"):
                 continue  # not the typer this was written for (0.29): its own coercion
