@@ -17,7 +17,6 @@ from typer.core import TyperCommand, TyperGroup
 from gpunode import __version__
 from gpunode.cli._help import HelpOpt
 from gpunode.cli._typerpatch import defer_coercion, import_rich_help
-from gpunode.ui import broken_pipe, print_error
 
 # name -> (module, function, the one-line help shown by `gpunode --help`)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -60,6 +59,9 @@ def usage_error(exc: ClickUsageError, command: str | None = None) -> NoReturn:
     if len(path) == 1 and command in COMMANDS:  # an error click raised without the command's context
         path.append(command)
     listing = "lists the commands" if len(path) == 1 else "lists its options"
+    # imported on the error paths only: `gpunode --help` does not load the output module
+    from gpunode.ui import print_error
+
     print_error(exc.format_message(), shlex.join([*path, "--help"]) + f"  # {listing}")
     raise typer.Exit(2)
 
@@ -155,4 +157,6 @@ def main() -> None:
     try:
         app()
     except BrokenPipeError:
+        from gpunode.ui import broken_pipe
+
         broken_pipe()

@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # what `gpunode --help` no longer imports (typer.rich_utils' Markdown and Traceback; typer's pydantic coercion)
 NOT_FOR_HELP = ("markdown_it", "mdurl", "rich.markdown", "rich.traceback", "rich.pretty", "rich.syntax", "pygments",
                 "attr", "pydantic", "typer._adapters")
+# and what `gpunode --help` (the listing) no longer loads of gpunode's own: the option table, the output module
+NOT_FOR_THE_LISTING = ("gpunode.options", "gpunode.cli._params", "gpunode.ui", "json")
 
 
 def _run(code: str) -> subprocess.CompletedProcess[str]:
@@ -47,6 +49,12 @@ def test_help_and_an_offline_command_import_neither_markdown_nor_traceback_nor_p
     done = _run(_main(argv))
     assert "gpunode" in done.stdout or "Tesla T4" in done.stdout  # the help (or compat's answer) was printed
     assert _loaded(_modules(done.stderr), NOT_FOR_HELP) == []
+
+
+def test_the_listing_loads_neither_the_option_table_nor_the_output_module():
+    done = _run(_main(["--help"]))
+    assert "Commands" in done.stdout
+    assert _loaded(_modules(done.stderr), NOT_FOR_THE_LISTING) == []
 
 
 @pytest.mark.parametrize("argv", [["--help"], [], ["plan", "--help"], ["install", "--help"], ["uninstall", "-h"]])
