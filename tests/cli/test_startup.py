@@ -47,12 +47,15 @@ def test_help_and_version_load_nothing_heavy():
         assert heavy(modules) == [], argv
 
 
-@pytest.mark.parametrize("command", ["plan", "install"])
-def test_a_pipeline_command_s_help_loads_no_pipeline(command):
-    # the options come from the option table; what a run uses (steps, facts, SSH, the runner) is imported by the run
+@pytest.mark.parametrize("command", ["plan", "install", "doctor"])
+def test_a_command_s_help_loads_only_its_options(command):
+    # the options come from the option table; what a run uses (steps, checks, facts, SSH, the runner) is imported
+    # by the run
+    module = COMMANDS[command][0]
     modules = loaded_after(run_main(command, "--help"))
-    assert "gpunode.cli.pipeline" in modules  # the command's module really was loaded, for its options
-    assert heavy(modules - {"gpunode.cli.pipeline"}) == [] and "gpunode.runner" not in modules
+    assert module in modules  # the command's module really was loaded, for its options
+    assert heavy(modules - {module}) == [] and not any(m.startswith(("gpunode.runner", "gpunode.doctor"))
+                                                       for m in modules)
 
 
 def test_install_loads_neither_the_explain_tables_nor_doctor():
