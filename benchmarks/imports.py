@@ -3,8 +3,10 @@ the cumulative time of its top-level module; the median of several runs), agains
 gpunode's own command paths import (`gpunode.cli` for `--help`, a command's module when it runs).
 
 typer >= 0.2x coerces every parameter's value through pydantic when a command runs (typer/_coercion.py imports
-pydantic's TypeAdapter then): the pydantic row is that cost, paid by every command with parameters and never by
-`--help` or `--version`."""
+pydantic's TypeAdapter then): the pydantic row is that cost. gpunode defers it (gpunode/cli/_typerpatch.py) to a
+value pydantic must convert (a path, a choice, a signed number, a bad value): absent options, defaults, strings
+and plain numbers never import it. typer.rich_utils (any rich --help) imports rich.markdown and rich.traceback at its top
+level; gpunode imports it without them (gpunode/cli/_typerpatch.py), so its row is typer's cost, not gpunode's."""
 
 from __future__ import annotations
 
@@ -15,8 +17,11 @@ import sys
 from benchmarks.measure import Row, ms
 
 DEPENDENCIES = ("typer", "rich", "paramiko", "requests", "distro", "packaging", "yaml", "pydantic", "invoke",
-                "markdown_it")
-OWN = ("gpunode.cli", "gpunode.cli.pipeline", "gpunode.cli.doctor", "gpunode.connection.ssh")
+                "markdown_it", "rich.markdown", "rich.traceback", "typer.rich_utils")
+# gpunode.cli.pipeline is what `plan --help` loads; a run adds gpunode.cli._inputs (the checks, the steps) and
+# gpunode.runner, and SSH
+OWN = ("gpunode.cli", "gpunode.cli.pipeline", "gpunode.cli._inputs", "gpunode.runner", "gpunode.cli.doctor",
+       "gpunode.connection.ssh")
 
 
 def import_cost(module: str, repeat: int) -> float:

@@ -1,6 +1,6 @@
-"""Start-up: `gpunode --help`, `--version`, `compat --gpu T4` against `python3 -c pass` (the reference); and what
-shell completion (`--install-completion`, typer's) adds to `--help`: the same process with completion switched
-off is the reference."""
+"""Start-up: `gpunode --help`, `--version`, `plan --help`, `compat --gpu T4` against `python3 -c pass` (the
+reference, run in turn with them); and what shell completion (`--install-completion`, typer's) adds to `--help`:
+the same process with completion switched off is the reference."""
 
 from __future__ import annotations
 
@@ -18,24 +18,30 @@ _HELP_WITH = ("import sys\nimport gpunode.cli as c\nc.app._add_completion = {on}
               "try:\n    c.main()\nexcept SystemExit:\n    pass\n")
 
 
-def _median(argv: list[str], repeat: int) -> float:
-    samples = []
-    run(argv)  # warm the page cache and the .pyc files first
+COMMANDS = (["--help"], ["--version"], ["plan", "--help"], ["compat", "--gpu", "T4"])
+
+
+def _medians(argvs: list[list[str]], repeat: int) -> list[float]:
+    """The median wall time of each command, run in turn (A B C A B C ...) so that load on the machine hits all
+    of them alike."""
+    samples: list[list[float]] = [[] for _ in argvs]
+    for argv in argvs:
+        run(argv)  # warm the page cache and the .pyc files first
     for _ in range(repeat):
-        start = time.perf_counter()
-        run(argv)
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+        for i, argv in enumerate(argvs):
+            start = time.perf_counter()
+            run(argv)
+            samples[i].append(time.perf_counter() - start)
+    return [statistics.median(s) for s in samples]
 
 
 def bench(repeat: int) -> list[Row]:
-    base = _median([sys.executable, "-c", "pass"], repeat)
+    base, *took = _medians([[sys.executable, "-c", "pass"], *([gpunode_bin(), *a] for a in COMMANDS)], repeat)
     rows = []
-    for args in (["--help"], ["--version"], ["compat", "--gpu", "T4"]):
-        took = _median([gpunode_bin(), *args], repeat)
-        target, met = (f"<= {HELP_TARGET:.0f}x", took / base <= HELP_TARGET) if args == ["--help"] else ("", None)
-        rows.append(Row("start-up", f"gpunode {' '.join(args)} (median of {repeat})", ms(took),
-                        f"python3 -c pass {ms(base)}", took / base, target, met))
+    for args, t in zip(COMMANDS, took, strict=True):
+        target, met = (f"<= {HELP_TARGET:.0f}x", t / base <= HELP_TARGET) if args == ["--help"] else ("", None)
+        rows.append(Row("start-up", f"gpunode {' '.join(args)} (median of {repeat}, interleaved)", ms(t),
+                        f"python3 -c pass {ms(base)}", t / base, target, met))
     with_completion, without = _interleaved(repeat)
     ratio = with_completion / without
     rows.append(Row("start-up", f"gpunode --help with shell completion (median of {repeat})", ms(with_completion),

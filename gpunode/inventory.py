@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gpunode.errors import UsageError
 
 if sys.version_info >= (3, 11):
@@ -258,6 +256,8 @@ def load_inventory(path: str | Path) -> list[InventoryHost]:
         except tomllib.TOMLDecodeError as exc:
             raise UsageError(f"{source}: invalid TOML: {exc}", fix="fix the syntax at the position shown") from None
     if path.suffix in (".yml", ".yaml") or text.lstrip().startswith(("---", "all:")):
+        import yaml  # only for a YAML inventory: a run on one --host does not pay for it
+
         try:
             data = yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:

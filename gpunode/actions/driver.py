@@ -14,7 +14,6 @@ from gpunode.artifacts.makeself import read_header
 from gpunode.artifacts.source import Source, Verified, obtain
 from gpunode.connection.base import TEMP_PARENT, Connection, DiskFree, megabytes
 from gpunode.errors import CommandError
-from gpunode.explain import installer_failure
 from gpunode.facts.transaction import Query, Transaction
 from gpunode.records import DriverRecord, UndoRecord
 from gpunode.shell import Script
@@ -132,7 +131,10 @@ def _free_fix(room: DiskFree | None, verified: Verified) -> str:
 
 def explain_failure(output: str) -> tuple[str, str]:
     """(what went wrong, the fix) from the installer's output and log tail (data/installer_failures.csv and the
-    other explain tables), else a pointer at the log."""
+    other explain tables), else a pointer at the log. The explain tables load only here: an install whose
+    installer succeeds (or that has nothing to install) never reads them."""
+    from gpunode.explain import installer_failure
+
     return installer_failure(output) or (
         "the NVIDIA installer failed",
         f"read {LOG} on the node (its tail is above), fix the cause and run the same command again")

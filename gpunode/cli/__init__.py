@@ -15,8 +15,8 @@ from typer._click.exceptions import UsageError as ClickUsageError
 from typer.core import TyperCommand, TyperGroup
 
 from gpunode import __version__
-from gpunode.cli._params import HelpOpt
-from gpunode.ui import broken_pipe, print_error
+from gpunode.cli._help import HelpOpt
+from gpunode.cli._typerpatch import defer_coercion, import_rich_help
 
 # name -> (module, function, the one-line help shown by `gpunode --help`)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -49,7 +49,7 @@ def load_command(name: str) -> Any:
     module, function, _ = COMMANDS[name]
     single = typer.Typer(add_completion=False, pretty_exceptions_show_locals=False)
     single.command(name=name, add_help_option=False)(getattr(importlib.import_module(module), function))
-    return typer.main.get_command(single)
+    return defer_coercion(typer.main.get_command(single))
 
 
 def usage_error(exc: ClickUsageError, command: str | None = None) -> NoReturn:
@@ -59,6 +59,9 @@ def usage_error(exc: ClickUsageError, command: str | None = None) -> NoReturn:
     if len(path) == 1 and command in COMMANDS:  # an error click raised without the command's context
         path.append(command)
     listing = "lists the commands" if len(path) == 1 else "lists its options"
+    # imported on the error paths only: `gpunode --help` does not load the output module
+    from gpunode.ui import print_error
+
     print_error(exc.format_message(), shlex.join([*path, "--help"]) + f"  # {listing}")
     raise typer.Exit(2)
 
@@ -98,6 +101,7 @@ class LazyGroup(TyperGroup):
         """typer's --install-completion / --show-completion are flags: no `<bool>` after them in --help, like
         gpunode's own flags."""
         params = super().get_params(ctx)
+        defer_coercion(self)  # typer's completion flags would import pydantic for their value None
         for param in params:
             if param.name in ("install_completion", "show_completion") and param.metavar is None:
                 param.metavar = ""
@@ -113,6 +117,7 @@ class LazyGroup(TyperGroup):
             self._listing = False
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
+        import_rich_help()
         self._listing = True
         try:
             super().format_help(ctx, formatter)
@@ -152,4 +157,6 @@ def main() -> None:
     try:
         app()
     except BrokenPipeError:
+        from gpunode.ui import broken_pipe
+
         broken_pipe()

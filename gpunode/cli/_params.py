@@ -18,6 +18,7 @@ from typing import Annotated, Any, get_args
 import typer
 
 from gpunode import options as table
+from gpunode.cli._help import HelpOpt
 from gpunode.errors import GpunodeError
 from gpunode.options import CLI, OptionSpec, options_for
 from gpunode.ui import broken_pipe, print_error, print_note
@@ -96,16 +97,6 @@ UndoStopGpuServicesOpt = Annotated[bool, typer.Option(
     "fabric manager, DCGM, MPS) so it can be unloaded and removed; they are not started again. Never stops other "
     "processes.")]
 
-
-def _help(ctx: typer.Context, value: bool) -> None:
-    if value and not ctx.resilient_parsing:
-        typer.echo(ctx.get_help(), color=ctx.color)
-        raise typer.Exit(0)
-
-
-# typer's own help option shows a `<bool>` type; commands use this one instead (app.command(add_help_option=False))
-HelpOpt = Annotated[bool, typer.Option("--help", "-h", metavar="", is_eager=True, expose_value=False,
-                                       callback=_help, help="Show this message and exit.")]
 
 def _panel(name: str, *annotations: Any) -> None:
     """--help lists these options under `name` (typer's rich help panels), not in one long table."""
@@ -223,6 +214,12 @@ def expected_errors(fixer: Callable[[str], str] | None = None) -> Iterator[None]
         raise typer.Exit(exc.exit_code) from None
 
 
+def _evaluated(annotation: Any, func: Callable[..., Any]) -> Any:
+    """A parameter's annotation as `inspect.signature(eval_str=True)` gives it (a string under
+    `from __future__ import annotations` is evaluated in the function's module)."""
+    return eval(annotation, func.__globals__) if isinstance(annotation, str) else annotation
+
+
 def command(reach: str = "none", pipeline: bool = False,
             reboot: bool = False) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Adds the shared options of `reach` (and of the pipeline, and --reboot) to a command. The command gets
@@ -236,8 +233,10 @@ def command(reach: str = "none", pipeline: bool = False,
     wanted = params((*(pipeline_params() if pipeline else ()), *(reboot_params() if reboot else ())))
 
     def decorate(func: Callable[..., None]) -> Callable[..., None]:
-        own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
-               for p in inspect.signature(func, eval_str=True).parameters.values()
+        # only the command's own options are evaluated: `target` and `request` may name their types under
+        # TYPE_CHECKING, so that `gpunode plan --help` need not import what a run uses
+        own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=_evaluated(p.annotation, func))
+               for p in inspect.signature(func).parameters.values()
                if p.name not in ("target", "argv", "request")]
         every = [*shared, *wanted, *own, inspect.Parameter("help_", inspect.Parameter.KEYWORD_ONLY, default=False,
                                                   annotation=HelpOpt)]

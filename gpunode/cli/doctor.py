@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Sequence
-from typing import Annotated, TextIO
+from typing import TYPE_CHECKING, Annotated, TextIO
 
 import typer
 from rich.console import Console
@@ -13,17 +13,19 @@ from rich.table import Table
 from rich.text import Text
 
 from gpunode import SCHEMA_VERSION, __version__
-from gpunode.cli._fleet import fits, print_summary, run_with_view
 from gpunode.cli._params import command, expected_errors
-from gpunode.cli._target import Target, rewrite_fixes
-from gpunode.doctor import CheckResult, run_checks, summary
-from gpunode.doctor import verdict as readiness
-from gpunode.doctor.document import doctor_document
 from gpunode.errors import GpunodeError
-from gpunode.facts import FULL, Facts, gather
-from gpunode.fleet import HostResult, LoggedConnection, QueueReporter
-from gpunode.inventory import InventoryHost
 from gpunode.ui import Fixer, clean, counted, describe_node, labelled, node_text, out, print_error, print_json
+
+# the checks, the facts and the fleet are imported when doctor runs: `gpunode doctor --help` needs only its options
+# (rich is loaded for the help anyway)
+if TYPE_CHECKING:
+    from gpunode.cli._target import Target
+    from gpunode.doctor import CheckResult
+    from gpunode.doctor import verdict as readiness
+    from gpunode.facts import Facts
+    from gpunode.fleet import HostResult, QueueReporter
+    from gpunode.inventory import InventoryHost
 
 STATUS_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
 
@@ -36,6 +38,8 @@ def render_checks(host: str, facts: Facts, results: Sequence[CheckResult], conso
     """One node's checks grouped by layer, then the counts. Fixes are made runnable for the node by `fixer`
     (gpunode/cli/_target.py). On a wide console a table; on a narrow one (80 columns, a split pane) each check
     on a line of its own with its evidence and fix indented under it, so neither is squeezed into a column."""
+    from gpunode.doctor import summary
+
     console = console or out
     console.print(Text(describe_node(host, facts), style="bold"))
     id_width = max((len(r.id) for r in results), default=0)
@@ -109,6 +113,8 @@ TextfileOpt = Annotated[str | None, typer.Option(
 def _output_format(target: Target, fmt: str | None, ready_file: str | None, reboot_marker: str | None,
                    textfile: str | None) -> str:
     """The format asked for, checked against the other options (usage errors exit 2)."""
+    from gpunode.doctor import verdict as readiness
+
     chosen = (fmt or ("json" if target.json_output else "table")).lower()
     if chosen not in readiness.FORMATS:
         print_error(f"--format {clean(fmt or '')}: not a format", "use one of: " + ", ".join(readiness.FORMATS))
@@ -133,6 +139,12 @@ def _output_format(target: Target, fmt: str | None, ready_file: str | None, rebo
 def doctor(target: Target, format: FormatOpt = None, ready_file: ReadyFileOpt = None,  # noqa: A002 - the option
            reboot_marker: RebootMarkerOpt = None, textfile: TextfileOpt = None) -> None:
     """Diagnose the node (read-only): exit 0 all pass, 1 any failure, 2 usage or connection error."""
+    from gpunode.cli._target import rewrite_fixes
+    from gpunode.doctor import run_checks
+    from gpunode.doctor import verdict as readiness
+    from gpunode.doctor.document import doctor_document
+    from gpunode.facts import FULL, gather
+
     chosen = _output_format(target, format, ready_file, reboot_marker, textfile)
     if target.fleet is not None:
         _doctor_fleet(target, target.fleet)
@@ -178,6 +190,8 @@ def _remote_note(what: str) -> None:
 
 def _k8s(verdict: readiness.Readiness, ready_file: str | None, reboot_marker: str | None, local: bool) -> None:
     """The readiness file exists only while the node is ready; the reboot marker only while a reboot is due."""
+    from gpunode.doctor import verdict as readiness
+
     document = readiness.readiness_document(verdict)
     marker = readiness.reboot_marker(verdict)
     if not local and (ready_file or reboot_marker):
@@ -202,6 +216,8 @@ def _k8s(verdict: readiness.Readiness, ready_file: str | None, reboot_marker: st
 
 
 def _metrics(text: str, textfile: str | None, local: bool) -> None:
+    from gpunode.doctor import verdict as readiness
+
     if textfile and local:
         try:
             readiness.write_atomic(textfile, text)
@@ -220,6 +236,11 @@ _LETTER = {"pass": ("✓", "green"), "warn": ("!", "yellow"), "fail": ("✗", "b
 
 def _doctor_fleet(target: Target, hosts: list[InventoryHost]) -> None:
     """Every node diagnosed in parallel; one table of checks x hosts, failures listed with their fix."""
+    from gpunode.cli._fleet import fits, print_summary, run_with_view
+    from gpunode.doctor import run_checks, summary
+    from gpunode.facts import FULL, gather
+    from gpunode.fleet import HostResult, LoggedConnection
+
     target.secrets()
     checks: dict[str, list[CheckResult]] = {}
     by_name = {h.name: h for h in hosts}

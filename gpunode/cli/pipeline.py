@@ -3,27 +3,45 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import shlex
+import sys
 from contextlib import AbstractContextManager
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import typer
 
-from gpunode import cancel
-from gpunode.cli._fleet import fleet_exit_code, print_summary, run_with_view
-from gpunode.cli._inputs import Request
 from gpunode.cli._params import DryRunOpt, ProgressFormatOpt, command, expected_errors
-from gpunode.cli._pipeline_view import ConsoleReporter, render_install, render_plan
-from gpunode.cli._target import Target, rewrite_fixes
-from gpunode.cli.events import FORMATS, JsonlReporter
 from gpunode.errors import UsageError
-from gpunode.fleet import HostResult, LoggedConnection, QueueReporter, result_from_report
-from gpunode.inventory import InventoryHost
-from gpunode.options import Options
-from gpunode.runner import RunInterrupted, RunReport, apply_pipeline, plan_pipeline
-from gpunode.steps.base import Step
-from gpunode.ui import err, node_text, print_json
+
+if TYPE_CHECKING:
+    from gpunode import cancel
+    from gpunode.cli._inputs import Request
+    from gpunode.cli._target import Target
+    from gpunode.cli.events import JsonlReporter
+    from gpunode.fleet import HostResult, QueueReporter
+    from gpunode.inventory import InventoryHost
+    from gpunode.options import Options
+    from gpunode.runner import RunReport
+    from gpunode.steps.base import Step
+
+# What a run uses is imported when it runs, so that `gpunode plan --help` loads neither the pipeline nor the facts
+# nor SSH. These stay attributes of this module (tests replace them), read through `_late`.
+_LATE = {"ConsoleReporter": "gpunode.cli._pipeline_view", "apply_pipeline": "gpunode.runner",
+         "plan_pipeline": "gpunode.runner"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LATE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LATE[name]), name)
+    globals()[name] = value
+    return value
+
+
+def _late(name: str) -> Any:
+    return getattr(sys.modules[__name__], name)
 
 
 @command(reach="rolling", pipeline=True)
@@ -41,6 +59,8 @@ def install(target: Target, request: Request, argv: list[str], dry_run: DryRunOp
 
 def _events(progress: str, mode: str, target: Target, request: Request) -> JsonlReporter | None:
     """--progress: None for human output, else the event writer (docs/engines.md). Usage errors exit 2."""
+    from gpunode.cli.events import FORMATS, JsonlReporter
+
     with expected_errors():
         if progress not in FORMATS:
             raise UsageError(f"--progress {progress!r} is not one of {', '.join(FORMATS)}",
@@ -75,6 +95,12 @@ def next_step(mode: str, report: RunReport, target: Target, argv: list[str]) -> 
 
 def _run(mode: str, target: Target, request: Request, argv: list[str], progress: str = "human") -> None:
     """One implementation of plan and install, for one node or a fleet. Every option was checked already."""
+    from gpunode import cancel
+    from gpunode.cli._pipeline_view import render_install, render_plan
+    from gpunode.cli._target import rewrite_fixes
+    from gpunode.runner import RunInterrupted
+    from gpunode.ui import err, print_json
+
     events = _events(progress, mode, target, request)
     if events is not None:  # stdout holds events only: no progress bars, the recap goes to stderr
         request = dataclasses.replace(request, options=dataclasses.replace(request.options, progress=None))
@@ -83,12 +109,12 @@ def _run(mode: str, target: Target, request: Request, argv: list[str], progress:
             _run_fleet(mode, target, target.fleet, request.steps, request.options)
         with target.open() as conn:
             if mode == "plan":
-                report = plan_pipeline(conn, request.steps, request.options, events, check_artifacts=True)
+                report = _late("plan_pipeline")(conn, request.steps, request.options, events, check_artifacts=True)
             else:
-                reporter = events or (None if target.json_output else ConsoleReporter())
+                reporter = events or (None if target.json_output else _late("ConsoleReporter")())
                 with two_stage_interrupt() as token, cancel.bind(token):
                     try:
-                        report = apply_pipeline(conn, request.steps, request.options, reporter)
+                        report = _late("apply_pipeline")(conn, request.steps, request.options, reporter)
                     except RunInterrupted as stopped:
                         report = stopped.report
                 stopped_by(report, token)
@@ -112,6 +138,11 @@ def _run(mode: str, target: Target, request: Request, argv: list[str], progress:
 
 def _run_fleet(mode: str, target: Target, hosts: list[InventoryHost], selected: tuple[Step, ...],
                options: Options) -> None:
+    from gpunode.cli._fleet import fleet_exit_code, print_summary, run_with_view
+    from gpunode.cli._target import rewrite_fixes
+    from gpunode.fleet import HostResult, LoggedConnection, result_from_report
+    from gpunode.runner import RunInterrupted
+
     target.secrets()  # prompt before any worker starts
     options = dataclasses.replace(options, progress=None)
 
@@ -119,10 +150,10 @@ def _run_fleet(mode: str, target: Target, hosts: list[InventoryHost], selected: 
         interrupted: RunInterrupted | None = None
         with LoggedConnection(target.open(host), log) as conn:
             if mode == "plan":
-                report = plan_pipeline(conn, selected, options, reporter, check_artifacts=True)
+                report = _late("plan_pipeline")(conn, selected, options, reporter, check_artifacts=True)
             else:
                 try:
-                    report = apply_pipeline(conn, selected, options, reporter)
+                    report = _late("apply_pipeline")(conn, selected, options, reporter)
                 except RunInterrupted as stopped:
                     interrupted, report = stopped, stopped.report
         if getattr(log, "debug", False):  # the report holds file diffs (node file contents): debug level only
@@ -144,10 +175,15 @@ def two_stage_interrupt() -> AbstractContextManager[cancel.CancelToken]:
     """Ctrl-C or SIGTERM on a single-node install or uninstall (gpunode/cancel.py `signals`): the first asks the
     run to stop at the next safe point (a running command finishes), the second stops at once. The exit code is
     130 for Ctrl-C, 143 for SIGTERM (`stopped_by`)."""
+    from gpunode import cancel
+    from gpunode.ui import err, node_text
+
     return cancel.signals(lambda text: err.print(node_text(f"interrupted: {text}", "bold yellow")))
 
 
 def stopped_by(report: RunReport, token: cancel.CancelToken) -> None:
     """An interrupted run exits with the code of the signal that stopped it (143 for SIGTERM)."""
+    from gpunode import cancel
+
     if report.interrupted:
         report.interrupted_exit = cancel.exit_code(token)

@@ -47,6 +47,26 @@ def test_help_and_version_load_nothing_heavy():
         assert heavy(modules) == [], argv
 
 
+@pytest.mark.parametrize("command", ["plan", "install", "doctor"])
+def test_a_command_s_help_loads_only_its_options(command):
+    # the options come from the option table; what a run uses (steps, checks, facts, SSH, the runner) is imported
+    # by the run
+    module = COMMANDS[command][0]
+    modules = loaded_after(run_main(command, "--help"))
+    assert module in modules  # the command's module really was loaded, for its options
+    assert heavy(modules - {module}) == [] and not any(m.startswith(("gpunode.runner", "gpunode.doctor"))
+                                                       for m in modules)
+
+
+def test_install_loads_neither_the_explain_tables_nor_doctor():
+    # a converged install reads no explain table: the driver step loads them only when the installer fails
+    modules = loaded_after("import gpunode.cli.pipeline, gpunode.cli._inputs, gpunode.cli._fleet, gpunode.runner, "
+                           "gpunode.cli._pipeline_view, gpunode.cli._target, gpunode.connection.ssh")
+    assert "gpunode.runner" in modules and "paramiko" in modules  # the probe really imported the install side
+    assert sorted(m for m in modules if m.startswith(("gpunode.explain", "gpunode.doctor", "gpunode.verify"))) == []
+    assert "yaml" not in modules  # only a YAML inventory needs it (gpunode/inventory.py)
+
+
 def test_running_a_command_loads_its_module():
     modules = loaded_after(run_main("compat", "--gpu", "T4"))
     assert {"gpunode.cli.compat", "gpunode.compat"} <= modules and "paramiko" not in modules
