@@ -30,7 +30,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.realos.vm import HOST_ALIAS, Result
+from tests.realos.vm import HOST_ALIAS, Result, ssh
 
 UID_BASE = 100000  # the node's root is this host uid; 65536 ids are mapped
 CLONE_NEWNS = 0x00020000
@@ -270,12 +270,7 @@ class ChrootNode:
         return self
 
     def ssh(self, command: str, timeout: float = 600, check: bool = False) -> Result:
-        done = subprocess.run(["ssh", "-F", str(self.ssh_config), "-o", "BatchMode=yes", HOST_ALIAS, command],
-                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-        result = Result(done.returncode, done.stdout, done.stderr)
-        if check and result.rc != 0:
-            raise AssertionError(f"node command failed ({result.rc}): {command}\n{result.out}\n{result.err}")
-        return result
+        return ssh(self.ssh_config, command, timeout, check)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

@@ -138,6 +138,17 @@ class Result:
     err: str
 
 
+def ssh(config: Path, command: str, timeout: float = 600, check: bool = False) -> Result:
+    """`command` on the tier's node (a VM, or the chroot node) through real ssh with `config`; with `check`, a
+    non-zero exit fails the test with its output."""
+    done = subprocess.run(["ssh", "-F", str(config), "-o", "BatchMode=yes", HOST_ALIAS, command],
+                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    result = Result(done.returncode, done.stdout, done.stderr)
+    if check and result.rc != 0:
+        raise AssertionError(f"node command failed ({result.rc}): {command}\n{result.out}\n{result.err}")
+    return result
+
+
 @dataclass
 class Vm:
     image: Path
@@ -208,12 +219,7 @@ class Vm:
         return self.proc is not None and self.proc.poll() is None
 
     def ssh(self, command: str, timeout: float = 600, check: bool = False) -> Result:
-        done = subprocess.run(["ssh", "-F", str(self.ssh_config), "-o", "BatchMode=yes", HOST_ALIAS, command],
-                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-        result = Result(done.returncode, done.stdout, done.stderr)
-        if check and result.rc != 0:
-            raise AssertionError(f"guest command failed ({result.rc}): {command}\n{result.out}\n{result.err}")
-        return result
+        return ssh(self.ssh_config, command, timeout, check)
 
     def wait_ssh(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
