@@ -24,6 +24,8 @@ BRANCH_EXACT = re.compile(r"^\d{3}$")
 RUNFILE = re.compile(
     r"^NVIDIA-Linux-(?P<arch>x86_64|aarch64)-(?P<version>\d+\.\d+(?:\.\d+)?)(?:-[\w-]+)?\.run$")
 ARCHES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
+# the same architectures by dpkg's names (apt's $(ARCH) in a repository line)
+DEB_ARCHES = {arch: name for name, arch in ARCHES.items() if name != arch}
 
 DRIVER_FIX = "use the full version from NVIDIA's download page, e.g. 535.129.03 or 550.54.15"
 

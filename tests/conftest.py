@@ -15,6 +15,7 @@ os.environ.setdefault("COLUMNS", "200")  # stable rich layout, before gpunode.ui
 
 import pytest  # noqa: E402
 
+from tests.nodesim import rootfs  # noqa: E402
 from tests.stage_times import STAGE_TIMES  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures" / "real"
@@ -50,7 +51,7 @@ def _no_internet_in_plans(monkeypatch: pytest.MonkeyPatch) -> None:
 # a second (Ctrl-C reaches every process of the terminal's group, and the controller passes it on) counts once,
 # so a teardown in progress is not interrupted by its own echo.
 STOP_REQUESTS: list[str] = []
-_LAST_SIGNAL: list[float] = []
+_LAST_SIGNAL = [float("-inf")]  # when the last stop signal arrived (time.monotonic)
 _CONFIG: list[pytest.Config] = []
 
 
@@ -58,32 +59,17 @@ def _xdist_controller() -> bool:
     return bool(_CONFIG) and not hasattr(_CONFIG[0], "workerinput") and _CONFIG[0].pluginmanager.hasplugin("dsession")
 
 
-def _children() -> list[int]:
-    """This process's child processes (the xdist workers), from /proc."""
-    me = str(os.getpid())
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if stat[stat.rindex(")") + 2:].split()[1] == me:
-                found.append(int(entry.name))
-    return found
-
-
 def _stop_tests(signum: int, frame: object) -> None:
     name = signal.Signals(signum).name
     now = time.monotonic()
-    echo = bool(_LAST_SIGNAL) and now - _LAST_SIGNAL[-1] < 1.0
-    _LAST_SIGNAL.append(now)
+    echo = now - _LAST_SIGNAL[0] < 1.0
+    _LAST_SIGNAL[0] = now
     if echo:
         return
     first = not STOP_REQUESTS
     STOP_REQUESTS.append(name)
     if _xdist_controller():
-        for pid in _children():
+        for pid in rootfs.children(os.getpid()):  # the workers
             try:
                 os.kill(pid, signum)
             except OSError:
@@ -114,17 +100,14 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
 REALOS_PREFIX = "tests/realos/"
 
 
-def _realos(item: pytest.Item) -> bool:
-    return Path(str(item.path)).is_relative_to(Path(__file__).parent / "realos")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    items[:] = [item for item in items if _realos(item)] + [item for item in items if not _realos(item)]
-
-
 def unit_of_work(nodeid: str) -> str:
     """The unit of work a test belongs to: "realos" for the real-OS tier, else its module."""
     return "realos" if nodeid.startswith(REALOS_PREFIX) else nodeid.split("::", 1)[0]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tier = [item for item in items if unit_of_work(item.nodeid) == "realos"]
+    items[:] = tier + [item for item in items if unit_of_work(item.nodeid) != "realos"]
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -244,8 +244,13 @@ def _bake_build(facts: Facts, options: Options, manager: str, version: str, upgr
         return []
     notes.append(f"bake: the package's DKMS builds at install for {said}, not {kernel}: built for it "
                  "after the install")
-    return [RunCommand(f"build the driver {version} module for kernel {kernel} (dkms autoinstall)",
-                       ("dkms", "autoinstall", "-k", kernel), timeout=1800)]
+    return [_dkms_build(version, kernel)]
+
+
+def _dkms_build(version: str, kernel: str) -> RunCommand:
+    """The package's DKMS module built for `kernel` (a bake kernel its maintainer script did not pick)."""
+    return RunCommand(f"build the driver {version} module for kernel {kernel} (dkms autoinstall)",
+                      ("dkms", "autoinstall", "-k", kernel), timeout=1800)
 
 
 def _pin(facts: Facts, manager: str, version: str) -> WriteFile | None:
@@ -279,8 +284,7 @@ def _in_place(facts: Facts, options: Options, state: DriverState, version: str, 
         kernel = bake.target_kernel(facts, options) if options.bake and not route.precompiled else None
         if kernel is not None and not bake.module_sums(facts, kernel):
             return change(NAME, f"{label} is installed but its module is not built for kernel {kernel} (bake)",
-                          [*holds, RunCommand(f"build the driver {version} module for kernel {kernel} (dkms "
-                                              "autoinstall)", ("dkms", "autoinstall", "-k", kernel), timeout=1800)],
+                          [*holds, _dkms_build(version, kernel)],
                           *notes)
         if holds:
             return change(NAME, f"{label} is installed; holding its packages", holds, *notes)

@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from urllib.parse import unquote
 
-from gpunode import pkgmgr, rules
+from gpunode import pkgmgr, rules, versions
 from gpunode.actions.packages import InstallLocalPackages, PackageCommand, install_packages, package_command
 from gpunode.facts import Facts, offers
 from gpunode.facts import k8s as k8s_facts
@@ -40,7 +40,6 @@ NAME = "toolkit"
 TITLE = "NVIDIA Container Toolkit"
 PACKAGES = rules.TOOLKIT_PACKAGES
 ARCHES = ("x86_64", "aarch64")
-DEB_ARCHES = {"x86_64": "amd64", "aarch64": "arm64"}  # dpkg's names: apt's $(ARCH) in the repository line
 
 REPO = "https://nvidia.github.io/libnvidia-container"
 MARKER = "nvidia.github.io/libnvidia-container"
@@ -322,7 +321,7 @@ def offers_query(facts: Facts, manager: str) -> Query[Offers] | None:
     if configured(facts, manager):
         return None
     if manager == "apt":
-        return offers.apt_flat(f"{REPO}/stable/deb/{DEB_ARCHES[facts.arch]}", PACKAGES)
+        return offers.apt_flat(f"{REPO}/stable/deb/{versions.DEB_ARCHES[facts.arch]}", PACKAGES)
     return offers.rpm_md(f"{REPO}/stable/rpm/{facts.arch}", PACKAGES)
 
 

@@ -191,6 +191,11 @@ def _children_map() -> dict[int, list[int]]:
     return children
 
 
+def children(pid: int) -> list[int]:
+    """The child processes of `pid`, from the host's /proc."""
+    return _children_map().get(pid, [])
+
+
 def descendants(pid: int) -> list[int]:
     """All descendants of `pid` (children first-level first), from the host's /proc."""
     children = _children_map()
