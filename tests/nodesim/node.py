@@ -20,6 +20,7 @@ import base64
 import gzip
 import hashlib
 import os
+import random
 import shlex
 import shutil
 import socket
@@ -42,15 +43,31 @@ _ports_lock = threading.Lock()
 _ports_in_use: set[int] = set()
 
 
+def _below_ephemeral() -> range:
+    """Ports below the kernel's ephemeral range: no outgoing connection and no bind to port 0 (another test
+    process's node, an xdist worker's) takes a node's port while its sshd is down for a reboot, so the node comes
+    back on the port its clients (an Ansible inventory) know."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return range(10000, max(low, 11000))
+
+
 def _free_port() -> int:
     with _ports_lock:
-        for _ in range(50):
+        ports = _below_ephemeral()
+        for _ in range(200):
+            port = random.choice(ports)
+            if port in _ports_in_use:
+                continue
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-            if port not in _ports_in_use:
-                _ports_in_use.add(port)
-                return port
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _ports_in_use.add(port)
+            return port
     raise RuntimeError("no free port on 127.0.0.1")
 
 
