@@ -94,9 +94,11 @@ class Ansible:
             "GPUNODE_CACHE_DIR": str(work / "cache"),
         }
         self.runs = 0
+        self.nodes: list[SimNode] = []
 
     def hosts(self, nodes: list[SimNode], names: list[str] | None = None, extra: dict[str, str] | None = None) -> Path:
         """An INI inventory (gpunode's fleet mode reads the same file) and the nodes' known_hosts."""
+        self.nodes = list(nodes)
         names = names or [f"gpu-{i:02d}" for i in range(len(nodes))]
         self.known_hosts.write_text("".join(Path(n.known_hosts).read_text() for n in nodes))
         lines = ["[gpu]"]
@@ -119,9 +121,14 @@ class Ansible:
             path.write_text(playbook)
             playbook = path
         started = time.monotonic()
-        proc = subprocess.run([ansible_tool("ansible-playbook"), "-i", str(self.inventory), str(playbook), *args],
-                              env={**self.env, **(env or {}), "GPUNODE_TEST_RECORD": str(record)}, cwd=self.work,
-                              capture_output=True, text=True, timeout=timeout)
+        try:
+            proc = subprocess.run([ansible_tool("ansible-playbook"), "-i", str(self.inventory), str(playbook), *args],
+                                  env={**self.env, **(env or {}), "GPUNODE_TEST_RECORD": str(record)}, cwd=self.work,
+                                  capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as err:
+            out = err.stdout.decode(errors="replace") if isinstance(err.stdout, bytes) else (err.stdout or "")
+            raise AssertionError(f"ansible-playbook did not finish in {timeout:.0f}s; its output ends:\n{out[-2000:]}\n"
+                                 + "\n".join(n.diagnose() for n in self.nodes)) from None
         records = [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
         return Run(proc.returncode, proc.stdout, proc.stderr, records, time.monotonic() - started)
 

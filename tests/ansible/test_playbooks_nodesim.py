@@ -210,7 +210,8 @@ def test_the_example_playbook_reboots_when_asked_and_runs_again_until_converged(
     nodes = sim_fleet(["ubuntu-22.04-t4", "rocky-9-t4"])  # nouveau loaded: blacklisting it needs a reboot
     ansible.hosts(nodes)
     playbook = COLLECTION / "playbooks" / "converge.yml"
-    extra = ["-e", json.dumps({"gpunode_options": {"only": ["nouveau"]}})]
+    # a node that does not come back fails in minutes, not at the playbook's 15-minute default
+    extra = ["-e", json.dumps({"gpunode_options": {"only": ["nouveau"]}, "gpunode_reboot_timeout": 240})]
     before = [node_state(n) for n in nodes]
 
     check = ansible.playbook(playbook, "--check", *extra)
@@ -219,7 +220,7 @@ def test_the_example_playbook_reboots_when_asked_and_runs_again_until_converged(
     assert all(r["changed"] and r["reboot_required"] for r in check.results(task="gpunode pass 1").values())
 
     run = ansible.playbook(playbook, *extra)
-    assert run.rc == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert run.rc == 0, run.stdout[-3000:] + run.stderr[-3000:] + "".join(f"{n}: {n.faults}" for n in nodes)
     first, second = run.results(task="gpunode pass 1"), run.results(task="gpunode pass 2")
     for name in ("gpu-00", "gpu-01"):
         assert first[name]["changed"] and first[name]["reboot_required"] and first[name]["state"] == "reboot-pending"

@@ -98,8 +98,16 @@ def sim_node(nodesim_available: bool) -> Iterator[Callable[..., SimNode]]:
         return node.start()
 
     yield make
+    _stop_and_report(nodes)
+
+
+def _stop_and_report(nodes: list[SimNode]) -> None:
+    """Stop the test's nodes; a node the host side failed (a reboot that did not come back) fails the test."""
+    faults = [f"{n}: {f}" for n in nodes for f in n.faults]
     for n in reversed(nodes):
         n.stop()
+    if faults:
+        pytest.fail("the node simulator failed a node: " + "; ".join(faults), pytrace=False)
 
 
 @pytest.fixture
@@ -118,8 +126,7 @@ def sim_fleet(nodesim_available: bool) -> Iterator[Callable[..., list[SimNode]]]
         return made
 
     yield make
-    for n in reversed(nodes):
-        n.stop()
+    _stop_and_report(nodes)
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ import shlex
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -38,6 +39,9 @@ STATE = "var/lib/nodesim"
 REAL_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "real"  # real programs' output
 CHROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SB_EFIVAR = "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+
+BOOT_TIMEOUT = 300.0   # seconds a boot (lib/boot.sh) may take on a loaded machine
+SSHD_PORT_WAIT = 60.0  # seconds a rebooted node's sshd keeps trying its own port
 
 _ports_lock = threading.Lock()
 _ports_in_use: set[int] = set()
@@ -145,8 +149,9 @@ class _Watcher:
             for n in nodes:
                 try:
                     n._poll_reboot()
-                except Exception:  # noqa: BLE001 - a failing node must not stop the others' reboots
-                    pass
+                except Exception as err:  # noqa: BLE001 - a failing node must not stop the others' reboots,
+                    n.faults.append(f"reboot failed: {err!r}")  # but its test hears of it (SimNode.faults)
+                    print(f"nodesim: {n}: reboot failed: {err!r}", file=sys.stderr, flush=True)
             time.sleep(0.05)
 
 
@@ -186,6 +191,7 @@ class SimNode:
         self._held: dict[int, subprocess.Popen] = {}  # hold_gpu processes by PID
         self._lock = threading.RLock()
         self.reboots = 0
+        self.faults: list[str] = []  # what went wrong on the host side (a reboot that failed): tests report it
         self.powered_on = False
         self.started_seconds = 0.0
         self._gpu_uuids: list[str] = []
@@ -747,7 +753,9 @@ class SimNode:
             # the initramfs on a fresh node was built from the modprobe.d it ships with
             script += (". /opt/nodesim/lib/common.sh; for k in $(cat \"$NS/kernels\"); do ns_snapshot_initramfs \"$k\"; done; ")
         script += ". /opt/nodesim/lib/boot.sh"
-        res = self._chroot_sh(script)
+        # a loaded CI machine (the real-OS tier's QEMU and DKMS builds beside it) may take long: a boot cut short
+        # leaves a node that never answers again
+        res = self._chroot_sh(script, timeout=BOOT_TIMEOUT)
         if res.returncode != 0:
             raise RuntimeError(f"node boot failed ({res.returncode}): {res.stderr}{res.stdout}")
 
@@ -779,13 +787,18 @@ class SimNode:
             f"LogLevel {self.sshd_log_level}\n")
         return cfg
 
-    def _start_sshd(self) -> None:
+    def _start_sshd(self, *, same_port: bool = False) -> None:
+        """Start the node's sshd. After a reboot (`same_port`) it must come back on the port its clients know:
+        a busy port is tried again until SSHD_PORT_WAIT runs out, never swapped for another."""
         assert self.dir is not None
         if not os.path.isdir("/run/sshd"):
             # sshd's compiled-in privilege-separation directory (Debian creates it from the service unit)
             os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
         last_err = ""
-        for _attempt in range(5):
+        give_up = time.monotonic() + SSHD_PORT_WAIT
+        attempt = 0
+        while attempt < 5 or (same_port and time.monotonic() < give_up):
+            attempt += 1
             if not self.port:
                 self.port = _free_port()
             cfg = self._write_sshd_config()
@@ -812,9 +825,12 @@ class SimNode:
                 proc.kill()
             proc.wait()
             last_err = log.read_text(errors="replace") + (proc.stderr.read().decode(errors="replace") if proc.stderr else "")
+            if same_port:
+                time.sleep(0.5)
+                continue
             _release_port(self.port)
             self.port = 0
-        raise RuntimeError(f"sshd did not start: {last_err}")
+        raise RuntimeError(f"sshd did not start{f' on port {self.port}' if same_port else ''}: {last_err}")
 
     def _stop_sshd(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
@@ -871,7 +887,7 @@ class SimNode:
             self.reboots += 1
             if self.profile.reboot_downtime > 0:
                 time.sleep(self.profile.reboot_downtime)
-            self._start_sshd()
+            self._start_sshd(same_port=True)
 
     def reboot(self) -> None:
         """Reboot from the outside (like a BMC power cycle): sessions drop, the node boots."""
@@ -884,7 +900,7 @@ class SimNode:
                 return
             self._boot()
             self.reboots += 1
-            self._start_sshd()
+            self._start_sshd(same_port=True)
             self.powered_on = True
 
     def wait_for_reboot(self, count: int = 1, timeout: float = 30) -> None:
@@ -1017,6 +1033,16 @@ class SimNode:
     def held_packages(self) -> list[str]:
         return sorted(line.split("\t")[0] for line in (self.read(f"{STATE}/pkgdb") or "").splitlines()
                       if len(line.split("\t")) >= 4 and line.split("\t")[3] == "1")
+
+    def diagnose(self) -> str:
+        """What a test prints when a client never got an answer: reboots, host-side faults, sshd, the pending
+        reboot request, the last shim calls and sshd's log."""
+        if self.dir is None:
+            return f"{self}: not started"
+        log = (self.dir / "sshd.log").read_text(errors="replace") if (self.dir / "sshd.log").exists() else ""
+        return (f"{self}: port {self.port}, sshd pid {self.sshd_pid}, reboots {self.reboots}, faults {self.faults}, "
+                f"reboot-request {self.read(f'{STATE}/reboot-request')!r}, last calls {self.calls()[-8:]}, "
+                f"sshd.log tail {log[-1500:]!r}")
 
     def calls(self, tool: str | None = None) -> list[list[str]]:
         """Shim invocations, oldest first, each as argv (argv[0] = tool name); only `tool`'s when given."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 
 import pytest
@@ -44,6 +45,39 @@ def test_reboot_changes_boot_id_and_drops_the_session(sim_node):
     assert node.calls("reboot") == [["reboot"]]
     # sshd serves again
     assert node.ssh("cat /proc/sys/kernel/random/boot_id")[1].strip() == node.boot_id
+
+
+def test_a_rebooted_node_waits_for_its_own_port_rather_than_moving(sim_node, monkeypatch):
+    """Its clients (an Ansible inventory) know one port: a reboot that finds the port busy for a moment tries it
+    again, and never comes back on another port (where nobody would find it)."""
+    node = sim_node("rocky-9-nogpu")
+    port = node.port
+    node._stop_sshd()
+    squatter = socket.socket()
+    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    squatter.bind(("127.0.0.1", port))
+    squatter.listen()
+    threading.Timer(1.5, squatter.close).start()
+    node._start_sshd(same_port=True)
+    assert node.port == port
+    assert node.ssh("echo back")[1] == "back\n"
+
+
+def test_a_reboot_the_host_side_fails_is_reported_to_the_test(sim_node, monkeypatch):
+    """The reboot watcher runs beside the test: a boot that fails there is recorded on the node (and fails the
+    test at teardown) instead of leaving a node that silently never answers again."""
+    node = sim_node("rocky-9-nogpu")
+
+    def broken_boot(initial: bool = False) -> None:
+        raise RuntimeError("node boot failed (124): timed out")
+
+    monkeypatch.setattr(node, "_boot", broken_boot)
+    node.ssh("reboot")
+    deadline = time.monotonic() + 15
+    while not node.faults and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert node.faults == ["reboot failed: RuntimeError('node boot failed (124): timed out')"]
+    node.faults.clear()  # seen: the fixture's teardown would fail this test for it
 
 
 @pytest.mark.parametrize("cmd", ["systemctl reboot", "shutdown -r now", "nohup sh -c 'sleep 0.3; reboot' >/dev/null 2>&1 &"])
