@@ -41,7 +41,7 @@ CHROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SB_EFIVAR = "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 
 BOOT_TIMEOUT = 300.0   # seconds a boot (lib/boot.sh) may take on a loaded machine
-SSHD_PORT_WAIT = 60.0  # seconds a rebooted node's sshd keeps trying its own port
+SSHD_PORT_WAIT = 120.0  # seconds a rebooted node's sshd keeps trying its own port
 
 _ports_lock = threading.Lock()
 _ports_in_use: set[int] = set()
@@ -191,6 +191,7 @@ class SimNode:
         self._held: dict[int, subprocess.Popen] = {}  # hold_gpu processes by PID
         self._lock = threading.RLock()
         self.reboots = 0
+        self._port_hold: socket.socket | None = None  # the port, kept while sshd is down for a reboot
         self.faults: list[str] = []  # what went wrong on the host side (a reboot that failed): tests report it
         self.powered_on = False
         self.started_seconds = 0.0
@@ -290,6 +291,7 @@ class SimNode:
                     self._proc.kill()
                     self._proc.wait()
                 self._proc = None
+            self._let_go_of_port()
             if self.port:
                 _release_port(self.port)
             self.powered_on = False
@@ -804,6 +806,7 @@ class SimNode:
             cfg = self._write_sshd_config()
             log = self.dir / "sshd.log"
             log.write_text("")
+            self._let_go_of_port()
             proc = subprocess.Popen([rootfs.SSHD, "-D", "-f", str(cfg), "-E", str(log)], stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
             deadline = time.monotonic() + 10
@@ -831,6 +834,24 @@ class SimNode:
             _release_port(self.port)
             self.port = 0
         raise RuntimeError(f"sshd did not start{f' on port {self.port}' if same_port else ''}: {last_err}")
+
+    def _hold_port(self) -> None:
+        """Keep the node's port while its sshd is down: a socket bound to it (not listening, so a client is
+        refused as by a machine that is off) keeps any other bind and any outgoing connection's port choice
+        off it. _start_sshd lets go of it just before sshd binds."""
+        hold = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        hold.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # the old boot's connections in TIME_WAIT
+        try:
+            hold.bind(("127.0.0.1", self.port))
+        except OSError:
+            hold.close()
+            return
+        self._port_hold = hold
+
+    def _let_go_of_port(self) -> None:
+        if self._port_hold is not None:
+            self._port_hold.close()
+            self._port_hold = None
 
     def _stop_sshd(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
@@ -875,6 +896,7 @@ class SimNode:
             if self.dir is None:
                 return
             self._stop_sshd()
+            self._hold_port()
             self._drop_sessions()
             try:
                 (self.root / STATE / "reboot-request").unlink()

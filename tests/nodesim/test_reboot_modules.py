@@ -63,6 +63,26 @@ def test_a_rebooted_node_waits_for_its_own_port_rather_than_moving(sim_node, mon
     assert node.ssh("echo back")[1] == "back\n"
 
 
+def test_a_node_that_is_down_keeps_its_port_and_refuses_connections(sim_node):
+    """While a node is off, no other process can bind its port or get it as an outgoing connection's port (a
+    parallel test's); a client is refused, as by a machine that is off; it boots back on the same port."""
+    node = sim_node("rocky-9-nogpu")
+    port = node.port
+    node.ssh("poweroff")
+    deadline = time.monotonic() + 15
+    while node.powered_on and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not node.powered_on
+    other = socket.socket()
+    with pytest.raises(OSError):
+        other.bind(("127.0.0.1", port))
+    other.close()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    node.power_on()
+    assert node.port == port and node.ssh("echo up")[1] == "up\n"
+
+
 def test_a_reboot_the_host_side_fails_is_reported_to_the_test(sim_node, monkeypatch):
     """The reboot watcher runs beside the test: a boot that fails there is recorded on the node (and fails the
     test at teardown) instead of leaving a node that silently never answers again."""
