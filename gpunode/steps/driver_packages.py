@@ -69,7 +69,8 @@ def _missing(facts: Facts, options: Options, route: routes.Route, version: str, 
     where = f" (into {routes.DEBIAN_NONFREE_LIST}, gpunode's own file)" if os_key == "debian" else ""
     fix = (routes.sources_fix(os_key, facts.os.codename, facts.os.version)
            + f"  # makes the repository available{where}; then run the same command again") if not offered_any else (
-        fixes.on_node("sudo apt-get update" if os_key in ("debian", "ubuntu") else "sudo dnf makecache")
+        fixes.on_node({"debian": "sudo apt-get update", "ubuntu": "sudo apt-get update",
+                       "sles": "sudo zypper --non-interactive refresh"}.get(os_key, "sudo dnf makecache"))
         + "  # refreshes the package lists; if the version is still not offered, choose one the repositories "
         "have: " + fixes.same_run(options, "install", driver=_nearest(route) or version))
     if os_key in ("debian", "ubuntu") and not _cuda_repo(facts):

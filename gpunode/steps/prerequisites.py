@@ -14,6 +14,7 @@ import shlex
 from dataclasses import dataclass
 
 from gpunode import bake, fixes, pkgmgr
+from gpunode import driver_packages as routes
 from gpunode.actions.packages import install_packages
 from gpunode.facts import Facts
 from gpunode.facts import kernel as kernel_facts
@@ -86,6 +87,9 @@ def kernel_packages(facts: Facts, manager: str) -> tuple[str, ...]:
     """The packages that bring the distribution's newest kernel of the running flavour with its headers
     (5.15.0-91-generic -> linux-generic on Ubuntu; 6.1.0-18-amd64 -> linux-image-amd64 on Debian), or () when
     the flavour cannot be told."""
+    if manager == "zypper":  # multiversion: installs the newest of the running flavour, next to the running one
+        flavour = pkgmgr.suse_kernel(facts.kernel)[0]
+        return (f"kernel-{flavour}", f"kernel-{flavour}-devel") if flavour else ()
     if manager != "apt":
         return ("kernel", "kernel-devel")  # installonly: installs the newest, next to the running one
     flavour = facts.kernel.rsplit("-", 1)[-1] if "-" in facts.kernel else ""
@@ -132,6 +136,9 @@ def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> Step
     if manager is None:
         return blocked(NAME, f"no supported package manager on {facts.os}",
                        "install gcc, make, dkms and the headers for the running kernel by hand, then run again")
+    if options.driver_source == "packages" and routes.route_os(facts.os.id, facts.os.family) in routes.KMP_ROUTES:
+        return ok(NAME, "the driver packages are kernel module packages (KMP) with the module built for the "
+                        "kernel's ABI: nothing is built on the node")
     missing = missing_packages(facts, manager)
     if options.bake:  # the headers of the image's kernel, not of the one this build runs (gpunode/bake.py)
         missing = _bake_headers(facts, options, manager, missing)
