@@ -1,6 +1,6 @@
 """`--driver-source packages` end to end on node-simulator nodes whose repositories are modelled on the real ones
 (tests/nodesim/catalog.py): Debian 12's non-free, Ubuntu's archive (DKMS and the precompiled signed modules under
-Secure Boot), NVIDIA's CUDA repository on Rocky 9. install -> re-run changes nothing -> upgrade within the branch
+Secure Boot), NVIDIA's CUDA repository on Rocky 9 and SLES 15 (zypper). install -> re-run changes nothing -> upgrade within the branch
 -> uninstall -> switch to and from a .run. Nothing here touches this machine."""
 
 from __future__ import annotations
@@ -250,6 +250,60 @@ def test_rocky_from_the_cuda_repository(sim_node) -> None:  # type: ignore[no-un
     code, out = run(node, "uninstall", "--only", "driver", "--stop-gpu-services")
     assert code == 0, out
     assert "kmod-nvidia-latest-dkms" not in node.installed_packages()
+
+
+SUSE_SET = ("nvidia-open-driver-G06-kmp-default", "nvidia-compute-G06", "nvidia-compute-utils-G06")
+SUSE_KMP = "580.95.05_k6.4.0_150600.23.25-1"
+
+
+def test_sles_from_nvidias_repository_install_rerun_uninstall(sim_node) -> None:  # type: ignore[no-untyped-def]
+    """SLES 15 SP6 with zypper: NVIDIA's sles15 repository added by the refusal's own fix, the KMP built for the
+    running kernel and the compute-only userspace at their exact versions in the plan, zypper's dry run listing the
+    transaction, zypper locks; a re-run changes nothing; uninstall releases the locks and removes the packages."""
+    node = sim_node("sles-15-t4")
+    args = ("--driver-source", "packages", "--driver", "580.95.05", *STEPS)
+    blocked = driver_step(plan_json(node, *args))
+    assert blocked["status"] == "blocked", blocked  # no NVIDIA repository yet: the fix adds it
+    command = sources_fix("sles", "", "15.6")
+    assert "cuda-sles15.repo" in command and command in blocked["fix"], blocked["fix"]
+    rc, _, err = node.ssh(command)
+    assert rc == 0, err
+    doc = plan_json(node, *args)
+    step = driver_step(doc)
+    text = json.dumps(step)
+    for spec in (f"nvidia-open-driver-G06-kmp-default-{SUSE_KMP}", "nvidia-compute-G06-580.95.05-1",
+                 "nvidia-compute-utils-G06-580.95.05-1"):
+        assert spec in text, text
+    assert "zypper install --dry-run resolves it on the node" in text and "zypper --non-interactive addlock" in text
+    prereq = next(s for s in doc["steps"] if s["step"] == "prerequisites")
+    assert prereq["status"] == "ok" and "KMP" in prereq["reason"], prereq  # nothing is built on the node
+    assert not any(name in node.installed_packages() for name in SUSE_SET)
+
+    code, out = run(node, "install", *args)
+    assert code == 0, out
+    have = node.installed_packages()
+    assert have["nvidia-open-driver-G06-kmp-default"] == SUSE_KMP and have["nvidia-compute-G06"] == "580.95.05-1"
+    assert set(SUSE_SET) <= set(node.held_packages())
+    assert "solvable_name: nvidia-compute-G06" in node.read("/etc/zypp/locks")
+    assert node.is_loaded("nvidia") and "dkms" not in have and "gcc" not in have
+    code, out = run(node, "doctor", "--format", "json")
+    checks = {c["id"]: c for c in json.loads(out)["checks"]}
+    assert checks["driver.packages-held"]["status"] == "pass", checks["driver.packages-held"]
+
+    # re-run: nothing changes (no zypper transaction, no lock added again)
+    node.clear_calls()
+    code, out = run(node, "install", *args)
+    assert code == 0, out
+    changing = [c for c in node.calls("zypper") if {"install", "remove", "addlock", "removelock"} & set(c)
+                and "--dry-run" not in c]
+    assert not changing, changing
+
+    # uninstall: the locks are released first (zypper does not remove a locked package), then the packages go
+    code, out = run(node, "uninstall", "--only", "driver", "--stop-gpu-services")
+    assert code == 0, out
+    have = node.installed_packages()
+    assert not any(name in have for name in SUSE_SET), have
+    assert "solvable_name: nvidia" not in (node.read("/etc/zypp/locks") if node.exists("/etc/zypp/locks") else "")
 
 
 def test_ubuntu_takes_nvidias_repository_for_a_release_the_archive_lacks(sim_node) -> None:  # type: ignore[no-untyped-def]
