@@ -711,6 +711,10 @@ class SimNode:
             urls[f"{base}/cuda-{d.cuda_repo}.repo"] = (
                 f"[cuda-{d.cuda_repo}-x86_64]\nname=cuda-{d.cuda_repo}-x86_64\nbaseurl={base}\nenabled=1\ngpgcheck=1\n"
                 f"gpgkey={base}/D42D0685.pub\n").encode()
+            if self.profile.cuda_repo:  # as `dnf config-manager --add-repo` / `zypper addrepo` of that file leave it
+                where = (f"etc/zypp/repos.d/cuda-{d.cuda_repo}-x86_64.repo" if d.family == "suse"
+                         else f"etc/yum.repos.d/cuda-{d.cuda_repo}.repo")
+                self._w(where, urls[f"{base}/cuda-{d.cuda_repo}.repo"])
         urls.update(toolkit_metadata(d.family, catalog_mod.catalog(self.profile)))
         for url, host_file in self.profile.served_urls:
             urls[url] = Path(host_file).read_bytes()

@@ -180,6 +180,7 @@ class Profile:
     docker_gpus_need_runtime: bool = True
     tcp_forwarding: bool = False  # a jump host (ProxyJump) needs sshd to forward TCP to 127.0.0.1
     extra_packages: tuple[str, ...] = ()        # catalog names installed at creation
+    cuda_repo: bool = False                     # NVIDIA's CUDA repository configured at creation (RHEL family, SUSE)
     # a one-node Kubernetes cluster (node_files/py/kube.py): "kubelet" (kubeadm-style, on the system's
     # containerd: pass engines=("containerd",)) or "k3s" (its own containerd, config from its template)
     kubernetes: str | None = None
@@ -222,6 +223,9 @@ class Profile:
     def validate(self) -> None:
         if self.distro not in DISTROS:
             raise ValueError(f"unknown distro {self.distro!r}; known: {', '.join(DISTROS)}")
+        if self.cuda_repo and DISTROS[self.distro].family == "debian":
+            raise ValueError("cuda_repo: the Debian family's repository comes from the cuda-keyring package "
+                             "(install it with extra_packages=('cuda-keyring',))")
         if self.gpu not in GPU_SETS:
             raise ValueError(f"unknown gpu set {self.gpu!r}; known: {', '.join(GPU_SETS)}")
         if self.kubernetes not in (None, "kubelet", "k3s"):
