@@ -151,6 +151,10 @@ def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> Step
         return blocked(NAME, f"{headers} (headers for the running kernel) is not available from the configured "
                              "repositories: the NVIDIA module cannot be built", headers_fix(facts, manager))
 
+    if manager == "zypper" and "dkms" in missing and avail.known and "dkms" in avail.missing:
+        return blocked(NAME, "dkms is not in the configured repositories: on SUSE it comes from SUSE Package Hub "
+                             "(SLES) or openSUSE's backports repository (Leap)", _package_hub_fix(facts))
+
     actions: list[Action] = []
     notes: list[str] = [f"waits up to {options.lock_timeout:.0f}s for the package lock (--lock-timeout)"]
     if manager != "apt" and "dkms" in missing and not avail.installed & {"epel-release"}:
@@ -166,6 +170,18 @@ def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> Step
     actions.append(install_packages(f"install {', '.join(missing)}", manager, missing, refresh=True,
                                     lock_timeout=options.lock_timeout))
     return change(NAME, f"missing: {', '.join(missing)}", actions, *notes)
+
+
+def _package_hub_fix(facts: Facts) -> str:
+    """SLES: SUSE Package Hub, the module that carries dkms, enabled by SUSEConnect
+    (https://packagehub.suse.com/how-to-use/: `SUSEConnect -p PackageHub/<version>/<arch>`); openSUSE Leap: its
+    backports repository (https://en.opensuse.org/Portal:Backports)."""
+    if facts.os.id.startswith("sles"):
+        command = fixes.on_node(f"sudo SUSEConnect -p PackageHub/{facts.os.version}/{facts.arch} && "
+                                "sudo zypper --non-interactive refresh")
+        return command + "  # enables SUSE Package Hub, which carries dkms; then run the same command again"
+    return ("enable openSUSE's backports repository (https://en.opensuse.org/Portal:Backports), which carries dkms, "
+            "then run the same command again")
 
 
 def _bake_headers(facts: Facts, options: Options, manager: str, missing: list[str]) -> list[str]:

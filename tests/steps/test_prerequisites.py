@@ -146,6 +146,11 @@ def test_sles_installs_with_zypper_and_the_running_kernels_flavoured_headers():
     blocked = plan(gone)
     assert blocked.status is Status.BLOCKED and "kernel-default-devel=6.4.0-150600.23.25" in blocked.reason
     assert "sudo zypper --non-interactive install kernel-default kernel-default-devel" in (blocked.fix or "")
+    # dkms not offered (SLES without SUSE Package Hub): blocked before any change, with the command that enables it
+    hub = plan(facts(os=SLES, kernel=SUSE_KERNEL, tools={"zypper": "x"}, outputs=outputs(
+        prereq_available="missing gcc\navail make\nmissing dkms\navail kernel-default-devel=6.4.0-150600.23.25\n")))
+    assert hub.status is Status.BLOCKED and "dkms" in hub.reason
+    assert "sudo SUSEConnect -p PackageHub/15.6/x86_64 && sudo zypper --non-interactive refresh" in (hub.fix or "")
     # the packages route: NVIDIA's kernel module packages come built, nothing to install for a build
     kmp = plan(f, Options(driver="580.95.05", driver_source="packages"))
     assert kmp.status is Status.OK and "KMP" in kmp.reason
