@@ -306,6 +306,60 @@ def test_sles_from_nvidias_repository_install_rerun_uninstall(sim_node) -> None:
     assert "solvable_name: nvidia" not in (node.read("/etc/zypp/locks") if node.exists("/etc/zypp/locks") else "")
 
 
+TOOLKIT = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
+           "libnvidia-container1")
+# a toolkit repository configured before gpunode (a mirror of NVIDIA's, or NVIDIA's own set up by hand)
+MIRROR = ("[nvidia-container-toolkit]\nname=nvidia-container-toolkit (site mirror)\n"
+          "baseurl=https://nvidia.github.io/libnvidia-container/stable/rpm/$basearch\nenabled=1\ngpgcheck=0\n"
+          "autorefresh=1\ntype=rpm-md\n")
+
+
+@pytest.mark.parametrize("profile", ["sles-15-t4", "debian-12-t4"])
+def test_a_configured_toolkit_repository_is_read_after_its_refresh_and_the_toolkit_pinned(sim_node, profile) -> None:  # type: ignore[no-untyped-def]
+    """With the toolkit repository configured already, gpunode cannot read its versions before the change: the
+    install refreshes it, reads the package manager's own lists (zypper's search table, apt-cache policy) and pins
+    the newest version all four packages are offered at (not the newest of one: 1.21.0-1 of
+    nvidia-container-toolkit alone is not taken); an asked version the repository lacks fails before anything is
+    installed, naming what it offers."""
+    suse = profile.startswith("sles")
+    node = sim_node(profile, cuda_repo=True) if suse else sim_node(profile)
+    if suse:
+        node.write("/etc/zypp/repos.d/nvidia-container-toolkit.repo", MIRROR)
+    else:
+        keyring = "/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg"
+        node.write(keyring, "NODESIM-GPG-KEYRING\n")
+        node.write("/etc/apt/sources.list.d/nvidia-container-toolkit.list",
+                   f"deb [signed-by={keyring}] https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /\n")
+    node.offer_package("nvidia-container-toolkit", "1.21.0-1", repo="nvidia-container-toolkit",
+                       deps="nvidia-container-toolkit-base,libnvidia-container-tools")
+    base = ("--driver-source", "packages", "--driver", "580.95.05" if suse else DEBIAN_OLD, "--only", "toolkit")
+    doc = plan_json(node, *base)
+    step = next(s for s in doc["steps"] if s["step"] == "toolkit")
+    text = json.dumps(step)
+    listing = "zypper -n -q search -s --match-exact" if suse else "apt-cache policy"
+    assert "is configured on the node already" in text and listing in text, text
+    assert "libnvidia-container/stable/rpm/x86_64" not in text and "Packages" not in text  # NVIDIA's is not read
+
+    # asked for a version the repository lacks: refused at the install, nothing installed, the fix names one
+    code, out = run(node, "install", *base, "--toolkit-version", "1.19.0")
+    flat = " ".join(out.split())
+    assert code != 0 and "do not offer 1.19.0-1 of" in flat and "--toolkit-version 1.20.0-1" in flat, out
+    assert not any(name in node.installed_packages() for name in TOOLKIT)
+
+    code, out = run(node, "install", *base)
+    assert code == 0, out
+    have = node.installed_packages()
+    assert {name: have.get(name) for name in TOOLKIT} == {name: "1.20.0-1" for name in TOOLKIT}, have
+    assert set(TOOLKIT) <= set(node.held_packages())
+    refresh = ["--non-interactive", "--gpg-auto-import-keys", "refresh"] if suse else ["update"]
+    assert any(c[1:] == refresh for c in node.calls("zypper" if suse else "apt-get"))
+    node.clear_calls()
+    code, out = run(node, "install", *base)  # re-run: nothing changes
+    assert code == 0, out
+    changing = {"install", "addlock"} if suse else {"install", "hold"}
+    assert not [c for c in node.calls() if c[0] in ("zypper", "apt-get", "apt-mark") and changing & set(c)]
+
+
 def test_ubuntu_takes_nvidias_repository_for_a_release_the_archive_lacks(sim_node) -> None:  # type: ignore[no-untyped-def]
     """570.195.03 is in NVIDIA's CUDA repository only (the archive's 570 is 570.133.20): refused with the
     cuda-keyring command while that repository is not configured; once it is (the fix, run as printed on the
