@@ -302,8 +302,9 @@ def cuda_keyring_fix(os_id: str, os_version: str) -> fixes.Fix:
                          "sudo apt-get update")
 
 
-def sources_fix(os_key: str, codename: str | None, version: str = "") -> fixes.Fix:
-    """The command that makes the route's repository available (runnable as printed on the node)."""
+def sources_fix(os_key: str, codename: str | None, version: str = "", repo_dir: str | None = None) -> fixes.Fix:
+    """The command that makes the route's repository available (runnable as printed on the node); `repo_dir`:
+    NVIDIA's directory of the distribution (steps/fabricmanager.cuda_repo_dir: rhel9, sles15, opensuse15)."""
     if os_key == "debian":
         suite = codename or "bookworm"
         lines = (f"deb http://deb.debian.org/debian {suite} main contrib non-free non-free-firmware\\n"
@@ -314,10 +315,11 @@ def sources_fix(os_key: str, codename: str | None, version: str = "") -> fixes.F
         return fixes.on_node("sudo add-apt-repository -y restricted && sudo add-apt-repository -y multiverse && "
                 "sudo apt-get update")
     if os_key == "rhel":
-        major = version.split(".", 1)[0] or "9"
-        return fixes.on_node(f"sudo dnf config-manager --add-repo {CUDA_REPO}/rhel{major}/x86_64/cuda-rhel{major}.repo && "
+        where = repo_dir or f"rhel{version.split('.', 1)[0] or '9'}"
+        return fixes.on_node(f"sudo dnf config-manager --add-repo {CUDA_REPO}/{where}/x86_64/cuda-{where}.repo && "
                 "sudo dnf makecache")
-    return fixes.on_node(f"sudo zypper addrepo {CUDA_REPO}/sles15/x86_64/cuda-sles15.repo && sudo zypper refresh")
+    where = repo_dir or "sles15"  # openSUSE Leap: opensuse15
+    return fixes.on_node(f"sudo zypper addrepo {CUDA_REPO}/{where}/x86_64/cuda-{where}.repo && sudo zypper refresh")
 
 
 # ---- what a DKMS module package builds when it is installed ------------------------------------------------

@@ -49,11 +49,18 @@ class Manager:
         return (*self.remove_argv, *names)
 
     def purge(self, names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
-        """Remove packages with their configuration, held or not (apt's purge; dnf/zypper remove: a versionlock
-        or zypp lock does not stop a removal)."""
+        """Remove packages with their configuration (apt's purge, held or not; dnf remove: a versionlock does
+        not stop a removal; zypper remove: a lock does, see purge_held)."""
         if self.name == "apt":
             return ("apt-get", "purge", "-y", "--allow-change-held-packages", *names)
         return self.remove(names)
+
+    def purge_held(self, names: tuple[str, ...] | list[str]) -> tuple[tuple[str, ...], ...]:
+        """The commands that remove packages whatever holds them: zypper releases its locks first (zypper(8)
+        addlock: a locked package is not installed, updated or removed)."""
+        if self.name == "zypper":
+            return (self.unhold(names), self.purge(names))
+        return (self.purge(names),)
 
     def reinstall(self, packages: tuple[str, ...] | list[str]) -> tuple[str, ...]:
         """Install the same version again (a file of the package was deleted)."""

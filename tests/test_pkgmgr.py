@@ -81,6 +81,10 @@ def test_suse_names_a_kernels_packages_by_its_flavour():
     assert pkgmgr.remove_kernel("zypper", suse, headers=True) == (
         "zypper remove kernel-default=6.4.0-150600.23.25 kernel-default-devel=6.4.0-150600.23.25")
     assert pkgmgr.is_kernel_metapackage("zypper", "kernel-default")
+    # zypper does not remove a locked package: its locks go first; apt's purge and dnf's remove ignore holds
+    assert pkgmgr.get("zypper").purge_held(["a"]) == (("zypper", "--non-interactive", "removelock", "a"),
+                                                     ("zypper", "--non-interactive", "remove", "a"))
+    assert pkgmgr.get("dnf").purge_held(["a"]) == (("dnf", "remove", "-y", "a"),)
     assert not pkgmgr.is_kernel_metapackage("zypper", "kernel-firmware-nvidia")
     # zypper's refusal of the headers is the headers' failure, with the fix naming SUSE's packages
     message, fix = pkgmgr.explain_failure("No provider of 'kernel-default-devel=6.4.0-150600.23.25' found.\n",

@@ -314,6 +314,31 @@ MIRROR = ("[nvidia-container-toolkit]\nname=nvidia-container-toolkit (site mirro
           "autorefresh=1\ntype=rpm-md\n")
 
 
+def test_sles_switch_from_packages_to_a_run_releases_the_zypper_locks_first(sim_node, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """zypper does not remove a locked package: switching to the .run, the locks gpunode placed on the driver
+    packages are released, then the packages removed, then the .run installs."""
+    from tests.integration.test_driver_nodesim import Mirror
+
+    mirror = Mirror(tmp_path / "www")
+    monkeypatch.setenv("GPUNODE_DRIVER_MIRROR", mirror.url)
+    try:
+        mirror.publish("570.195.03")
+        node = sim_node("sles-15-t4", cuda_repo=True)
+        code, out = run(node, "install", "--driver-source", "packages", "--driver", "580.95.05", *STEPS)
+        assert code == 0, out
+        assert set(SUSE_SET) <= set(node.held_packages())
+        back = ("--driver", "570.195.03", "--cache-dir", str(tmp_path / "c"), "--stop-gpu-services", *STEPS)
+        step = driver_step(plan_json(node, *back))
+        text = json.dumps(step)
+        assert "switching source" in text and "zypper --non-interactive removelock" in text, step
+        code, out = run(node, "install", *back)
+        assert code == 0, out
+        assert (node.driver() or {}).get("method") == "run" and node.is_loaded("nvidia")
+        assert not any(name in node.installed_packages() for name in SUSE_SET)
+    finally:
+        mirror.stop()
+
+
 @pytest.mark.parametrize("profile", ["sles-15-t4", "debian-12-t4"])
 def test_a_configured_toolkit_repository_is_read_after_its_refresh_and_the_toolkit_pinned(sim_node, profile) -> None:  # type: ignore[no-untyped-def]
     """With the toolkit repository configured already, gpunode cannot read its versions before the change: the

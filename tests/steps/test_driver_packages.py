@@ -169,6 +169,13 @@ def test_suse_route_uses_zypper_with_exact_versions_and_locks():
     short = dataclasses.replace(f, outputs={**f.outputs, "driver_offered": Section(offered.rsplit("  |", 1)[0], 0)})
     refused = plan(short, "580.95.05", kernel_module="proprietary")
     assert refused.status is Status.BLOCKED and "nvidia-compute-G06 (offered: none)" in refused.reason
+    assert "sudo zypper --non-interactive refresh" in (refused.fix or "")
+    # openSUSE Leap with no NVIDIA repository: the fix adds NVIDIA's opensuse15 directory, not SLES's
+    leap = parse_os_release('ID="opensuse-leap"\nID_LIKE="suse opensuse"\nVERSION_ID="15.6"\n'
+                            'PRETTY_NAME="openSUSE Leap 15.6"\n')
+    bare = dataclasses.replace(f, os=leap, outputs={**f.outputs, "driver_offered": Section("", 0)})
+    none = plan(bare, "580.95.05", kernel_module="proprietary")
+    assert none.status is Status.BLOCKED and "/opensuse15/x86_64/cuda-opensuse15.repo" in (none.fix or ""), none.fix
 
 
 def test_rhel_enables_the_branch_stream_on_el9_and_not_on_el10():
