@@ -104,7 +104,8 @@ def route_os(os_id: str, family: str) -> str | None:
 
 
 def manager_of(facts: Facts, os_key: str) -> str | None:
-    """The package manager of a route's node: zypper on SUSE (rules.package_manager knows apt and dnf/yum)."""
+    """The package manager of a route's node (rules.package_manager; zypper on SUSE whatever its os-release
+    says about its family)."""
     from gpunode.rules import package_manager
 
     return "zypper" if os_key == "sles" else package_manager(facts)
@@ -239,12 +240,28 @@ def _plan_one(route: str, os_key: str, version: str, flavour: str, *, kernel: st
             continue
         name = r.package.format(branch=branch, open=open_tag, kernel=kernel)
         versions = offered.get(name, [])
+        if os_key in KMP_ROUTES and r.role == "module":
+            versions = kmp_for(versions, kernel)
         if r.version == "own":
             exact = max(versions, key=_loose) if versions else None
         else:
             exact = _pick(versions, version)
         wanted.append(Wanted(name, exact, r, tuple(versions)))
+    if os_key in KMP_ROUTES:
+        return Route(route, tuple(wanted), True, "NVIDIA's kernel module package (KMP) carries the module built for "
+                     "SUSE's kernel ABI: no DKMS, nothing built on the node")
     return Route(route, tuple(wanted), precompiled_name is not None, why)
+
+
+def kmp_for(versions: list[str], kernel: str) -> list[str]:
+    """The kernel module package versions built for `kernel`'s version (`580.95.05_k6.4.0_150600.23.25-1` for
+    6.4.0-150600.23.25-default: SUSE's KMP version names the kernel with `-` as `_`); all of them when none
+    names it (a kernel of the same ABI takes the module through weak-updates)."""
+    from gpunode.pkgmgr import suse_kernel
+
+    tag = "_k" + suse_kernel(kernel)[1].replace("-", "_")
+    mine = [v for v in versions if tag in v and not v.split(tag, 1)[1][:1].isalnum()]
+    return mine or versions
 
 
 def _loose(v: str) -> tuple[int, ...]:
@@ -285,8 +302,9 @@ def cuda_keyring_fix(os_id: str, os_version: str) -> fixes.Fix:
                          "sudo apt-get update")
 
 
-def sources_fix(os_key: str, codename: str | None, version: str = "") -> fixes.Fix:
-    """The command that makes the route's repository available (runnable as printed on the node)."""
+def sources_fix(os_key: str, codename: str | None, version: str = "", repo_dir: str | None = None) -> fixes.Fix:
+    """The command that makes the route's repository available (runnable as printed on the node); `repo_dir`:
+    NVIDIA's directory of the distribution (steps/fabricmanager.cuda_repo_dir: rhel9, sles15, opensuse15)."""
     if os_key == "debian":
         suite = codename or "bookworm"
         lines = (f"deb http://deb.debian.org/debian {suite} main contrib non-free non-free-firmware\\n"
@@ -297,10 +315,11 @@ def sources_fix(os_key: str, codename: str | None, version: str = "") -> fixes.F
         return fixes.on_node("sudo add-apt-repository -y restricted && sudo add-apt-repository -y multiverse && "
                 "sudo apt-get update")
     if os_key == "rhel":
-        major = version.split(".", 1)[0] or "9"
-        return fixes.on_node(f"sudo dnf config-manager --add-repo {CUDA_REPO}/rhel{major}/x86_64/cuda-rhel{major}.repo && "
+        where = repo_dir or f"rhel{version.split('.', 1)[0] or '9'}"
+        return fixes.on_node(f"sudo dnf config-manager --add-repo {CUDA_REPO}/{where}/x86_64/cuda-{where}.repo && "
                 "sudo dnf makecache")
-    return fixes.on_node(f"sudo zypper addrepo {CUDA_REPO}/sles15/x86_64/cuda-sles15.repo && sudo zypper refresh")
+    where = repo_dir or "sles15"  # openSUSE Leap: opensuse15
+    return fixes.on_node(f"sudo zypper addrepo {CUDA_REPO}/{where}/x86_64/cuda-{where}.repo && sudo zypper refresh")
 
 
 # ---- what a DKMS module package builds when it is installed ------------------------------------------------
@@ -313,6 +332,11 @@ def sources_fix(os_key: str, codename: str | None, version: str = "") -> fixes.F
 #   in /etc/dkms/framework.conf, all kernels, is not read.)
 # - dnf/yum (NVIDIA's dkms-nvidia RPMs, github.com/NVIDIA/yum-packaging-dkms-nvidia dkms-nvidia.spec %post):
 #   `dkms build` / `dkms install` without a kernel: the running kernel only.
+# - zypper (SUSE): NVIDIA's repository carries kernel module packages (KMP, nvidia-open-driver-G06-kmp-<flavour>,
+#   nvidia-driver-G06-kmp-<flavour>) whose version names the kernel they were built for
+#   (`580.95.05_k6.4.0_150600.23.25-1`): the module comes built, nothing runs DKMS or a compiler on the node; a
+#   kernel of the same ABI takes it through SUSE's weak-updates links (https://en.opensuse.org/Kernel_Module_Packages).
+KMP_ROUTES = ("sles",)
 DKMS_AT_INSTALL = {
     "apt": "the running kernel and the newest installed one, where their headers are installed",
     "dnf": "the running kernel only",

@@ -49,11 +49,18 @@ class Manager:
         return (*self.remove_argv, *names)
 
     def purge(self, names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
-        """Remove packages with their configuration, held or not (apt's purge; dnf/zypper remove: a versionlock
-        or zypp lock does not stop a removal)."""
+        """Remove packages with their configuration (apt's purge, held or not; dnf remove: a versionlock does
+        not stop a removal; zypper remove: a lock does, see purge_held)."""
         if self.name == "apt":
             return ("apt-get", "purge", "-y", "--allow-change-held-packages", *names)
         return self.remove(names)
+
+    def purge_held(self, names: tuple[str, ...] | list[str]) -> tuple[tuple[str, ...], ...]:
+        """The commands that remove packages whatever holds them: zypper releases its locks first (zypper(8)
+        addlock: a locked package is not installed, updated or removed)."""
+        if self.name == "zypper":
+            return (self.unhold(names), self.purge(names))
+        return (self.purge(names),)
 
     def reinstall(self, packages: tuple[str, ...] | list[str]) -> tuple[str, ...]:
         """Install the same version again (a file of the package was deleted)."""
@@ -113,12 +120,30 @@ MANAGERS: dict[str, Manager] = {m.name: m for m in (
 
 def headers_package(manager: str, kernel: str) -> str | None:
     """The package with the headers of kernel release `kernel`: linux-headers-K (Debian, Ubuntu), kernel-devel-K
-    (RHEL family: `kernel-devel-5.14.0-427.13.1.el9_4.x86_64` is its name-version-release.arch); None: unknown."""
+    (RHEL family: `kernel-devel-5.14.0-427.13.1.el9_4.x86_64` is its name-version-release.arch),
+    kernel-FLAVOUR-devel=VERSION on SUSE
+    (zypper's capability form); None: unknown."""
     if manager == "apt":
         return f"linux-headers-{kernel}"
     if manager in ("dnf", "yum"):
         return f"kernel-devel-{kernel}"
+    if manager == "zypper":
+        flavour, version = suse_kernel(kernel)
+        return f"kernel-{flavour}-devel={version}" if flavour else None
     return None
+
+
+# SUSE names a kernel's packages by its flavour, the tail of the release: 6.4.0-150600.23.25-default is
+# kernel-default 6.4.0-150600.23.25.x, its headers kernel-default-devel (NVIDIA's installation guide for SUSE:
+# `zypper install -y kernel-<variant>-devel=<version>`, variant=$(uname -r | awk -F- '{print $NF}'),
+# version=$(uname -r | sed "s/-${variant}//"): https://docs.nvidia.com/cuda/cuda-installation-guide-linux/).
+SUSE_FLAVOURS = ("default", "azure", "rt", "64kb", "kvmsmall")
+
+
+def suse_kernel(kernel: str) -> tuple[str, str]:
+    """6.4.0-150600.23.25-default -> ("default", "6.4.0-150600.23.25"); ("", kernel) when there is no flavour."""
+    version, _, flavour = kernel.rpartition("-")
+    return (flavour, version) if version and re.fullmatch(r"[a-z][a-z0-9]*", flavour) else ("", kernel)
 
 
 # Debian/Ubuntu metapackages that follow the newest kernel of a flavour: linux-generic, linux-image-generic,
@@ -134,6 +159,8 @@ RPM_KERNEL_PACKAGES = ("kernel", "kernel-core", "kernel-modules", "kernel-devel"
 def is_kernel_metapackage(manager: str, name: str) -> bool:
     if manager == "apt":
         return bool(_DEB_KERNEL_META.match(name))
+    if manager == "zypper":  # multiversion kernel-<flavour>, kernel-<flavour>-devel (a lock keeps new ones out)
+        return any(name in (f"kernel-{f}", f"kernel-{f}-devel") for f in SUSE_FLAVOURS)
     return name in RPM_KERNEL_PACKAGES
 
 
@@ -150,6 +177,11 @@ def remove_kernel(manager: str, kernel: str, headers: bool = False) -> str | Non
     if manager in ("dnf", "yum"):
         version = rpm_kernel_version(kernel)
         return f"{manager} remove kernel-core-{version}" + (f" kernel-devel-{version}" if headers else "")
+    if manager == "zypper":
+        flavour, version = suse_kernel(kernel)
+        if not flavour:
+            return None
+        return f"zypper remove kernel-{flavour}={version}" + (f" kernel-{flavour}-devel={version}" if headers else "")
     return None
 
 
@@ -218,9 +250,11 @@ LOCK_FIX = ("a first boot often runs unattended-upgrades or cloud-init: let it f
 
 HEADERS_FIX = ("the running kernel is older (or newer) than what the repositories carry: install the distribution's "
                "current kernel with its headers (Ubuntu: linux-generic; Debian: linux-image-amd64 and "
-               "linux-headers-amd64; RHEL family: kernel and kernel-devel), reboot into it, and run the same "
+               "linux-headers-amd64; RHEL family: kernel and kernel-devel; SUSE: kernel-default and "
+               "kernel-default-devel), reboot into it, and run the same "
                "command again; or install the matching headers by hand")
 
+_SUSE_HEADERS = re.compile(r"kernel-[a-z0-9]+-devel(=|$)")
 _MISSING = re.compile(r"Unable to locate package (\S+)|No match for argument: (\S+)|"
                       r"Package '(\S+)' has no installation candidate|No provider of '(\S+)' found")
 
@@ -229,7 +263,7 @@ def explain_failure(output: str, command: str, code: int) -> tuple[str, str]:
     """(message, fix) for a failed package-manager command, naming the cause users actually hit."""
     tail = "\n".join(output.strip().splitlines()[-8:])
     names = sorted({n for group in _MISSING.findall(output) for n in group if n})
-    headers = [n for n in names if n.startswith(("linux-headers-", "kernel-devel-"))]
+    headers = [n for n in names if n.startswith(("linux-headers-", "kernel-devel-")) or _SUSE_HEADERS.match(n)]
     if headers:
         return f"{headers[0]} is not available from the configured repositories\n{tail}", HEADERS_FIX
     if names:

@@ -81,11 +81,14 @@ NO_GPU_FIX = "check `" + fixes.on_node("lspci -nn -d 10de:") + "` (a VM needs th
 
 
 def package_manager(facts: Facts) -> str | None:
-    """apt on Debian's family (or wherever apt-get is), dnf (yum without it) on RHEL's; None elsewhere."""
+    """apt on Debian's family (or wherever apt-get is), dnf (yum without it) on RHEL's, zypper on SUSE (SLES,
+    openSUSE Leap); None elsewhere."""
     if facts.os.family == "debian" or facts.has("apt-get"):
         return "apt"
     if facts.os.family == "rhel":
         return "dnf" if facts.has("dnf") or not facts.has("yum") else "yum"
+    if facts.os.family == "suse":
+        return "zypper"
     return None
 
 

@@ -92,6 +92,9 @@ def test_sources_fixes_name_the_repository():
     assert routes.DEBIAN_NONFREE_LIST in debian and "bookworm main contrib non-free non-free-firmware" in debian
     assert "bookworm-security" in debian and debian.endswith("sudo apt-get update")
     assert "rhel8/x86_64/cuda-rhel8.repo" in routes.sources_fix("rhel", "", "8.10")
+    # SUSE: NVIDIA's sles15 directory, opensuse15 for openSUSE Leap (the directory steps/fabricmanager names)
+    assert "sles15/x86_64/cuda-sles15.repo && sudo zypper refresh" in routes.sources_fix("sles", None, "15.6")
+    assert "opensuse15/x86_64/cuda-opensuse15.repo" in routes.sources_fix("sles", None, "15.6", "opensuse15")
 
 
 def test_candidate_names_match_what_the_routes_install():

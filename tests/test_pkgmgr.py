@@ -69,6 +69,28 @@ def test_kernel_metapackages_and_headers_packages():
     assert pkgmgr.headers_package("apt", "5.15.0-92-generic") == "linux-headers-5.15.0-92-generic"
     assert pkgmgr.headers_package("dnf", "5.14.0-427.13.1.el9_4.x86_64") == "kernel-devel-5.14.0-427.13.1.el9_4.x86_64"
     assert pkgmgr.rpm_kernel_version("5.14.0-427.13.1.el9_4.x86_64") == "5.14.0-427.13.1.el9_4"
+
+
+def test_suse_names_a_kernels_packages_by_its_flavour():
+    from gpunode import pkgmgr
+
+    suse = "6.4.0-150600.23.25-default"
+    assert pkgmgr.headers_package("zypper", suse) == "kernel-default-devel=6.4.0-150600.23.25"
+    assert pkgmgr.headers_package("zypper", "6.4.0-150600.23.25-azure") == "kernel-azure-devel=6.4.0-150600.23.25"
+    assert pkgmgr.headers_package("zypper", "6.4.0") is None  # no flavour: the package cannot be told
+    assert pkgmgr.remove_kernel("zypper", suse, headers=True) == (
+        "zypper remove kernel-default=6.4.0-150600.23.25 kernel-default-devel=6.4.0-150600.23.25")
+    assert pkgmgr.is_kernel_metapackage("zypper", "kernel-default")
+    # zypper does not remove a locked package: its locks go first; apt's purge and dnf's remove ignore holds
+    assert pkgmgr.get("zypper").purge_held(["a"]) == (("zypper", "--non-interactive", "removelock", "a"),
+                                                     ("zypper", "--non-interactive", "remove", "a"))
+    assert pkgmgr.get("dnf").purge_held(["a"]) == (("dnf", "remove", "-y", "a"),)
+    assert not pkgmgr.is_kernel_metapackage("zypper", "kernel-firmware-nvidia")
+    # zypper's refusal of the headers is the headers' failure, with the fix naming SUSE's packages
+    message, fix = pkgmgr.explain_failure("No provider of 'kernel-default-devel=6.4.0-150600.23.25' found.\n",
+                                          "zypper install", 104)
+    assert message.startswith("kernel-default-devel=6.4.0-150600.23.25 is not available") and "kernel-default-devel" \
+        in fix
     assert pkgmgr.get("apt").hold_all([("linux-generic", "1"), ("linux-image-generic", "1")]) == (
         "apt-mark", "hold", "linux-generic", "linux-image-generic")
     assert pkgmgr.get("dnf").hold_all([("kernel", "5.14.0-362.8.1.el9_3")]) == (

@@ -118,6 +118,67 @@ class PackageCommand(Action):
         return note, records
 
 
+@dataclass(frozen=True)
+class InstallOffered(PackageCommand):
+    """Install `packages` at one version every one of them is offered at, read from the package manager's own
+    lists after its refresh (a repository already configured: a mirror, another channel, whose versions gpunode
+    cannot read before): `version` when asked (refused, before the install, when not offered for all of them),
+    else the newest they share. `cmds` is the refresh and the unpinned install; the version goes in at apply."""
+
+    version: str = ""
+    fix: str = ""  # what the refusal tells the user to do (names the option that picks a version)
+
+    def commands(self) -> list[str]:
+        from gpunode.facts.offers import lists_command
+
+        m = pkgmgr.get(self.manager)
+        shown = self.version or "<newest offered for all>"
+        refresh = [command_line(m.refresh_argv)] if m.refresh_argv else []
+        return [*refresh, "sudo " + lists_command(self.manager, self.packages) + "  # read-only: the version to pin",
+                command_line(m.install([m.spec(n, shown) for n in self.packages], downgrade=True))]
+
+    def to_dict(self) -> dict[str, object]:
+        return {**super().to_dict(), "version": self.version or None}
+
+    def _apply(self, conn: Connection, looks: Looks) -> str | None:
+        from gpunode.facts.offers import lists_command, parse_lists
+
+        m = pkgmgr.get(self.manager)
+        notes: list[str] = []
+        if m.refresh_argv:
+            result, waited = run_locked(conn, m.refresh_argv, self.lock_timeout, self.timeout, self.manager, looks,
+                                        first=True, last=False)
+            notes += [waited] if waited else []
+            if not result.ok:
+                notes.append(f"`{shlex.join(m.refresh_argv)}` reported errors (a broken repository?); going on")
+        listing = conn.run(Script("LC_ALL=C " + lists_command(self.manager, self.packages), name="read-lists"), sudo=True,
+                           timeout=self.timeout)
+        offered = parse_lists(listing.stdout)
+        common = offered.common(self.packages)
+        have = "; ".join(f"{n}: {', '.join(offered.versions.get(n, ())[:6]) or 'none'}" for n in self.packages)
+        if self.version and self.version not in common or not common:
+            what = f"{self.version} of" if self.version else "one version of all of"
+            fix = (f"{self.fix} {common[0]}" if common else
+                   f"check the repository configured on the node (`{lists_command(self.manager, self.packages)}` "
+                   "lists what it offers)")
+            raise CommandError(f"the configured repositories do not offer {what} {', '.join(self.packages)} "
+                               f"(offered: {have})", fix=fix, stdout=listing.stdout, stderr=listing.stderr,
+                               exit_code=listing.exit_code)
+        version = self.version or common[0]
+        argv = m.install([m.spec(n, version) for n in self.packages], downgrade=True)
+        result, waited = run_locked(conn, argv, self.lock_timeout, self.timeout, self.manager, looks,
+                                    first=not m.refresh_argv, last=True)
+        notes += [waited] if waited else []
+        if not result.ok:
+            message, fix = pkgmgr.explain_failure(result.stdout + "\n" + result.stderr, shlex.join(argv),
+                                                  result.exit_code)
+            raise CommandError(message, fix=fix, stdout=result.stdout, stderr=result.stderr,
+                               exit_code=result.exit_code)
+        notes.append(f"installed {version}, " + ("as asked" if self.version else
+                                                 "the newest the configured repositories offer for all of them"))
+        return "; ".join(notes)
+
+
 HOLDS: tuple[str, ...] = ("holds",)  # the undo look at the held packages
 PACKAGES: tuple[str, ...] = ("packages",)  # the undo look at the installed packages
 

@@ -494,6 +494,8 @@ KERNEL_PACKAGES = command("kernel_packages", (
     "dpkg-query -W -f='${db:Status-Abbrev}\\t${Package}\\t${Version}\\n' 'linux-*' 2>/dev/null; "
     "elif command -v rpm >/dev/null 2>&1; then "
     "rpm -q --qf 'ii \\t%{NAME}\\t%{VERSION}-%{RELEASE}\\n' kernel kernel-core kernel-modules kernel-devel "
+    # SUSE: kernel-<flavour> and its -devel (pkgmgr.SUSE_FLAVOURS' common one)
+    "kernel-default kernel-default-devel "
     "2>/dev/null | grep '^ii '; fi; true"
 ), parse_packages, module=_M, late=True)
 # can the package manager install the headers of the installed kernels that lack them? (local metadata only)

@@ -111,3 +111,27 @@ def rpm_md(url: str, names: Sequence[str]) -> Query[Offers]:
               "r = $0; sub(/.* rel=\"/, \"\", r); sub(/\".*/, \"\", r); print \"offer\", n, v \"-\" r } }'; "
               'else echo "E: cannot read $b/$p"; fi; rm -f "$t"')
     return Query("read the repository's primary metadata", script, _parser(base), OFFERS_TIMEOUT, LABEL)
+
+
+# ---- what the package manager's own lists offer (a repository already configured: a mirror, another channel) ----
+# Read on the node after the manager's refresh, by the install itself (actions/packages.InstallOffered), in the
+# three listings gpunode already parses (facts/driver.parse_offered): `apt-cache policy NAME...` (apt_preferences(5)
+# version table), `dnf list --showduplicates NAME...` (dnf refreshes expired metadata by itself), zypper's
+# `search -s --match-exact` table.
+
+
+def lists_command(manager: str, names: Sequence[str]) -> str:
+    """The read-only command that lists the versions the configured repositories offer of `names` (run with
+    LC_ALL=C: the listings' headers are translated otherwise)."""
+    quoted = shlex.join(list(names))
+    if manager == "apt":
+        return f"apt-cache policy {quoted}"
+    if manager in ("dnf", "yum"):
+        return f"{manager} -q list --showduplicates {quoted}"
+    return f"zypper -n -q search -s --match-exact {quoted}"
+
+
+def parse_lists(text: str, where: str = "the configured repositories") -> Offers:
+    from gpunode.facts.driver import parse_offered
+
+    return Offers(where, {name: tuple(found) for name, found in parse_offered(text).items()})

@@ -289,5 +289,15 @@ PREREQ_AVAILABLE = command("prereq_available", (
     'elif command -v dnf >/dev/null 2>&1; then '
     'out=$(dnf -q -C list --available --showduplicates gcc make dkms kernel-devel 2>/dev/null) || exit 0; '
     'printf "%s\\n" "$out" | grep -E "^(gcc|make|dkms|kernel-devel)\\." | sed "s/^/dnf /"; '
+    # zypper (SUSE): its `search -s` table from the local metadata; the headers are kernel-FLAVOUR-devel of the
+    # running kernel's version (pkgmgr.headers_package), offered when one of its version-releases starts with it
+    'elif command -v zypper >/dev/null 2>&1; then '
+    'f=${k##*-}; v=${k%-*}; '
+    'zypper -n -q search -s --match-exact gcc make dkms "kernel-$f-devel" 2>/dev/null | '
+    'awk -F"|" -v h="kernel-$f-devel" -v v="$v" '
+    "'{ for (i = 1; i <= NF; i++) gsub(/^ +| +$/, \"\", $i) } "
+    '$3 == "package" { seen = 1; if ($2 != h) a[$2] = 1; else if ($4 == v || index($4, v ".") == 1) a[h] = 1 } '
+    'END { if (!seen) exit; n = split("gcc make dkms " h, w, " "); '
+    'for (i = 1; i <= n; i++) print (a[w[i]] ? "avail " : "missing ") w[i] (w[i] == h ? "=" v : "") }\'; '
     'fi; true'
 ), raw_text, module=_M, late=True)

@@ -314,7 +314,7 @@ def _switch_to_run(facts: Facts, options: Options, earlier: Earlier, state: Driv
         return rest
     manager = rules.package_manager(facts) or "apt"
     purge = package_command(f"remove the driver packages gpunode installed (switching to the .run): "
-                            f"{', '.join(names)}", manager, pkgmgr.get(manager).purge(names),
+                            f"{', '.join(names)}", manager, *pkgmgr.get(manager).purge_held(names),
                             packages=names, lock_timeout=options.lock_timeout)
     note = ("switching source: the driver packages gpunode installed are removed before the .run installs "
             "(never both)")

@@ -144,9 +144,9 @@ def holds(facts: Facts, options: Options, state: DriverState) -> tuple[list[Acti
     if options.hold_kernel is None and options.hold_driver is None:
         return [], [], None
     manager = package_manager(facts)
-    if manager is None or manager not in ("apt", "dnf", "yum"):
-        return [], [], blocked(NAME, f"--hold-kernel/--hold-driver: gpunode holds packages with apt-mark or dnf/yum "
-                                     f"versionlock, and {facts.os} has neither", "leave out --hold-kernel and "
+    if manager is None or manager not in ("apt", "dnf", "yum", "zypper"):
+        return [], [], blocked(NAME, f"--hold-kernel/--hold-driver: gpunode holds packages with apt-mark, dnf/yum "
+                                     f"versionlock or zypper addlock, and {facts.os} has none", "leave out --hold-kernel and "
                                      "--hold-driver, and hold the packages with the node's own tools")
     actions: list[Action] = []
     notes: list[str] = []

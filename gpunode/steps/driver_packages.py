@@ -67,9 +67,13 @@ def _missing(facts: Facts, options: Options, route: routes.Route, version: str, 
         lines.append(f"{w.name} (offered: {have})")
     offered_any = any(w.offered for w in route.packages)
     where = f" (into {routes.DEBIAN_NONFREE_LIST}, gpunode's own file)" if os_key == "debian" else ""
-    fix = (routes.sources_fix(os_key, facts.os.codename, facts.os.version)
+    from gpunode.steps.fabricmanager import cuda_repo_dir
+
+    repo_dir = cuda_repo_dir(facts.os.id, facts.os.version, facts.os.family)
+    fix = (routes.sources_fix(os_key, facts.os.codename, facts.os.version, repo_dir)
            + f"  # makes the repository available{where}; then run the same command again") if not offered_any else (
-        fixes.on_node("sudo apt-get update" if os_key in ("debian", "ubuntu") else "sudo dnf makecache")
+        fixes.on_node({"debian": "sudo apt-get update", "ubuntu": "sudo apt-get update",
+                       "sles": "sudo zypper --non-interactive refresh"}.get(os_key, "sudo dnf makecache"))
         + "  # refreshes the package lists; if the version is still not offered, choose one the repositories "
         "have: " + fixes.same_run(options, "install", driver=_nearest(route) or version))
     if os_key in ("debian", "ubuntu") and not _cuda_repo(facts):
@@ -132,7 +136,8 @@ def plan(facts: Facts, options: Options, state: DriverState, version: str, flavo
         return dataclasses.replace(blocked(NAME, f"NVSwitch node: the repositories offer the driver {version} but not "
                                                  f"its fabric manager: {fm}", "choose a --driver release whose fabric "
                                                  "manager the repositories carry (apt-cache policy / dnf list "
-                                                 "--showduplicates nvidia-fabricmanager*)"), lasting=True)
+                                                 "--showduplicates / zypper search -s nvidia-fabricmanager*)"),
+                            lasting=True)
     if facts.secure_boot.enabled and not route.precompiled:  # every DKMS route, NVIDIA's on Ubuntu too
         notes.append(signing.dkms_note(facts.os.id))
     notes = [*notes, f"{route.id}: {route.why}",

@@ -14,6 +14,7 @@ import shlex
 from dataclasses import dataclass
 
 from gpunode import bake, fixes, pkgmgr
+from gpunode import driver_packages as routes
 from gpunode.actions.packages import install_packages
 from gpunode.facts import Facts
 from gpunode.facts import kernel as kernel_facts
@@ -86,6 +87,9 @@ def kernel_packages(facts: Facts, manager: str) -> tuple[str, ...]:
     """The packages that bring the distribution's newest kernel of the running flavour with its headers
     (5.15.0-91-generic -> linux-generic on Ubuntu; 6.1.0-18-amd64 -> linux-image-amd64 on Debian), or () when
     the flavour cannot be told."""
+    if manager == "zypper":  # multiversion: installs the newest of the running flavour, next to the running one
+        flavour = pkgmgr.suse_kernel(facts.kernel)[0]
+        return (f"kernel-{flavour}", f"kernel-{flavour}-devel") if flavour else ()
     if manager != "apt":
         return ("kernel", "kernel-devel")  # installonly: installs the newest, next to the running one
     flavour = facts.kernel.rsplit("-", 1)[-1] if "-" in facts.kernel else ""
@@ -132,6 +136,9 @@ def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> Step
     if manager is None:
         return blocked(NAME, f"no supported package manager on {facts.os}",
                        "install gcc, make, dkms and the headers for the running kernel by hand, then run again")
+    if options.driver_source == "packages" and routes.route_os(facts.os.id, facts.os.family) in routes.KMP_ROUTES:
+        return ok(NAME, "the driver packages are kernel module packages (KMP) with the module built for the "
+                        "kernel's ABI: nothing is built on the node")
     missing = missing_packages(facts, manager)
     if options.bake:  # the headers of the image's kernel, not of the one this build runs (gpunode/bake.py)
         missing = _bake_headers(facts, options, manager, missing)
@@ -143,6 +150,10 @@ def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> Step
     if headers in missing and avail.known and headers in avail.missing:
         return blocked(NAME, f"{headers} (headers for the running kernel) is not available from the configured "
                              "repositories: the NVIDIA module cannot be built", headers_fix(facts, manager))
+
+    if manager == "zypper" and "dkms" in missing and avail.known and "dkms" in avail.missing:
+        return blocked(NAME, "dkms is not in the configured repositories: on SUSE it comes from SUSE Package Hub "
+                             "(SLES) or openSUSE's backports repository (Leap)", _package_hub_fix(facts))
 
     actions: list[Action] = []
     notes: list[str] = [f"waits up to {options.lock_timeout:.0f}s for the package lock (--lock-timeout)"]
@@ -159,6 +170,18 @@ def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> Step
     actions.append(install_packages(f"install {', '.join(missing)}", manager, missing, refresh=True,
                                     lock_timeout=options.lock_timeout))
     return change(NAME, f"missing: {', '.join(missing)}", actions, *notes)
+
+
+def _package_hub_fix(facts: Facts) -> str:
+    """SLES: SUSE Package Hub, the module that carries dkms, enabled by SUSEConnect
+    (https://packagehub.suse.com/how-to-use/: `SUSEConnect -p PackageHub/<version>/<arch>`); openSUSE Leap: its
+    backports repository (https://en.opensuse.org/Portal:Backports)."""
+    if facts.os.id.startswith("sles"):
+        command = fixes.on_node(f"sudo SUSEConnect -p PackageHub/{facts.os.version}/{facts.arch} && "
+                                "sudo zypper --non-interactive refresh")
+        return command + "  # enables SUSE Package Hub, which carries dkms; then run the same command again"
+    return ("enable openSUSE's backports repository (https://en.opensuse.org/Portal:Backports), which carries dkms, "
+            "then run the same command again")
 
 
 def _bake_headers(facts: Facts, options: Options, manager: str, missing: list[str]) -> list[str]:

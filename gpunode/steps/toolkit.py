@@ -17,7 +17,13 @@ from collections.abc import Mapping
 from urllib.parse import unquote
 
 from gpunode import pkgmgr, rules, versions
-from gpunode.actions.packages import InstallLocalPackages, PackageCommand, install_packages, package_command
+from gpunode.actions.packages import (
+    InstallLocalPackages,
+    InstallOffered,
+    PackageCommand,
+    install_packages,
+    package_command,
+)
 from gpunode.facts import Facts, offers
 from gpunode.facts import k8s as k8s_facts
 from gpunode.facts import packages as package_facts
@@ -295,7 +301,18 @@ def _plan(facts: Facts, options: Options) -> StepPlan:
                 return decided
             version, note = decided
             notes.append(note)
-    if version:
+    if options.driver_source == "packages" and query is None and manager != "yum":
+        # a repository already configured (a mirror, another channel): its versions are read from the package
+        # manager's own lists after the refresh, by the install itself, and pinned (actions/packages.InstallOffered)
+        notes.append("a toolkit repository is configured on the node already: the install refreshes it, reads the "
+                     "versions it offers from the package manager's lists and pins " + (
+                         f"{version} (refused before installing when not offered for all four)" if version else
+                         "the newest offered for all four packages"))
+        install: list[PackageCommand] = [InstallOffered(f"install the container toolkit {version or '(the newest the repository offers)'}",
+                                  manager=manager, cmds=_offered_cmds(manager), packages=PACKAGES,
+                                  lock_timeout=options.lock_timeout, version=version,
+                                  fix="run the same command again with a version they offer, e.g. --toolkit-version")]
+    elif version:
         install = install_actions(manager, [(p, version) for p in PACKAGES], installed, options.lock_timeout)
     else:
         install = [install_packages("install the container toolkit", manager, (PACKAGES[0],),
@@ -305,6 +322,12 @@ def _plan(facts: Facts, options: Options) -> StepPlan:
     actions += install
     planned = change(NAME, reason, actions, *notes).with_outputs(ToolkitOutputs(True, version or None))
     return _held(facts, options, manager, planned, [(p, version) for p in PACKAGES], installing=True)
+
+
+def _offered_cmds(manager: str) -> tuple[tuple[str, ...], ...]:
+    """InstallOffered's refresh and unpinned install (the undo record and the lock wait read them)."""
+    m = pkgmgr.get(manager)
+    return (*((m.refresh_argv,) if m.refresh_argv else ()), m.install(PACKAGES))
 
 
 def configured(facts: Facts, manager: str) -> bool:

@@ -43,3 +43,32 @@ def test_every_value_reaches_the_shell_quoted_and_the_query_is_named_for_the_nod
         assert shlex.quote(odd.rstrip("/") + ("/Packages" if "Packages" in query.name else "")) in query.script
         assert shlex.quote(" a'b ") in query.script
         assert query.label == "read-offers" and query.timeout == offers.OFFERS_TIMEOUT
+
+
+def test_the_package_managers_own_lists_give_the_versions_all_four_share():
+    """A repository already configured: what dnf, apt and zypper list of the four packages (their own listings,
+    parsed by facts/driver.parse_offered), and the newest version they all share."""
+    from gpunode.facts.offers import lists_command, parse_lists
+
+    names = ("nvidia-container-toolkit", "nvidia-container-toolkit-base")
+    dnf = ("Available Packages\n"
+           "nvidia-container-toolkit.x86_64        1.18.0-1   nvidia-container-toolkit\n"
+           "nvidia-container-toolkit.x86_64        1.21.0-1   nvidia-container-toolkit\n"
+           "nvidia-container-toolkit-base.x86_64   1.18.0-1   nvidia-container-toolkit\n")
+    apt = ("nvidia-container-toolkit:\n  Installed: (none)\n  Candidate: 1.21.0-1\n  Version table:\n"
+           "     1.21.0-1 500\n        500 https://mirror.example/deb/amd64  Packages\n"
+           "     1.18.0-1 500\n        500 https://mirror.example/deb/amd64  Packages\n"
+           "nvidia-container-toolkit-base:\n  Installed: (none)\n  Candidate: 1.18.0-1\n  Version table:\n"
+           "     1.18.0-1 500\n        500 https://mirror.example/deb/amd64  Packages\n")
+    zypper = ("S  | Name                          | Type    | Version  | Arch   | Repository\n"
+              "---+-------------------------------+---------+----------+--------+-----------\n"
+              "v  | nvidia-container-toolkit      | package | 1.21.0-1 | x86_64 | mirror\n"
+              "v  | nvidia-container-toolkit      | package | 1.18.0-1 | x86_64 | mirror\n"
+              "v  | nvidia-container-toolkit-base | package | 1.18.0-1 | x86_64 | mirror\n")
+    for text in (dnf, apt, zypper):
+        offered = parse_lists(text)
+        assert offered.common(names) == ["1.18.0-1"], text
+        assert "1.21.0-1" in offered.versions["nvidia-container-toolkit"]
+    assert lists_command("dnf", names) == "dnf -q list --showduplicates nvidia-container-toolkit " \
+                                          "nvidia-container-toolkit-base"
+    assert lists_command("apt", ["a b"]) == "apt-cache policy 'a b'"  # every value quoted

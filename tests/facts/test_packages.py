@@ -121,6 +121,46 @@ def test_prerequisites_availability_is_one_dpkg_query_and_one_apt_cache_call(tmp
     assert [c.split()[0] for c in calls if c.startswith(("dpkg-query ", "apt-cache "))] == ["dpkg-query", "apt-cache"]
 
 
+# zypper -n -q search -s --match-exact gcc make dkms kernel-default-devel (zypper's table layout)
+ZYPPER_SEARCH = ("S  | Name                 | Type    | Version              | Arch   | Repository\n"
+                 "---+----------------------+---------+----------------------+--------+---------------------------\n"
+                 "i+ | gcc                  | package | 7-150000.1.3         | x86_64 | SLE-Module-Basesystem15-SP6\n"
+                 "v  | kernel-default-devel | package | RELEASE | x86_64 | SLE-Module-Basesystem15-SP6\n")
+
+
+@pytest.mark.parametrize("shell", ["sh", "dash"])
+def test_prereq_availability_on_suse_reads_zyppers_table_for_the_running_kernels_headers(tmp_path, shell):
+    """SUSE: one `zypper search -s` for the three tools and kernel-<flavour>-devel; the headers are offered only
+    when a version-release of the running kernel's version is listed (6.4.0-150600.23.25.1 for
+    6.4.0-150600.23.25-default, not .23.38.1); the lines name the package as prerequisites installs it."""
+    import os
+    import shutil
+    import subprocess
+
+    from gpunode.facts.packages import PREREQ_AVAILABLE
+    from gpunode.steps.prerequisites import parse_available
+
+    kernel = "6.4.0-150600.23.25-default"
+    for tool in ("awk", "cat"):
+        os.symlink(f"/usr/bin/{tool}", tmp_path / tool)
+    tools = {"uname": f"echo {kernel}", "rpm": "exit 1", "zypper": 'cat "$TABLE"'}
+    for name, body in tools.items():
+        (tmp_path / name).write_text(f"#!/bin/sh\necho \"{name} $*\" >> {tmp_path}/calls\n{body}\n")
+        (tmp_path / name).chmod(0o755)
+    found = {}
+    for release in ("6.4.0-150600.23.25.1", "6.4.0-150600.23.38.1"):
+        (tmp_path / "table").write_text(ZYPPER_SEARCH.replace("RELEASE", release))
+        out = subprocess.run([shutil.which(shell) or shell, "-c", PREREQ_AVAILABLE.snippet], capture_output=True,
+                             text=True, check=True, env={"PATH": str(tmp_path), "TABLE": str(tmp_path / "table")}).stdout
+        found[release] = parse_available(out, kernel)
+    now = found["6.4.0-150600.23.25.1"]
+    assert now.available == {"gcc", "kernel-default-devel=6.4.0-150600.23.25"}
+    assert now.missing == {"make", "dkms"}
+    assert "kernel-default-devel=6.4.0-150600.23.25" in found["6.4.0-150600.23.38.1"].missing
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert "zypper -n -q search -s --match-exact gcc make dkms kernel-default-devel" in calls
+
+
 @pytest.mark.parametrize("shell", ["sh", "dash"])
 def test_sections_that_read_unit_states_share_one_systemctl_show_and_read_the_same_rows(tmp_path, shell):
     """The engines', the k8s and the GPU services' units come from ONE `systemctl show` in a probe (each section

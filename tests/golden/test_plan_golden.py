@@ -54,6 +54,8 @@ CASES: tuple[tuple[str, str, dict[str, Any], tuple[str, ...]], ...] = (
     ("ubuntu2204-t4-secureboot-packages", "ubuntu-22.04-t4", {"secure_boot": True},
      ("--driver-source", "packages", "--driver", "535.230.02")),
     ("rocky9-t4-packages-no-repo", "rocky-9-t4", {}, ("--driver-source", "packages", "--driver", "535.274.02")),
+    # SLES 15 with NVIDIA's sles15 repository: zypper, the KMP for the running kernel, the compute-only userspace
+    ("sles15-t4-packages", "sles-15-t4", {"cuda_repo": True}, ("--driver-source", "packages", "--driver", "580.95.05")),
     # a release only NVIDIA's CUDA repository offers, that repository not configured yet: refused, cuda-keyring fix
     ("ubuntu2204-t4-packages-cuda-no-repo", "ubuntu-22.04-t4", {},
      ("--driver-source", "packages", "--driver", "570.195.03")),

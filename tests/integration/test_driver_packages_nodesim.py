@@ -1,6 +1,6 @@
 """`--driver-source packages` end to end on node-simulator nodes whose repositories are modelled on the real ones
 (tests/nodesim/catalog.py): Debian 12's non-free, Ubuntu's archive (DKMS and the precompiled signed modules under
-Secure Boot), NVIDIA's CUDA repository on Rocky 9. install -> re-run changes nothing -> upgrade within the branch
+Secure Boot), NVIDIA's CUDA repository on Rocky 9 and SLES 15 (zypper). install -> re-run changes nothing -> upgrade within the branch
 -> uninstall -> switch to and from a .run. Nothing here touches this machine."""
 
 from __future__ import annotations
@@ -250,6 +250,139 @@ def test_rocky_from_the_cuda_repository(sim_node) -> None:  # type: ignore[no-un
     code, out = run(node, "uninstall", "--only", "driver", "--stop-gpu-services")
     assert code == 0, out
     assert "kmod-nvidia-latest-dkms" not in node.installed_packages()
+
+
+SUSE_SET = ("nvidia-open-driver-G06-kmp-default", "nvidia-compute-G06", "nvidia-compute-utils-G06")
+SUSE_KMP = "580.95.05_k6.4.0_150600.23.25-1"
+
+
+def test_sles_from_nvidias_repository_install_rerun_uninstall(sim_node) -> None:  # type: ignore[no-untyped-def]
+    """SLES 15 SP6 with zypper: NVIDIA's sles15 repository added by the refusal's own fix, the KMP built for the
+    running kernel and the compute-only userspace at their exact versions in the plan, zypper's dry run listing the
+    transaction, zypper locks; a re-run changes nothing; uninstall releases the locks and removes the packages."""
+    node = sim_node("sles-15-t4")
+    args = ("--driver-source", "packages", "--driver", "580.95.05", *STEPS)
+    blocked = driver_step(plan_json(node, *args))
+    assert blocked["status"] == "blocked", blocked  # no NVIDIA repository yet: the fix adds it
+    command = sources_fix("sles", "", "15.6")
+    assert "cuda-sles15.repo" in command and command in blocked["fix"], blocked["fix"]
+    rc, _, err = node.ssh(command)
+    assert rc == 0, err
+    doc = plan_json(node, *args)
+    step = driver_step(doc)
+    text = json.dumps(step)
+    for spec in (f"nvidia-open-driver-G06-kmp-default-{SUSE_KMP}", "nvidia-compute-G06-580.95.05-1",
+                 "nvidia-compute-utils-G06-580.95.05-1"):
+        assert spec in text, text
+    assert "zypper install --dry-run resolves it on the node" in text and "zypper --non-interactive addlock" in text
+    prereq = next(s for s in doc["steps"] if s["step"] == "prerequisites")
+    assert prereq["status"] == "ok" and "KMP" in prereq["reason"], prereq  # nothing is built on the node
+    assert not any(name in node.installed_packages() for name in SUSE_SET)
+
+    code, out = run(node, "install", *args)
+    assert code == 0, out
+    have = node.installed_packages()
+    assert have["nvidia-open-driver-G06-kmp-default"] == SUSE_KMP and have["nvidia-compute-G06"] == "580.95.05-1"
+    assert set(SUSE_SET) <= set(node.held_packages())
+    assert "solvable_name: nvidia-compute-G06" in node.read("/etc/zypp/locks")
+    assert node.is_loaded("nvidia") and "dkms" not in have and "gcc" not in have
+    code, out = run(node, "doctor", "--format", "json")
+    checks = {c["id"]: c for c in json.loads(out)["checks"]}
+    assert checks["driver.packages-held"]["status"] == "pass", checks["driver.packages-held"]
+
+    # re-run: nothing changes (no zypper transaction, no lock added again)
+    node.clear_calls()
+    code, out = run(node, "install", *args)
+    assert code == 0, out
+    changing = [c for c in node.calls("zypper") if {"install", "remove", "addlock", "removelock"} & set(c)
+                and "--dry-run" not in c]
+    assert not changing, changing
+
+    # uninstall: the locks are released first (zypper does not remove a locked package), then the packages go
+    code, out = run(node, "uninstall", "--only", "driver", "--stop-gpu-services")
+    assert code == 0, out
+    have = node.installed_packages()
+    assert not any(name in have for name in SUSE_SET), have
+    assert "solvable_name: nvidia" not in (node.read("/etc/zypp/locks") if node.exists("/etc/zypp/locks") else "")
+
+
+TOOLKIT = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
+           "libnvidia-container1")
+# a toolkit repository configured before gpunode (a mirror of NVIDIA's, or NVIDIA's own set up by hand)
+MIRROR = ("[nvidia-container-toolkit]\nname=nvidia-container-toolkit (site mirror)\n"
+          "baseurl=https://nvidia.github.io/libnvidia-container/stable/rpm/$basearch\nenabled=1\ngpgcheck=0\n"
+          "autorefresh=1\ntype=rpm-md\n")
+
+
+def test_sles_switch_from_packages_to_a_run_releases_the_zypper_locks_first(sim_node, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """zypper does not remove a locked package: switching to the .run, the locks gpunode placed on the driver
+    packages are released, then the packages removed, then the .run installs."""
+    from tests.integration.test_driver_nodesim import Mirror
+
+    mirror = Mirror(tmp_path / "www")
+    monkeypatch.setenv("GPUNODE_DRIVER_MIRROR", mirror.url)
+    try:
+        mirror.publish("570.195.03")
+        node = sim_node("sles-15-t4", cuda_repo=True)
+        code, out = run(node, "install", "--driver-source", "packages", "--driver", "580.95.05", *STEPS)
+        assert code == 0, out
+        assert set(SUSE_SET) <= set(node.held_packages())
+        back = ("--driver", "570.195.03", "--cache-dir", str(tmp_path / "c"), "--stop-gpu-services", *STEPS)
+        step = driver_step(plan_json(node, *back))
+        text = json.dumps(step)
+        assert "switching source" in text and "zypper --non-interactive removelock" in text, step
+        code, out = run(node, "install", *back)
+        assert code == 0, out
+        assert (node.driver() or {}).get("method") == "run" and node.is_loaded("nvidia")
+        assert not any(name in node.installed_packages() for name in SUSE_SET)
+    finally:
+        mirror.stop()
+
+
+@pytest.mark.parametrize("profile", ["sles-15-t4", "debian-12-t4"])
+def test_a_configured_toolkit_repository_is_read_after_its_refresh_and_the_toolkit_pinned(sim_node, profile) -> None:  # type: ignore[no-untyped-def]
+    """With the toolkit repository configured already, gpunode cannot read its versions before the change: the
+    install refreshes it, reads the package manager's own lists (zypper's search table, apt-cache policy) and pins
+    the newest version all four packages are offered at (not the newest of one: 1.21.0-1 of
+    nvidia-container-toolkit alone is not taken); an asked version the repository lacks fails before anything is
+    installed, naming what it offers."""
+    suse = profile.startswith("sles")
+    node = sim_node(profile, cuda_repo=True) if suse else sim_node(profile)
+    if suse:
+        node.write("/etc/zypp/repos.d/nvidia-container-toolkit.repo", MIRROR)
+    else:
+        keyring = "/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg"
+        node.write(keyring, "NODESIM-GPG-KEYRING\n")
+        node.write("/etc/apt/sources.list.d/nvidia-container-toolkit.list",
+                   f"deb [signed-by={keyring}] https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /\n")
+    node.offer_package("nvidia-container-toolkit", "1.21.0-1", repo="nvidia-container-toolkit",
+                       deps="nvidia-container-toolkit-base,libnvidia-container-tools")
+    base = ("--driver-source", "packages", "--driver", "580.95.05" if suse else DEBIAN_OLD, "--only", "toolkit")
+    doc = plan_json(node, *base)
+    step = next(s for s in doc["steps"] if s["step"] == "toolkit")
+    text = json.dumps(step)
+    listing = "zypper -n -q search -s --match-exact" if suse else "apt-cache policy"
+    assert "is configured on the node already" in text and listing in text, text
+    assert "libnvidia-container/stable/rpm/x86_64" not in text and "Packages" not in text  # NVIDIA's is not read
+
+    # asked for a version the repository lacks: refused at the install, nothing installed, the fix names one
+    code, out = run(node, "install", *base, "--toolkit-version", "1.19.0")
+    flat = " ".join(out.split())
+    assert code != 0 and "do not offer 1.19.0-1 of" in flat and "--toolkit-version 1.20.0-1" in flat, out
+    assert not any(name in node.installed_packages() for name in TOOLKIT)
+
+    code, out = run(node, "install", *base)
+    assert code == 0, out
+    have = node.installed_packages()
+    assert {name: have.get(name) for name in TOOLKIT} == {name: "1.20.0-1" for name in TOOLKIT}, have
+    assert set(TOOLKIT) <= set(node.held_packages())
+    refresh = ["--non-interactive", "--gpg-auto-import-keys", "refresh"] if suse else ["update"]
+    assert any(c[1:] == refresh for c in node.calls("zypper" if suse else "apt-get"))
+    node.clear_calls()
+    code, out = run(node, "install", *base)  # re-run: nothing changes
+    assert code == 0, out
+    changing = {"install", "addlock"} if suse else {"install", "hold"}
+    assert not [c for c in node.calls() if c[0] in ("zypper", "apt-get", "apt-mark") and changing & set(c)]
 
 
 def test_ubuntu_takes_nvidias_repository_for_a_release_the_archive_lacks(sim_node) -> None:  # type: ignore[no-untyped-def]

@@ -239,13 +239,63 @@ def rhel_catalog(p: Profile) -> list[Entry]:
     return e
 
 
+def suse_catalog(p: Profile) -> list[Entry]:
+    """SLES 15 SP6: SUSE's modules (base: Basesystem, Development Tools, Containers; dkms from PackageHub) and
+    NVIDIA's sles15 repository. NVIDIA's SUSE driver is kernel module packages (KMP) built for a kernel, the
+    kernel in their version (`<release>_k6.4.0_150600.23.25-1`), with the compute-only userspace
+    nvidia-compute-G06 / nvidia-compute-utils-G06 (data/driver_package_routes.csv cites the names)."""
+    k = p.running_kernel
+    kv = k.rsplit("-", 1)[0]  # 6.4.0-150600.23.25: the kernel packages' version without the .1 rebuild counter
+    a = "x86_64"
+    e: list[Entry] = []
+    for name, ver in (("kernel-default", f"{kv}.1"), ("systemd", "254.19-150600.4.15.1"), ("kmod", "29-150600.13.3.1"),
+                      ("dracut", "059+suse.552.g8f1f3e5c-150600.3.9.1"), ("openssh-server", "9.6p1-150600.6.3.1"),
+                      ("curl", "8.6.0-150600.4.9.1"), ("wget", "1.20.3-150600.19.9.1"), ("zypper", "1.14.77-150600.10.20.1"),
+                      ("rpm", "4.14.3-150400.59.16.1"), ("gcc", "7-150000.1.3"), ("make", "4.2.1-7.3.2")):
+        e.append(Entry(name, ver, arch=a))
+    kk = kv.replace("-", "_")
+    e.append(Entry("kernel-default-devel", f"{kv}.1", effects=f"headers:{k}", arch=a,
+                   summary="Development files necessary for building kernel modules"))
+    e.append(Entry("pciutils", "3.5.6-150300.5.3.1", effects="tool:/usr/bin/lspci:lspci", arch=a))
+    e.append(Entry("mokutil", "0.6.0-150600.1.2", effects="tool:/usr/bin/mokutil:mokutil", arch=a))
+    e.append(Entry("dkms", "3.0.13-bp156.1.1", deps="gcc,make,kernel-default-devel", effects="tool:/usr/sbin/dkms:dkms",
+                   arch="noarch"))
+    e.append(Entry("docker", "24.0.7_ce-150000.198.2", deps="containerd", effects=DOCKER_EFFECTS.replace(":enable", ":noenable"),
+                   arch=a))
+    e.append(Entry("containerd", "1.7.21-150000.117.1", effects=_containerd_effects(False).replace(":enable", ":noenable"),
+                   arch=a))
+    for br, ver in CUDA_REPO_DRIVERS:
+        kmp = f"{ver}_k{kk}-1"
+        e.append(Entry("nvidia-open-driver-G06-kmp-default", kmp, repo="cuda", effects=f"driver:{ver}:open:distro",
+                       arch=a, summary="NVIDIA open kernel module driver for GeForce RTX 2000 series and newer"))
+        e.append(Entry("nvidia-driver-G06-kmp-default", kmp, repo="cuda", effects=f"driver:{ver}:proprietary:distro",
+                       arch=a, summary="NVIDIA graphics driver kernel module for GeForce 700 series and newer"))
+        e.append(Entry("nvidia-compute-G06", f"{ver}-1", repo="cuda", arch=a, summary="NVIDIA driver for computing with GPGPU"))
+        e.append(Entry("nvidia-compute-utils-G06", f"{ver}-1", repo="cuda", deps=f"nvidia-compute-G06={ver}-1", arch=a,
+                       summary="NVIDIA driver tools for computing with GPGPU"))
+        e.append(Entry(f"cuda-drivers-{br}", f"{ver}-1", repo="cuda",
+                       deps=f"nvidia-driver-G06-kmp-default={kmp},nvidia-compute-utils-G06={ver}-1", arch=a))
+        fm_name = "nvidia-fabricmanager" if int(br) >= 580 else f"nvidia-fabricmanager-{br}"
+        e.append(Entry(fm_name, f"{ver}-1", repo="cuda", effects=f"fm:{ver}", arch=a))
+    for v in TOOLKIT_VERSIONS:
+        e += _toolkit(v, a)
+    return e
+
+
 def catalog(p: Profile) -> list[Entry]:
+    if p.d.family == "suse":
+        return suse_catalog(p)
     return rhel_catalog(p) if p.d.family == "rhel" else debian_catalog(p)
 
 
 def preinstalled(p: Profile) -> list[str]:
     """Package names installed on a fresh node of this profile."""
-    if p.d.family == "rhel":
+    if p.d.family == "suse":
+        names = ["kernel-default", "systemd", "kmod", "dracut", "openssh-server", "curl", "wget", "zypper", "rpm",
+                 "pciutils"]
+        if p.kernel_headers:
+            names.append("kernel-default-devel")
+    elif p.d.family == "rhel":
         names = ["kernel", "kernel-core", "kernel-modules", "systemd", "kmod", "dracut", "openssh-server", "curl",
                  "wget", "dnf", "dnf-plugins-core", "pciutils", "kernel-headers"]
         if p.kernel_headers:
@@ -260,7 +310,8 @@ def preinstalled(p: Profile) -> list[str]:
         names.append("mokutil")
     for eng in p.engines:
         if eng == "docker":
-            names += ["docker-ce", "docker-ce-cli", "containerd.io"] if p.d.family == "rhel" else ["docker.io", "containerd"]
+            names += {"rhel": ["docker-ce", "docker-ce-cli", "containerd.io"], "suse": ["docker", "containerd"]}.get(
+                p.d.family, ["docker.io", "containerd"])
         elif eng == "containerd" and "docker" not in p.engines:
             names.append("containerd")
     return names

@@ -101,6 +101,22 @@ def _root_shell() -> str:
 TOOLKIT_REPO = "https://nvidia.github.io/libnvidia-container/stable"
 
 
+def headers_tree(family: str, kernel: str) -> str:
+    """Where /lib/modules/K/build points: the RHEL family's /usr/src/kernels/K, SUSE's kernel-<flavour>-devel
+    object tree /usr/src/linux-<version>-obj/<arch>/<flavour>, Debian's /usr/src/linux-headers-K."""
+    if family == "rhel":
+        return f"/usr/src/kernels/{kernel}"
+    if family == "suse":
+        version, _, flavour = kernel.rpartition("-")
+        return f"/usr/src/linux-{version}-obj/x86_64/{flavour}"
+    return f"/usr/src/linux-headers-{kernel}"
+
+
+def headers_package(family: str, kernel: str) -> str:
+    """The catalog's headers package of the running kernel."""
+    return {"rhel": "kernel-devel", "suse": "kernel-default-devel"}.get(family, f"linux-headers-{kernel}")
+
+
 def toolkit_metadata(family: str, entries: list[catalog_mod.Entry]) -> dict[str, bytes]:
     """NVIDIA's toolkit repository metadata for the catalog's toolkit packages, laid out as the real one
     (github.com/NVIDIA/libnvidia-container, branch gh-pages): a flat apt repository's uncompressed
@@ -415,12 +431,18 @@ class SimNode:
                     "blacklist hgafb\nblacklist nvidiafb\nblacklist rivafb\nblacklist savagefb\nblacklist sstfb\n"
                     "blacklist neofb\nblacklist tridentfb\nblacklist tdfxfb\nblacklist virgefb\nblacklist vga16fb\n"
                     "blacklist viafb\n")
-            self._w("etc/yum.repos.d/rocky.repo",
-                    "[baseos]\nname=Rocky Linux $releasever - BaseOS\n"
-                    "mirrorlist=https://mirrors.rockylinux.org/mirrorlist?arch=$basearch&repo=BaseOS-$releasever$rltype\n"
-                    "gpgcheck=1\nenabled=1\n\n[appstream]\nname=Rocky Linux $releasever - AppStream\n"
-                    "mirrorlist=https://mirrors.rockylinux.org/mirrorlist?arch=$basearch&repo=AppStream-$releasever$rltype\n"
-                    "gpgcheck=1\nenabled=1\n")
+            if d.family == "suse":  # SUSEConnect's module repositories (the catalog's "base")
+                self._w("etc/zypp/repos.d/SLE-Module-Basesystem15-SP6-Pool.repo",
+                        "[SLE-Module-Basesystem15-SP6-Pool]\nname=SLE-Module-Basesystem15-SP6-Pool\nenabled=1\n"
+                        "autorefresh=0\nbaseurl=https://updates.suse.com/SUSE/Products/SLE-Module-Basesystem/15-SP6/"
+                        "x86_64/product/\ntype=rpm-md\nkeeppackages=0\n")
+            else:
+                self._w("etc/yum.repos.d/rocky.repo",
+                        "[baseos]\nname=Rocky Linux $releasever - BaseOS\n"
+                        "mirrorlist=https://mirrors.rockylinux.org/mirrorlist?arch=$basearch&repo=BaseOS-$releasever$rltype\n"
+                        "gpgcheck=1\nenabled=1\n\n[appstream]\nname=Rocky Linux $releasever - AppStream\n"
+                        "mirrorlist=https://mirrors.rockylinux.org/mirrorlist?arch=$basearch&repo=AppStream-$releasever$rltype\n"
+                        "gpgcheck=1\nenabled=1\n")
             (r / "etc/dracut.conf.d").mkdir(parents=True, exist_ok=True)
             self._w(f"boot/initramfs-{k}.img", "initramfs\n")
             self._w(f"boot/vmlinuz-{k}", "kernel\n")
@@ -432,13 +454,15 @@ class SimNode:
         self._w(f"{mod}/kernel/drivers/gpu/drm/nouveau/nouveau.ko", "")
         self._w(f"{mod}/modules.dep", "kernel/drivers/gpu/drm/nouveau/nouveau.ko: kernel/drivers/gpu/drm/drm.ko\n")
         if p.kernel_headers:
-            src = f"/usr/src/kernels/{k}" if d.family == "rhel" else f"/usr/src/linux-headers-{k}"
+            src = headers_tree(d.family, k)
             (r / src.lstrip("/") / "include").mkdir(parents=True, exist_ok=True)
             os.symlink(src, r / mod / "build")
 
         # --- procfs / sysfs as plain files
         cmdline = p.cmdline or (f"BOOT_IMAGE=/vmlinuz-{k} root=UUID=3f2a9c1e-8d4b-4b7e-9a61-2c5d0e7f1a22 ro quiet splash"
                                 if d.family == "debian" else
+                                f"BOOT_IMAGE=/boot/vmlinuz-{k} root=UUID=9c1f0d2e-5b7a-4e3c-8f21-6a4d2b9e0c71 splash=silent "
+                                "mitigations=auto quiet security=apparmor" if d.family == "suse" else
                                 f"BOOT_IMAGE=(hd0,gpt2)/vmlinuz-{k} root=/dev/mapper/rl-root ro crashkernel=1G-4G:192M,"
                                 "4G-64G:256M,64G-:512M resume=/dev/mapper/rl-swap rd.lvm.lv=rl/root rhgb quiet")
         self._w("proc/cmdline", cmdline + "\n")
@@ -539,6 +563,8 @@ class SimNode:
             tools.update({"usr/bin/apt-get": "apt-get", "usr/bin/apt": "apt-get", "usr/bin/dpkg": "dpkg",
                           "usr/bin/dpkg-query": "dpkg", "usr/bin/apt-mark": "dpkg", "usr/bin/apt-cache": "dpkg",
                           "usr/sbin/update-initramfs": "update-initramfs"})
+        elif d.family == "suse":
+            tools.update({"usr/bin/zypper": "zypper", "usr/bin/rpm": "rpm", "usr/bin/dracut": "dracut"})
         else:
             tools.update({"usr/bin/dnf": "dnf", "usr/bin/yum": "dnf", "usr/bin/rpm": "rpm", "usr/bin/dracut": "dracut"})
         for path, shim in tools.items():
@@ -687,6 +713,10 @@ class SimNode:
             urls[f"{base}/cuda-{d.cuda_repo}.repo"] = (
                 f"[cuda-{d.cuda_repo}-x86_64]\nname=cuda-{d.cuda_repo}-x86_64\nbaseurl={base}\nenabled=1\ngpgcheck=1\n"
                 f"gpgkey={base}/D42D0685.pub\n").encode()
+            if self.profile.cuda_repo:  # as `dnf config-manager --add-repo` / `zypper addrepo` of that file leave it
+                where = (f"etc/zypp/repos.d/cuda-{d.cuda_repo}-x86_64.repo" if d.family == "suse"
+                         else f"etc/yum.repos.d/cuda-{d.cuda_repo}.repo")
+                self._w(where, urls[f"{base}/cuda-{d.cuda_repo}.repo"])
         urls.update(toolkit_metadata(d.family, catalog_mod.catalog(self.profile)))
         for url, host_file in self.profile.served_urls:
             urls[url] = Path(host_file).read_bytes()
@@ -1139,19 +1169,18 @@ class SimNode:
     def remove_kernel_headers(self) -> None:
         k = self.kernel
         self.remove(f"usr/lib/modules/{k}/build")
-        name = "kernel-devel" if self.profile.d.family == "rhel" else f"linux-headers-{k}"
+        name = headers_package(self.profile.d.family, k)
         self._node_fn(f'. /opt/nodesim/lib/pkg.sh; pkg_db_del {shlex.quote(name)}')
 
     def add_kernel_headers(self) -> None:
-        name = "kernel-devel" if self.profile.d.family == "rhel" else f"linux-headers-{self.kernel}"
-        self.install_package(name)
+        self.install_package(headers_package(self.profile.d.family, self.kernel))
 
     def install_package(self, spec: str) -> None:
         """Install a catalog package from the host side, bypassing repos and locks (setup for a test)."""
         self._node_fn(
             '. /opt/nodesim/lib/pkg.sh; '
             f'pkg_available $(awk -F"\\t" "{{print \\$1}}" "$NS/repos.tab") base local > "$NS/.avail"; '
-            f'mode=$([ "$FAMILY" = rhel ] && echo dnf || echo apt); '
+            f'mode=$([ "$FAMILY" = debian ] && echo apt || echo dnf); '
             f'pkg_resolve $mode "$NS/.avail" {shlex.quote(spec)} | awk \'$1 == "INST" {{ print $2, $3 }} $1 == "CHANGE" {{ print $2, $4 }} $1 == "NOTFOUND" {{ print "!" $2 }}\' > "$NS/.todo"; '
             'if grep -q "^!" "$NS/.todo"; then cat "$NS/.todo" >&2; exit 1; fi; '
             'while read -r n v; do pkg_db_set "$n" "$v" "$(pkg_arch "$n" "$v")" 0; pkg_apply_effects "$n" "$v" || true; done < "$NS/.todo"; '
@@ -1169,7 +1198,7 @@ class SimNode:
         a registered DKMS driver is built for it only if `headers`) and make it the one the next boot runs."""
         self._w(f"boot/config-{version}", "CONFIG_MODULES=y\nCONFIG_MODULE_SIG=y\nCONFIG_MODULE_SIG_ALL=y\n")
         if headers:
-            src = f"/usr/src/kernels/{version}" if self.profile.d.family == "rhel" else f"/usr/src/linux-headers-{version}"
+            src = headers_tree(self.profile.d.family, version)
             self._p(src).joinpath("include").mkdir(parents=True, exist_ok=True)
             self._p(f"usr/lib/modules/{version}").mkdir(parents=True, exist_ok=True)
             link = self._p(f"usr/lib/modules/{version}/build")
@@ -1274,7 +1303,7 @@ class SimNode:
     def offer_package(self, name: str, version: str, deps: str = "-", effects: str = "-", repo: str = "base") -> None:
         """Add a package version to the node's catalog (what `apt-get -s dist-upgrade` / `dnf check-update` and
         installs can see): a pending upgrade when `name` is installed at an older version."""
-        arch = "x86_64" if self.profile.d.family == "rhel" else "amd64"
+        arch = "amd64" if self.profile.d.family == "debian" else "x86_64"
         with open(self.root / STATE / "catalog", "a") as f:
             f.write("\t".join((name, version, repo, deps or "-", effects or "-", arch, name)) + "\n")
 

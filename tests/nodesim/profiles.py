@@ -118,7 +118,7 @@ OTHER_PCI = (
 class Distro:
     key: str
     os_release: str           # file in data/os-release/
-    family: str               # "debian" | "rhel"
+    family: str               # "debian" | "rhel" | "suse"
     pkg: str                  # "apt" | "dnf"
     initramfs: str            # "update-initramfs" | "dracut"
     kernel: str
@@ -144,6 +144,11 @@ DISTROS: dict[str, Distro] = {
     "rocky-9": Distro("rocky-9", "rocky-9", "rhel", "dnf", "dracut",
                       "5.14.0-362.8.1.el9_3.x86_64", "gcc version 11.4.1 20230605 (Red Hat 11.4.1-2) (GCC)",
                       "/usr/lib64", "rhel9", 2, "1.7.22", "27.3.1", "rocky"),
+    # SLES 15 SP6: zypper/rpm, dracut, the SP6 kernel 6.4.0-150600.23.25-default (SUSE names a kernel's packages
+    # by its flavour: kernel-default, kernel-default-devel), NVIDIA's repository directory sles15
+    "sles-15": Distro("sles-15", "sles-15", "suse", "zypper", "dracut",
+                      "6.4.0-150600.23.25-default", "gcc version 7.5.0 (SUSE Linux)",
+                      "/usr/lib64", "sles15", 2, "1.7.21", "24.0.7", "sles"),
 }
 
 # ----------------------------------------------------------------------------------------------------------
@@ -175,6 +180,7 @@ class Profile:
     docker_gpus_need_runtime: bool = True
     tcp_forwarding: bool = False  # a jump host (ProxyJump) needs sshd to forward TCP to 127.0.0.1
     extra_packages: tuple[str, ...] = ()        # catalog names installed at creation
+    cuda_repo: bool = False                     # NVIDIA's CUDA repository configured at creation (RHEL family, SUSE)
     # a one-node Kubernetes cluster (node_files/py/kube.py): "kubelet" (kubeadm-style, on the system's
     # containerd: pass engines=("containerd",)) or "k3s" (its own containerd, config from its template)
     kubernetes: str | None = None
@@ -217,6 +223,9 @@ class Profile:
     def validate(self) -> None:
         if self.distro not in DISTROS:
             raise ValueError(f"unknown distro {self.distro!r}; known: {', '.join(DISTROS)}")
+        if self.cuda_repo and DISTROS[self.distro].family == "debian":
+            raise ValueError("cuda_repo: the Debian family's repository comes from the cuda-keyring package "
+                             "(install it with extra_packages=('cuda-keyring',))")
         if self.gpu not in GPU_SETS:
             raise ValueError(f"unknown gpu set {self.gpu!r}; known: {', '.join(GPU_SETS)}")
         if self.kubernetes not in (None, "kubelet", "k3s"):

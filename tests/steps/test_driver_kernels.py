@@ -120,6 +120,22 @@ def test_hold_kernel_holds_the_metapackages_once():
     assert plan(held, Options(driver=V)).status is Status.OK  # absent: holds are left as they are
 
 
+def test_hold_kernel_on_sles_locks_the_flavours_kernel_packages_with_zypper():
+    sles = parse_os_release('ID="sles"\nID_LIKE="suse"\nVERSION_ID="15.6"\nPRETTY_NAME="SLES 15 SP6"\n')
+    sk = "6.4.0-150600.23.25-default"
+    f = node(f"kernel {sk} headers /lib/modules/{sk}/updates/nvidia.ko image\n", dkms="",
+             extra={"kernel_packages": ("ii \tkernel-default\t6.4.0-150600.23.25.1\n"
+                                        "ii \tkernel-default-devel\t6.4.0-150600.23.25.1\n", 0)}, os=sles, kernel=sk)
+    f = dataclasses.replace(f, tools={"zypper": "/usr/bin/zypper"})
+    p = plan(f, Options(driver=V, hold_kernel=True))
+    assert commands(p) == ["zypper --non-interactive addlock kernel-default kernel-default-devel"]
+    locked = dataclasses.replace(f, files={"/etc/zypp/locks": "type: package\nmatch_type: glob\nsolvable_name: "
+                                           "kernel-default\n\ntype: package\nsolvable_name: kernel-default-devel\n"})
+    assert plan(locked, Options(driver=V, hold_kernel=True)).status is Status.OK
+    assert commands(plan(locked, Options(driver=V, hold_kernel=False))) == [
+        "zypper --non-interactive removelock kernel-default kernel-default-devel"]
+
+
 def test_hold_driver_on_a_run_driver_says_there_is_no_package():
     p = plan(node(RUNNING), Options(driver=V, hold_driver=True))
     assert p.status is Status.OK and any("the .run driver is not a package" in n for n in p.notes)

@@ -148,16 +148,34 @@ def test_nvswitch_node_needs_the_fabric_manager_of_exactly_that_release():
 
 def test_suse_route_uses_zypper_with_exact_versions_and_locks():
     sles = parse_os_release('ID="sles"\nID_LIKE="suse"\nVERSION_ID="15.6"\nPRETTY_NAME="SLES 15 SP6"\n')
+    # two KMPs of the release, each built for another kernel (SUSE's `_k<kernel>` in the version): the running
+    # kernel's is taken, the newer kernel's is not
     offered = ("S | Name | Type | Version | Arch | Repository\n"
+               "  | nvidia-driver-G06-kmp-default | package | 580.95.05_k6.4.0_150600.23.38-1 | x86_64 | cuda\n"
                "  | nvidia-driver-G06-kmp-default | package | 580.95.05_k6.4.0_150600.23.25-1 | x86_64 | cuda\n"
-               "  | nvidia-compute-utils-G06 | package | 580.95.05-1 | x86_64 | cuda\n")
-    f = dataclasses.replace(node(offered=offered, devices=(0x1EB8,)), os=sles)
+               "  | nvidia-compute-utils-G06 | package | 580.95.05-1 | x86_64 | cuda\n"
+               "  | nvidia-compute-G06 | package | 580.95.05-1 | x86_64 | cuda\n")
+    f = dataclasses.replace(node(offered=offered, devices=(0x1EB8,)), os=sles, kernel="6.4.0-150600.23.25-default")
     p = plan(f, "580.95.05", kernel_module="proprietary")
     assert p.status is Status.CHANGE, p.reason
     install = next(a for a in p.actions if isinstance(a, InstallDriverPackages))
     assert install.manager == "zypper" and "nvidia-driver-G06-kmp-default-580.95.05_k6.4.0_150600.23.25-1" in \
         install.commands()[-1]
+    assert "nvidia-compute-G06-580.95.05-1" in install.commands()[-1]
     assert any("zypper --non-interactive addlock" in c for a in p.actions for c in a.commands())
+    # a KMP comes built: no DKMS note under Secure Boot's wording, the route says why
+    assert any("kernel module package (KMP)" in n for n in p.notes), p.notes
+    # without the compute libraries offered the route is refused with zypper's repository fix
+    short = dataclasses.replace(f, outputs={**f.outputs, "driver_offered": Section(offered.rsplit("  |", 1)[0], 0)})
+    refused = plan(short, "580.95.05", kernel_module="proprietary")
+    assert refused.status is Status.BLOCKED and "nvidia-compute-G06 (offered: none)" in refused.reason
+    assert "sudo zypper --non-interactive refresh" in (refused.fix or "")
+    # openSUSE Leap with no NVIDIA repository: the fix adds NVIDIA's opensuse15 directory, not SLES's
+    leap = parse_os_release('ID="opensuse-leap"\nID_LIKE="suse opensuse"\nVERSION_ID="15.6"\n'
+                            'PRETTY_NAME="openSUSE Leap 15.6"\n')
+    bare = dataclasses.replace(f, os=leap, outputs={**f.outputs, "driver_offered": Section("", 0)})
+    none = plan(bare, "580.95.05", kernel_module="proprietary")
+    assert none.status is Status.BLOCKED and "/opensuse15/x86_64/cuda-opensuse15.repo" in (none.fix or ""), none.fix
 
 
 def test_rhel_enables_the_branch_stream_on_el9_and_not_on_el10():

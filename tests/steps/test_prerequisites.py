@@ -122,6 +122,40 @@ def test_rhel_without_epel_is_blocked_with_the_fix():
     assert p.status is Status.BLOCKED and "EPEL" in (p.fix or "")
 
 
+SLES = parse_os_release('NAME="SLES"\nVERSION_ID="15.6"\nID="sles"\nID_LIKE="suse"\n'
+                        'PRETTY_NAME="SUSE Linux Enterprise Server 15 SP6"\n')
+SUSE_KERNEL = "6.4.0-150600.23.25-default"
+# zypper -n -q search -s --match-exact gcc make dkms kernel-default-devel, as the probe reads it
+ZYPPER_SEARCH = ("S  | Name                 | Type    | Version              | Arch   | Repository\n"
+                 "---+----------------------+---------+----------------------+--------+---------------------------\n"
+                 "v  | gcc                  | package | 7-150000.1.3         | x86_64 | SLE-Module-Basesystem15-SP6\n"
+                 "v  | kernel-default-devel | package | 6.4.0-150600.23.38.1 | x86_64 | SLE-Module-Basesystem15-SP6\n")
+
+
+def test_sles_installs_with_zypper_and_the_running_kernels_flavoured_headers():
+    f = facts(os=SLES, kernel=SUSE_KERNEL, tools={"zypper": "x", "rpm": "x"})
+    p = plan(f)
+    assert p.status is Status.CHANGE
+    (install,) = p.actions
+    assert install.commands() == ["sudo zypper --non-interactive --gpg-auto-import-keys refresh",
+                                  "sudo zypper --non-interactive install gcc make dkms "
+                                  "kernel-default-devel=6.4.0-150600.23.25"]
+    # headers the repositories lack (the probe's verdict): blocked with SUSE's kernel packages as the fix
+    gone = facts(os=SLES, kernel=SUSE_KERNEL, tools={"zypper": "x"}, outputs=outputs(
+        prereq_available="avail gcc\navail make\nmissing dkms\nmissing kernel-default-devel=6.4.0-150600.23.25\n"))
+    blocked = plan(gone)
+    assert blocked.status is Status.BLOCKED and "kernel-default-devel=6.4.0-150600.23.25" in blocked.reason
+    assert "sudo zypper --non-interactive install kernel-default kernel-default-devel" in (blocked.fix or "")
+    # dkms not offered (SLES without SUSE Package Hub): blocked before any change, with the command that enables it
+    hub = plan(facts(os=SLES, kernel=SUSE_KERNEL, tools={"zypper": "x"}, outputs=outputs(
+        prereq_available="missing gcc\navail make\nmissing dkms\navail kernel-default-devel=6.4.0-150600.23.25\n")))
+    assert hub.status is Status.BLOCKED and "dkms" in hub.reason
+    assert "sudo SUSEConnect -p PackageHub/15.6/x86_64 && sudo zypper --non-interactive refresh" in (hub.fix or "")
+    # the packages route: NVIDIA's kernel module packages come built, nothing to install for a build
+    kmp = plan(f, Options(driver="580.95.05", driver_source="packages"))
+    assert kmp.status is Status.OK and "KMP" in kmp.reason
+
+
 def test_unknown_distribution_is_blocked():
     other = parse_os_release("ID=flatcar\nVERSION_ID=3139.2.0\n")
     assert plan(facts(os=other, tools={})).status is Status.BLOCKED

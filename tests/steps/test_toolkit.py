@@ -311,3 +311,25 @@ def test_a_toolkit_version_the_repository_lacks_or_an_unreadable_repository_bloc
     report = run(node, **packages)
     assert report.outcomes[0].result == "changed", report.outcomes[0].error
     assert {p: system.packages[p] for p in TOOLKIT} == {p: "1.18.1-1" for p in TOOLKIT} and set(TOOLKIT) <= system.held
+
+
+def test_with_the_driver_from_packages_a_configured_repository_is_pinned_from_the_managers_lists_at_install():
+    """A toolkit repository configured already (a mirror: its versions are not read from NVIDIA's address): the
+    install refreshes it and reads the package manager's own lists to pin (actions/packages.InstallOffered);
+    --toolkit-version is carried as the version it must find; the .run source keeps the unpinned install."""
+    from gpunode.actions.packages import InstallOffered
+
+    node, _ = make_node()
+    node.files[toolkit.APT_LIST] = toolkit.APT_SOURCE
+    node.files[toolkit.APT_KEYRING] = "key"
+    packages = dict(driver_source="packages", driver="535.230.02")
+    plan = plan_of(node, **packages)
+    install = next(a for a in plan.actions if isinstance(a, InstallOffered))
+    assert install.query is None and install.version == "" and install.packages == TOOLKIT
+    assert install.commands()[:2] == ["sudo apt-get update", "sudo apt-cache policy " + " ".join(TOOLKIT)
+                                      + "  # read-only: the version to pin"]
+    assert any("configured on the node already" in n for n in plan.notes)
+    asked = next(a for a in plan_of(node, toolkit_version="1.18.0", **packages).actions
+                 if isinstance(a, InstallOffered))
+    assert asked.version == "1.18.0-1" and asked.commands()[-1].endswith("libnvidia-container1=1.18.0-1")
+    assert not any(isinstance(a, InstallOffered) for a in plan_of(node).actions)  # the .run source

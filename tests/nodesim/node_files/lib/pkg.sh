@@ -11,6 +11,8 @@ mkdir -p "$NS/pkgfiles"
 pkg_source_files() {
     if [ "$FAMILY" = rhel ]; then
         for _f in /etc/yum.repos.d/*.repo; do [ -f "$_f" ] && echo "$_f"; done
+    elif [ "$FAMILY" = suse ]; then
+        for _f in /etc/zypp/repos.d/*.repo; do [ -f "$_f" ] && echo "$_f"; done
     else
         [ -f /etc/apt/sources.list ] && echo /etc/apt/sources.list
         for _f in /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do [ -f "$_f" ] && echo "$_f"; done
@@ -20,7 +22,7 @@ pkg_source_files() {
 # Lines of the sources files that are not comments (for .repo files, only sections with enabled=1 or no key).
 pkg_source_lines() {
     pkg_source_files | while read -r _f; do
-        if [ "$FAMILY" = rhel ]; then
+        if [ "$FAMILY" != debian ]; then
             awk '/^\[/ { if (sec != "" && en) printf "%s", buf; sec = $0; buf = ""; en = 1; next }
                  /^[ \t]*enabled[ \t]*=[ \t]*0/ { en = 0 }
                  !/^[ \t]*#/ { buf = buf $0 "\n" }
@@ -67,12 +69,18 @@ pkg_db_hold() {  # NAME 1|0
 # `NAME-EPOCH:VERSION-RELEASE.*` stays when the package is removed (as real dnf's does) and applies again when it
 # is installed; the hold flag of the database mirrors the file (pkg_sync_locks).
 VERSIONLOCK_LIST=/etc/dnf/plugins/versionlock.list
+# SUSE: zypper's addlock writes a block per lock into /etc/zypp/locks (zypper(8) `locks`, libzypp's locks file)
+ZYPP_LOCKS=/etc/zypp/locks
 pkg_lock_names() {  # names with a lock entry (not comments, not '!' exclusions)
+    if [ "$FAMILY" = suse ]; then  # zypper's locks: `solvable_name: NAME` in a block of /etc/zypp/locks
+        [ -f "$ZYPP_LOCKS" ] && sed -n 's/^solvable_name:[ \t]*//p' "$ZYPP_LOCKS"
+        return 0
+    fi
     [ -f "$VERSIONLOCK_LIST" ] || return 0
     sed -n 's/^\([A-Za-z0-9_.+-]*\)-[0-9][0-9]*:.*/\1/p' "$VERSIONLOCK_LIST"
 }
 pkg_sync_locks() {
-    [ "$FAMILY" = rhel ] || return 0
+    [ "$FAMILY" != debian ] || return 0
     _locks=" $(pkg_lock_names | tr '\n' ' ') "
     awk -F'\t' -v OFS='\t' -v l="$_locks" '{ $4 = index(l, " " $1 " ") ? 1 : 0; print }' "$PKGDB" > "$PKGDB.new" \
         && mv "$PKGDB.new" "$PKGDB"
@@ -187,7 +195,11 @@ pkg_apply_effects() {  # NAME VER ; prints error text, returns 1 on a failed pos
                 if ! ns_unit_exists "$_unitn"; then ns_unit_create "$_unitn" "$_desc"; pkg_record "$1" "unit:$_unitn"; fi
                 if [ "$_en" = enable ]; then ns_unit_set "$_unitn" ENABLED enabled; ns_unit_start "$_unitn" || true; fi ;;
             headers)
-                if [ "$FAMILY" = rhel ]; then _src=/usr/src/kernels/$_rest; else _src=/usr/src/linux-headers-$_rest; fi
+                case "$FAMILY" in
+                    rhel) _src=/usr/src/kernels/$_rest ;;
+                    suse) _src=/usr/src/linux-${_rest%-*}-obj/x86_64/${_rest##*-} ;;
+                    *) _src=/usr/src/linux-headers-$_rest ;;
+                esac
                 mkdir -p "$_src/include" "/lib/modules/$_rest"
                 ln -sfn "$_src" "/lib/modules/$_rest/build"
                 pkg_record "$1" "/lib/modules/$_rest/build"; pkg_record "$1" "dir:$_src"
