@@ -55,7 +55,7 @@ def evaluate(part: str) -> dict[str, object]:
 # for them (tests/fixtures/explain/MANIFEST.md). The first figure is the honest "never seen" accuracy; the figure
 # this run prints for the same texts is no longer blind once rules were written after it.
 BLIND_AT_COLLECTION = {"batch 4": (5, 16), "batch 5": (24, 40), "batch 6": (13, 31), "batch 7": (13, 30),
-                       "batch 8": (18, 40), "batch 9": (19, 51)}
+                       "batch 8": (18, 40), "batch 9": (19, 51), "batch 10": (14, 26)}
 _BATCH = re.compile(r"\((batch \d+), blind")
 
 
@@ -69,7 +69,7 @@ def blind_batches() -> dict[str, dict[str, object]]:
         if found:
             batches.setdefault(found.group(1), []).append(row)
     out: dict[str, dict[str, object]] = {}
-    for name, members in sorted(batches.items()):
+    for name, members in sorted(batches.items(), key=lambda item: int(item[0].split()[1])):  # batch 10 after batch 9
         now = sum([f.id for f in explain((CORPUS / "unseen" / row["file"]).read_text(encoding="utf-8"))][:1]
                   == [row["expected"]] for row in members)
         first = BLIND_AT_COLLECTION.get(name)
@@ -139,6 +139,14 @@ BATCH_ROWS = {
                 "new_ids": ("dkms.stale-module-tree", "kernel.module-built-for-other-kernel", "repo.driver-repos-mixed",
                             "slurm.gres-conf-invalid", "slurm.gres-not-configured", "vgpu.wrong-guest-driver",
                             "wsl.gpu-unsupported")},
+    # batch 10: the rows of the explain4 session, written after the batch was measured blind at 6a099fe. Its context
+    # rows (data/explain_component_context.csv), the Secure Boot hook's any-module reading and the compose v1 wording
+    # added to compose.too-old-for-gpus stay on here, so this figure is not blind either.
+    "batch 10": {"rows": ("apptainer.nvliblist-incomplete/", "container.driver-files-in-image/empty-placeholders",
+                          "cuda.libraries-missing/cuda-gdb-backend", "docker.desktop-too-old/", "enroot.dev-bind-conflict/",
+                          "toolkit.volume-mounts-disabled/"),
+                 "new_ids": ("apptainer.nvliblist-incomplete", "docker.desktop-too-old", "enroot.dev-bind-conflict",
+                             "toolkit.volume-mounts-disabled")},
 }
 
 

@@ -131,6 +131,10 @@ def bar1_size(node: Node) -> Verdict:
 
 VFIO_OK = ("", "vfio-pci", "pci-stub", "pcieport")  # drivers a viable IOMMU group may hold (Documentation/vfio)
 NO_IR_IDS = ("virt.no-interrupt-remapping",)
+DMA_FAULT_IDS = ("virt.iommu-dma-fault",)
+IOMMU_PT_FIX = ("boot the host with iommu=pt on the kernel command line (Debian/Ubuntu: GRUB_CMDLINE_LINUX in "
+                "/etc/default/grub, then update-grub; RHEL/Fedora: grubby --update-kernel=ALL --args=iommu=pt) so the "
+                "GPUs it drives itself bypass DMA translation, then reboot")
 
 
 def _host(v: Virt) -> passthrough.Hypervisor | None:
@@ -147,7 +151,8 @@ def _iommu_fix(v: Virt) -> str:
 def iommu(node: Node) -> Verdict:
     """On a host that passes GPUs to VMs (a GPU bound to vfio-pci), vfio needs the IOMMU on, every device of the
     GPU's IOMMU group bound to vfio-pci (or to nothing; bridges excepted), and interrupt remapping, or QEMU stops
-    with 'group N is not viable' / 'no iommu_group found' / 'No interrupt remapping support'."""
+    with 'group N is not viable' / 'no iommu_group found' / 'No interrupt remapping support'. On any GPU node, the
+    kernel log's IOMMU faults (DMAR / AMD-Vi IO_PAGE_FAULT) naming a GPU warn: the IOMMU blocked its DMA."""
     if not node.has_gpu:
         return NO_GPU
     v: Virt = node.facts[virt_facts.VIRT]
@@ -156,6 +161,13 @@ def iommu(node: Node) -> Verdict:
     if no_ir:
         return failed(f"kernel log: {no_ir[0].excerpt[:240]}: vfio refuses to assign devices without interrupt "
                       "remapping", _iommu_fix(v), reboot=True)
+    faults = [(f, g) for f in node.kernel_findings if f.id in DMA_FAULT_IDS for g in v.gpus
+              if f.values.get("device") and g.address.endswith(str(f.values["device"]))]  # DMAR names bus:dev.fn only
+    if faults:
+        fault, gpu = faults[0]
+        fix = _iommu_fix(v) if gpu.driver == "vfio-pci" else IOMMU_PT_FIX
+        return warned(f"kernel log: {fault.excerpt[:240]}: the IOMMU blocked a DMA transfer of GPU {gpu.address}",
+                      fix, reboot=True)
     if not passed_gpus:
         return skipped("no GPU is bound to vfio-pci: this node passes no GPU to a VM")
     names = ", ".join(g.address for g in passed_gpus)

@@ -344,9 +344,14 @@ def _module_missing(c: Candidate, doc: Doc) -> Finding:
 
 @_hook("secureboot.module-rejected")
 def _secureboot(c: Candidate, doc: Doc) -> Finding | None:
-    if "nvidia" not in doc.text.lower():  # another vendor's module
+    module = c.values.get("module") or ""
+    if "nvidia" in doc.text.lower():
+        return _render(c, doc)
+    if not module:  # the bare key message with nothing of a GPU in sight
         return None
-    return _render(c, doc)
+    # The kernel's answer is the same for every module: a GPU's companion module (an NVIDIA HDMI-audio or peer-memory
+    # helper, a vendor fork) is refused for the same reason, whatever its name.
+    return _render(c, doc, title=f"Secure Boot rejected the unsigned kernel module {module}")
 
 
 _DKMS_LOG = compile_pattern(r"Consult (?P<log>/\S*?/(?P<module>[\w-]+)/(?P<version>[\w.-]+)/build/make\.log)")
@@ -559,6 +564,19 @@ def _no_gpu_injected(c: Candidate, doc: Doc) -> Finding | None:
     if run is None:  # no container command, or one that asked for a GPU: the CUDA message keeps its own cause
         return None
     return _render(c, doc, values={"command": run[0].strip()}, excerpt=_with_line(c, doc, run))
+
+
+# --- Apptainer --nv binds only the driver libraries its nvliblist.conf names ------------------------------------------
+
+_APPTAINER_NV = compile_pattern(r"\b(?:apptainer|singularity)\b[^\n]*\s--nv\b|\s--nv\b[^\n]*\.sif\b|/\.singularity\.d/")
+
+
+@_hook("apptainer.nvliblist-incomplete")
+def _nvliblist(c: Candidate, doc: Doc) -> Finding | None:
+    used = doc.has(_APPTAINER_NV)
+    if used is None:  # without Apptainer's --nv in sight the library is the driver's to provide (cuda.libraries-missing)
+        return None
+    return _render(c, doc, excerpt=_with_line(c, doc, used))
 
 
 # --- WSL: NVML's "blocked by the operating system" means the /dev/dxg path when the paste shows WSL ---------------

@@ -157,3 +157,15 @@ def test_the_vgpu_manager_inside_a_vm_fails():
     bare = _check("hw.vgpu-driver-mode", virt_output(["0000:18:00.0"]),
                   smi=smi_q(["0000:18:00.0"], virtualization="Host VGPU"))
     assert bare.status == "pass"  # the hypervisor host itself
+
+
+def test_an_iommu_fault_naming_a_gpu_warns_with_iommu_pt_and_one_naming_another_device_does_not():
+    log = "[ 412.3] DMAR: [DMA Read NO_PASID] Request device [18:00.0] fault addr 0x7f7c1000 [fault reason 0x06] " \
+          "PTE Read access is not set\n"
+    warn = _check("hw.iommu", _host(driver="nvidia"), log)
+    assert warn.status == "warn" and "0000:18:00.0" in warn.evidence and "iommu=pt" in warn.fix
+    amd = "[ 9.1] AMD-Vi: Event logged [IO_PAGE_FAULT device=0000:18:00.0 domain=0x000e address=0x7f7c1000 flags=0x0010]\n"
+    passed_through = _check("hw.iommu", _host(), amd)  # a GPU given to VMs keeps the IOMMU on: the host's own fix
+    assert passed_through.status == "warn" and "iommu=pt" not in passed_through.fix
+    other = _check("hw.iommu", _host(driver="nvidia"), log.replace("[18:00.0]", "[3b:00.0]"))
+    assert other.status == "skip"

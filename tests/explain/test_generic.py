@@ -215,3 +215,52 @@ def test_an_apparmor_record_wrapped_over_lines_is_read_as_one() -> None:
     assert finding.id == "apparmor.device-denied" and finding.values["path"] == "/usr/bin/nvidia-modprobe"
     # a denial of something that is not the driver's is no NVIDIA finding
     assert explain('apparmor="DENIED" operation="open" profile="qtox" name="/proc/modules" pid=5139') == []
+
+
+# Batch 10's classes (issue 26): the line beside the headline that decides, each with a text where it is absent.
+_FALLBACK = "nvidia-fallback.service: NVIDIA kernel module missing. Falling back to nouveau."
+_NO_DRIVER = "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU"
+_SMI_MISSING = "/usr/local/bin/exporter: line 55: nvidia-smi: command not found"
+_SMI_EXEC = 'exec: "nvidia-smi": executable file not found in $PATH: unknown.'
+_CUDA_GDB = "Could not find CUDA Debugger back-end. Please try upgrading/re-installing the GPU driver"
+_ERROR_500 = "CUDA error: CUDA driver version is insufficient for CUDA runtime version"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    (f"$ mokutil --sb-state\nSecureBoot enabled\n{_FALLBACK}", "secureboot.module-rejected"),
+    (_FALLBACK, "kernel.module-missing"),
+    (f"$ docker compose --profile gpu up --build\n{_NO_DRIVER}", "container.no-gpu-injected"),
+    (_NO_DRIVER, "cuda.no-driver"),
+    (f"{_SMI_MISSING}\nafter we deployed it on kubernetes", "container.no-gpu-injected"),
+    (_SMI_MISSING, "smi.not-installed"),
+    (f"$ kubectl --context=kind-gpus apply -f pod.yaml\n{_SMI_EXEC}", "toolkit.volume-mounts-disabled"),
+    (f"$ docker run --rm ubuntu nvidia-smi\n{_SMI_EXEC}", "container.no-gpu-injected"),
+    (f"Docker Desktop 4.28.0 on Windows 11\n{_ERROR_500}", "docker.desktop-too-old"),
+    (_ERROR_500, "cuda.insufficient-driver"),
+    (f"$ apptainer shell --nv cuda.sif\nApptainer> cuda-gdb ./app\n{_CUDA_GDB}", "apptainer.nvliblist-incomplete"),
+    (_CUDA_GDB, "cuda.libraries-missing"),
+])
+def test_the_line_beside_the_headline_decides_the_cause(text: str, expected: str) -> None:
+    assert [f.id for f in explain(text)][:1] == [expected], [f.id for f in explain(text)]
+
+
+def test_empty_driver_libraries_in_an_image_are_the_images_not_wsls() -> None:
+    empty = ("/sbin/ldconfig.real: File /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 is empty, not checked.\n"
+             "/sbin/ldconfig.real: /usr/lib/wsl/lib/libcuda.so.1 is not a symbolic link")
+    finding = explain(empty)[0]
+    assert finding.id == "container.driver-files-in-image" and finding.values["library"] == "libnvidia-ml.so.1"
+    assert explain(empty.split("\n")[1])[0].id == "wsl.libcuda-not-symlink"  # the WSL warning alone stays harmless
+    assert explain("ldconfig: File /usr/lib/libfoo.so.1 is empty, not checked.") == []  # not a driver library
+
+
+def test_a_device_node_the_container_already_has_is_its_bind_mounted_dev() -> None:
+    finding = explain("nvidia-container-cli: mount error: file creation failed: /scratch/enroot/app/dev/nvidia-uvm-tools: "
+                      "operation not permitted")[0]
+    assert finding.id == "enroot.dev-bind-conflict" and finding.values["path"].endswith("/dev/nvidia-uvm-tools")
+    assert "RESTRICT_DEV" in str(finding.fix)
+
+
+def test_secure_boot_refusing_any_named_module_is_reported_and_the_bare_message_without_a_gpu_is_not() -> None:
+    finding = explain("modprobe: ERROR: could not insert 'nvhda': Required key not available")[0]
+    assert finding.id == "secureboot.module-rejected" and "nvhda" in finding.title
+    assert explain("Key was rejected by service") == []
