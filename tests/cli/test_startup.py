@@ -91,6 +91,7 @@ def test_install_loads_neither_the_explain_tables_nor_doctor():
     assert "gpunode.runner" in modules and "paramiko" in modules  # the probe really imported the install side
     assert sorted(m for m in modules if m.startswith(("gpunode.explain", "gpunode.doctor", "gpunode.verify"))) == []
     assert "yaml" not in modules  # only a YAML inventory needs it (gpunode/inventory.py)
+    assert "rich.progress" not in modules  # only a transfer draws a bar (gpunode/cli/progress.py)
 
 
 def test_running_a_command_loads_its_module():
