@@ -27,20 +27,23 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from gpunode import cancel, fixes
-from gpunode.connection.base import TEMP_PARENT, Connection, Held
+from gpunode.connection.base import STALE_TEMP_BODY, TEMP_PARENT, Connection, Held
 from gpunode.errors import CommandError, GpunodeError
 from gpunode.shell import Script
 
 LOCK_PATH = "/var/lib/gpunode/run.lock"
 POLL_SECONDS = 2.0
 _END = "gpunode-lock-end"
+STALE_PLACES = (TEMP_PARENT, posixpath.dirname(LOCK_PATH))  # where a run killed hard can leave temp files
 
 # $1 the lock's path, $2 the holder's description (command, since, from). Prints `gpunode-lock-taken`, `-stale`
 # or `-held` (exit 75), its own text, `gpunode-lock-other` and the other holder's text (stale, held), then
 # `gpunode-lock-end`; once taken, keeps it until stdin ends.
 # $3 = "keep": this script keeps the lock itself (stdin stays open); a pid: the lock lives while that process runs
 # (and outlives the script); else ("once") the lock outlives the script and names no process.
-_LOCK = r"""lock=$1; info=$2; keep=$3
+# $4...: unless keep, once the lock is taken the temp files an earlier run left in these directories are removed
+# (gpunode/connection/base.py) and listed after `gpunode-lock-end`, in the same round trip.
+_LOCK = r"""lock=$1; info=$2; keep=$3; shift 3
 mkdir -p -- "${lock%/*}" || exit 1
 boot=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)
 pid=-
@@ -74,7 +77,9 @@ x" ] && rm -f -- "$lock"
 else
   report gpunode-lock-taken ""
 fi
-[ "$keep" = keep ] || exit 0
+if [ "$keep" != keep ]; then
+""" + STALE_TEMP_BODY + r"""exit 0
+fi
 cat >/dev/null
 [ "$(readlink -- "$lock" && echo x)" = "$me
 x" ] && rm -f -- "$lock"
@@ -127,8 +132,10 @@ def _me(command: str) -> str:
 class Lock:
     """A taken lock: `release()` lets it go (safe to call twice)."""
 
-    def __init__(self, conn: Connection, text: str, held: Held | None, stale: Holder | None) -> None:
+    def __init__(self, conn: Connection, text: str, held: Held | None, stale: Holder | None,
+                 removed: list[str] | None = None) -> None:
         self.conn, self.text, self.held, self.stale = conn, text, held, stale
+        self.removed = removed  # the stale temp files the taking removed; None: not looked for yet
 
     def release(self) -> None:
         if self.held is not None:
@@ -140,8 +147,10 @@ class Lock:
             self.conn.run(Script(_UNLOCK, (LOCK_PATH, text), "node-unlock"), sudo=True, timeout=30)
 
 
-def _try(conn: Connection, info: str) -> tuple[str, str, str, Held | None]:
-    """(state, ours, other, keeper): state taken | stale | held; ours the text we wrote, other the holder's."""
+def _try(conn: Connection, info: str) -> tuple[str, str, str, Held | None, list[str] | None]:
+    """(state, ours, other, keeper, removed): state taken | stale | held; ours the text we wrote, other the
+    holder's; removed the stale temp files the script removed once it took the lock (None with a keeper, whose
+    output ends at the end marker: the caller removes them)."""
     owner = conn.lock_owner()
     held = None if owner else conn.hold(Script(_LOCK, (LOCK_PATH, info, "keep"), "node-lock"), sudo=True, until=_END,
                                         timeout=60)
@@ -149,12 +158,15 @@ def _try(conn: Connection, info: str) -> tuple[str, str, str, Held | None]:
         output, keeper = held.output, held
     else:  # the connection's own process on the node names the lock; or, for a transport that can keep no
         # command running (Ansible's), none: the lock outlives the script either way
-        result = conn.run(Script(_LOCK, (LOCK_PATH, info, owner or "once"), "node-lock"), sudo=True, timeout=60)
+        result = conn.run(Script(_LOCK, (LOCK_PATH, info, owner or "once", *STALE_PLACES), "node-lock"), sudo=True,
+                          timeout=60)
         if result.exit_code not in (0, 75) or _END not in result.stdout:
             result.check("taking the node's gpunode lock")
         output, keeper = result.stdout, None
     head, _, rest = output.partition("\n")
-    ours, _, other = rest.split(_END, 1)[0].partition("\ngpunode-lock-other\n")
+    reported, _, after = rest.partition(_END)
+    ours, _, other = reported.partition("\ngpunode-lock-other\n")
+    removed = None if keeper is not None else [line for line in after.splitlines() if line]
     other = other.rstrip("\n")
     if head not in ("gpunode-lock-taken", "gpunode-lock-stale", "gpunode-lock-held") or _END not in output:
         if keeper is not None:
@@ -166,7 +178,7 @@ def _try(conn: Connection, info: str) -> tuple[str, str, str, Held | None]:
     if state == "held" and keeper is not None:
         keeper.release()
         keeper = None
-    return state, ours, other, keeper
+    return state, ours, other, keeper, removed
 
 
 def acquire(conn: Connection, command: str, timeout: float, note: Callable[[str], None] = lambda text: None) -> Lock:
@@ -176,12 +188,12 @@ def acquire(conn: Connection, command: str, timeout: float, note: Callable[[str]
     deadline = time.monotonic() + timeout
     announced = False
     while True:
-        state, ours, other, keeper = _try(conn, info)
+        state, ours, other, keeper, removed = _try(conn, info)
         if state != "held":
             stale = Holder.parse(other) if state == "stale" else None
             if stale is not None:
                 note(f"took over a stale gpunode lock (its run is gone from the node): {stale.describe()}")
-            return Lock(conn, "" if keeper is not None else ours, keeper, stale)
+            return Lock(conn, "" if keeper is not None else ours, keeper, stale, removed)
         holder = Holder.parse(other)
         left = deadline - time.monotonic()
         if left <= 0:
@@ -209,7 +221,7 @@ def held(conn: Connection, command: str, timeout: float, note: Callable[[str], N
     lock = acquire(conn, command, timeout, note)
     try:
         # no other run is active now: what a run killed hard left in the temp places is stale
-        gone = conn.remove_stale_temp((TEMP_PARENT, posixpath.dirname(LOCK_PATH)))
+        gone = lock.removed if lock.removed is not None else conn.remove_stale_temp(STALE_PLACES)
         if gone:
             note(f"removed {len(gone)} temporary file(s) an earlier run left behind: {', '.join(gone)}")
         yield lock

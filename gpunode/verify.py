@@ -39,9 +39,7 @@ from gpunode.facts.containers import (
     survey_engines,
 )
 from gpunode.facts.driver import SmiGpu, driver_state
-
-ENGINES = ("docker", "containerd", "podman")
-DEFAULT_TIMEOUT = 900.0  # a first pull of a CUDA image on a slow link
+from gpunode.verify_engines import DEFAULT_TIMEOUT, ENGINES
 
 # NVIDIA's vectorAdd sample (the GPU Operator's validation workload), newest first: (image, CUDA it needs).
 # Tags as used in NVIDIA's GPU Operator documentation and validator.

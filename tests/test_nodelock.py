@@ -5,6 +5,8 @@ tests/integration/test_reliability_lock.py."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 
 import pytest
 from typer.testing import CliRunner
@@ -67,3 +69,26 @@ def test_status_says_when_a_run_holds_the_node(monkeypatch):
     assert "n: a gpunode run holds the node lock now: `gpunode install driver` since" in shown
     data = json.loads(runner.invoke(app, ["status", "--host", "n", "--json"]).stdout)
     assert data["lock"]["command"] == "gpunode install driver"
+
+
+@pytest.mark.parametrize("shell", [s for s in ("dash", "bash", "busybox") if shutil.which(s)])
+def test_taking_the_lock_removes_the_stale_temp_files_in_the_same_command(tmp_path, shell):
+    # the lock's own script (run here in a real shell, on paths under tmp_path) removes what a run killed hard left
+    # behind, once it holds the lock, and lists it after the end marker: no round trip of its own
+    work, lib = tmp_path / "var-tmp", tmp_path / "lib"
+    work.mkdir()
+    (work / "gpunode.abcdef").mkdir()
+    (work / ".gpunode-upload.123456").write_text("part")
+    (work / "someone-else.txt").write_text("")
+    argv = [*([shell, "sh"] if shell == "busybox" else [shell]), "-c", nodelock._LOCK, "node-lock",
+            str(lib / "run.lock"), "command=gpunode install", "once", str(work), str(lib)]
+    taken = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert taken.returncode == 0 and taken.stdout.startswith("gpunode-lock-taken\n")
+    removed = taken.stdout.split("gpunode-lock-end\n", 1)[1].splitlines()
+    assert sorted(removed) == [f"{work}/.gpunode-upload.123456", f"{work}/gpunode.abcdef"]
+    assert sorted(p.name for p in work.iterdir()) == ["someone-else.txt"] and (lib / "run.lock").is_symlink()
+    # while another run holds the lock, its temp files are not stale: nothing is removed
+    (work / "gpunode.ghijkl").mkdir()
+    held = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert held.returncode == 75 and held.stdout.startswith("gpunode-lock-held\n")
+    assert held.stdout.endswith("gpunode-lock-end\n") and (work / "gpunode.ghijkl").is_dir()

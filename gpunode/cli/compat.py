@@ -64,17 +64,20 @@ JSON shape (`--json`); a section is null when its option was not given:
 from __future__ import annotations
 
 from datetime import date
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
-from gpunode import compat as cm
-from gpunode import gpus as gpu_table
 from gpunode.cli._params import CudaOpt, DriverOpt, GpuOpt, ImageOpt, JsonOpt, command, expected_errors
 from gpunode.errors import UsageError
 from gpunode.ui import labelled, node_text, out, print_json
+
+# NVIDIA's tables are read when the command runs: `gpunode compat --help` needs only its options
+if TYPE_CHECKING:
+    from gpunode import compat as cm
+    from gpunode import gpus as gpu_table
 
 CHECK_STYLE = {"ok": "green", "conditional": "yellow", "blocked": "bold red"}
 
@@ -85,6 +88,8 @@ CHECK_STYLE = {"ok": "green", "conditional": "yellow", "blocked": "bold red"}
 
 
 def _driver_section(query: cm.DriverQuery, today: date | None) -> dict[str, Any]:
+    from gpunode import compat as cm
+
     t = cm.tables()
     driver = query.version
     branch_no = cm.branch_of(driver)
@@ -125,6 +130,8 @@ def _branch_entry(b: cm.Branch, today: date | None) -> dict[str, Any]:
 
 
 def _cuda_section(need: cm.CudaNeed, today: date | None) -> dict[str, Any]:
+    from gpunode import compat as cm
+
     minimum = need.native_min
     recommended = cm.recommended_drivers(minimum, None, today) if minimum is not None else []
     wanted = cm.Ver(need.series)
@@ -136,6 +143,8 @@ def _cuda_section(need: cm.CudaNeed, today: date | None) -> dict[str, Any]:
 
 
 def _image_section(need: cm.ImageNeed, driver: cm.Version | None, segment: str | None) -> dict[str, Any]:
+    from gpunode import compat as cm
+
     section: dict[str, Any] = {**need.to_dict(), "driver": str(driver) if driver else None, "satisfied": None,
                                "satisfied_by": []}
     if need.requirement is None:
@@ -164,6 +173,9 @@ def _image_section(need: cm.ImageNeed, driver: cm.Version | None, segment: str |
 
 def _gpu_section(query: str, matches: list[gpu_table.Gpu], driver: cm.Version | None,
                  today: date | None) -> dict[str, Any]:
+    from gpunode import compat as cm
+    from gpunode import gpus as gpu_table
+
     t = cm.tables()
     groups: dict[str, list[gpu_table.Gpu]] = {}
     for g in matches:
@@ -195,6 +207,9 @@ def _gpu_section(query: str, matches: list[gpu_table.Gpu], driver: cm.Version | 
 
 def _cuda_on_gpus(matches: list[gpu_table.Gpu], need: cm.CudaNeed | None,
                   image_need: cm.ImageNeed | None) -> list[cm.Check]:
+    from gpunode import compat as cm
+    from gpunode import gpus as gpu_table
+
     targets: list[tuple[str, cm.Version]] = []
     if need is not None:
         targets.append((f"CUDA {need.cuda}", cm.Ver(need.cuda)))
@@ -221,6 +236,9 @@ def _overall(checks: list[cm.Check]) -> str:
 def build_report(driver: str | None = None, cuda: str | None = None, image: str | None = None,
                  gpu: str | None = None, today: date | None = None) -> dict[str, Any]:
     """Everything `gpunode compat` prints, as the documented JSON shape. Bad input raises UsageError."""
+    from gpunode import compat as cm
+    from gpunode import gpus as gpu_table
+
     if not any((driver, cuda, image, gpu)):
         raise UsageError("compat needs at least one of --driver, --cuda, --image or --gpu",
                          fix="e.g. gpunode compat --driver 535.129.03, or --cuda 12.4, or --gpu H100")
@@ -284,6 +302,8 @@ def _kv(title: str, rows: list[tuple[str, str | Text]]) -> None:
 
 
 def _render_driver(d: dict[str, Any]) -> None:
+    from gpunode import compat as cm
+
     branch = f"R{d['branch']}"
     if d["branch_type"]:
         label = cm.Branch.TYPE_LABELS.get(d["branch_type"], d["branch_type"])
@@ -318,6 +338,8 @@ def _render_driver(d: dict[str, Any]) -> None:
 
 
 def _render_cuda(c: dict[str, Any]) -> None:
+    from gpunode import compat as cm
+
     rows: list[tuple[str, str | Text]] = []
     rows.append(("releases", ", ".join(f"{r['version']} (>= {r['min_driver'] or 'unknown'})" for r in c["releases"])))
     rows.append(("native", f"driver >= {c['native_min_driver']}" if c["native_min_driver"]

@@ -33,18 +33,18 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.text import Text
 
-from gpunode import fixes
 from gpunode.cli._params import JsonOpt, command, expected_errors
-from gpunode.cli._target import rewrite_fixes, runnable
 from gpunode.errors import UsageError
-from gpunode.explain import Finding
-from gpunode.explain import explain as explain_text
 from gpunode.ui import clean, err, node_text, out, print_json
+
+# the engine and its tables are imported when the command runs: `gpunode explain --help` needs only its options
+if TYPE_CHECKING:
+    from gpunode.explain import Finding
 
 SCHEMA_VERSION = 1
 MAX_BYTES = 64 * 1024 * 1024  # a whole journal is fine; anything larger is not a paste
@@ -97,6 +97,8 @@ def _input(text: list[str] | None, file: str | None) -> str:
 
 
 def _render(finding: Finding) -> None:
+    from gpunode.cli._target import runnable
+
     severity = finding.values.get("severity")
     out.print(Text.assemble(("● ", _SEVERITY_STYLE.get(str(severity), "bold cyan")), (clean(finding.title), "bold"),
                             ("  " + finding.id, "dim")))
@@ -117,6 +119,9 @@ def _render(finding: Finding) -> None:
 
 def _document(finding: Finding) -> dict[str, object]:
     """A finding for --json: its fixes rendered here (explain reaches no node), and where each command runs."""
+    from gpunode import fixes
+    from gpunode.cli._target import rewrite_fixes, runnable
+
     data = rewrite_fixes(finding.to_dict(), lambda text: runnable(text, []))
     data["runs"] = {"fix": fixes.runs(finding.fix), "also": [fixes.runs(a) for a in finding.also]}
     return data
@@ -139,6 +144,8 @@ def explain(
     json_output: JsonOpt = False,
 ) -> None:
     """Explain an error message: cause and fix. Exit 0 recognised, 1 nothing recognised, 2 usage error."""
+    from gpunode.explain import explain as explain_text
+
     with expected_errors():
         content = _input(text, file)
         if not content.strip():

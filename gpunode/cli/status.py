@@ -3,25 +3,29 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Group
-from rich.padding import Padding
-from rich.table import Table
 from rich.text import Text
 
-from gpunode import nodelock
 from gpunode.cli._params import command, expected_errors
-from gpunode.cli._target import Target
-from gpunode.facts.driver import driver_of_records
-from gpunode.journal import JOURNAL_PATH, read_journal
 from gpunode.ui import STATUS_STYLE, clean, counted, node_text, out, print_json
+
+# the journal, the lock, the facts and SSH are imported when status runs: `gpunode status --help` needs only its
+# options
+if TYPE_CHECKING:
+    from rich.console import Group
+
+    from gpunode.cli._target import Target
 
 
 def _run_view(run: dict[str, Any]) -> Group:
     """One run: a heading (id, start time, status), the command under it, then its steps as a grid whose step and
     result columns never fold, so at 80 columns only the command and the free-text detail wrap, between words."""
+    from rich.console import Group
+    from rich.padding import Padding
+    from rich.table import Table
+
     state = clean(run.get("status", ""))
     heading = Text.assemble(("run ", "bold"), (clean(run.get("id", "")), "bold"), "  ", clean(run.get("started", "")),
                             "  ", (state, STATUS_STYLE.get(state, "")))
@@ -44,6 +48,8 @@ def driver_source(journal: dict[str, Any]) -> dict[str, Any] | None:
     """The driver gpunode installed and has not undone, and its source: {"version", "source": "packages" | "run",
     "packages": [names] (the packages its driver step's transactions added), "route": {name: version} (every
     package of the route at its exact version, those that were there already too), "held": [names]}, or None."""
+    from gpunode.facts.driver import driver_of_records
+
     found = driver_of_records(journal.get("undo") or [])
     if not found.source:
         return None
@@ -67,6 +73,9 @@ def _driver_line(found: dict[str, Any]) -> str:
 @command(reach="one")
 def status(target: Target) -> None:
     """Show the node's journal: runs, steps applied, backups made. Exit 1 if the last run did not finish."""
+    from gpunode import nodelock
+    from gpunode.journal import JOURNAL_PATH, read_journal
+
     with expected_errors(target.fixer()):
         with target.open() as conn:
             journal = read_journal(conn)

@@ -5,14 +5,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import typer
 from rich.text import Text
 
-from gpunode import cancel
-from gpunode.cli._fleet import fleet_exit_code, print_summary, run_with_view
-from gpunode.cli._inputs import seconds
 from gpunode.cli._params import (
     LockTimeoutOpt,
     RebootOpt,
@@ -23,18 +20,17 @@ from gpunode.cli._params import (
     command,
     expected_errors,
 )
-from gpunode.cli._pipeline_view import ConsoleReporter, render_plan
-from gpunode.cli._target import Target, rewrite_fixes
-from gpunode.cli.pipeline import stopped_by, two_stage_interrupt
-from gpunode.errors import ConnectError, GpunodeError
-from gpunode.fleet import HostResult, LoggedConnection, QueueReporter, result_from_report
-from gpunode.inventory import InventoryHost
 from gpunode.options import Options
-from gpunode.runner import UNINSTALL_DRY_RUN, UNINSTALL_MODE, RunReport
 from gpunode.ui import STATUS_STYLE, clean, labelled, node_text, out, print_json
-from gpunode.undo import select
-from gpunode.undo.engine import uninstall as run_uninstall
-from gpunode.undo.state import UndoRequest
+
+# the undo engine, the runner, the fleet and SSH are imported when uninstall runs: `gpunode uninstall --help`
+# needs only its options
+if TYPE_CHECKING:
+    from gpunode.cli._target import Target
+    from gpunode.fleet import HostResult, QueueReporter
+    from gpunode.inventory import InventoryHost
+    from gpunode.runner import RunReport
+    from gpunode.undo.state import UndoRequest
 
 
 @command(reach="rolling")
@@ -53,6 +49,14 @@ def uninstall(target: Target, argv: list[str], only: UndoOnlyOpt = None, dry_run
 
     Exit 0 done (or nothing to undo), 1 failed or blocked, 3 a reboot is needed, 2 usage error, 130 interrupted.
     """
+    from gpunode import cancel
+    from gpunode.cli._inputs import seconds
+    from gpunode.cli._pipeline_view import ConsoleReporter, render_plan
+    from gpunode.cli._target import rewrite_fixes
+    from gpunode.cli.pipeline import stopped_by, two_stage_interrupt
+    from gpunode.undo import select
+    from gpunode.undo.engine import uninstall as run_uninstall
+
     with expected_errors():
         request = select(only or [])
         options = Options(reboot=reboot, reboot_timeout=seconds(reboot_timeout, "--reboot-timeout"),
@@ -111,6 +115,13 @@ def _uninstall_fleet(target: Target, hosts: list[InventoryHost], request: UndoRe
     """The fleet: each node's undo with the same engine, the same live view, summary and exit code as install;
     `--json`: one document with each node's report (and `nothing_to_undo`, and the fix of a node that could not
     start its undo, e.g. a corrupt journal)."""
+    from gpunode.cli._fleet import fleet_exit_code, print_summary, run_with_view
+    from gpunode.cli._target import rewrite_fixes
+    from gpunode.errors import ConnectError, GpunodeError
+    from gpunode.fleet import LoggedConnection, result_from_report
+    from gpunode.runner import UNINSTALL_DRY_RUN, UNINSTALL_MODE
+    from gpunode.undo.engine import uninstall as run_uninstall
+
     target.secrets()  # prompt before any worker starts
     options = dataclasses.replace(options, progress=None)
     fixes: dict[str, str | None] = {}

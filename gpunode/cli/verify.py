@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
-from gpunode import __version__
-from gpunode.cli import _inputs
+from gpunode import SCHEMA_VERSION, __version__
 from gpunode.cli._params import command, expected_errors
-from gpunode.cli._target import Target, rewrite_fixes
 from gpunode.errors import GpunodeError, UsageError
-from gpunode.facts import FULL, gather
-from gpunode.runner import SCHEMA_VERSION
 from gpunode.ui import Fixer, clean, describe_node, err, labelled, node_text, out, print_error, print_json
-from gpunode.verify import DEFAULT_TIMEOUT, ENGINES, Report, Test
-from gpunode.verify import verify as run_verify
-from gpunode.verify_k8s import verify_k8s
+from gpunode.verify_engines import DEFAULT_TIMEOUT, ENGINES
+
+# the probe, the tests and SSH are imported when verify runs: `gpunode verify --help` needs only its options
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from gpunode.cli._target import Target
+    from gpunode.verify import Report, Test
 
 STYLE = {"pass": "green", "fail": "bold red", "skip": "dim"}
 
@@ -46,6 +45,8 @@ TimeoutOpt = Annotated[float, typer.Option(
 def render_report(report: Report, facts_line: str, console: Console | None = None,
                   fixer: Fixer | None = None) -> None:
     console = console or out
+    from rich.table import Table
+
     fix = fixer or (lambda text: text)
     console.print(Text(facts_line, style="bold"))
     if report.image:
@@ -90,6 +91,12 @@ def verify(
     compare its GPUs with the host's.
 
     Exit 0 all pass, 1 any failure, 2 usage or connection error."""
+    from gpunode.cli import _inputs
+    from gpunode.cli._target import rewrite_fixes
+    from gpunode.facts import FULL, gather
+    from gpunode.verify import verify as run_verify
+    from gpunode.verify_k8s import verify_k8s
+
     with expected_errors():
         engines = _inputs.verify_options(timeout, engine, ENGINES)
         if kubeconfig is not None or k8s:

@@ -146,6 +146,7 @@ _STALE_TEMP = Script(name="stale-temp", body=r"""for d; do
 done
 true
 """)
+STALE_TEMP_BODY = _STALE_TEMP.body  # also run by the node lock's script, once it has taken the lock (nodelock.py)
 
 
 # df -P of a path: one line "FILESYSTEM 1024-BLOCKS USED AVAILABLE CAPACITY MOUNTED-ON" (the name may hold blanks

@@ -119,9 +119,12 @@ def headers_fix(facts: Facts, manager: str) -> str:
 
 
 def missing_packages(facts: Facts, manager: str) -> list[str]:
-    """gcc, make and dkms count as present when the command exists or the package is installed."""
-    installed = parse_available(facts.get(package_facts.PREREQ_AVAILABLE), facts.kernel).installed
-    missing = [name for name in ("gcc", "make", "dkms") if not facts.has(name) and name not in installed]
+    """gcc, make and dkms count as present when the command exists or the package is installed. The packages are
+    asked for only when a command is not found: they are a late fact (the probe's second round trip), which a
+    converged node, with all three commands, never pays for."""
+    absent = [name for name in ("gcc", "make", "dkms") if not facts.has(name)]
+    installed = parse_available(facts.get(package_facts.PREREQ_AVAILABLE), facts.kernel).installed if absent else ()
+    missing = [name for name in absent if name not in installed]
     if not headers_present(facts):
         missing.append(headers_package(facts, manager))
     return missing

@@ -49,15 +49,16 @@ def test_a_bar_inside_another_and_bars_from_worker_threads_do_not_fail(monkeypat
 
 
 def test_when_rich_refuses_a_live_display_the_transfer_goes_on_silently(monkeypatch):
+    import rich.progress
     from rich.errors import LiveError
 
     buffer = console(monkeypatch)
 
-    class Refusing(progress.Progress):
+    class Refusing(rich.progress.Progress):
         def start(self) -> None:
             raise LiveError("Only one live display may be active at once")
 
-    monkeypatch.setattr(progress, "Progress", Refusing)
+    monkeypatch.setattr(rich.progress, "Progress", Refusing)  # rich_bars imports it when a transfer starts
     with progress.rich_bars("refused") as report:
         report(1, 2)
     assert "refused" not in buffer.getvalue()

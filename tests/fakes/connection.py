@@ -403,7 +403,8 @@ def _fake_node_lock(conn: FakeConnection, args: list[str], stdin: bytes) -> tupl
     if old is not None:  # taken in another boot: stale
         state = "stale"
     node.node_lock = me
-    return 0, f"gpunode-lock-{state}\n{me}\ngpunode-lock-other\n{old or ''}\ngpunode-lock-end\n", ""
+    removed = _fake_stale_temp(conn, args[3:], stdin)[1] if len(args) > 3 else ""  # the places to clean, once taken
+    return 0, f"gpunode-lock-{state}\n{me}\ngpunode-lock-other\n{old or ''}\ngpunode-lock-end\n{removed}", ""
 
 
 def _fake_node_unlock(conn: FakeConnection, args: list[str], stdin: bytes) -> tuple[int, str, str]:

@@ -32,11 +32,12 @@ VARYING = ("id", "run", "time", "undone")
 # Remote commands, measured on the node simulator (issue 23). The upgrade: 39 when each undo look-up was a
 # command of its own (7 of them), 32 since they ride in the command of the action they look around; 33 since the
 # probe runs in two round trips (issue 25): what only a change reads (the processes holding the GPUs, for
-# --stop-gpu-services) comes in a second one, which a converged run never sends.
-UPGRADE_COMMANDS = 33
+# --stop-gpu-services) comes in a second one, which a converged run never sends; 32 since the stale temp-file
+# sweep runs in the command that takes the node lock.
+UPGRADE_COMMANDS = 32
 # uninstall --only runtime: 12 with a look-up command each time the step planned (2); 10 since the files the
-# probe reads come from its facts (the records name only daemon.json).
-UNINSTALL_RUNTIME_COMMANDS = 10
+# probe reads come from its facts (the records name only daemon.json); 9 with the sweep in the lock's command.
+UNINSTALL_RUNTIME_COMMANDS = 9
 
 
 def records(node) -> list[dict]:

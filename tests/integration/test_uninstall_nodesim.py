@@ -97,8 +97,9 @@ def test_uninstall_returns_the_files_to_their_state_before_the_first_install(sim
     assert done.exit_code == 0, done.output
     assert node.driver() is None and "nvidia-container-toolkit" not in node.installed_packages()
     assert "kept: " in done.stdout  # the build prerequisites stay by default
-    # only the build prerequisites' traces remain (dkms's file, dpkg's status listing gcc, make, dkms)
-    assert differences(before, snapshot(node)) == ["+ usr/sbin/dkms", "~ var/lib/dpkg/status"]
+    # only the build prerequisites' traces remain (their commands, dpkg's status listing gcc, make, dkms)
+    assert differences(before, snapshot(node)) == ["+ usr/bin/gcc", "+ usr/bin/make", "+ usr/sbin/dkms",
+                                                   "~ var/lib/dpkg/status"]
     assert {"gcc", "make", "dkms"} <= set(node.installed_packages())
 
     rest = uninstall(node, "--only", "prerequisites")
@@ -196,7 +197,8 @@ def test_nvswitch_node_uninstall_removes_fabric_manager_its_hold_and_repository_
     assert kept == expected
     after = snapshot(node)
     diff = differences(before, after)
-    assert diff == ["+ usr/sbin/dkms", f"~ {CONTAINERD.lstrip('/')}", "~ var/lib/dpkg/status"], diff
+    assert diff == ["+ usr/bin/gcc", "+ usr/bin/make", "+ usr/sbin/dkms", f"~ {CONTAINERD.lstrip('/')}",
+                    "~ var/lib/dpkg/status"], diff
 
     again_tree = snapshot(node)
     again = uninstall(node, "--stop-gpu-services")

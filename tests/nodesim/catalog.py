@@ -73,6 +73,10 @@ def _containerd_effects(docker_bundled: bool) -> str:
 DOCKER_EFFECTS = "tool:/usr/bin/docker:engine;unit:docker.service:Docker Application Container Engine:enable"
 
 
+# the commands the gcc and make packages install (shims/toolchain)
+TOOLCHAIN = {"gcc": "tool:/usr/bin/gcc:toolchain", "make": "tool:/usr/bin/make:toolchain"}
+
+
 def debian_catalog(p: Profile) -> list[Entry]:
     d: Distro = p.d
     k = p.running_kernel
@@ -89,7 +93,7 @@ def debian_catalog(p: Profile) -> list[Entry]:
         ("make", "4.3-4.1build1"), ("build-essential", "12.9ubuntu3"),
     ]
     for name, ver in base:
-        e.append(Entry(name, ver, arch=a))
+        e.append(Entry(name, ver, effects=TOOLCHAIN.get(name, ""), arch=a))
     e.append(Entry("pciutils", "1:3.7.0-6", effects="tool:/usr/bin/lspci:lspci", arch=a))
     e.append(Entry("mokutil", "0.6.0-2~22.04.1", effects="tool:/usr/bin/mokutil:mokutil", arch=a))
     e.append(Entry(f"linux-image-{k}", k.rsplit("-", 1)[0] + ".1", arch=a, summary="Linux kernel image"))
@@ -207,7 +211,7 @@ def rhel_catalog(p: Profile) -> list[Entry]:
                       ("curl", "7.76.1-26.el9_3.2"), ("wget", "1.21.1-7.el9"), ("dnf", "4.14.0-8.el9"),
                       ("dnf-plugins-core", "4.3.0-11.el9"), ("gcc", "11.4.1-2.1.el9"), ("make", "4.3-7.el9"),
                       ("elfutils-libelf-devel", "0.189-3.el9"), ("kernel-headers", kv), ("podman", "4.6.1-5.el9")):
-        e.append(Entry(name, ver, arch=a))
+        e.append(Entry(name, ver, effects=TOOLCHAIN.get(name, ""), arch=a))
     e.append(Entry("kernel-devel", kv, effects=f"headers:{k}", arch=a, summary="Development package for building kernel modules"))
     e.append(Entry("pciutils", "3.7.0-5.el9", effects="tool:/usr/bin/lspci:lspci", arch=a))
     e.append(Entry("mokutil", "0.6.0-4.el9", effects="tool:/usr/bin/mokutil:mokutil", arch=a))

@@ -6,7 +6,8 @@ import pytest
 
 from gpunode.actions.packages import PackageCommand
 from gpunode.errors import CommandError
-from gpunode.facts import Facts
+from gpunode.facts import Facts, Later
+from gpunode.facts import packages as package_facts
 from gpunode.facts.kernel import PciDevice
 from gpunode.facts.osinfo import parse_os_release
 from gpunode.facts.probe import Section
@@ -57,6 +58,22 @@ def test_everything_present_is_ok():
     f = facts(tools={"apt-get": "x", "gcc": "x", "make": "x", "dkms": "x"},
               outputs=outputs(kernel_headers=f"build /lib/modules/{KERNEL}/build\n"))
     assert plan(f).status is Status.OK
+
+
+def test_a_node_with_the_three_commands_and_the_headers_asks_nothing_late():
+    # the package list (prereq_available) is a late fact: reading it costs a converged install a second round trip
+    # to the node. With gcc, make and dkms found as commands it is not read; with one of them absent it is.
+    def fetch():
+        raise AssertionError("the probe's second round trip was asked for")
+
+    present = facts(tools={"apt-get": "x", "gcc": "x", "make": "x", "dkms": "x"},
+                    outputs=outputs(kernel_headers=f"build /lib/modules/{KERNEL}/build\n"),
+                    later=Later({package_facts.PREREQ_AVAILABLE.name}, fetch))
+    assert plan(present).status is Status.OK and present.later.fetches == 0
+    absent = dataclasses.replace(present, tools={"apt-get": "x", "gcc": "x", "dkms": "x"},
+                                 later=Later({package_facts.PREREQ_AVAILABLE.name},
+                                             lambda: {"cmd:prereq_available": Section("installed make\n", 0)}))
+    assert plan(absent).status is Status.OK and absent.later.fetches == 1  # make's package is installed
 
 
 def test_only_the_missing_headers_are_installed():
