@@ -228,15 +228,22 @@ def test_ubuntu_switch_from_a_run_gpunode_installed_to_packages_and_back(sim_nod
         mirror.stop()
 
 
+def add_the_repository_by_the_fix(node, args: tuple[str, ...], distro: tuple[str, str, str],  # type: ignore[no-untyped-def]
+                                  repo_file: str) -> None:
+    """No NVIDIA repository yet: the driver step is blocked, and the fix it prints (the one sources_fix gives
+    for the distribution) adds the repository when run on the node."""
+    blocked = driver_step(plan_json(node, *args))
+    assert blocked["status"] == "blocked", blocked
+    command = sources_fix(*distro)
+    assert repo_file in command and command in blocked["fix"], blocked["fix"]
+    rc, _, err = node.ssh(command)
+    assert rc == 0, err
+
+
 def test_rocky_from_the_cuda_repository(sim_node) -> None:  # type: ignore[no-untyped-def]
     node = sim_node("rocky-9-t4")
     args = ("--driver-source", "packages", "--driver", "535.274.02", *STEPS)
-    blocked = driver_step(plan_json(node, *args))
-    assert blocked["status"] == "blocked", blocked  # no CUDA repository yet: the fix adds it
-    command = sources_fix("rhel", "", "9")
-    assert "cuda-rhel9.repo" in command and command in blocked["fix"], blocked["fix"]
-    rc, _, err = node.ssh(command)
-    assert rc == 0, err
+    add_the_repository_by_the_fix(node, args, ("rhel", "", "9"), "cuda-rhel9.repo")
     step = driver_step(plan_json(node, *args))
     text = json.dumps(step)
     assert "kmod-nvidia-latest-dkms-535.274.02-1.el9" in text and "nvidia-driver:535-dkms" in text
@@ -262,12 +269,7 @@ def test_sles_from_nvidias_repository_install_rerun_uninstall(sim_node) -> None:
     transaction, zypper locks; a re-run changes nothing; uninstall releases the locks and removes the packages."""
     node = sim_node("sles-15-t4")
     args = ("--driver-source", "packages", "--driver", "580.95.05", *STEPS)
-    blocked = driver_step(plan_json(node, *args))
-    assert blocked["status"] == "blocked", blocked  # no NVIDIA repository yet: the fix adds it
-    command = sources_fix("sles", "", "15.6")
-    assert "cuda-sles15.repo" in command and command in blocked["fix"], blocked["fix"]
-    rc, _, err = node.ssh(command)
-    assert rc == 0, err
+    add_the_repository_by_the_fix(node, args, ("sles", "", "15.6"), "cuda-sles15.repo")
     doc = plan_json(node, *args)
     step = driver_step(doc)
     text = json.dumps(step)
