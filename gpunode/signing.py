@@ -52,3 +52,16 @@ def dkms_note(os_id: str) -> fixes.Fix:
     return (f"Secure Boot is on: DKMS signs what it builds with its own key ({cert}), which must be enrolled "
             "(confirmed in MOK Manager at the next boot) or the kernel refuses the module: `"
             + fixes.on_node(f"sudo mokutil --import {cert}") + "`")
+
+
+# NVIDIA builds and signs the modules of its own repositories' prebuilt packages with its own key, not the
+# distribution's: github.com/NVIDIA/yum-packaging-precompiled-kmod/issues/67 (RHEL's precompiled kmod,
+# `modinfo -F signer` says NVIDIA, the module is refused under Secure Boot until that key is enrolled). SUSE's own
+# build, nvidia-open-driver-G06-signed-kmp, is the one signed by SUSE's key (openSUSE release notes, "Secure Boot:
+# signed Kernel Module Packages"; boo#1182641).
+def prebuilt_note(package: str) -> str:
+    """Secure Boot and a module NVIDIA built and signed (a SUSE KMP from NVIDIA's repository)."""
+    return (f"Secure Boot is on: {package} carries a module NVIDIA signed with its own key, not the distribution's; "
+            "the kernel refuses it until NVIDIA's key is enrolled in MOK (after the install `modinfo -F signer "
+            "nvidia` names the signer), or use the distribution's own signed build (on SUSE "
+            "nvidia-open-driver-G06-signed-kmp)")

@@ -140,6 +140,8 @@ def plan(facts: Facts, options: Options, state: DriverState, version: str, flavo
                             lasting=True)
     if facts.secure_boot.enabled and not route.precompiled:  # every DKMS route, NVIDIA's on Ubuntu too
         notes.append(signing.dkms_note(facts.os.id))
+    elif facts.secure_boot.enabled and os_key in routes.KMP_ROUTES:  # built and signed by NVIDIA, not SUSE
+        notes.append(signing.prebuilt_note(next(w.name for w in route.packages if w.row.role == "module")))
     notes = [*notes, f"{route.id}: {route.why}",
              "packages: " + ", ".join(f"{n} {v}" for n, v in route.specs())]
     have = installed(facts)

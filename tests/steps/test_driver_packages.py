@@ -165,6 +165,13 @@ def test_suse_route_uses_zypper_with_exact_versions_and_locks():
     assert any("zypper --non-interactive addlock" in c for a in p.actions for c in a.commands())
     # a KMP comes built: no DKMS note under Secure Boot's wording, the route says why
     assert any("kernel module package (KMP)" in n for n in p.notes), p.notes
+    assert not any("Secure Boot" in n for n in p.notes)
+    # under Secure Boot: NVIDIA signed the KMP's module with its own key, which the firmware does not trust
+    secure = plan(dataclasses.replace(f, secure_boot=SecureBoot(True, True, "efivar 1")), "580.95.05",
+                  kernel_module="proprietary")
+    sb = [n for n in secure.notes if "Secure Boot" in n]
+    assert len(sb) == 1 and "nvidia-driver-G06-kmp-default carries a module NVIDIA signed" in sb[0], secure.notes
+    assert "mokutil" not in sb[0]  # not DKMS's key: no DKMS certificate to enroll
     # without the compute libraries offered the route is refused with zypper's repository fix
     short = dataclasses.replace(f, outputs={**f.outputs, "driver_offered": Section(offered.rsplit("  |", 1)[0], 0)})
     refused = plan(short, "580.95.05", kernel_module="proprietary")
