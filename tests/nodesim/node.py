@@ -844,7 +844,8 @@ class SimNode:
             while time.monotonic() < deadline:
                 if proc.poll() is not None:
                     break
-                if f"port {self.port}" in log.read_text(errors="replace"):
+                # its words on success; "Bind to port N on 127.0.0.1 failed" names the port too
+                if f"Server listening on {self.host} port {self.port}." in log.read_text(errors="replace"):
                     ready = True
                     break
                 time.sleep(0.01)
