@@ -73,24 +73,29 @@ class PackageCommand(Action):
     def _apply(self, conn: Connection, looks: Looks) -> str | None:
         """apply(), with `looks` riding in the first and the last command."""
         notes: list[str] = []
-        manager = pkgmgr.get(self.manager)
         for i, cmd in enumerate(self.cmds):
-            result, waited = run_locked(conn, cmd, self.lock_timeout, self.timeout, self.manager, looks,
-                                        first=i == 0, last=i == len(self.cmds) - 1)
-            if waited:
-                notes.append(waited)
-            argv = to_argv(cmd)
-            if result.timed_out:
-                result.check(self.summary)
-            if not result.ok and manager.is_refresh(argv) and i + 1 < len(self.cmds):
-                notes.append(f"`{shlex.join(argv)}` reported errors (a broken repository?); going on")
-                continue
-            if not result.ok:
-                message, fix = pkgmgr.explain_failure(result.stdout + "\n" + result.stderr, shlex.join(argv),
-                                                      result.exit_code)
-                raise CommandError(message, fix=fix, stdout=result.stdout, stderr=result.stderr,
-                                   exit_code=result.exit_code)
+            self._run(conn, cmd, looks, notes, first=i == 0, last=i == len(self.cmds) - 1)
         return "; ".join(notes) or None
+
+    def _run(self, conn: Connection, cmd: Cmd, looks: Looks, notes: list[str], *, first: bool,
+             last: bool) -> None:
+        """One command of the action under the package manager's lock (its wait noted in `notes`): a refresh
+        that fails with more to come is noted and passed; any other failure is raised with the cause and fix."""
+        result, waited = run_locked(conn, cmd, self.lock_timeout, self.timeout, self.manager, looks,
+                                    first=first, last=last)
+        if waited:
+            notes.append(waited)
+        argv = to_argv(cmd)
+        if result.timed_out:
+            result.check(self.summary)
+        if not result.ok and pkgmgr.get(self.manager).is_refresh(argv) and not last:
+            notes.append(f"`{shlex.join(argv)}` reported errors (a broken repository?); going on")
+            return
+        if not result.ok:
+            message, fix = pkgmgr.explain_failure(result.stdout + "\n" + result.stderr, shlex.join(argv),
+                                                  result.exit_code)
+            raise CommandError(message, fix=fix, stdout=result.stdout, stderr=result.stderr,
+                               exit_code=result.exit_code)
 
     def apply_recorded(self, conn: Connection) -> tuple[str | None, list[UndoRecord]]:
         """Installs record the packages that appeared; holds the holds gpunode placed (a hold already there is
@@ -146,11 +151,7 @@ class InstallOffered(PackageCommand):
         m = pkgmgr.get(self.manager)
         notes: list[str] = []
         if m.refresh_argv:
-            result, waited = run_locked(conn, m.refresh_argv, self.lock_timeout, self.timeout, self.manager, looks,
-                                        first=True, last=False)
-            notes += [waited] if waited else []
-            if not result.ok:
-                notes.append(f"`{shlex.join(m.refresh_argv)}` reported errors (a broken repository?); going on")
+            self._run(conn, m.refresh_argv, looks, notes, first=True, last=False)
         listing = conn.run(Script("LC_ALL=C " + lists_command(self.manager, self.packages), name="read-lists"), sudo=True,
                            timeout=self.timeout)
         offered = parse_lists(listing.stdout)
@@ -166,14 +167,7 @@ class InstallOffered(PackageCommand):
                                exit_code=listing.exit_code)
         version = self.version or common[0]
         argv = m.install([m.spec(n, version) for n in self.packages], downgrade=True)
-        result, waited = run_locked(conn, argv, self.lock_timeout, self.timeout, self.manager, looks,
-                                    first=not m.refresh_argv, last=True)
-        notes += [waited] if waited else []
-        if not result.ok:
-            message, fix = pkgmgr.explain_failure(result.stdout + "\n" + result.stderr, shlex.join(argv),
-                                                  result.exit_code)
-            raise CommandError(message, fix=fix, stdout=result.stdout, stderr=result.stderr,
-                               exit_code=result.exit_code)
+        self._run(conn, argv, looks, notes, first=not m.refresh_argv, last=True)
         notes.append(f"installed {version}, " + ("as asked" if self.version else
                                                  "the newest the configured repositories offer for all of them"))
         return "; ".join(notes)
