@@ -8,6 +8,7 @@ the lock wait below, so --lock-timeout covers every package-manager call.
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 
 from gpunode.facts.packages import pin_spec
@@ -173,16 +174,19 @@ def remove_kernel(manager: str, kernel: str, headers: bool = False) -> str | Non
     """The command (run as root) that removes kernel release `kernel` (and its headers with `headers`), asking
     before it does (a metapackage that depends on it goes too); None: unknown manager."""
     if manager == "apt":
-        return f"apt-get remove linux-image-{kernel}" + (f" linux-headers-{kernel}" if headers else "")
-    if manager in ("dnf", "yum"):
+        names = [f"linux-image-{kernel}"] + ([f"linux-headers-{kernel}"] if headers else [])
+    elif manager in ("dnf", "yum"):
         version = rpm_kernel_version(kernel)
-        return f"{manager} remove kernel-core-{version}" + (f" kernel-devel-{version}" if headers else "")
-    if manager == "zypper":
+        names = [f"kernel-core-{version}"] + ([f"kernel-devel-{version}"] if headers else [])
+    elif manager == "zypper":
         flavour, version = suse_kernel(kernel)
         if not flavour:
             return None
-        return f"zypper remove kernel-{flavour}={version}" + (f" kernel-{flavour}-devel={version}" if headers else "")
-    return None
+        names = [f"kernel-{flavour}={version}"] + ([f"kernel-{flavour}-devel={version}"] if headers else [])
+    else:
+        return None
+    # the release is the node's text (a directory name under /lib/modules): quoted for the shell it is printed for
+    return shlex.join([manager if manager != "apt" else "apt-get", "remove", *names])
 
 
 # Where repository definitions live, for every manager: a file under one of these configures a repository.

@@ -95,3 +95,16 @@ def test_suse_names_a_kernels_packages_by_its_flavour():
         "apt-mark", "hold", "linux-generic", "linux-image-generic")
     assert pkgmgr.get("dnf").hold_all([("kernel", "5.14.0-362.8.1.el9_3")]) == (
         "dnf", "versionlock", "add", "kernel-5.14.0-362.8.1.el9_3")
+
+
+def test_a_kernel_release_read_from_the_node_is_quoted_in_the_removal_command():
+    """The release is a directory name on the node (node text): the printed command keeps it one word; an
+    ordinary release is printed as it is."""
+    from gpunode import pkgmgr
+
+    assert pkgmgr.remove_kernel("apt", "6.1.0-18-amd64", headers=True) == (
+        "apt-get remove linux-image-6.1.0-18-amd64 linux-headers-6.1.0-18-amd64")
+    assert pkgmgr.remove_kernel("dnf", "5.14.0-427.13.1.el9_4.x86_64") == "dnf remove kernel-core-5.14.0-427.13.1.el9_4"
+    hostile = "6.1.0-18-amd64;reboot"
+    assert pkgmgr.remove_kernel("apt", hostile) == "apt-get remove 'linux-image-6.1.0-18-amd64;reboot'"
+    assert pkgmgr.remove_kernel("zypper", "6.4.0-1$(id)-default") == "zypper remove 'kernel-default=6.4.0-1$(id)'"

@@ -180,8 +180,8 @@ def _package_hub_fix(facts: Facts) -> str:
     (https://packagehub.suse.com/how-to-use/: `SUSEConnect -p PackageHub/<version>/<arch>`); openSUSE Leap: its
     backports repository (https://en.opensuse.org/Portal:Backports)."""
     if facts.os.id.startswith("sles"):
-        command = fixes.on_node(f"sudo SUSEConnect -p PackageHub/{facts.os.version}/{facts.arch} && "
-                                "sudo zypper --non-interactive refresh")
+        product = shlex.quote(f"PackageHub/{facts.os.version}/{facts.arch}")  # os-release is the node's text
+        command = fixes.on_node(f"sudo SUSEConnect -p {product} && sudo zypper --non-interactive refresh")
         return command + "  # enables SUSE Package Hub, which carries dkms; then run the same command again"
     return ("enable openSUSE's backports repository (https://en.opensuse.org/Portal:Backports), which carries dkms, "
             "then run the same command again")

@@ -168,6 +168,11 @@ def test_sles_installs_with_zypper_and_the_running_kernels_flavoured_headers():
         prereq_available="missing gcc\navail make\nmissing dkms\navail kernel-default-devel=6.4.0-150600.23.25\n")))
     assert hub.status is Status.BLOCKED and "dkms" in hub.reason
     assert "sudo SUSEConnect -p PackageHub/15.6/x86_64 && sudo zypper --non-interactive refresh" in (hub.fix or "")
+    # os-release is the node's text: a hostile VERSION_ID stays one word of the printed command
+    odd = dataclasses.replace(SLES, version="15.6;reboot")
+    hostile = plan(facts(os=odd, kernel=SUSE_KERNEL, tools={"zypper": "x"}, outputs=outputs(
+        prereq_available="missing gcc\navail make\nmissing dkms\navail kernel-default-devel=6.4.0-150600.23.25\n")))
+    assert "sudo SUSEConnect -p 'PackageHub/15.6;reboot/x86_64' && " in (hostile.fix or ""), hostile.fix
     # the packages route: NVIDIA's kernel module packages come built, nothing to install for a build
     kmp = plan(f, Options(driver="580.95.05", driver_source="packages"))
     assert kmp.status is Status.OK and "KMP" in kmp.reason
