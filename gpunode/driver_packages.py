@@ -24,6 +24,8 @@ from gpunode import fixes
 from gpunode.datatables import choice_field, data_dir, read_table, source_field, text_field
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from gpunode.facts import Facts
 
 TABLE = "driver_package_routes.csv"
@@ -68,6 +70,8 @@ def apt_pin(version: str) -> str:
 
 # NVIDIA's CUDA repository definitions (https://docs.nvidia.com/datacenter/tesla/driver-installation-guide/)
 CUDA_REPO = "https://developer.download.nvidia.com/compute/cuda/repos"
+CUDA_MARKER = "developer.download.nvidia.com/compute/cuda/repos"  # in a repository definition that uses it
+CUDA_KEYRING_DEB = "cuda-keyring_1.1-1_all.deb"  # NVIDIA's package that writes its apt source and key
 
 
 @dataclass(frozen=True)
@@ -289,22 +293,50 @@ def is_route_package(name: str) -> bool:
     return any(re.match(p, name) for os_key in ("debian", "ubuntu", "rhel", "sles") for p in candidate_names(os_key))
 
 
-def cuda_repo_dir(os_id: str, os_version: str) -> str:
-    """NVIDIA's repository directory of a Debian or Ubuntu release: ubuntu2204, ubuntu2404, debian12."""
-    return f"{os_id}{os_version.replace('.', '')}" if os_id == "ubuntu" else f"{os_id}{os_version.split('.', 1)[0]}"
+def cuda_repo_dir(os_id: str, version: str, family: str) -> str | None:
+    """NVIDIA's directory name for the distribution in its CUDA repository (ubuntu2204, debian12, rhel9, amzn2023,
+    sles15, opensuse15...), or None where NVIDIA publishes none."""
+    major = version.split(".")[0]
+    if os_id == "ubuntu" and version in ("20.04", "22.04", "24.04"):
+        return "ubuntu" + version.replace(".", "")
+    if os_id == "debian" and major in ("11", "12", "13"):
+        return f"debian{major}"
+    if os_id == "amzn" and major == "2023":
+        return "amzn2023"
+    if os_id == "fedora" and major:
+        return f"fedora{major}"
+    if family == "rhel" and major in ("8", "9", "10"):
+        return f"rhel{major}"
+    if family == "suse" and major == "15":
+        return "sles15" if os_id.startswith("sle") else "opensuse15"
+    return None
 
 
-def cuda_keyring_fix(os_id: str, os_version: str) -> fixes.Fix:
+def cuda_repo_configured(files: Mapping[str, str]) -> bool:
+    """Whether an enabled repository definition among the node's package-source files points at NVIDIA's CUDA
+    repository."""
+    # imported here: pkgmgr reads the facts, and a driver fact reads this module
+    from gpunode.pkgmgr import REPO_CONFIG_ROOTS
+
+    return any(CUDA_MARKER in line and not line.lstrip().startswith("#") and "enabled=0" not in text
+               for path, text in files.items() if path.startswith(REPO_CONFIG_ROOTS)
+               for line in text.splitlines())
+
+
+def cuda_keyring_fix(os_id: str, os_version: str, family: str) -> fixes.Fix | None:
     """apt: NVIDIA's CUDA repository, set up the way NVIDIA's installation guide does (its cuda-keyring package
-    writes the sources list and the signing key)."""
-    url = f"{CUDA_REPO}/{cuda_repo_dir(os_id, os_version)}/x86_64/cuda-keyring_1.1-1_all.deb"
+    writes the sources list and the signing key); None for a release NVIDIA publishes no repository for."""
+    directory = cuda_repo_dir(os_id, os_version, family)
+    if directory is None:
+        return None
+    url = f"{CUDA_REPO}/{directory}/x86_64/{CUDA_KEYRING_DEB}"
     return fixes.on_node(f"wget -qO /tmp/cuda-keyring.deb {url} && sudo dpkg -i /tmp/cuda-keyring.deb && "
                          "sudo apt-get update")
 
 
 def sources_fix(os_key: str, codename: str | None, version: str = "", repo_dir: str | None = None) -> fixes.Fix:
     """The command that makes the route's repository available (runnable as printed on the node); `repo_dir`:
-    NVIDIA's directory of the distribution (steps/fabricmanager.cuda_repo_dir: rhel9, sles15, opensuse15)."""
+    NVIDIA's directory of the distribution (cuda_repo_dir: rhel9, sles15, opensuse15)."""
     if os_key == "debian":
         suite = codename or "bookworm"
         lines = (f"deb http://deb.debian.org/debian {suite} main contrib non-free non-free-firmware\\n"

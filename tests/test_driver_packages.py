@@ -134,10 +134,13 @@ def test_ubuntu_prefers_the_archive_and_takes_nvidias_repository_for_a_release_o
 
 
 def test_nvidias_repository_is_set_up_by_its_keyring_package_per_release():
-    assert routes.cuda_repo_dir("ubuntu", "22.04") == "ubuntu2204" and routes.cuda_repo_dir("debian", "12") == "debian12"
-    fix = str(routes.cuda_keyring_fix("ubuntu", "24.04"))
+    assert routes.cuda_repo_dir("ubuntu", "22.04", "debian") == "ubuntu2204"
+    assert routes.cuda_repo_dir("debian", "12", "debian") == "debian12"
+    fix = str(routes.cuda_keyring_fix("ubuntu", "24.04", "debian"))
     assert ("https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/cuda-keyring_1.1-1_all.deb"
             in fix and "sudo dpkg -i /tmp/cuda-keyring.deb && sudo apt-get update" in fix)
+    # a release NVIDIA publishes no repository for gets no keyring fix (its URL would not exist)
+    assert routes.cuda_keyring_fix("ubuntu", "23.10", "debian") is None
 
 
 def test_ubuntu_with_a_display_stack_takes_the_full_driver_not_the_headless_set():

@@ -67,20 +67,18 @@ def _missing(facts: Facts, options: Options, route: routes.Route, version: str, 
         lines.append(f"{w.name} (offered: {have})")
     offered_any = any(w.offered for w in route.packages)
     where = f" (into {routes.DEBIAN_NONFREE_LIST}, gpunode's own file)" if os_key == "debian" else ""
-    from gpunode.steps.fabricmanager import cuda_repo_dir
-
-    repo_dir = cuda_repo_dir(facts.os.id, facts.os.version, facts.os.family)
+    repo_dir = routes.cuda_repo_dir(facts.os.id, facts.os.version, facts.os.family)
     fix = (routes.sources_fix(os_key, facts.os.codename, facts.os.version, repo_dir)
            + f"  # makes the repository available{where}; then run the same command again") if not offered_any else (
         fixes.on_node({"debian": "sudo apt-get update", "ubuntu": "sudo apt-get update",
                        "sles": "sudo zypper --non-interactive refresh"}.get(os_key, "sudo dnf makecache"))
         + "  # refreshes the package lists; if the version is still not offered, choose one the repositories "
         "have: " + fixes.same_run(options, "install", driver=_nearest(route) or version))
-    if os_key in ("debian", "ubuntu") and not _cuda_repo(facts):
+    keyring = routes.cuda_keyring_fix(facts.os.id, facts.os.version, facts.os.family)
+    if os_key in ("debian", "ubuntu") and keyring is not None and not _cuda_repo(facts):
         # NVIDIA's CUDA repository carries every release of the supported branches (routes.plan_route takes it
         # when the distribution's archive does not offer the release); on Debian under Debian's own names
-        fix = fix + "; or add NVIDIA's CUDA repository, which carries every release: " + routes.cuda_keyring_fix(
-            facts.os.id, facts.os.version)
+        fix = fix + "; or add NVIDIA's CUDA repository, which carries every release: " + keyring
     plan = blocked(NAME, f"the configured repositories do not offer driver {version} for the {route.id} route: "
                          + "; ".join(lines), fix, *notes, route.why)
     return dataclasses.replace(plan, lasting=True)  # no step of this run adds repositories: nothing runs
@@ -88,9 +86,8 @@ def _missing(facts: Facts, options: Options, route: routes.Route, version: str, 
 
 def _cuda_repo(facts: Facts) -> bool:
     from gpunode.facts.packages import PACKAGE_SOURCES
-    from gpunode.steps.fabricmanager import cuda_repo_configured
 
-    return cuda_repo_configured(facts.get(PACKAGE_SOURCES) or {})
+    return routes.cuda_repo_configured(facts.get(PACKAGE_SOURCES) or {})
 
 
 def _nearest(route: routes.Route) -> str | None:

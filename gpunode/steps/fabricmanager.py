@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from gpunode import driver_packages as routes
 from gpunode import fabric_packages, fixes, pkgmgr, rules
 from gpunode.actions.fabric import StartFabricManager
 from gpunode.actions.packages import package_command, versionlock_plugin
@@ -49,34 +50,6 @@ def pick_version(offered: list[str], driver: str) -> str | None:
 
 # ---- NVIDIA's CUDA repository, where fabric manager lives for drivers that did not come from the distribution
 
-CUDA_REPOS = "https://developer.download.nvidia.com/compute/cuda/repos"
-CUDA_MARKER = "developer.download.nvidia.com/compute/cuda/repos"
-
-
-def cuda_repo_dir(os_id: str, version: str, family: str) -> str | None:
-    """NVIDIA's directory name for the distribution: ubuntu2204, debian12, rhel9, amzn2023, sles15..."""
-    major = version.split(".")[0]
-    if os_id == "ubuntu" and version in ("20.04", "22.04", "24.04"):
-        return "ubuntu" + version.replace(".", "")
-    if os_id == "debian" and major in ("11", "12", "13"):
-        return f"debian{major}"
-    if os_id == "amzn" and major == "2023":
-        return "amzn2023"
-    if os_id == "fedora" and major:
-        return f"fedora{major}"
-    if family == "rhel" and major in ("8", "9", "10"):
-        return f"rhel{major}"
-    if family == "suse" and major == "15":
-        return "sles15" if os_id.startswith("sle") else "opensuse15"
-    return None
-
-
-def cuda_repo_configured(files: Mapping[str, str]) -> bool:
-    return any(CUDA_MARKER in line and not line.lstrip().startswith("#") and "enabled=0" not in text
-               for path, text in files.items() if path.startswith(pkgmgr.REPO_CONFIG_ROOTS)
-               for line in text.splitlines())
-
-
 _CUDA_KEYRING = Script(
     name="install-cuda-keyring",
     body='set -e; tmp=$(mktemp -d); trap \'rm -rf "$tmp"\' EXIT; curl -fsSL -o "$tmp/cuda-keyring.deb" "$1"; '
@@ -86,14 +59,14 @@ _CUDA_KEYRING = Script(
 
 def cuda_repo_actions(facts: Facts, manager: str, lock_timeout: float) -> list[Action] | None:
     """Add NVIDIA's CUDA repository the way NVIDIA documents it (cuda-keyring on apt, the .repo elsewhere)."""
-    directory = cuda_repo_dir(facts.os.id, facts.os.version, facts.os.family)
+    directory = routes.cuda_repo_dir(facts.os.id, facts.os.version, facts.os.family)
     arch = {"x86_64": "x86_64", "aarch64": "sbsa"}.get(facts.arch)
     if directory is None or arch is None:
         return None
-    base = f"{CUDA_REPOS}/{directory}/{arch}"
+    base = f"{routes.CUDA_REPO}/{directory}/{arch}"
     if manager == "apt":
         return [package_command("add NVIDIA's CUDA repository (cuda-keyring), where fabric manager is published",
-                                manager, Script(_CUDA_KEYRING.body, (f"{base}/cuda-keyring_1.1-1_all.deb",),
+                                manager, Script(_CUDA_KEYRING.body, (f"{base}/{routes.CUDA_KEYRING_DEB}",),
                                                 _CUDA_KEYRING.name), packages=("cuda-keyring",),
                                 lock_timeout=lock_timeout, timeout=600)]
     m = pkgmgr.get(manager)
@@ -232,7 +205,7 @@ def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> Step
         if stale:
             actions.append(_remove(m, stale, options.lock_timeout))
         if not offered:  # not in the local package metadata: NVIDIA's CUDA repository has it
-            if not cuda_repo_configured(facts[package_facts.PACKAGE_SOURCES]):
+            if not routes.cuda_repo_configured(facts[package_facts.PACKAGE_SOURCES]):
                 repo = cuda_repo_actions(facts, manager, options.lock_timeout)
                 if repo is None:
                     return blocked(NAME, f"{switches}: {name} {version} must come from NVIDIA's CUDA repository, "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpunode import driver_packages as routes
 from gpunode import fabric_packages
 from gpunode.actions import fabric as fabric_actions
 from gpunode.actions.base import Action
@@ -301,7 +302,7 @@ def test_without_the_cuda_repository_it_is_added_first():
     assert argv(plan_of(rocky).actions[0]) == (
         "dnf", "config-manager", "--add-repo",
         "https://developer.download.nvidia.com/compute/cuda/repos/rhel9/x86_64/cuda-rhel9.repo")
-    assert fm.cuda_repo_dir("ubuntu", "23.10", "debian") is None
+    assert routes.cuda_repo_dir("ubuntu", "23.10", "debian") is None
     odd, _ = hgx(os_release='ID=ubuntu\nVERSION_ID="23.10"\nPRETTY_NAME="Ubuntu 23.10"\n', cuda=False)
     assert plan_of(odd).status is Status.BLOCKED and "no build for Ubuntu 23.10" in plan_of(odd).reason
 
