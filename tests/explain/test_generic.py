@@ -328,3 +328,18 @@ def test_nvidia_uvms_hmm_failure_on_kaslr_kernels_names_the_module_option() -> N
     assert finding.id == "uvm.hmm-init-failed" and "uvm_disable_hmm=1" in str(finding.fix)
     assert explain("[    4.1] nvidia-uvm: Loaded the UVM driver, major device number 510.") == []
     assert explain(line.replace("err -34", "err -12")) == []  # another error of the same call is not this issue
+
+
+def test_a_gpu_major_the_toolkit_cannot_find_is_a_toolkit_or_operator_older_than_the_driver() -> None:
+    node = "failed to create device node nvidia-uvm: failed to determine major: invalid device node"
+    finding = explain("$ sudo nvidia-ctk system create-device-nodes --control-devices\n" + node)[0]
+    assert finding.id == "toolkit.too-old-for-driver" and finding.values["node"] == "nvidia-uvm"
+    validator = ("Error: error validating driver installation: error creating symlink creator: failed to create NVIDIA "
+                 "device nodes: failed to create device node nvidiactl: failed to determine major: invalid device node")
+    ids = [f.id for f in explain(validator)]
+    assert ids[0] == "operator.too-old" and "toolkit.too-old-for-driver" not in ids and "v24.3.0" in str(explain(validator)[0].fix)
+    # twins without the decisive words: another failure of the same steps keeps its own cause
+    assert not {"toolkit.too-old-for-driver", "operator.too-old"} & {f.id for f in explain(
+        "failed to create device node nvidiactl: failed to stat /dev/nvidiactl: permission denied")}
+    assert [f.id for f in explain("Error: error validating driver installation: driver is not ready: nvidia-smi failed")][:1] \
+        == ["operator.driver-not-ready"]
