@@ -152,8 +152,8 @@ BATCH_ROWS = {
     # batch 11: the rows of the explain5 session, written after the batch was measured blind at c9bebe3. The hooks'
     # Dockerfile-FROM evidence, the narrowed "file exists" error class and the generic layer's reading of ollama's
     # "init failure: N" codes are code and table changes that stay on here, so this figure is not blind either.
-    "batch 11": {"rows": ("container.no-gpu-injected/video-capability", "lib.video-codec-missing/",
-                          "uvm.hmm-init-failed/"),
+    "batch 11": {"rows": ("container.no-gpu-injected/video-capability", "cuda.no-driver/ffmpeg-hwcontext",
+                          "lib.video-codec-missing/", "uvm.hmm-init-failed/"),
                  "new_ids": ("lib.video-codec-missing", "uvm.hmm-init-failed")},
 }
 

@@ -343,3 +343,10 @@ def test_a_gpu_major_the_toolkit_cannot_find_is_a_toolkit_or_operator_older_than
         "failed to create device node nvidiactl: failed to stat /dev/nvidiactl: permission denied")}
     assert [f.id for f in explain("Error: error validating driver installation: driver is not ready: nvidia-smi failed")][:1] \
         == ["operator.driver-not-ready"]
+
+
+def test_ffmpegs_cuda_hwcontext_that_cannot_load_libcuda_is_the_missing_driver_or_the_container_without_gpu() -> None:
+    line = "[AVHWDeviceContext @ 0x562894e1d340] Could not dynamically load CUDA"
+    assert explain(line)[0].id == "cuda.no-driver"
+    assert explain("$ docker run -d -p 8096:8096 jellyfin/jellyfin\n" + line)[0].id == "container.no-gpu-injected"
+    assert explain("[AVHWDeviceContext @ 0x562894e1d340] Could not dynamically load VAAPI") == []
