@@ -231,8 +231,9 @@ def load() -> tuple[tuple[ErrorClass, ...], tuple[Subject, ...], tuple[Code, ...
             regexes.append(("name", re.compile(r"\b(?:" + "|".join(map(re.escape, row["names"])) + r")\b"), 58))
         if row["message"]:
             regexes.append(("message", re.compile(_loose(row["message"]), re.IGNORECASE), 54))
-        number = (r"(?:\berror|\bcode|\berr|returned|status|result)\W{0,3}(?:=\s*|\(\s*)?" + str(row["code"])
-                  + r"\b(?!\.\d)")  # "error 803", "code=46", "returned 100"
+        number = (r"(?:\berror|\bcode|\berr|returned|status|result|init failure)\W{0,3}(?:=\s*|\(\s*)?"
+                  + str(row["code"]) + r"\b(?!\.\d)")  # "error 803", "code=46", "returned 100", and ollama's
+        # discovery "cuda driver library init failure: 999" (discover/gpu_info_nvcuda.c: the CUresult of cuInit)
         if row["code"] >= 100:  # "802 system error" (a small number before "error" is too often something else)
             number += r"|(?<![.\d])\b" + str(row["code"]) + r"\W{0,2}(?:[a-z]+ )?error\b"
         regexes.append(("code", re.compile(number, re.IGNORECASE), 54))
@@ -349,7 +350,10 @@ def findings(doc: Doc, specific: list[tuple[int, int, Finding, tuple[Any, ...]]]
         # a row written for this line's message explains it, unless that row is a weaker catch-all (a component's
         # "stage failed" headline): then the detail the generic layer read from the same line is the decisive one
         here = [hit[0] for hit in specific if start <= hit[1] <= start + len(line)]
-        for hit in _code_hits(start, line) + _catalogue_hits(start, line) + _class_hits(start, line):
+        codes = _code_hits(start, line)
+        # a line that names an error code is read by its code: the words around it ("Unable to load cudart library
+        # ...: cuda driver library init failure: 3") are the wrapper, the code says what failed
+        for hit in codes + _catalogue_hits(start, line) + ([] if codes else _class_hits(start, line)):
             if hit[2].id in explained_ids or hit[2].id in seen or any(strength > CATCH_ALL for strength in here):
                 continue
             seen.add(hit[2].id)

@@ -552,15 +552,25 @@ _NO_GPU_SAID = compile_pattern(r"nvidia-smi\b[^\n.]{0,40}?\b(?:didn'?t|doesn'?t|
                                r"(?:in|inside) (?:the )?(?:docker|container|pod)|\bno\b[^\n]{0,12}default_runtime_name\s*=\s*\"?nvidia")
 _GPU_REQUEST = compile_pattern(r"--gpus\b|--device[= ]+(?:[\w.-]+/[\w-]+=|/dev/nvidia)|--runtime[= ]+nvidia|"
                                r"NVIDIA_VISIBLE_DEVICES|--hooks-dir|--nv\b|--cdi")
+# A Dockerfile's FROM instruction (upper case, alone on its line, as Docker's reference writes it): the program runs in
+# an image, so a driver it cannot reach had to come from the container runtime.
+_DOCKERFILE_FROM = re.compile(r"^[ \t]*FROM[ \t]+(?:--platform=\S+[ \t]+)?[a-z0-9][\w./-]*(?::[\w.-]+)?(?:@sha256:[0-9a-f]+)?"
+                              r"(?:[ \t]+(?:AS|as)[ \t]+[\w.-]+)?[ \t]*$", re.MULTILINE)
+# The paste shows a container being configured or run (a command, a compose key, the NVIDIA runtime's variables); an
+# emitter's own advice ("If you are running in a Docker container, ...") is no evidence and is not matched.
+_CONTAINER_SHOWN = compile_pattern(r"\b(?:docker|podman|nerdctl)(?:\s+container)?\s+(?:run|exec|start|create)\b|"
+                                   r"\bdocker[- ]compose\b|\bkubectl\b|NVIDIA_(?:VISIBLE_DEVICES|DRIVER_CAPABILITIES)|"
+                                   r"--gpus\b|--runtime[= ]+nvidia|^\s*runtime:\s*nvidia\b|^\s*capabilities:\s*\[")
 
 
 @_hook("container.no-gpu-injected")
 def _no_gpu_injected(c: Candidate, doc: Doc) -> Finding | None:
+    if c.detector.variant == "video-capability":  # the video libraries: only when the paste shows a container
+        shown = doc.has(_CONTAINER_SHOWN)
+        return None if shown is None else _render(c, doc, excerpt=_with_line(c, doc, shown))
     if not c.detector.variant.startswith("cuda-in-container"):  # every "cuda-in-container*" variant needs the run line
         return _render(c, doc)
-    run = next((m for m in _CONTAINER_RUN.finditer(doc.text) if not _GPU_REQUEST.search(m[0])), None)
-    if run is None and not _GPU_REQUEST.search(doc.text):
-        run = doc.has(_APPTAINER) or doc.has(_NO_GPU_SAID)  # Apptainer without --nv, or the paste says so
+    run = _no_gpu_evidence(doc)
     if run is None:  # no container command, or one that asked for a GPU: the CUDA message keeps its own cause
         return None
     return _render(c, doc, values={"command": run[0].strip()}, excerpt=_with_line(c, doc, run))
@@ -644,13 +654,16 @@ def _pcie_link(c: Candidate, doc: Doc) -> Finding | None:
 # that is the cause whatever the program's wording, so the decisive line (the run command, Apptainer without --nv,
 # the paste saying nvidia-smi does not work in the container) wins over each of them, specific or generic.
 DRIVER_UNREACHABLE = frozenset({"cuda.insufficient-driver", "cuda.no-driver", "lib.nvml-missing", "smi.no-driver",
-                                "smi.not-installed", "cuda.no-device", "driver.not-loaded", "cuda.libraries-missing"})
+                                "smi.not-installed", "cuda.no-device", "driver.not-loaded", "cuda.libraries-missing",
+                                "lib.video-codec-missing"})
 
 
 def _no_gpu_evidence(doc: Doc) -> re.Match[str] | None:
+    """The line showing a container that asked for no GPU: its run command without a GPU flag; with no GPU request
+    anywhere in the paste, Apptainer without --nv, the paste saying so, or the image's Dockerfile (FROM)."""
     run = next((m for m in _CONTAINER_RUN.finditer(doc.text) if not _GPU_REQUEST.search(m[0])), None)
     if run is None and not _GPU_REQUEST.search(doc.text):
-        run = doc.has(_APPTAINER) or doc.has(_NO_GPU_SAID)
+        run = doc.has(_APPTAINER) or doc.has(_NO_GPU_SAID) or _DOCKERFILE_FROM.search(doc.text)
     return run
 
 

@@ -264,3 +264,89 @@ def test_secure_boot_refusing_any_named_module_is_reported_and_the_bare_message_
     finding = explain("modprobe: ERROR: could not insert 'nvhda': Required key not available")[0]
     assert finding.id == "secureboot.module-rejected" and "nvhda" in finding.title
     assert explain("Key was rejected by service") == []
+
+
+# --- batch 11 (explain5): each rule with its twin that lacks the decisive line -----------------------------------
+
+def test_a_dockerfile_from_line_shows_the_container_that_got_no_gpu() -> None:
+    error = "RUN python -c 'import torch'\nCannot load libcuda.so.1"
+    finding = explain("FROM nvidia/cuda:12.2.0-base-ubuntu22.04\n" + error)[0]
+    assert finding.id == "container.no-gpu-injected" and finding.values["instead_of"] == "cuda.no-driver"
+    assert "FROM nvidia/cuda:12.2.0-base-ubuntu22.04" in finding.excerpt  # it quotes the line it used
+    assert explain(error)[0].id == "cuda.no-driver"  # no image in sight: the driver's library is missing on a host
+    assert explain("From the log, line 3:\n" + error)[0].id == "cuda.no-driver"  # prose, not a Dockerfile
+    asked = "FROM nvidia/cuda:12.2.0-base-ubuntu22.04\n$ docker run --gpus all img\n" + error
+    assert explain(asked)[0].id == "cuda.no-driver"  # the GPU was requested: the FROM line decides nothing
+
+
+def test_file_exists_in_prose_is_not_the_eexist_error() -> None:
+    errno = "ln: failed to create symbolic link '/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1': File exists"
+    assert explain(errno)[0].id == "container.driver-files-in-image"
+    assert explain("The file exists in /usr/local/cuda-11.8/compat/libnvidia-ml.so.1, nothing loads it") == []
+
+
+@pytest.mark.parametrize("line", [
+    "[h264_cuvid @ 0x55d0c3a0e280] Cannot load libnvcuvid.so.1",
+    "[hevc_nvenc @ 0x5581] Cannot load libnvidia-encode.so.1",
+    "[h264_cuvid @ 0x1ec8780] Failed loading nvcuvid.",
+    "Assert on \"lib_handle_\" failed: Failed to load libnvcuvid.so, needed by the VideoReader operator. If you are "
+    "running in a Docker container, please refer to https://github.com/NVIDIA/nvidia-docker/wiki/Usage",
+    "RuntimeError: LoadNvEncApi : NVENC library file is not found. Please ensure NV driver is installed",
+    "./decoder: error while loading shared libraries: libnvcuvid.so.1: cannot open shared object file: No such file",
+])
+def test_the_drivers_video_codec_libraries_missing_is_the_video_capability_in_a_container(line: str) -> None:
+    host = explain(line)[0]  # an emitter's own advice about Docker is no evidence of a container
+    assert host.id == "lib.video-codec-missing" and "libnvidia-decode" in host.cause
+    run = "$ docker run -d --gpus all -p 8096:8096 jellyfin/jellyfin\n"
+    shown = explain(run + line)[0]
+    assert shown.id == "container.no-gpu-injected" and "video" in shown.title
+    assert "--gpus all" in shown.excerpt and "NVIDIA_DRIVER_CAPABILITIES" in str(shown.fix)
+    assert [f.id for f in explain(run + line)].count("lib.video-codec-missing") == 0  # superseded, not repeated
+    bare = explain("$ docker run -d -p 8096:8096 jellyfin/jellyfin\n" + line)[0]  # no GPU asked for at all
+    assert bare.id == "container.no-gpu-injected"
+
+
+def test_a_library_that_is_not_the_drivers_video_codec_is_no_video_finding() -> None:
+    for text in ("[AVHWDeviceContext @ 0x5] Cannot load libfoo.so.1", "Failed loading libx264 presets",
+                 "$ docker run --gpus all img\nCannot load libvdpau_nvidia.so"):
+        assert not {"lib.video-codec-missing", "container.no-gpu-injected"} & {f.id for f in explain(text)}, text
+
+
+@pytest.mark.parametrize(("code", "expected"), [("999", "cuda.unknown-error"), ("3", "cuda.init-error"),
+                                               ("100", "cuda.no-device"), ("35", "cuda.insufficient-driver")])
+def test_ollamas_init_failure_is_read_by_its_cuda_code_not_as_a_missing_library(code: str, expected: str) -> None:
+    line = ('time=2025-08-02T22:42:20.643Z level=INFO source=gpu.go:612 msg="Unable to load cudart library '
+            f'/usr/lib/x86_64-linux-gnu/libcuda.so.575.57.08: cuda driver library init failure: {code}"')
+    assert [f.id for f in explain(line)][:1] == [expected]
+    missing = line.replace(f"cuda driver library init failure: {code}", "cannot open shared object file")
+    assert explain(missing)[0].id == "cuda.no-driver"  # without the code the library itself is what failed
+
+
+def test_nvidia_uvms_hmm_failure_on_kaslr_kernels_names_the_module_option() -> None:
+    line = "[64689.125237] nvidia-uvm: uvm_pmm_gpu.c:3176 devmem_alloc_pagemap[pid:92821] request_free_mem_region() err -34"
+    finding = explain(line)[0]
+    assert finding.id == "uvm.hmm-init-failed" and "uvm_disable_hmm=1" in str(finding.fix)
+    assert explain("[    4.1] nvidia-uvm: Loaded the UVM driver, major device number 510.") == []
+    assert explain(line.replace("err -34", "err -12")) == []  # another error of the same call is not this issue
+
+
+def test_a_gpu_major_the_toolkit_cannot_find_is_a_toolkit_or_operator_older_than_the_driver() -> None:
+    node = "failed to create device node nvidia-uvm: failed to determine major: invalid device node"
+    finding = explain("$ sudo nvidia-ctk system create-device-nodes --control-devices\n" + node)[0]
+    assert finding.id == "toolkit.too-old-for-driver" and finding.values["node"] == "nvidia-uvm"
+    validator = ("Error: error validating driver installation: error creating symlink creator: failed to create NVIDIA "
+                 "device nodes: failed to create device node nvidiactl: failed to determine major: invalid device node")
+    ids = [f.id for f in explain(validator)]
+    assert ids[0] == "operator.too-old" and "toolkit.too-old-for-driver" not in ids and "v24.3.0" in str(explain(validator)[0].fix)
+    # twins without the decisive words: another failure of the same steps keeps its own cause
+    assert not {"toolkit.too-old-for-driver", "operator.too-old"} & {f.id for f in explain(
+        "failed to create device node nvidiactl: failed to stat /dev/nvidiactl: permission denied")}
+    assert [f.id for f in explain("Error: error validating driver installation: driver is not ready: nvidia-smi failed")][:1] \
+        == ["operator.driver-not-ready"]
+
+
+def test_ffmpegs_cuda_hwcontext_that_cannot_load_libcuda_is_the_missing_driver_or_the_container_without_gpu() -> None:
+    line = "[AVHWDeviceContext @ 0x562894e1d340] Could not dynamically load CUDA"
+    assert explain(line)[0].id == "cuda.no-driver"
+    assert explain("$ docker run -d -p 8096:8096 jellyfin/jellyfin\n" + line)[0].id == "container.no-gpu-injected"
+    assert explain("[AVHWDeviceContext @ 0x562894e1d340] Could not dynamically load VAAPI") == []
