@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -320,6 +320,13 @@ def same_run(opts: Options, command: str = "install", **changes: Any) -> Fix:
         if value != row.default and value not in ((), []):
             given.append((name, value))
     return Fix(Gpunode(command, (*given, *changes.items())))
+
+
+def with_options(fix: Fix, **changes: Any) -> Fix:
+    """`fix` with `changes` set on every gpunode command in it, each replacing the option the command gave (a value
+    known only when the command's action runs, e.g. a version the node's repositories turned out to offer)."""
+    return Fix(*(replace(p, options=(*[(n, v) for n, v in p.options if n not in changes], *changes.items()))
+                 if isinstance(p, Gpunode) else p for p in fix.parts))
 
 
 # what `same_run` repeats, in the order it spells them: the options a step's plan reads from Options as given

@@ -106,6 +106,17 @@ def test_the_same_run_again_keeps_every_option_the_user_gave():
         "gpunode install --driver 570.172.08 --stop-gpu-services"
 
 
+def test_a_value_known_only_at_run_time_replaces_the_option_in_the_same_run_again():
+    again = fixes.same_run(Options(driver="580.95.05", driver_source="packages", toolkit_version="1.19.0-1"))
+    fixed = fixes.with_options(again + "  # a version they offer", toolkit_version="1.20.0-1")
+    assert fixed == ("gpunode install --driver 580.95.05 --driver-source packages --toolkit-version 1.20.0-1"
+                     "  # a version they offer")
+    assert runnable(fixed, ["--host", "gpu 01"]).startswith("gpunode install --host 'gpu 01' --driver 580.95.05")
+    # a value from the node is quoted like any other; prose around the command is kept as it is
+    assert fixes.with_options(fixes.Fix("then: ", again), toolkit_version="1.2; rm").endswith(
+        "--toolkit-version '1.2; rm'")
+
+
 def test_a_data_tables_gpunode_command_is_read_as_data_and_other_text_is_left_alone():
     parsed = fixes.from_text("gpunode install --only toolkit --only runtime --k8s  # then verify")
     assert isinstance(parsed, fixes.Fix) and parsed == "gpunode install --only toolkit --only runtime --k8s  # then verify"

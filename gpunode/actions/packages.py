@@ -13,7 +13,7 @@ from collections.abc import Container
 from dataclasses import dataclass
 from typing import Any
 
-from gpunode import pkgmgr
+from gpunode import fixes, pkgmgr
 from gpunode.actions.base import Action, Answer, Looks, command_line
 from gpunode.connection.base import Connection, Result
 from gpunode.errors import CommandError
@@ -131,7 +131,9 @@ class InstallOffered(PackageCommand):
     else the newest they share. `cmds` is the refresh and the unpinned install; the version goes in at apply."""
 
     version: str = ""
-    fix: str = ""  # what the refusal tells the user to do (names the option that picks a version)
+    # this run's gpunode command: refused, the fix is that command with `option` set to a version the lists offer
+    again: fixes.Fix | None = None
+    option: str = "toolkit_version"
 
     def commands(self) -> list[str]:
         from gpunode.facts.offers import lists_command
@@ -159,7 +161,8 @@ class InstallOffered(PackageCommand):
         have = "; ".join(f"{n}: {', '.join(offered.versions.get(n, ())[:6]) or 'none'}" for n in self.packages)
         if self.version and self.version not in common or not common:
             what = f"{self.version} of" if self.version else "one version of all of"
-            fix = (f"{self.fix} {common[0]}" if common else
+            fix = (fixes.with_options(self.again, **{self.option: common[0]}) + "  # a version they offer"
+                   if common and self.again is not None else
                    f"check the repository configured on the node (`{lists_command(self.manager, self.packages)}` "
                    "lists what it offers)")
             raise CommandError(f"the configured repositories do not offer {what} {', '.join(self.packages)} "

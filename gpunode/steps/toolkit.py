@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from urllib.parse import unquote
 
-from gpunode import pkgmgr, rules, versions
+from gpunode import fixes, pkgmgr, rules, versions
 from gpunode.actions.packages import (
     InstallLocalPackages,
     InstallOffered,
@@ -311,7 +311,7 @@ def _plan(facts: Facts, options: Options) -> StepPlan:
         install: list[PackageCommand] = [InstallOffered(f"install the container toolkit {version or '(the newest the repository offers)'}",
                                   manager=manager, cmds=_offered_cmds(manager), packages=PACKAGES,
                                   lock_timeout=options.lock_timeout, version=version,
-                                  fix="run the same command again with a version they offer, e.g. --toolkit-version")]
+                                  again=fixes.same_run(options, "install"))]
     elif version:
         install = install_actions(manager, [(p, version) for p in PACKAGES], installed, options.lock_timeout)
     else:

@@ -6,6 +6,7 @@ Secure Boot), NVIDIA's CUDA repository on Rocky 9 and SLES 15 (zypper). install 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -370,7 +371,11 @@ def test_a_configured_toolkit_repository_is_read_after_its_refresh_and_the_toolk
     # asked for a version the repository lacks: refused at the install, nothing installed, the fix names one
     code, out = run(node, "install", *base, "--toolkit-version", "1.19.0")
     flat = " ".join(out.split())
-    assert code != 0 and "do not offer 1.19.0-1 of" in flat and "--toolkit-version 1.20.0-1" in flat, out
+    assert code != 0 and "do not offer 1.19.0-1 of" in flat, out
+    # the fix is this run's whole command again with a version the lists offer, runnable against the same node
+    fix = re.search(rf"fix: (gpunode install --host \S+:{node.port} [^#]*)# a version they offer", flat)
+    assert fix and "--driver-source packages" in fix[1] and fix[1].endswith("--toolkit-version 1.20.0-1 "), out
+    assert "1.19.0" not in fix[1], out
     assert not any(name in node.installed_packages() for name in TOOLKIT)
 
     code, out = run(node, "install", *base)
