@@ -10,6 +10,7 @@ from __future__ import annotations
 from gpunode import fixes, passthrough
 from gpunode.doctor.base import NO_GPU, Node, Verdict, check, failed, passed, skipped, warned
 from gpunode.doctor.hardware import LICENCE_FIX
+from gpunode.explain.finding import Finding
 from gpunode.facts import virt as virt_facts
 from gpunode.facts.virt import Virt
 
@@ -18,6 +19,7 @@ BARE_METAL_FIX = ("enable 'Above 4G decoding' (64-bit MMIO above 4 GB; also call
 GENERIC_VM_FIX = ("give the VM's firmware 64-bit MMIO space above 4 GB larger than the memory of its GPUs (UEFI "
                   "firmware, the hypervisor's 64-bit MMIO / PCI hole setting), then restart the VM")
 BAR_IDS = ("kernel.bar-invalid", "kernel.bar-unassigned")
+HYPERV_MMIO_IDS = ("virt.hyperv-mmio-too-small",)  # hv_pci: the VM's MMIO space cannot hold an assigned device's BARs
 
 
 def _size(size: int) -> str:
@@ -45,12 +47,22 @@ def _fix(v: Virt) -> str:
     return f"{known.name}: {known.bar_fix}" if known else GENERIC_VM_FIX
 
 
+def _hyperv_fix() -> str:
+    hyperv = passthrough.by_virt("microsoft")
+    return f"{hyperv.name}: {hyperv.bar_fix}" if hyperv else GENERIC_VM_FIX
+
+
 @check("hw.passthrough-bars", "hardware", "GPU memory window (BAR) placed, VM passthrough included")
 def passthrough_bars(node: Node) -> Verdict:
     """A GPU whose BAR0 (registers) or BAR1 (memory window) has no address cannot be driven: nvidia.ko refuses it
     ('This PCI I/O region assigned to your NVIDIA device is invalid'). In a VM that is the hypervisor's virtual
-    firmware lacking 64-bit MMIO space, fixed on the hypervisor; on bare metal a BIOS setting."""
+    firmware lacking 64-bit MMIO space, fixed on the hypervisor; on bare metal a BIOS setting. A Hyper-V guest whose
+    MMIO space cannot hold an assigned device never sees the GPU at all: hv_pci's 'Need ... of high MMIO space'."""
+    hv_mmio = [f for f in node.kernel_findings if f.id in HYPERV_MMIO_IDS]
     if not node.has_gpu:
+        if hv_mmio:  # a GPU given to a Hyper-V VM whose MMIO space cannot hold it never reaches the guest's PCI bus
+            return failed(f"kernel log: {hv_mmio[0].excerpt[:240]}: no NVIDIA GPU is visible because Hyper-V gave "
+                          "this VM too little MMIO space for the device assigned to it", _hyperv_fix(), reboot=True)
         return NO_GPU
     v: Virt = node.facts[virt_facts.VIRT]
     broken = []
@@ -64,6 +76,9 @@ def passthrough_bars(node: Node) -> Verdict:
         logged = [f for f in node.kernel_findings if f.id in BAR_IDS]
         if logged:
             return failed(f"kernel log: {logged[0].excerpt[:240]}{_where(v)}", _fix(v))
+        if hv_mmio:
+            return failed(f"kernel log: {hv_mmio[0].excerpt[:240]}: Hyper-V gave this VM too little MMIO space for a "
+                          "device assigned to it", _hyperv_fix(), reboot=True)
         return skipped("the GPUs' BARs are unknown (no /sys/bus/pci/devices/*/resource in the probe)")
     if broken:
         return failed("; ".join(broken) + f"{_where(v)}: the firmware had no room for the GPU's memory window, so "
@@ -131,7 +146,11 @@ def bar1_size(node: Node) -> Verdict:
 
 VFIO_OK = ("", "vfio-pci", "pci-stub", "pcieport")  # drivers a viable IOMMU group may hold (Documentation/vfio)
 NO_IR_IDS = ("virt.no-interrupt-remapping",)
+IR_OFF_IDS = ("virt.interrupt-remapping-off",)  # the kernel left interrupt remapping off at boot (firmware, erratum)
 DMA_FAULT_IDS = ("virt.iommu-dma-fault",)
+INTR_FAULT_IDS = ("virt.intr-remap-fault",)
+VFIO_MAP_IDS = ("virt.vfio-memlock", "virt.vfio-iova-above-iommu")  # vfio could not map a VM's memory for its device
+NO_INTREMAP_ARGS = ("intremap=off", "nointremap")  # kernel-parameters.txt: both turn interrupt remapping off
 IOMMU_PT_FIX = ("boot the host with iommu=pt on the kernel command line (Debian/Ubuntu: GRUB_CMDLINE_LINUX in "
                 "/etc/default/grub, then update-grub; RHEL/Fedora: grubby --update-kernel=ALL --args=iommu=pt) so the "
                 "GPUs it drives itself bypass DMA translation, then reboot")
@@ -151,8 +170,11 @@ def _iommu_fix(v: Virt) -> str:
 def iommu(node: Node) -> Verdict:
     """On a host that passes GPUs to VMs (a GPU bound to vfio-pci), vfio needs the IOMMU on, every device of the
     GPU's IOMMU group bound to vfio-pci (or to nothing; bridges excepted), and interrupt remapping, or QEMU stops
-    with 'group N is not viable' / 'no iommu_group found' / 'No interrupt remapping support'. On any GPU node, the
-    kernel log's IOMMU faults (DMAR / AMD-Vi IO_PAGE_FAULT) naming a GPU warn: the IOMMU blocked its DMA."""
+    with 'group N is not viable' / 'no iommu_group found' / 'No interrupt remapping support'; interrupt remapping
+    turned off on the kernel command line (intremap=off, nointremap) or left off at boot (firmware, erratum) warns,
+    and vfio failing to map a VM's memory (the locked-memory limit, an address above the IOMMU's width) fails. On
+    any GPU node, the kernel log's IOMMU faults naming a GPU warn: DMA (DMAR / AMD-Vi IO_PAGE_FAULT) or an interrupt
+    (DMAR INTR-REMAP) the IOMMU blocked."""
     if not node.has_gpu:
         return NO_GPU
     v: Virt = node.facts[virt_facts.VIRT]
@@ -168,8 +190,18 @@ def iommu(node: Node) -> Verdict:
         fix = _iommu_fix(v) if gpu.driver == "vfio-pci" else IOMMU_PT_FIX
         return warned(f"kernel log: {fault.excerpt[:240]}: the IOMMU blocked a DMA transfer of GPU {gpu.address}",
                       fix, reboot=True)
+    blocked = [(f, g) for f in node.kernel_findings if f.id in INTR_FAULT_IDS for g in v.gpus
+               if g.address.lower().endswith(f"{f.values.get('bus')}:{f.values.get('slot')}".lower())]
+    if blocked:
+        fault, gpu = blocked[0]
+        return warned(f"kernel log: {fault.excerpt[:240]}: the IOMMU's interrupt remapping blocked an interrupt of "
+                      f"GPU {gpu.address}; its driver loses that interrupt", _finding_fix(fault), reboot=True)
     if not passed_gpus:
         return skipped("no GPU is bound to vfio-pci: this node passes no GPU to a VM")
+    mapping = [f for f in node.kernel_findings if f.id in VFIO_MAP_IDS]
+    if mapping:
+        return failed(f"kernel log: {mapping[0].excerpt[:240]}: vfio could not map a VM's memory for its passed-"
+                      f"through device ({mapping[0].title})", _finding_fix(mapping[0]))
     names = ", ".join(g.address for g in passed_gpus)
     if v.iommu_groups == 0 or any(not g.group for g in passed_gpus):
         return failed(f"GPU {names} is bound to vfio-pci but the kernel made no IOMMU groups: the IOMMU is off, so "
@@ -179,14 +211,28 @@ def iommu(node: Node) -> Verdict:
     if blocking:
         return failed(f"IOMMU group of GPU {names} is not viable: {', '.join(sorted(set(blocking)))} still "
                       "bound to a host driver", _iommu_fix(v), reboot=True)
-    if v.interrupt_remapping is False or v.intel_ir_capable is False:
+    turned_off = [a for a in v.cmdline.split() if a in NO_INTREMAP_ARGS]
+    ir_off = [f for f in node.kernel_findings if f.id in IR_OFF_IDS]
+    if v.interrupt_remapping is False or v.intel_ir_capable is False or turned_off or ir_off:
         why = ("the Intel IOMMU units lack interrupt remapping" if v.intel_ir_capable is False
+               else f"the kernel command line turns interrupt remapping off ({turned_off[0]})" if turned_off
+               else f"the kernel left interrupt remapping off (kernel log: {ir_off[0].excerpt[:200]})" if ir_off
                else "no interrupt is remapped (no IR- interrupt chips in /proc/interrupts)")
+        fix = (f"remove {turned_off[0]} from the kernel command line (Debian/Ubuntu: GRUB_CMDLINE_LINUX in "
+               f"/etc/default/grub, then update-grub; RHEL/Fedora: grubby --update-kernel=ALL --remove-args="
+               f"{turned_off[0]}), then reboot" if turned_off
+               else "update the server's BIOS/firmware (its DMAR table or a chipset erratum keeps interrupt "
+                    "remapping off), then reboot; " + _iommu_fix(v) if ir_off else _iommu_fix(v))
         return warned(f"GPU {names} is ready for vfio, but {why}: vfio refuses to assign it unless "
-                      "allow_unsafe_interrupts is set", _iommu_fix(v), reboot=True)
+                      "allow_unsafe_interrupts is set", fix, reboot=True)
     groups = ", ".join(sorted({f"{g.address} group {g.group}" for g in passed_gpus}))
     remap = " and interrupts are remapped" if v.interrupt_remapping else ""
     return passed(f"IOMMU on ({v.iommu_groups} groups){remap}: {groups} viable for passthrough")
+
+
+def _finding_fix(finding: Finding) -> str:
+    """A kernel-log finding's own fix and further steps (its explain row, the one place for them), in order."""
+    return " | then: ".join((finding.fix, *finding.also[:3]))
 
 
 # --- the NVIDIA driver flavour against how the GPU is attached ----------------------------------------------------

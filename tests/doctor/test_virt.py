@@ -169,3 +169,55 @@ def test_an_iommu_fault_naming_a_gpu_warns_with_iommu_pt_and_one_naming_another_
     assert passed_through.status == "warn" and "iommu=pt" not in passed_through.fix
     other = _check("hw.iommu", _host(driver="nvidia"), log.replace("[18:00.0]", "[3b:00.0]"))
     assert other.status == "skip"
+
+
+# --- passthrough failures the kernel log shows (issue 26): each with a twin without the decisive line ----------------
+
+HV_MMIO = ("[    2.1] hv_pci 47505500-0001-0000-3130-444531334632: Need 0x802000000 of high MMIO space. Consider "
+           "reconfiguring the VM.\n")
+
+
+def test_a_hyper_v_vm_whose_gpu_never_appeared_for_lack_of_mmio_space_fails_with_set_vm():
+    node = finished(count=0)  # hv_pci could not place the assigned GPU: it is on no PCI bus of the guest
+    set_output(node, "doctor_kernel_log", "@source dmesg\n" + HV_MMIO)
+    result = check_results(node)["hw.passthrough-bars"]
+    assert result.status == "fail" and "0x802000000" in result.evidence and "no NVIDIA GPU is visible" in result.evidence
+    assert "HighMemoryMappedIoSpace" in result.fix
+    twin = finished(count=0)
+    set_output(twin, "doctor_kernel_log", "@source dmesg\n[    2.0] hv_vmbus: registering driver hv_pci\n")
+    assert check_results(twin)["hw.passthrough-bars"].status == "skip"
+    # a GPU whose BARs are placed: the message was about another assigned device, not the GPU
+    placed = _result(virt_output(["0000:18:00.0"], "microsoft", "Microsoft Corporation", "Virtual Machine"), HV_MMIO)
+    assert placed.status == "pass"
+
+
+def test_vfio_failing_to_map_a_vms_memory_fails_with_the_rows_own_fix():
+    memlock = "[ 88.2] vfio_pin_pages_remote: RLIMIT_MEMLOCK (65536) exceeded\n"
+    fail = _check("hw.iommu", _host(members="~member=0000:17:00.0 0x060400 pcieport\n"), memlock)
+    assert fail.status == "fail" and "RLIMIT_MEMLOCK (65536)" in fail.evidence and "ulimit -l unlimited" in fail.fix
+    assert "LimitMEMLOCK=infinity" in fail.fix
+    width = "[ 91.0] DMAR: intel_iommu_map: iommu width (39) is not sufficient for the mapped address (380000000000)\n"
+    narrow = _check("hw.iommu", _host(), width)
+    assert narrow.status == "fail" and "39 address bits" in narrow.evidence and "host-phys-bits-limit" in narrow.fix
+    assert _check("hw.iommu", _host(), "[ 88.2] vfio-pci 0000:18:00.0: enabling device (0000 -> 0003)\n").status == "pass"
+    assert _check("hw.iommu", _host(driver="nvidia"), memlock).status == "skip"  # no GPU passed to a VM here
+
+
+def test_interrupt_remapping_turned_off_by_the_command_line_or_left_off_at_boot_warns_with_its_own_fix():
+    cmdline = _check("hw.iommu", "cmdline=BOOT_IMAGE=/vmlinuz intel_iommu=on intremap=off\n" + _host())
+    assert cmdline.status == "warn" and "(intremap=off)" in cmdline.evidence and "remove intremap=off" in cmdline.fix
+    boot = ("[    0.0252] [Firmware Bug]: ioapic 2 has no mapping iommu, interrupt remapping will be disabled\n"
+            "[    0.0252] Failed to enable irq remapping.  You are vulnerable to irq-injection attacks.\n")
+    left_off = _check("hw.iommu", _host(groups="iommu_groups=42\n"), boot)  # /proc/interrupts unread
+    assert left_off.status == "warn" and "no mapping iommu" in left_off.evidence and "BIOS" in left_off.fix
+    twin = _check("hw.iommu", "cmdline=BOOT_IMAGE=/vmlinuz intel_iommu=on\n" + _host(groups="iommu_groups=42\n"))
+    assert twin.status == "pass"
+
+
+def test_an_interrupt_remapping_fault_naming_a_gpu_warns_and_one_naming_another_device_does_not():
+    log = ("[ 58.4] DMAR: [INTR-REMAP] Request device [18:00.0] fault index 0x8800 [fault reason 0x26] Blocked an "
+           "interrupt request due to source-id verification failure\n")
+    warn = _check("hw.iommu", _host(driver="nvidia"), log)
+    assert warn.status == "warn" and "GPU 0000:18:00.0" in warn.evidence and "intremap=nosid" in warn.fix
+    other = _check("hw.iommu", _host(driver="nvidia"), log.replace("[18:00.0]", "[0x64:0x00.5]"))
+    assert other.status == "skip"

@@ -471,6 +471,59 @@ def test_the_host_side_of_passthrough_is_recognised():
     assert explain("Unit docker.service is masked.") == []  # not an NVIDIA unit: not ours to explain
 
 
+# Passthrough failures (issue 26): each positive case has a twin without the decisive line or word, which must not
+# give the finding (or gives the headline's other cause).
+HV_GUEST = "[    2.1] hv_pci 47505500-0001-0000-3130-444531334632: Need 0x802000000 of {which} MMIO space. Consider " \
+           "reconfiguring the VM."
+
+
+def test_a_hyper_v_guest_without_mmio_space_for_the_gpu_gets_the_set_vm_setting_for_that_space():
+    high = explain(HV_GUEST.format(which="high"))[0]
+    assert high.id == "virt.hyperv-mmio-too-small" and "0x802000000" in high.title
+    assert "HighMemoryMappedIoSpace" in high.fix and "LowMemoryMappedIoSpace" not in high.fix
+    low = explain(HV_GUEST.format(which="low"))[0]
+    assert "LowMemoryMappedIoSpace" in low.fix and "HighMemoryMappedIoSpace" not in low.fix
+    assert explain("hv_pci 47505500-0001-0000-3130-444531334632: PCI VMBus probing: Using version 0x10004") == []
+
+
+def test_vfio_out_of_locked_memory_is_the_vms_memlock_limit():
+    qemu = "qemu-system-x86_64: -device vfio-pci,host=0000:85:00.0,id=hostdev0: VFIO_MAP_DMA failed: Cannot allocate memory"
+    headline = explain(qemu)[0]
+    assert headline.id == "virt.vfio-memlock" and headline.fix.startswith("ulimit -l unlimited")
+    kernel = explain(f"{qemu}\n[ 3.1] vfio_pin_pages_remote: RLIMIT_MEMLOCK (65536) exceeded")[0]
+    assert kernel.id == "virt.vfio-memlock" and "65536 bytes" in kernel.title and kernel.title != headline.title
+    assert explain("qemu-system-x86_64: -device vfio-pci,host=0000:85:00.0: VFIO_MAP_DMA succeeded") == []
+
+
+def test_a_vfio_mapping_refused_with_einval_is_the_guests_address_width_above_the_iommus():
+    qemu = ("Jun 04 07:25:13 pve1 QEMU[3989106]: kvm: vfio_dma_map(0x5e043daea2f0, 0x380000000000, 0x10000000, "
+            "0x771a38000000) = -22 (Invalid argument)")
+    finding = explain(qemu)[0]
+    assert finding.id == "virt.vfio-iova-above-iommu"
+    assert any("host-phys-bits-limit" in a for a in finding.also) and any("maxphysaddr" in a for a in finding.also)
+    kernel = explain("DMAR: intel_iommu_map: iommu width (39) is not sufficient for the mapped address (380000000000)")
+    assert kernel[0].id == "virt.vfio-iova-above-iommu" and "39 address bits" in kernel[0].title
+    # -12 is the locked-memory limit, not the address width
+    assert explain(qemu.replace("-22 (Invalid argument)", "-12 (Cannot allocate memory)"))[0].id == "virt.vfio-memlock"
+
+
+def test_interrupt_remapping_faults_and_remapping_left_off_are_recognised_with_their_own_fixes():
+    fault = ("DMAR: [INTR-REMAP] Request device [0x64:0x00.5] fault index 0x8800 [fault reason 0x25] Blocked a "
+             "compatibility format interrupt request")
+    generic = explain(fault)[0]
+    assert generic.id == "virt.intr-remap-fault" and "64:00.5" in generic.title and "intremap=nosid" not in str(generic.also)
+    sid = explain("DMAR:[INTR-REMAP] Request device [3d:00.0] fault index 8200 [fault reason 38] Blocked an interrupt "
+                  "request due to source-id verification failure")[0]
+    assert sid.id == "virt.intr-remap-fault" and any("intremap=nosid" in a for a in sid.also)
+    boot = explain("[    0.0252] [Firmware Bug]: ioapic 2 has no mapping iommu, interrupt remapping will be disabled")
+    assert boot[0].id == "virt.interrupt-remapping-off"
+    assert explain("[    0.0252] DMAR-IR: Enabled IRQ remapping in x2apic mode") == []
+    eperm = ("qemu-system-x86_64: -device vfio-pci,host=0b:00.0: vfio: failed to setup container for group 19: Failed "
+             "to set iommu for container: Operation not permitted")
+    assert explain(eperm)[0].id == "virt.no-interrupt-remapping"
+    assert explain(eperm.replace(": Failed to set iommu for container: Operation not permitted", "")) == []
+
+
 def test_a_security_module_denial_outranks_the_permission_error_it_causes():
     text = ("Failed to initialize NVML: Insufficient Permissions\n"
             'type=AVC msg=audit(1.2:3): avc:  denied  { read write } for  pid=1 comm="nvidia-smi" name="nvidiactl" '
