@@ -33,9 +33,12 @@ class FakeTransport:
 class FakeChannel:
     """The node side: receives stdin, then answers as UPLOAD_RECEIVE does (or fails as scripted)."""
 
+    out_max_packet_size = 32768  # what OpenSSH's sshd offers for a session channel
+
     def __init__(self, node):
         self.node, self.timeout, self.line = node, None, None
         self.received = bytearray()
+        self.sizes = []
         self.closed = self.eof_received = False
         self.status = None
         self.out, self.err = b"", b""
@@ -64,6 +67,7 @@ class FakeChannel:
             if node.fault == "stall":
                 raise TimeoutError()
         self.received += data
+        self.sizes.append(len(data))
 
     def shutdown_write(self):
         if self.closed:
@@ -148,6 +152,17 @@ def test_a_clean_upload_is_verified_then_moved_into_place_with_its_mode(blob):
     assert STAGED in install and "/root/driver.run" in install and " 755" in install
     assert seen[-1] == (700_000, 700_000) and len(seen) > 1
     assert 0 < node.channel.timeout <= SEND_TIMEOUT  # every send waits a bounded time
+
+
+def test_the_file_goes_out_in_pieces_of_one_packet_each_and_arrives_whole(blob):
+    """paramiko's sendall copies the rest of what it is given after every packet: the upload hands it one packet's
+    payload at a time (the node's maximum packet, less paramiko's 64 bytes of headroom), never a whole chunk."""
+    node = UploadNode()
+    node.upload(blob, "/root/driver.run")
+    sizes = node.channel.sizes
+    assert bytes(node.channel.received) == blob.read_bytes()
+    assert max(sizes) == FakeChannel.out_max_packet_size - 64
+    assert sum(sizes) == 700_000 and len(sizes) >= 700_000 // (FakeChannel.out_max_packet_size - 64)
 
 
 def test_a_sha256_mismatch_installs_nothing_and_removes_the_temp_file(blob):
