@@ -4,6 +4,8 @@ channel at once, and a sha256 mismatch. In every case nothing is moved into plac
 
 import hashlib
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -211,3 +213,29 @@ def test_ctrl_c_during_upload_closes_the_channel_at_once(blob):
     assert time.monotonic() - started < 2
     assert node.channel.closed and len(node.channel.received) < 700_000
     assert not installed(node)
+
+
+def _stream_hash(tmp_path, data, dest):
+    """The node-side program that writes and hashes a large upload as it arrives, run here on its own."""
+    from gpunode.connection.base import _STREAM_HASH
+
+    return subprocess.run([sys.executable, "-I", "-S", "-c", _STREAM_HASH, str(dest)], input=data,
+                          capture_output=True, timeout=60)
+
+
+def test_the_streaming_hash_writes_every_byte_and_answers_their_sha256_after_its_marker(tmp_path):
+    data = os.urandom(3 << 20)
+    dest = tmp_path / ".gpunode-upload.X"
+    dest.write_bytes(b"stale content longer than nothing")
+    done = _stream_hash(tmp_path, data, dest)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode().split("\n") == ["gpunode-py", hashlib.sha256(data).hexdigest(), ""]
+    assert dest.read_bytes() == data
+
+
+def test_the_streaming_hash_reads_nothing_when_it_cannot_open_the_file_and_names_a_full_disk(tmp_path):
+    done = _stream_hash(tmp_path, b"x" * 100, tmp_path / "missing" / "file")
+    assert done.returncode == 3 and done.stdout == b""  # no marker: the receive script gives the stream to cat
+    full = _stream_hash(tmp_path, os.urandom(1 << 20), "/dev/full")
+    assert full.returncode == 1 and full.stdout == b"gpunode-py\n"  # marker, then the failure: the upload fails
+    assert b"gpunode-receive: No space left on device" in full.stderr
