@@ -1,6 +1,7 @@
 """The one interface gpunode uses to touch a node. Local, SSH and fake connections implement `_exec`;
 reading and writing files, uploads and privilege escalation are built once here on top of it, as POSIX sh,
-so the node needs nothing but a shell and core utilities (no Python)."""
+so the node needs nothing but a shell and core utilities (a python3 on the node only lets a large upload be hashed
+as it arrives; without one it is hashed after)."""
 
 from __future__ import annotations
 
@@ -24,16 +25,61 @@ _READ_FILE = Script(
 
 # Receive stdin into a temp file beside $dest and check that exactly $size bytes arrived; leaves its SHA256 in
 # $sum. The temp file is removed on any exit unless the script clears the EXIT trap. Shared by the verified write
-# and the upload. A large file is hashed by openssl where the node has it: it uses the CPU's SHA instructions, ~7x
-# faster than coreutils' or busybox's sha256sum (400 MB: 0.3 s of CPU against 2 s; the upload's largest cost after
-# the transfer itself); its start-up (~30 ms) costs more than that saves below 16 MiB. An answer that is not 64
-# hex digits (no openssl, a broken one) means sha256sum.
+# and the upload. A large file that python3 did not hash (below) is hashed by openssl where the node has it: it
+# uses the CPU's SHA instructions, ~7x faster than coreutils' or busybox's sha256sum (400 MB: 0.3 s of CPU against
+# 2 s); its start-up (~30 ms) costs more than that saves below 16 MiB. An answer that is not 64 hex digits (no
+# openssl, a broken one) means sha256sum.
+# Above 16 MiB, where the node has python3, the bytes are hashed as they arrive by the process that writes them
+# (_STREAM_HASH), so the hash overlaps the transfer instead of following it, and the file is never read back.
+# After the transfer, openssl's hash took ~0.56 s of a 400 MB upload's ~1.8 s (0.63x scp's speed; 0.92x with
+# the hash in the stream: benchmarks/upload.py, docs/benchmarks.md). Its pipe from sshd is raised to 1 MiB:
+# at the default 64 KiB, sshd waited on every hash update and the stream was slower than cat's (0.59x).
+# python3 prints `gpunode-py` before it reads a byte: without that line (no python3, a broken one) stdin is
+# untouched and `cat` takes it as before; after it, python3 owns the stream, and its failure (a full disk) is the
+# upload's. The length check, and no rename unless the sha256 matches, are the same either way.
+_STREAM_HASH = r"""import os, sys
+try:
+    import hashlib
+    h = hashlib.sha256()
+    f = os.open(sys.argv[1], os.O_WRONLY | os.O_TRUNC)
+except Exception:
+    sys.exit(3)
+try:
+    import fcntl
+    fcntl.fcntl(0, 1031, 1 << 20)
+except Exception:
+    pass
+print("gpunode-py", flush=True)
+try:
+    while True:
+        b = os.read(0, 1048576)
+        if not b:
+            break
+        h.update(b)
+        v = memoryview(b)
+        while v:
+            v = v[os.write(f, v):]
+    os.close(f)
+except OSError as e:
+    sys.stderr.write("gpunode-receive: %s\n" % (e.strerror or e))
+    sys.exit(1)
+print(h.hexdigest())
+"""
 _RECEIVE = r"""dir=$(dirname -- "$dest" && echo x); dir=${dir%??}
 mkdir -p -- "$dir"
 @UMASK@tmp=$(mktemp "$dir/.gpunode-@KIND@.XXXXXX" && echo x); tmp=${tmp%??}
 trap 'rm -f -- "$tmp"' EXIT
 trap 'exit 129' HUP INT TERM PIPE
-cat > "$tmp"
+py=
+if [ "$size" -gt 16777216 ] && command -v python3 >/dev/null 2>&1; then
+  py=$(python3 -I -S -c '""" + _STREAM_HASH + r"""' "$tmp") || py="$py x"
+fi
+sum=
+case $py in
+  "" | " x") cat > "$tmp" ;;
+  *" x") exit 1 ;;
+  *) sum=${py#gpunode-py?} ;;
+esac
 # the length from ls (busybox wc -c reads the whole file); the fields before the size hold no blanks
 set -f
 set -- $(ls -ln -- "$tmp")
@@ -42,8 +88,8 @@ if [ "$got" != "$size" ]; then
   echo "gpunode-short only $got of $size bytes arrived" >&2
   exit 46
 fi
-sum=
-if [ "$size" -gt 16777216 ]; then
+case $sum in *[!0-9a-f]*) sum= ;; esac
+if [ "${#sum}" != 64 ] && [ "$size" -gt 16777216 ]; then
   sum=$(openssl dgst -sha256 -r < "$tmp" 2>/dev/null) || sum=
   sum=${sum%% *}
   case $sum in *[!0-9a-f]*) sum= ;; esac

@@ -88,6 +88,35 @@ def test_the_socket_sends_at_once_and_the_cipher_is_aes_gcm(sim_node, tmp_path):
         assert transport.local_cipher == transport.remote_cipher == "aes128-gcm@openssh.com"
 
 
+def test_aes_gcm_is_only_a_preference_a_node_without_it_connects_and_uploads_verified(sim_node, tmp_path,
+                                                                                      monkeypatch):
+    """A node whose sshd offers no AEAD cipher (Ciphers aes128-ctr,aes256-ctr) still connects, with a cipher it
+    offers (and paramiko's HMAC), and an upload there is still verified on the node and placed."""
+    import hashlib
+
+    from tests.nodesim.node import SimNode
+
+    real = SimNode._write_sshd_config
+
+    def no_gcm(self):
+        cfg = real(self)
+        cfg.write_text(cfg.read_text() + "Ciphers aes128-ctr,aes256-ctr\n")
+        return cfg
+
+    monkeypatch.setattr(SimNode, "_write_sshd_config", no_gcm)
+    node = sim_node("ubuntu-22.04-nogpu")
+    payload = tmp_path / "payload.bin"
+    payload.write_bytes(bytes(range(256)) * 4096)
+    with open_connection(spec(node, tmp_path)) as conn:
+        conn.run(["true"])
+        transport = conn._client.get_transport()
+        assert transport.local_cipher == transport.remote_cipher == "aes128-ctr"
+        assert transport.local_mac.startswith("hmac-sha2-")
+        want = hashlib.sha256(payload.read_bytes()).hexdigest()
+        assert conn.upload(payload, "/var/tmp/payload.bin", sha256=want) == want
+    assert node.read_bytes("/var/tmp/payload.bin") == payload.read_bytes()
+
+
 def test_commands_share_one_channel_and_each_keeps_its_own_stdin_output_and_exit_code(sim_node, tmp_path):
     """The command channel (gpunode/connection/ssh.py, _SERVE): a command that reads only part of its stdin, one
     that prints no final newline, one that tries to read stdin it was not given, one that runs past its deadline:

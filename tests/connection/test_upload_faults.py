@@ -4,6 +4,8 @@ channel at once, and a sha256 mismatch. In every case nothing is moved into plac
 
 import hashlib
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -33,9 +35,12 @@ class FakeTransport:
 class FakeChannel:
     """The node side: receives stdin, then answers as UPLOAD_RECEIVE does (or fails as scripted)."""
 
+    out_max_packet_size = 32768  # what OpenSSH's sshd offers for a session channel
+
     def __init__(self, node):
         self.node, self.timeout, self.line = node, None, None
         self.received = bytearray()
+        self.sizes = []
         self.closed = self.eof_received = False
         self.status = None
         self.out, self.err = b"", b""
@@ -64,6 +69,7 @@ class FakeChannel:
             if node.fault == "stall":
                 raise TimeoutError()
         self.received += data
+        self.sizes.append(len(data))
 
     def shutdown_write(self):
         if self.closed:
@@ -150,6 +156,17 @@ def test_a_clean_upload_is_verified_then_moved_into_place_with_its_mode(blob):
     assert 0 < node.channel.timeout <= SEND_TIMEOUT  # every send waits a bounded time
 
 
+def test_the_file_goes_out_in_pieces_of_one_packet_each_and_arrives_whole(blob):
+    """paramiko's sendall copies the rest of what it is given after every packet: the upload hands it one packet's
+    payload at a time (the node's maximum packet, less paramiko's 64 bytes of headroom), never a whole chunk."""
+    node = UploadNode()
+    node.upload(blob, "/root/driver.run")
+    sizes = node.channel.sizes
+    assert bytes(node.channel.received) == blob.read_bytes()
+    assert max(sizes) == FakeChannel.out_max_packet_size - 64
+    assert sum(sizes) == 700_000 and len(sizes) >= 700_000 // (FakeChannel.out_max_packet_size - 64)
+
+
 def test_a_sha256_mismatch_installs_nothing_and_removes_the_temp_file(blob):
     node = UploadNode(tamper=True)
     with pytest.raises(CommandError, match="arrived altered .*sha256 mismatch.*nothing was installed"):
@@ -196,3 +213,29 @@ def test_ctrl_c_during_upload_closes_the_channel_at_once(blob):
     assert time.monotonic() - started < 2
     assert node.channel.closed and len(node.channel.received) < 700_000
     assert not installed(node)
+
+
+def _stream_hash(tmp_path, data, dest):
+    """The node-side program that writes and hashes a large upload as it arrives, run here on its own."""
+    from gpunode.connection.base import _STREAM_HASH
+
+    return subprocess.run([sys.executable, "-I", "-S", "-c", _STREAM_HASH, str(dest)], input=data,
+                          capture_output=True, timeout=60)
+
+
+def test_the_streaming_hash_writes_every_byte_and_answers_their_sha256_after_its_marker(tmp_path):
+    data = os.urandom(3 << 20)
+    dest = tmp_path / ".gpunode-upload.X"
+    dest.write_bytes(b"stale content longer than nothing")
+    done = _stream_hash(tmp_path, data, dest)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode().split("\n") == ["gpunode-py", hashlib.sha256(data).hexdigest(), ""]
+    assert dest.read_bytes() == data
+
+
+def test_the_streaming_hash_reads_nothing_when_it_cannot_open_the_file_and_names_a_full_disk(tmp_path):
+    done = _stream_hash(tmp_path, b"x" * 100, tmp_path / "missing" / "file")
+    assert done.returncode == 3 and done.stdout == b""  # no marker: the receive script gives the stream to cat
+    full = _stream_hash(tmp_path, os.urandom(1 << 20), "/dev/full")
+    assert full.returncode == 1 and full.stdout == b"gpunode-py\n"  # marker, then the failure: the upload fails
+    assert b"gpunode-receive: No space left on device" in full.stderr

@@ -1,6 +1,6 @@
-"""The upload against a real sshd: the node hashes a large file with openssl where it has one (sha256sum where not,
-or where openssl answers nonsense), and a stream cut short or altered on its way is never placed: not under its
-name, not as a temp file beside it."""
+"""The upload against a real sshd: the node hashes a large file as it arrives where it has python3, with openssl
+after it where not (sha256sum where neither, or where openssl answers nonsense), and a stream cut short or altered
+on its way is never placed: not under its name, not as a temp file beside it."""
 
 import hashlib
 import os
@@ -37,6 +37,13 @@ def connect(node) -> SSHConnection:
                          SSHOptions(identity=[str(node.key_path)], known_hosts=[str(node.known_hosts)]))
 
 
+PYTHON = "/opt/nodesim/python/bin/python3"  # the simulator's private interpreter, put on PATH as a node's python3
+
+
+def with_python3(node) -> None:
+    os.symlink(PYTHON, node.root / "usr/bin/python3")  # an absolute link, resolved inside the node
+
+
 def leftovers(node, directory="var/tmp") -> list[str]:
     return sorted(p.name for p in (node.root / directory).iterdir() if p.name.startswith(".gpunode-"))
 
@@ -52,6 +59,46 @@ def test_a_large_upload_is_hashed_by_the_nodes_openssl_and_its_answer_is_checked
         with pytest.raises(CommandError, match="arrived altered"):
             conn.upload(payload, "/var/tmp/lied.run", sha256=want)
     assert not node.exists("/var/tmp/lied.run") and leftovers(node) == []
+
+
+def test_with_python3_a_large_upload_is_hashed_as_it_arrives_and_that_answer_is_checked(node, payload):
+    """openssl lying does not matter when python3 hashed the stream (it is never asked); a python3 that writes
+    every byte but answers a wrong sha256 gets nothing installed: its answer is the one compared."""
+    with_python3(node)
+    node.write("/usr/bin/openssl", "#!/bin/sh\ncat >/dev/null; echo '" + "0" * 64 + " *stdin'\n", 0o755)
+    want = hashlib.sha256(payload.read_bytes()).hexdigest()
+    with connect(node) as conn:
+        assert conn.upload(payload, "/var/tmp/good.run", sha256=want) == want
+        assert conn.upload(payload, "/var/tmp/sent.run") == want  # hashed while sent, too
+        assert node.read_bytes("/var/tmp/good.run") == payload.read_bytes() == node.read_bytes("/var/tmp/sent.run")
+        node.remove("/usr/bin/python3")
+        node.write("/usr/bin/python3", '#!/bin/sh\necho gpunode-py; cat > "$5"; echo ' + "1" * 64 + "\n", 0o755)
+        with pytest.raises(CommandError, match="arrived altered"):
+            conn.upload(payload, "/var/tmp/lied.run", sha256=want)
+    assert not node.exists("/var/tmp/lied.run") and leftovers(node) == []
+
+
+@pytest.mark.parametrize("python3", ["fails-to-start", "fails-after-taking-the-stream"])
+def test_a_python3_that_fails_before_its_marker_leaves_the_stream_to_cat_and_after_it_fails_the_upload(
+        node, payload, python3):
+    if python3 == "fails-to-start":  # a library missing, an interpreter too old: it reads nothing
+        node.write("/usr/bin/python3", "#!/bin/sh\necho 'python3: error while loading shared libraries' >&2; exit 127\n",
+                   0o755)
+    else:
+        node.write("/usr/bin/python3", "#!/bin/sh\necho gpunode-py; head -c 1000 >/dev/null; "
+                   "echo 'gpunode-receive: Input/output error' >&2; exit 1\n", 0o755)
+    want = hashlib.sha256(payload.read_bytes()).hexdigest()
+    with connect(node) as conn:
+        if python3 == "fails-to-start":
+            assert conn.upload(payload, "/var/tmp/good.run", sha256=want) == want
+            assert node.read_bytes("/var/tmp/good.run") == payload.read_bytes()
+        else:
+            with pytest.raises(CommandError) as info:
+                conn.upload(payload, "/var/tmp/good.run", sha256=want)
+            assert "Input/output error" in info.value.stderr + info.value.message
+            assert not node.exists("/var/tmp/good.run")
+        assert conn.run(["echo", "still here"]).stdout == "still here\n"
+    assert leftovers(node) == []
 
 
 @pytest.mark.parametrize("openssl", ["missing", "broken"])
@@ -96,9 +143,12 @@ class _Tamper:
         monkeypatch.setattr(paramiko.Channel, "exec_command", exec_command)
 
 
+@pytest.mark.parametrize("receiver", ["cat", "python3"])
 @pytest.mark.parametrize("known", [True, False], ids=["sha256-given", "sha256-of-what-was-sent"])
 @pytest.mark.parametrize("how", ["cut", "flip"])
-def test_a_stream_cut_short_or_altered_on_its_way_is_never_placed(node, payload, monkeypatch, how, known):
+def test_a_stream_cut_short_or_altered_on_its_way_is_never_placed(node, payload, monkeypatch, how, known, receiver):
+    if receiver == "python3":
+        with_python3(node)
     want = hashlib.sha256(payload.read_bytes()).hexdigest()
     node.write("/var/tmp/driver.run", b"old")
     with connect(node) as conn:
