@@ -3,6 +3,7 @@ private (0600 in a 0700 directory), and secrets are masked in whatever is writte
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -12,14 +13,14 @@ from typing import TextIO
 
 LOG_LEVELS = ("info", "debug")
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._@+-]")
+_UNSAFE = r"[^A-Za-z0-9._@+-]"  # compiled (re's cache) when a fleet names its log files
 _MAX_NAME = 80
 
 
 def safe_log_name(name: str) -> str:
     """A file name for a host's log: the name itself when it is harmless, else a sanitised form plus a short
     hash of the original (so `a/b` and `a_b` never share a file). Never empty, never hidden, never `..`."""
-    cleaned = _UNSAFE.sub("_", name).lstrip(".-") or "host"
+    cleaned = re.sub(_UNSAFE, "_", name).lstrip(".-") or "host"
     if cleaned == name and len(name) <= _MAX_NAME:
         return name
     return f"{cleaned[:_MAX_NAME]}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
@@ -56,19 +57,25 @@ def make_log_dir(path: Path) -> Path:
 # environment style (TOKEN=...), HTTP headers, and credentials in URLs.
 _SECRET_KEYS = (r"auths?|identitytoken|registrytoken|token|access_token|refresh_token|api_?key|password|passwd"
                 r"|secret|client_secret|private_key")
-_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(rf'("(?:{_SECRET_KEYS})"\s*:\s*)"(?:[^"\\]|\\.)*"', re.IGNORECASE), r'\1"***"'),
-    (re.compile(rf"(\b(?:{_SECRET_KEYS})\s*=\s*)(\"(?:[^\"\\]|\\.)*\"|'[^']*')", re.IGNORECASE), r'\1"***"'),
-    # the same inside a JSON string (a TOML diff in a JSON report): password = \"...\"
-    (re.compile(rf'(\b(?:{_SECRET_KEYS})\s*=\s*)\\"(?:[^"\\]|\\[^"])*\\"', re.IGNORECASE), r'\1\\"***\\"'),
-    (re.compile(r"(\b[A-Z0-9_]*(?:TOKEN|PASSWORD|PASSWD|SECRET|API_?KEY)[A-Z0-9_]*=)\S+"), r"\1***"),
-    (re.compile(r"(\bauthorization:\s*(?:basic|bearer|token)\s+)\S+", re.IGNORECASE), r"\1***"),
-    (re.compile(r"(\b[a-z][a-z0-9+.-]*://[^/\s:@]+:)[^@\s/]+@", re.IGNORECASE), r"\1***@"),
-)
+
+
+@functools.cache
+def _patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
+    # compiled when a fleet log first writes a line, not when a single-node run imports this module for
+    # LOG_LEVELS
+    return (
+        (re.compile(rf'("(?:{_SECRET_KEYS})"\s*:\s*)"(?:[^"\\]|\\.)*"', re.IGNORECASE), r'\1"***"'),
+        (re.compile(rf"(\b(?:{_SECRET_KEYS})\s*=\s*)(\"(?:[^\"\\]|\\.)*\"|'[^']*')", re.IGNORECASE), r'\1"***"'),
+        # the same inside a JSON string (a TOML diff in a JSON report): password = \"...\"
+        (re.compile(rf'(\b(?:{_SECRET_KEYS})\s*=\s*)\\"(?:[^"\\]|\\[^"])*\\"', re.IGNORECASE), r'\1\\"***\\"'),
+        (re.compile(r"(\b[A-Z0-9_]*(?:TOKEN|PASSWORD|PASSWD|SECRET|API_?KEY)[A-Z0-9_]*=)\S+"), r"\1***"),
+        (re.compile(r"(\bauthorization:\s*(?:basic|bearer|token)\s+)\S+", re.IGNORECASE), r"\1***"),
+        (re.compile(r"(\b[a-z][a-z0-9+.-]*://[^/\s:@]+:)[^@\s/]+@", re.IGNORECASE), r"\1***@"),
+    )
 
 
 def mask_secrets(text: str) -> str:
-    for pattern, replacement in _PATTERNS:
+    for pattern, replacement in _patterns():
         text = pattern.sub(replacement, text)
     return text
 

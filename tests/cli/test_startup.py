@@ -148,3 +148,35 @@ def test_the_completion_flags_are_listed_as_flags():
     shown = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "120"}).stdout
     rows = [line for line in shown.splitlines() if "--install-completion" in line or "--show-completion" in line]
     assert len(rows) == 2 and not any("<bool>" in row for row in rows)
+
+
+# What a converged single-node install imports (as test_install_loads_neither_the_explain_tables_nor_doctor)
+CONVERGED_PATH = ("gpunode.cli.pipeline, gpunode.cli._inputs, gpunode.cli._fleet, gpunode.runner, "
+                  "gpunode.cli._pipeline_view, gpunode.cli._target, gpunode.connection.ssh")
+# Regexes gpunode's own modules compile while the converged path is imported, measured 2026-11-25 (docs/benchmarks.md,
+# "client CPU of a converged install"); a new module-level pattern that only a rarer path needs belongs in a
+# function that compiles it on first use (as gpunode/fleetlog.py's secret patterns)
+IMPORT_TIME_REGEXES = 58
+
+
+def _compiled_at_import() -> list[str]:
+    # the module whose body compiled each distinct pattern (re's own cache would hide repeats)
+    code = ("import re, sys\nseen, where = set(), []\noriginal = re._compile\n"
+            "def spy(pattern, flags):\n"
+            "    frame = sys._getframe(1)\n"
+            "    while frame.f_globals.get('__name__') == 're':\n        frame = frame.f_back\n"
+            "    if not isinstance(pattern, re.Pattern) and (pattern, flags) not in seen and "
+            "frame.f_code.co_name == '<module>':\n"
+            "        seen.add((pattern, flags)); where.append(frame.f_globals['__name__'])\n"
+            "    return original(pattern, flags)\n"
+            f"re._compile = spy\nimport {CONVERGED_PATH}\nimport json; print(json.dumps(where))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def test_the_converged_path_compiles_only_the_regexes_it_parses_with():
+    where = _compiled_at_import()
+    ours = [m for m in where if m.split(".")[0] == "gpunode"]
+    assert len(where) > len(ours) > 0  # the spy saw them (the standard library's and ours)
+    assert "gpunode.fleetlog" not in ours  # a fleet log's secret patterns: compiled when a fleet log writes
+    assert len(ours) <= IMPORT_TIME_REGEXES, sorted(ours)
