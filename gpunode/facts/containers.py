@@ -666,7 +666,7 @@ CONTAINERD_LOADED = command("containerd_loaded_runtimes", "command -v crictl >/d
 JOURNAL = shared("gpunode_journal_rc", f"gpunode_journal_rc=3; [ -e {JOURNAL_PATH} ] && "
                  f"{{ gpunode_journal=$(cat {JOURNAL_PATH} 2>/dev/null); gpunode_journal_rc=$?; }}")
 PENDING_RESTARTS = command("gpunode_pending_restarts", (
-    f'if [ -n "${JOURNAL}" ]; then [ ${JOURNAL} != 3 ] || exit 3; printf "%s\\n" "$gpunode_journal"; exit ${JOURNAL}; '
+    f'if [ -n "${JOURNAL}" ]; then [ ${JOURNAL} != 3 ] || exit 3; [ -z "$gpunode_journal" ] || printf "%s\\n" "$gpunode_journal"; exit ${JOURNAL}; '
     f'fi; [ -e {JOURNAL_PATH} ] || exit 3; cat {JOURNAL_PATH} 2>/dev/null'),
                            parse_pending, module=_M)
 

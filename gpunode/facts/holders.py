@@ -220,7 +220,7 @@ def parse_owed_starts(text: str) -> tuple[str, ...]:
 
 
 OWED_STARTS = command("gpunode_owed_starts", (  # the journal as read once per probe (containers.JOURNAL)
-    f'if [ -n "${JOURNAL}" ]; then [ ${JOURNAL} = 0 ] && printf "%s\\n" "$gpunode_journal"; '
+    f'if [ -n "${JOURNAL}" ]; then [ ${JOURNAL} = 0 ] && {{ [ -z "$gpunode_journal" ] || printf "%s\\n" "$gpunode_journal"; }}; '
     f'else cat {JOURNAL_PATH} 2>/dev/null; fi'), parse_owed_starts, module=_M)
 
 
