@@ -15,7 +15,16 @@ from packaging.version import Version
 from gpunode import versions
 from gpunode.facts.containers import journal_text
 from gpunode.facts.kernel import MODPROBE_D, LoadedDriver, effective_modprobe_files, parse_modprobe_directives
-from gpunode.facts.registry import HUNG, RELEASE, SMI_CALL, Section, command, command_section, files, smi_output
+from gpunode.facts.registry import (
+    HUNG,
+    RELEASE,
+    SMI_CALL,
+    Section,
+    command,
+    command_section,
+    files,
+    smi_output,
+)
 
 if TYPE_CHECKING:
     from gpunode.facts import Facts
