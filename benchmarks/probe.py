@@ -2,7 +2,7 @@
 or install gathers; the target is on it), the whole RUN probe in one script, the FULL probe (doctor, verify) and
 MINIMAL, a hand-written script that reads only the facts a converged check needs
 (the lower bound the issue measures against), each over the same SSH connection, interleaved so that load on
-the machine hits all three alike. Node CPU is what the shell's `times` reports for the commands it ran."""
+the machine hits all three alike. Node CPU is what the shell's `times` reports for itself and the commands it ran."""
 
 from __future__ import annotations
 
@@ -31,9 +31,10 @@ PLAN_TARGET = 2.0  # RUN probe against MINIMAL, on the node
 
 
 def cpu_of(stdout: str) -> float:
-    """Children's user + system seconds from the last line `times` printed (`0m0.12s 0m0.05s`)."""
+    """User + system seconds of the shell and of its children: the two lines `times` printed last
+    (`0m0.12s 0m0.05s`). The shell's own share counts: the probe reads small files with the shell's `read`."""
     total = 0.0
-    for field in stdout.strip().splitlines()[-1].split():
+    for field in " ".join(stdout.strip().splitlines()[-2:]).split():
         minutes, _, seconds = field.rstrip("s").partition("m")
         total += int(minutes) * 60 + float(seconds)
     return total

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from gpunode.facts.registry import command, files
+from gpunode.facts.registry import command, files, shared
 from gpunode.journal import JOURNAL_PATH, owed_targets
 
 if TYPE_CHECKING:
@@ -662,7 +662,12 @@ CONTAINERD_LOADED = command("containerd_loaded_runtimes", "command -v crictl >/d
                             "--runtime-endpoint unix:///run/containerd/containerd.sock info 2>/dev/null",
                             parse_cri_loaded, module=_M)
 # exit 3: no journal (runs that change the node, and the driver step, read the journal from this section: journal_text)
-PENDING_RESTARTS = command("gpunode_pending_restarts", f"[ -e {JOURNAL_PATH} ] || exit 3; cat {JOURNAL_PATH} 2>/dev/null",
+# The journal is read once per probe (registry.SHARED): this fact and holders.OWED_STARTS print it.
+JOURNAL = shared("gpunode_journal_rc", f"gpunode_journal_rc=3; [ -e {JOURNAL_PATH} ] && "
+                 f"{{ gpunode_journal=$(cat {JOURNAL_PATH} 2>/dev/null); gpunode_journal_rc=$?; }}")
+PENDING_RESTARTS = command("gpunode_pending_restarts", (
+    f'if [ -n "${JOURNAL}" ]; then [ ${JOURNAL} != 3 ] || exit 3; [ -z "$gpunode_journal" ] || printf "%s\\n" "$gpunode_journal"; exit ${JOURNAL}; '
+    f'fi; [ -e {JOURNAL_PATH} ] || exit 3; cat {JOURNAL_PATH} 2>/dev/null'),
                            parse_pending, module=_M)
 
 

@@ -15,7 +15,16 @@ from packaging.version import Version
 from gpunode import versions
 from gpunode.facts.containers import journal_text
 from gpunode.facts.kernel import MODPROBE_D, LoadedDriver, effective_modprobe_files, parse_modprobe_directives
-from gpunode.facts.registry import HUNG, SMI_CALL, Section, command, command_section, files, smi_output
+from gpunode.facts.registry import (
+    HUNG,
+    RELEASE,
+    SMI_CALL,
+    Section,
+    command,
+    command_section,
+    files,
+    smi_output,
+)
 
 if TYPE_CHECKING:
     from gpunode.facts import Facts
@@ -339,10 +348,11 @@ USERSPACE = command("driver_userspace", (
 # `modinfo nvidia` finds none, the running kernel's module file whose own name is `nvidia` (Debian installs it as
 # nvidia-current.ko, selected through its alternatives)
 # (one find in the DKMS/installer directories and one modinfo: the probe runs under a time limit, and on a slow node,
-# a VM without KVM, each modinfo of the 60 MB module costs seconds)
+# a VM without KVM, each modinfo of the 60 MB module costs seconds; no find where neither directory is)
 MODULE = command("driver_module", (
     'F="^(filename|version|license|signer|name):"; if ! modinfo nvidia 2>/dev/null | grep -E "$F"; then '
-    'k=$(uname -r); f=$(find "/lib/modules/$k/updates" "/lib/modules/$k/extra" -name "nvidia*.ko*" 2>/dev/null | '
+    + RELEASE + 'f=; { [ -d "/lib/modules/$k/updates" ] || [ -d "/lib/modules/$k/extra" ]; } && '
+    'f=$(find "/lib/modules/$k/updates" "/lib/modules/$k/extra" -name "nvidia*.ko*" 2>/dev/null | '
     'grep -E "/nvidia(-current|-tesla-[0-9]+)?(-open)?\\.ko" | head -n 1); '
     '[ -n "$f" ] && modinfo "$f" 2>/dev/null | grep -E "$F"; fi; true'
 ), parse_module, module=_M)
@@ -353,8 +363,8 @@ MODULE = command("driver_module", (
 DEBIAN_NAMES = command("driver_debian_names", (
     'command -v update-alternatives >/dev/null 2>&1 && '
     'update-alternatives --query nvidia 2>/dev/null | sed -n "s/^Value: /alt /p"; '
-    'k=$(uname -r); find "/lib/modules/$k/updates" "/lib/modules/$k/extra" -name "nvidia*.ko*" 2>/dev/null | sort | '
-    'sed "s/^/ko /"; true'
+    + RELEASE + '{ [ -d "/lib/modules/$k/updates" ] || [ -d "/lib/modules/$k/extra" ]; } && '
+    'find "/lib/modules/$k/updates" "/lib/modules/$k/extra" -name "nvidia*.ko*" 2>/dev/null | sort | sed "s/^/ko /"; true'
 ), parse_debian_names, module=_M)
 # does NVML answer? (its error text names a driver/library mismatch)
 SMI = command_section("driver_smi", (
@@ -362,11 +372,12 @@ SMI = command_section("driver_smi", (
     'out=$(gpunode_smi --query-gpu=driver_version --format=csv,noheader 2>&1); rc=$?; '
     'printf "%s\\n" "$out" | head -n 20; exit $rc'
 ), parse_smi, module=_M)
-# a driver installed by the distribution's packages (never mixed with the .run)
+# a driver installed by the distribution's packages (never mixed with the .run): dpkg's `ii ` and `hi ` (install or
+# hold, ok, installed) of the driver's names, asked by name (two processes where the whole list took four)
 PACKAGES = command("driver_packages", (
     'if command -v dpkg-query >/dev/null 2>&1; then '
-    'dpkg-query -W -f \'${Status} ${Package} ${Version}\\n\' 2>/dev/null | grep -E "^(install|hold) ok installed" | '
-    'cut -d" " -f4- | grep -E "^(nvidia|libnvidia|linux-modules-nvidia|linux-objects-nvidia|cuda-drivers|libcuda1 |firmware-nvidia)"; '
+    'dpkg-query -W -f \'${db:Status-Abbrev} ${Package} ${Version}\\n\' \'nvidia*\' \'libnvidia*\' \'linux-modules-nvidia*\' '
+    '\'linux-objects-nvidia*\' \'cuda-drivers*\' libcuda1 \'firmware-nvidia*\' 2>/dev/null | sed -n "s/^[hi]i  //p"; '
     'elif command -v rpm >/dev/null 2>&1; then '
     'rpm -qa --qf "%{NAME} %{VERSION}-%{RELEASE}\\n" 2>/dev/null | '
     'grep -E "^(nvidia|kmod-nvidia|akmod-nvidia|xorg-x11-drv-nvidia|cuda-drivers|dkms-nvidia)"; fi; true'

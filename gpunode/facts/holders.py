@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpunode import fixes
+from gpunode.facts.containers import JOURNAL
 from gpunode.facts.k8s import CLUSTER, K8S_UNITS
 from gpunode.facts.k8s import UNITS as K8S_UNIT_STATES
 from gpunode.facts.packages import UnitState, parse_units, unit_states
@@ -218,7 +219,9 @@ def parse_owed_starts(text: str) -> tuple[str, ...]:
     return tuple(u for u in SERVICE_NAMES if u in owed) + tuple(sorted(owed - set(SERVICE_NAMES)))
 
 
-OWED_STARTS = command("gpunode_owed_starts", f"cat {JOURNAL_PATH} 2>/dev/null", parse_owed_starts, module=_M)
+OWED_STARTS = command("gpunode_owed_starts", (  # the journal as read once per probe (containers.JOURNAL)
+    f'if [ -n "${JOURNAL}" ]; then [ ${JOURNAL} = 0 ] && {{ [ -z "$gpunode_journal" ] || printf "%s\\n" "$gpunode_journal"; }}; '
+    f'else cat {JOURNAL_PATH} 2>/dev/null; fi'), parse_owed_starts, module=_M)
 
 
 # ---- together ----------------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gpunode.facts.packages import parse_packages
-from gpunode.facts.registry import command, command_section, core, files
+from gpunode.facts.registry import CAT, RELEASE, command, command_section, core, files
 
 _M = __name__.rsplit(".", 1)[-1]
 
@@ -253,9 +253,10 @@ def _stripped(text: str) -> str:
 
 # ---- the facts ------------------------------------------------------------------------------------------------
 
-CMDLINE = core("cmdline", "cat /proc/cmdline", _stripped, module=_M)
+# small files are read by the shell itself (registry.CAT): a process costs a slow node tens of ms
+CMDLINE = core("cmdline", CAT + "gpunode_cat /proc/cmdline", _stripped, module=_M)
 MODULES = core("modules", "cat /proc/modules", parse_modules, module=_M)
-LOADED_DRIVER = core("nvidia_version", "cat /proc/driver/nvidia/version", parse_nvidia_version, module=_M)
+LOADED_DRIVER = core("nvidia_version", CAT + "gpunode_cat /proc/driver/nvidia/version", parse_nvidia_version, module=_M)
 PCI = core("pci", (
     'for d in /sys/bus/pci/devices/*; do [ -r "$d/vendor" ] || continue; '
     'read v < "$d/vendor"; [ "$v" = 0x10de ] || continue; '
@@ -268,17 +269,17 @@ SECURE_BOOT = core("secure_boot", (
 ), parse_secure_boot, module=_M)
 # initramfs images for the running kernel, with their modification time (seconds since the epoch)
 INITRAMFS = core("initramfs", (
-    'k=$(uname -r); for f in "/boot/initrd.img-$k" "/boot/initramfs-$k.img" /boot/initramfs-linux.img; do '
+    RELEASE + 'for f in "/boot/initrd.img-$k" "/boot/initramfs-$k.img" /boot/initramfs-linux.img; do '
     '[ -e "$f" ] && echo "$(stat -c %Y "$f") $f"; done; true'
 ), parse_initramfs, module=_M)
 MODPROBE_D = files("modprobe_d", tuple(f"{d}/*.conf" for d in MODPROBE_DIRS), module=_M)
 # headers of the running kernel, where DKMS and nvidia-installer look for them
-HEADERS = command("kernel_headers", 'k=$(uname -r); [ -d "/lib/modules/$k/build" ] && echo "build /lib/modules/$k/build"; '
+HEADERS = command("kernel_headers", RELEASE + '[ -d "/lib/modules/$k/build" ] && echo "build /lib/modules/$k/build"; '
                   '[ -d "/usr/src/kernels/$k" ] && echo "devel /usr/src/kernels/$k"; true', parse_headers, module=_M)
 # NVIDIA device nodes and the /dev/char links to them (runc needs those links after a systemd reload)
 DEV_CHAR = command("doctor_dev_char", (
     'for d in /dev/nvidia*; do [ -e "$d" ] && [ ! -d "$d" ] && echo "dev $d"; done; '
-    'ls -l /dev/char 2>/dev/null | grep nvidia | sed -n "s/.* \\([0-9][0-9]*:[0-9][0-9]*\\) -> /link \\1 /p"; true'
+    'ls -l /dev/char 2>/dev/null | sed -n "/nvidia/s/.* \\([0-9][0-9]*:[0-9][0-9]*\\) -> /link \\1 /p"; true'
 ), parse_dev_char, module=_M)
 
 
@@ -456,17 +457,25 @@ def _dkms_failure(rest: str) -> DkmsFailure | None:
 # nvidia-current.ko / nvidia-tesla-535.ko: the same module under the file name its packages give it), the image in /boot;
 # DKMS's view and its last failed build of an nvidia module (make.log with a compiler error); the boot default (grubby on the RHEL family, GRUB_DEFAULT elsewhere). The name is historical: the
 # doctor read it first; the driver step reads it too.
+# The first path of $r (one a line) whose file name is the main nvidia module's, in $m: nvidia.ko, nvidia-open.ko,
+# nvidia-current[-open].ko, nvidia-tesla-N[-open].ko, compressed or not (what `grep -E
+# "/nvidia(-current|-tesla-[0-9]+)?(-open)?\\.ko" | head -n 1` kept, two processes fewer per kernel).
+FIRST_MAIN_MODULE = (
+    'm=; while [ -n "$r" ] && [ -z "$m" ]; do p=${r%%"\n"*}; r=${r#"$p"}; r=${r#"\n"}; b=${p##*/}; '
+    'case $b in nvidia.ko*|nvidia-open.ko*|nvidia-current.ko*|nvidia-current-open.ko*) m=$p;; '
+    'nvidia-tesla-[0-9]*.ko*) t=${b#nvidia-tesla-}; t=${t%%.ko*}; t=${t%-open}; '
+    'case $t in *[!0-9]*) ;; *) m=$p;; esac;; esac; done; ')
 KERNELS = command_section("doctor_kernels", (
     'for d in /lib/modules/*; do [ -d "$d/kernel" ] || continue; k=${d##*/}; '
-    'm=$(find "$d/" -name "nvidia*.ko*" 2>/dev/null | grep -E "/nvidia(-current|-tesla-[0-9]+)?(-open)?\\.ko" | '
-    'head -n 1); h=-; [ -e "$d/build" ] && h=headers; '
+    'r=$(find "$d/" -name "nvidia*.ko*" 2>/dev/null); ' + FIRST_MAIN_MODULE + 'h=-; [ -e "$d/build" ] && h=headers; '
     'i=-; { [ -e "/boot/vmlinuz-$k" ] || [ -e "$d/vmlinuz" ]; } && i=image; '
     'echo "kernel $k $h ${m:--} $i"; done; '
     'command -v dkms >/dev/null 2>&1 && dkms status 2>/dev/null | sed "s/^/dkms /"; '
     'for l in /var/lib/dkms/nvidia*/*/build/make.log; do [ -r "$l" ] || continue; '
     'e=$(grep -m 1 -E ": (fatal )?error: " "$l"); [ -n "$e" ] && echo "dkmsfail $l | $(head -n 1 "$l") | $e"; done; '
     'command -v grubby >/dev/null 2>&1 && echo "grubby $(grubby --default-kernel 2>/dev/null)"; '
-    '[ -r /etc/default/grub ] && sed -n "s/^GRUB_DEFAULT=/grubdefault /p" /etc/default/grub | tail -n 1; true'
+    '[ -r /etc/default/grub ] && { g=; while IFS= read -r l || [ -n "$l" ]; do case $l in GRUB_DEFAULT=*) g=$l;; esac; '
+    'l=; done < /etc/default/grub; [ -n "$g" ] && printf "grubdefault %s\\n" "${g#GRUB_DEFAULT=}"; }; true'
 ), lambda s: parse_kernels(s.text if s.ok else None), module=_M)
 
 

@@ -34,7 +34,7 @@ from gpunode.facts.registry import (
     NOT_RUN,
     REGISTRY,
     RUN,
-    SMI_Q_ONCE,
+    SHARED,
     Fact,
     Section,
     facts_of,
@@ -69,12 +69,13 @@ def all_sections(probe: str = FULL, part: str = ALL) -> dict[str, str]:
 # costs no process of its own (each costs tens of ms on a slow node; a section that only walks a glob costs none).
 # A function has its own positional parameters (`set --`) but shares the shell's state, so a snippet qualifies
 # only without anything that would end or change the probe's shell (exit, cd, IFS, traps, options, exec, eval...);
-# the variables it assigns are unset after it, so none reaches a later section.
+# the variables it assigns are unset after it, so none reaches a later section. `IFS= read` is allowed: an
+# assignment before a regular built-in lasts only for it.
 # a built-in at a command's start (after a separator or a keyword) that would end or change the shell: `set --`
 # alone is allowed (a function's positional parameters are its own)
 _SHELL_STATE = re.compile(r"(?:^|[;&|(){}]|\b(?:then|do|else|elif|if|while|until)\b)\s*!?\s*"
                           r"(exit|cd|trap|exec|umask|eval|readonly|export|unset|shopt|source|local|return|\.|"
-                          r"set(?!\s+--[\s;]))(?=[\s;]|$)|\bIFS\b", re.MULTILINE)
+                          r"set(?!\s+--[\s;]))(?=[\s;]|$)|\bIFS\b(?!=\s+read\s)", re.MULTILINE)
 _ASSIGNED = re.compile(r"(?<![\w${#%/-])([A-Za-z_]\w*)=|\bfor\s+([A-Za-z_]\w*)\b|\bread\s+(?:-r\s+)?([A-Za-z_][\w ]*)")
 
 
@@ -92,7 +93,7 @@ def assigned(snippet: str) -> list[str]:
     for match in _ASSIGNED.finditer(snippet):
         for group in match.groups():
             names.update(group.split() if group else ())
-    return sorted(n for n in names if not n.startswith("gpunode_") and n != "s")
+    return sorted(n for n in names if not n.startswith("gpunode_") and n not in ("s", "IFS"))
 
 
 def build_probe(nonce: str | None = None, probe: str = FULL, part: str = ALL, *, hung: bool = False) -> tuple[Script, str]:
@@ -104,9 +105,9 @@ def build_probe(nonce: str | None = None, probe: str = FULL, part: str = ALL, *,
     # A tool two or more sections read is asked once, at the top level just before the first of them, so the
     # calls happen in the order they always did (the first nvidia-smi to hang is the one named): `nvidia-smi -q`
     # (registry.SMI_Q_ONCE) and `systemctl show` (packages.shared_units). Each section then reads that answer.
-    shared: dict[str, str] = {}
-    if sum("gpunode_smi_q_rc" in s for s in sections.values()) > 1:
-        shared["gpunode_smi_q_rc"] = SMI_Q_ONCE
+    # registry.SHARED holds the others (the running kernel's release, gpunode's journal).
+    shared = {marker: prelude for marker, prelude in SHARED.items()
+              if sum(marker in s for s in sections.values()) > 1}
     units = packages.shared_units(sections.values())
     if units:
         shared["gpunode_units_set"] = units

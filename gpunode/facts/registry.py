@@ -61,6 +61,31 @@ SMI_Q_ONCE = (
     + SMI_CALL + 'gpunode_smi_q=$(gpunode_smi -q 2>/dev/null); gpunode_smi_q_rc=$?; '
     f'[ $gpunode_smi_q_rc != {HUNG} ] || gpunode_hung=1; fi'
 )
+# A value two or more sections of one probe read, asked once: marker (a shell variable the readers name) -> the
+# top-level shell that sets it, which build_probe runs just before the first section naming the marker when two
+# or more sections of the probe name it. Each reader falls back to asking for itself when the marker is unset
+# (a probe of one reader, a snippet run alone), so sharing decides only the cost, never the output.
+SHARED: dict[str, str] = {}
+
+
+def shared(marker: str, prelude: str) -> str:
+    """Register a value asked once per probe (SHARED); returns the marker."""
+    SHARED[marker] = prelude
+    return marker
+
+
+shared("gpunode_smi_q_rc", SMI_Q_ONCE)
+# the running kernel's release (`uname -r`): read by five sections of the RUN probe
+RELEASE = 'k=${' + shared("gpunode_kernel", "gpunode_kernel=$(uname -r 2>/dev/null)") + ':-$(uname -r)}; '
+
+# `cat FILE` without a process: the shell's own `read`, byte for byte but for NUL bytes (a last line without a
+# newline is printed without one); status 1 when FILE is not readable. Each process costs a slow node tens of ms
+# (a VM without KVM) while the few hundred bytes of a small file cost the shell a few hundred read()s, so the probe
+# reads small files this way (files() below: up to CAT_MAX bytes) and leaves larger ones to cat.
+CAT = ('gpunode_cat() { l=; [ -r "$1" ] && { while IFS= read -r l; do printf "%s\\n" "$l"; done < "$1"; '
+       'printf %s "$l"; }; }; ')
+CAT_MAX = 4096
+
 _SMI_Q_READ = ('if [ -n "$gpunode_smi_q_rc" ]; then out=$gpunode_smi_q; r=$gpunode_smi_q_rc; '
                'else out=$(gpunode_smi -q 2>/dev/null); r=$?; fi; ')
 
@@ -182,10 +207,13 @@ def files(name: str, patterns: tuple[str, ...], *, module: str = "", full_only: 
     # One `stat` for the group's mtimes (one line each, in argument order), not one per file: on a real node every
     # process counts (benchmarks/probe.py). Should stat fail (a file gone in between), each file is asked alone.
     # No `exit`: the probe runs a snippet like this one in its own shell, not in a subshell (probe.in_shell).
-    snippet = ('set --; for f in ' + " ".join(patterns) + '; do [ -f "$f" ] && set -- "$@" "$f"; done; '
-               'if [ $# -gt 0 ]; then m=$(stat -c %Y -- "$@" 2>/dev/null) || '
-               'm=$(for f; do stat -c %Y -- "$f" 2>/dev/null || echo 0; done); '
-               'for f; do t=${m%%[!0-9]*}; m=${m#"$t"}; m=${m#?}; echo "@FILE@ ${t:-0} $f"; cat "$f"; echo; done; fi; true')
+    # A file of up to CAT_MAX bytes is read by the shell itself (CAT), a larger one by cat.
+    snippet = (CAT + 'set --; for f in ' + " ".join(patterns) + '; do [ -f "$f" ] && set -- "$@" "$f"; done; '
+               'if [ $# -gt 0 ]; then m=$(stat -c "%Y %s" -- "$@" 2>/dev/null) || '
+               'm=$(for f; do stat -c "%Y %s" -- "$f" 2>/dev/null || echo "0 99999999"; done); '
+               'for f; do t=${m%%[!0-9]*}; m=${m#"$t"}; m=${m#?}; z=${m%%[!0-9]*}; m=${m#"$z"}; m=${m#?}; '
+               'echo "@FILE@ ${t:-0} $f"; if [ "${z:-' + str(CAT_MAX + 1) + '}" -le ' + str(CAT_MAX) + ' ]; '
+               'then gpunode_cat "$f"; else cat "$f"; fi; echo; done; fi; true')
     return register(Fact(name, snippet, lambda section: {}, FILES, module, patterns, full_only))
 
 

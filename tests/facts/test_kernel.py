@@ -1,3 +1,6 @@
+import shutil
+import subprocess
+
 import pytest
 
 from gpunode.facts.kernel import (
@@ -179,3 +182,27 @@ def test_a_failed_dkms_build_from_the_real_make_log():
     assert built.failed_build("6.1.0-56-amd64") is None  # built after all: the log is an older attempt's
     assert parse_kernels(f"dkmsfail {log} | not a make.log | {error}\n").failures == ()
     assert parse_kernels(f"dkmsfail {log} | {head} | \n").failures == ()
+
+
+@pytest.mark.parametrize("shell", [s for s in (["dash"], ["bash", "--posix"], ["busybox", "sh"]) if shutil.which(s[0])],
+                         ids=lambda s: s[0])
+def test_the_main_module_is_picked_as_grep_and_head_picked_it(shell, tmp_path):
+    # kernel.FIRST_MAIN_MODULE keeps the first path grep -E "/nvidia(-current|-tesla-[0-9]+)?(-open)?\.ko" | head -n 1
+    # kept, without the two processes
+    from gpunode.facts.kernel import FIRST_MAIN_MODULE
+
+    names = ["nvidia-modeset.ko", "nvidia-uvm.ko.xz", "nvidia.ko", "nvidia.ko.zst", "nvidia-open.ko",
+             "nvidia-current.ko", "nvidia-current-open.ko.xz", "nvidia-tesla-535.ko", "nvidia-tesla-535-open.ko",
+             "nvidia-tesla-53x.ko", "nvidia-tesla-.ko", "nvidia-tesla-535-uvm.ko", "nvidia-tesla-5.35.ko",
+             "nvidia-drm.ko", "nvidia peermem.ko", "nvidia-current-uvm.ko"]
+    for i, name in enumerate(names):
+        for rest in ([], names[i:], names[:i][::-1], [n for n in names if n != name]):
+            paths = "\n".join(f"/lib/modules/6.1/updates/dkms/{n}" for n in [name, *rest])
+            want = subprocess.run(
+                ["sh", "-c", 'printf "%s\\n" "$1" | grep -E "/nvidia(-current|-tesla-[0-9]+)?(-open)?\\.ko" | head -n 1',
+                 "sh", paths], capture_output=True, text=True, check=False).stdout.strip()
+            got = subprocess.run([*shell, "-c", 'r=$1; ' + FIRST_MAIN_MODULE + 'printf "%s\\n" "$m"', "sh", paths],
+                                 capture_output=True, text=True, check=False).stdout.strip()
+            assert got == want, (shell, paths)
+    assert subprocess.run([*shell, "-c", 'r=; ' + FIRST_MAIN_MODULE + 'echo "[$m]"'], capture_output=True,
+                          text=True, check=False).stdout == "[]\n"

@@ -185,6 +185,7 @@ def test_sections_run_in_the_probes_own_shell_print_what_a_subshell_prints(shell
     ("exit 0", False), ("true; set -f", False), ("set --; set -- a b; echo $#", True), ("x=1; . /etc/x", False),
     ("if true; then cd /; fi", False), ("IFS=:", False), ("PATH=/x; ls", False), ("cat /usr/local/lib/f", True),
     ("for f in /a/*; do [ -f \"$f\" ] && echo \"$f\"; done", True), ("echo exit", True),
+    ("while IFS= read -r l; do echo \"$l\"; done < /f", True), ("IFS= ; read -r l", False), ("IFS=: read a b", False),
 ])
 def test_which_snippets_may_run_in_the_probes_own_shell(snippet, alone):
     from gpunode.facts.probe import in_shell
@@ -197,3 +198,70 @@ def test_a_section_run_in_the_probes_shell_leaves_no_variable_to_the_next():
 
     assert assigned('k=$(uname -r); for d in /x/*; do read v < "$d"; read -r a b < "$d"; done; s=1') == \
         ["a", "b", "d", "k", "v"]
+
+
+SHELLS = [s for s in (["dash"], ["bash", "--posix"], ["busybox", "sh"]) if shutil.which(s[0])]
+CONTENTS = [b"", b"one line\n", b"no final newline", b"  lead and trail  \n\ttab\\back\\nslash %s %d\r\n\n\nx",
+            b"a\n\n", "Gr\u00fc\u00dfe \u2713\n".encode(), b"-n\n-e \\c\n"]
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_the_shells_own_cat_prints_a_file_byte_for_byte(shell, tmp_path):
+    # registry.CAT reads small files without a process: every byte but NUL, a last line without a newline kept so
+    for i, content in enumerate(CONTENTS):
+        f = tmp_path / f"f{i}"
+        f.write_bytes(content)
+        out = subprocess.run([*shell, "-c", registry.CAT + 'gpunode_cat "$1"; echo " status $?"', "sh", str(f)],
+                             capture_output=True, check=False).stdout
+        assert out == content + b" status 0\n", (shell, content)
+    out = subprocess.run([*shell, "-c", registry.CAT + 'gpunode_cat "$1"; echo "status $?"', "sh",
+                          str(tmp_path / "absent")], capture_output=True, check=False).stdout
+    assert out == b"status 1\n"
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_a_file_group_reads_small_files_itself_and_large_ones_with_cat_byte_for_byte(shell, tmp_path):
+    from gpunode.facts.kernel import MODPROBE_D
+
+    big = b"options nvidia NVreg_X=1\n" * (registry.CAT_MAX // 10)  # larger than CAT_MAX: read by cat
+    files = {"a.conf": b"blacklist nouveau", "b.conf": big + b"tail", "c.conf": b"x\n\n", "d.conf": b""}
+    for name, content in files.items():
+        (tmp_path / name).write_bytes(content)
+        os.utime(tmp_path / name, (1700000000 + len(name), 1700000000 + len(content)))
+    body = MODPROBE_D.snippet.replace("/etc/modprobe.d", str(tmp_path)).replace("@FILE@", "@n@file")
+    out = subprocess.run([*shell, "-c", body], capture_output=True, text=True, check=True).stdout
+    got = split_files(out.removesuffix("\n"), "n")
+    want = {str(tmp_path / n): (1700000000 + len(c), c.decode()) for n, c in files.items()}
+    assert {p: v for p, v in got.items() if p.startswith(str(tmp_path))} == want
+    # the small ones cost no process: only the stat and the one cat of the large file are run
+    assert body.count("gpunode_cat") >= 2 and len(big) > registry.CAT_MAX
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_a_value_asked_once_per_probe_reads_as_each_reader_asking_itself(shell, tmp_path):
+    # registry.SHARED: the kernel release and gpunode's journal are asked once per probe; every reader prints what
+    # it prints alone (the journal present, empty, or absent)
+    from gpunode.facts import containers, holders, system
+    from gpunode.facts import driver as driver_facts
+    from gpunode.facts import kernel as kernel_facts
+    from gpunode.journal import JOURNAL_PATH
+
+    journal = tmp_path / "journal.json"
+    readers = {"gpunode_kernel": [system.KERNEL, kernel_facts.INITRAMFS, kernel_facts.HEADERS, driver_facts.MODULE,
+                                  driver_facts.DEBIAN_NAMES],
+               "gpunode_journal_rc": [containers.PENDING_RESTARTS, holders.OWED_STARTS]}
+    assert set(readers) <= set(registry.SHARED)
+    for content in (b'{"runs": [{"restart": ["docker.service"]}]}\n', b"", None):
+        if content is not None:
+            journal.write_bytes(content)
+        elif journal.exists():
+            journal.unlink()
+        for marker, facts in readers.items():
+            prelude = registry.SHARED[marker].replace(JOURNAL_PATH, str(journal))
+            for fact in facts:
+                assert marker in fact.snippet
+                body = f"( {fact.snippet.replace(JOURNAL_PATH, str(journal))}\n); echo \"status $?\""
+                alone = subprocess.run([*shell, "-c", body], capture_output=True, check=False).stdout
+                shared = subprocess.run([*shell, "-c", prelude + "\n" + body], capture_output=True, check=False).stdout
+                assert shared == alone, (fact, content)
+                assert shared.strip()  # something printed (at least the status), so the comparison means something
