@@ -11,6 +11,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from gpunode.facts import kernel as kernel_facts
 from gpunode.facts.packages import pin_spec
 
 
@@ -134,11 +135,8 @@ def headers_package(manager: str, kernel: str) -> str | None:
     return None
 
 
-# SUSE names a kernel's packages by its flavour, the tail of the release: 6.4.0-150600.23.25-default is
-# kernel-default 6.4.0-150600.23.25.x, its headers kernel-default-devel (NVIDIA's installation guide for SUSE:
-# `zypper install -y kernel-<variant>-devel=<version>`, variant=$(uname -r | awk -F- '{print $NF}'),
-# version=$(uname -r | sed "s/-${variant}//"): https://docs.nvidia.com/cuda/cuda-installation-guide-linux/).
-SUSE_FLAVOURS = ("default", "azure", "rt", "64kb", "kvmsmall")
+# SUSE's kernel flavours (facts/kernel.SUSE_FLAVOURS, which the kernel-packages fact asks rpm about)
+SUSE_FLAVOURS = kernel_facts.SUSE_FLAVOURS
 
 
 def suse_kernel(kernel: str) -> tuple[str, str]:

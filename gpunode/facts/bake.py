@@ -77,8 +77,9 @@ KERNELS = command("kernel_files", (
     'for d in /lib/modules/*/build /usr/src/kernels/*; do [ -d "$d" ] || continue; '
     'case $d in /lib/*) k=${d#/lib/modules/}; k=${k%/build} ;; *) k=${d#/usr/src/kernels/} ;; esac; '
     'echo "headers $k"; done; '
-    'for f in /boot/initrd.img-* /boot/initramfs-*.img; do [ -f "$f" ] || continue; '
-    'case $f in /boot/initrd.img-*) k=${f#/boot/initrd.img-} ;; *) k=${f#/boot/initramfs-}; k=${k%.img} ;; esac; '
+    'for f in /boot/initrd.img-* /boot/initramfs-*.img /boot/initrd-*; do [ -f "$f" ] || continue; '
+    'case $f in /boot/initrd.img-*) k=${f#/boot/initrd.img-} ;; /boot/initrd-*) k=${f#/boot/initrd-} ;; '
+    '*) k=${f#/boot/initramfs-}; k=${k%.img} ;; esac; '
     'echo "initramfs $(stat -c %Y "$f") $k"; done; true'
 ), parse_kernel_files, module=_M, late=True)
 # every NVIDIA kernel module built for any installed kernel, with its sha256 (what a bake marker records)

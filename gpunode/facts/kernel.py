@@ -267,9 +267,10 @@ SECURE_BOOT = core("secure_boot", (
     f'[ -r {EFI_SECURE_BOOT_VAR} ] && echo "efivar $(od -An -tu1 {EFI_SECURE_BOOT_VAR} | tr -s " \\n" " ")"; '
     'command -v mokutil >/dev/null 2>&1 && echo "mokutil $(mokutil --sb-state 2>&1 | head -n 1)"; true'
 ), parse_secure_boot, module=_M)
-# initramfs images for the running kernel, with their modification time (seconds since the epoch)
+# initramfs images for the running kernel, with their modification time (seconds since the epoch): Debian's
+# initramfs-tools (initrd.img-K), Red Hat's dracut (initramfs-K.img), SUSE's dracut (initrd-K), Arch
 INITRAMFS = core("initramfs", (
-    RELEASE + 'for f in "/boot/initrd.img-$k" "/boot/initramfs-$k.img" /boot/initramfs-linux.img; do '
+    RELEASE + 'for f in "/boot/initrd.img-$k" "/boot/initramfs-$k.img" "/boot/initrd-$k" /boot/initramfs-linux.img; do '
     '[ -e "$f" ] && echo "$(stat -c %Y "$f") $f"; done; true'
 ), parse_initramfs, module=_M)
 MODPROBE_D = files("modprobe_d", tuple(f"{d}/*.conf" for d in MODPROBE_DIRS), module=_M)
@@ -497,14 +498,18 @@ def parse_headers_available(text: str) -> dict[str, bool]:
     return found
 
 
+# SUSE names a kernel's packages by its flavour, the tail of the release: 6.4.0-150600.23.25-default is
+# kernel-default 6.4.0-150600.23.25.x, its headers kernel-default-devel (NVIDIA's installation guide for SUSE:
+# `zypper install -y kernel-<variant>-devel=<version>`, variant=$(uname -r | awk -F- '{print $NF}'),
+# version=$(uname -r | sed "s/-${variant}//"): https://docs.nvidia.com/cuda/cuda-installation-guide-linux/).
+SUSE_FLAVOURS = ("default", "azure", "rt", "64kb", "kvmsmall")
 # kernel packages with their dpkg status (an "h" is an apt-mark hold) or rpm versions, as "STATUS<TAB>NAME<TAB>VER"
 KERNEL_PACKAGES = command("kernel_packages", (
     "if command -v dpkg-query >/dev/null 2>&1; then "
     "dpkg-query -W -f='${db:Status-Abbrev}\\t${Package}\\t${Version}\\n' 'linux-*' 2>/dev/null; "
     "elif command -v rpm >/dev/null 2>&1; then "
     "rpm -q --qf 'ii \\t%{NAME}\\t%{VERSION}-%{RELEASE}\\n' kernel kernel-core kernel-modules kernel-devel "
-    # SUSE: kernel-<flavour> and its -devel (pkgmgr.SUSE_FLAVOURS' common one)
-    "kernel-default kernel-default-devel "
+    + "".join(f"kernel-{f} kernel-{f}-devel " for f in SUSE_FLAVOURS) +
     "2>/dev/null | grep '^ii '; fi; true"
 ), parse_packages, module=_M, late=True)
 # can the package manager install the headers of the installed kernels that lack them? (local metadata only)

@@ -292,6 +292,9 @@ def test_sles_from_nvidias_repository_install_rerun_uninstall(sim_node) -> None:
     code, out = run(node, "doctor", "--format", "json")
     checks = {c["id"]: c for c in json.loads(out)["checks"]}
     assert checks["driver.packages-held"]["status"] == "pass", checks["driver.packages-held"]
+    # SUSE's dracut names the image /boot/initrd-K: found, and rebuilt after the nouveau blacklist
+    assert node.exists(f"/boot/initrd-{node.kernel}") and not node.exists(f"/boot/initramfs-{node.kernel}.img")
+    assert checks["kernel.nouveau-initramfs"]["status"] == "pass", checks["kernel.nouveau-initramfs"]
 
     # re-run: nothing changes (no zypper transaction, no lock added again)
     node.clear_calls()

@@ -444,7 +444,8 @@ class SimNode:
                         "mirrorlist=https://mirrors.rockylinux.org/mirrorlist?arch=$basearch&repo=AppStream-$releasever$rltype\n"
                         "gpgcheck=1\nenabled=1\n")
             (r / "etc/dracut.conf.d").mkdir(parents=True, exist_ok=True)
-            self._w(f"boot/initramfs-{k}.img", "initramfs\n")
+            # dracut's image: SUSE's dracut names it initrd-K (and links /boot/initrd to it), Red Hat's initramfs-K.img
+            self._w(f"boot/initrd-{k}" if d.family == "suse" else f"boot/initramfs-{k}.img", "initramfs\n")
             self._w(f"boot/vmlinuz-{k}", "kernel\n")
             mirror = "none"
         self._w(f"boot/config-{k}", "CONFIG_MODULES=y\nCONFIG_MODULE_SIG=y\nCONFIG_MODULE_SIG_ALL=y\n")
