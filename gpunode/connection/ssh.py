@@ -995,9 +995,6 @@ def _send_packets(chan: paramiko.Channel, data: bytes) -> None:
     maximum for this channel (OpenSSH: 32 KiB, with a 2 MiB window; the receiver sets both, so gpunode cannot
     raise them for an upload)."""
     step = max(chan.out_max_packet_size - 64, 1024)  # paramiko's own per-packet limit (Channel._wait_for_send_window)
-    if len(data) <= step:
-        chan.sendall(data)
-        return
     for at in range(0, len(data), step):
         chan.sendall(data[at:at + step])
 
