@@ -135,10 +135,6 @@ def headers_package(manager: str, kernel: str) -> str | None:
     return None
 
 
-# SUSE's kernel flavours (facts/kernel.SUSE_FLAVOURS, which the kernel-packages fact asks rpm about)
-SUSE_FLAVOURS = kernel_facts.SUSE_FLAVOURS
-
-
 def suse_kernel(kernel: str) -> tuple[str, str]:
     """6.4.0-150600.23.25-default -> ("default", "6.4.0-150600.23.25"); ("", kernel) when there is no flavour."""
     version, _, flavour = kernel.rpartition("-")
@@ -159,7 +155,7 @@ def is_kernel_metapackage(manager: str, name: str) -> bool:
     if manager == "apt":
         return bool(_DEB_KERNEL_META.match(name))
     if manager == "zypper":  # multiversion kernel-<flavour>, kernel-<flavour>-devel (a lock keeps new ones out)
-        return any(name in (f"kernel-{f}", f"kernel-{f}-devel") for f in SUSE_FLAVOURS)
+        return any(name in (f"kernel-{f}", f"kernel-{f}-devel") for f in kernel_facts.SUSE_FLAVOURS)
     return name in RPM_KERNEL_PACKAGES
 
 
