@@ -349,10 +349,13 @@ USERSPACE = command("driver_userspace", (
 # nvidia-current.ko, selected through its alternatives)
 # (one find in the DKMS/installer directories and one modinfo: the probe runs under a time limit, and on a slow node,
 # a VM without KVM, each modinfo of the 60 MB module costs seconds; no find where neither directory is)
+# where DKMS and nvidia-installer put the running kernel's nvidia modules ($k), and the find of them there (run only
+# when one of the directories exists: no find process otherwise)
+_EXTRA_DIRS = '{ [ -d "/lib/modules/$k/updates" ] || [ -d "/lib/modules/$k/extra" ]; }'
+_FIND_EXTRA = 'find "/lib/modules/$k/updates" "/lib/modules/$k/extra" -name "nvidia*.ko*" 2>/dev/null'
 MODULE = command("driver_module", (
     'F="^(filename|version|license|signer|name):"; if ! modinfo nvidia 2>/dev/null | grep -E "$F"; then '
-    + RELEASE + 'f=; { [ -d "/lib/modules/$k/updates" ] || [ -d "/lib/modules/$k/extra" ]; } && '
-    'f=$(find "/lib/modules/$k/updates" "/lib/modules/$k/extra" -name "nvidia*.ko*" 2>/dev/null | '
+    + RELEASE + 'f=; ' + _EXTRA_DIRS + ' && f=$(' + _FIND_EXTRA + ' | '
     'grep -E "/nvidia(-current|-tesla-[0-9]+)?(-open)?\\.ko" | head -n 1); '
     '[ -n "$f" ] && modinfo "$f" 2>/dev/null | grep -E "$F"; fi; true'
 ), parse_module, module=_M)
@@ -363,8 +366,7 @@ MODULE = command("driver_module", (
 DEBIAN_NAMES = command("driver_debian_names", (
     'command -v update-alternatives >/dev/null 2>&1 && '
     'update-alternatives --query nvidia 2>/dev/null | sed -n "s/^Value: /alt /p"; '
-    + RELEASE + '{ [ -d "/lib/modules/$k/updates" ] || [ -d "/lib/modules/$k/extra" ]; } && '
-    'find "/lib/modules/$k/updates" "/lib/modules/$k/extra" -name "nvidia*.ko*" 2>/dev/null | sort | sed "s/^/ko /"; true'
+    + RELEASE + _EXTRA_DIRS + ' && ' + _FIND_EXTRA + ' | sort | sed "s/^/ko /"; true'
 ), parse_debian_names, module=_M)
 # does NVML answer? (its error text names a driver/library mismatch)
 SMI = command_section("driver_smi", (
