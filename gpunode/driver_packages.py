@@ -312,6 +312,18 @@ def cuda_repo_dir(os_id: str, version: str, family: str) -> str | None:
     return None
 
 
+CUDA_REPO_ARCH = {"x86_64": "x86_64", "aarch64": "sbsa"}
+"""NVIDIA's directory for a machine (`uname -m`) under each distribution's in its CUDA repository: Arm servers are
+"sbsa" (Server Base System Architecture); other machines have no directory gpunode offers."""
+
+
+def cuda_repo_base(os_id: str, version: str, family: str, arch: str) -> str | None:
+    """The URL of NVIDIA's CUDA repository for a distribution and machine (…/ubuntu2204/sbsa), or None where NVIDIA
+    publishes none."""
+    directory, where = cuda_repo_dir(os_id, version, family), CUDA_REPO_ARCH.get(arch)
+    return None if directory is None or where is None else f"{CUDA_REPO}/{directory}/{where}"
+
+
 def cuda_repo_configured(files: Mapping[str, str]) -> bool:
     """Whether an enabled repository definition among the node's package-source files points at NVIDIA's CUDA
     repository."""
@@ -323,20 +335,24 @@ def cuda_repo_configured(files: Mapping[str, str]) -> bool:
                for line in text.splitlines())
 
 
-def cuda_keyring_fix(os_id: str, os_version: str, family: str) -> fixes.Fix | None:
+def cuda_keyring_fix(os_id: str, os_version: str, family: str, arch: str) -> fixes.Fix | None:
     """apt: NVIDIA's CUDA repository, set up the way NVIDIA's installation guide does (its cuda-keyring package
-    writes the sources list and the signing key); None for a release NVIDIA publishes no repository for."""
-    directory = cuda_repo_dir(os_id, os_version, family)
-    if directory is None:
+    writes the sources list and the signing key); None for a release or machine NVIDIA publishes no repository
+    for."""
+    base = cuda_repo_base(os_id, os_version, family, arch)
+    if base is None:
         return None
-    url = f"{CUDA_REPO}/{directory}/x86_64/{CUDA_KEYRING_DEB}"
+    url = f"{base}/{CUDA_KEYRING_DEB}"
     return fixes.on_node(f"wget -qO /tmp/cuda-keyring.deb {url} && sudo dpkg -i /tmp/cuda-keyring.deb && "
                          "sudo apt-get update")
 
 
-def sources_fix(os_key: str, codename: str | None, version: str = "", repo_dir: str | None = None) -> fixes.Fix:
+def sources_fix(os_key: str, codename: str | None, version: str = "", repo_dir: str | None = None,
+                arch: str = "x86_64") -> fixes.Fix:
     """The command that makes the route's repository available (runnable as printed on the node); `repo_dir`:
-    NVIDIA's directory of the distribution (cuda_repo_dir: rhel9, sles15, opensuse15)."""
+    NVIDIA's directory of the distribution (cuda_repo_dir: rhel9, sles15, opensuse15); `arch`: the node's machine
+    (`uname -m`)."""
+    machine = CUDA_REPO_ARCH.get(arch, arch)
     if os_key == "debian":
         suite = codename or "bookworm"
         lines = (f"deb http://deb.debian.org/debian {suite} main contrib non-free non-free-firmware\\n"
@@ -348,10 +364,10 @@ def sources_fix(os_key: str, codename: str | None, version: str = "", repo_dir: 
                 "sudo apt-get update")
     if os_key == "rhel":
         where = repo_dir or f"rhel{version.split('.', 1)[0] or '9'}"
-        return fixes.on_node(f"sudo dnf config-manager --add-repo {CUDA_REPO}/{where}/x86_64/cuda-{where}.repo && "
+        return fixes.on_node(f"sudo dnf config-manager --add-repo {CUDA_REPO}/{where}/{machine}/cuda-{where}.repo && "
                 "sudo dnf makecache")
     where = repo_dir or "sles15"  # openSUSE Leap: opensuse15
-    return fixes.on_node(f"sudo zypper addrepo {CUDA_REPO}/{where}/x86_64/cuda-{where}.repo && sudo zypper refresh")
+    return fixes.on_node(f"sudo zypper addrepo {CUDA_REPO}/{where}/{machine}/cuda-{where}.repo && sudo zypper refresh")
 
 
 # ---- what a DKMS module package builds when it is installed ------------------------------------------------

@@ -136,11 +136,21 @@ def test_ubuntu_prefers_the_archive_and_takes_nvidias_repository_for_a_release_o
 def test_nvidias_repository_is_set_up_by_its_keyring_package_per_release():
     assert routes.cuda_repo_dir("ubuntu", "22.04", "debian") == "ubuntu2204"
     assert routes.cuda_repo_dir("debian", "12", "debian") == "debian12"
-    fix = str(routes.cuda_keyring_fix("ubuntu", "24.04", "debian"))
+    fix = str(routes.cuda_keyring_fix("ubuntu", "24.04", "debian", "x86_64"))
     assert ("https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/cuda-keyring_1.1-1_all.deb"
             in fix and "sudo dpkg -i /tmp/cuda-keyring.deb && sudo apt-get update" in fix)
-    # a release NVIDIA publishes no repository for gets no keyring fix (its URL would not exist)
-    assert routes.cuda_keyring_fix("ubuntu", "23.10", "debian") is None
+    # an Arm server's keyring lives under NVIDIA's "sbsa" directory, not x86_64's
+    assert "/ubuntu2204/sbsa/cuda-keyring_1.1-1_all.deb" in str(routes.cuda_keyring_fix("ubuntu", "22.04", "debian",
+                                                                                         "aarch64"))
+    # a release or a machine NVIDIA publishes no repository for gets no keyring fix (its URL would not exist)
+    assert routes.cuda_keyring_fix("ubuntu", "23.10", "debian", "x86_64") is None
+    assert routes.cuda_keyring_fix("ubuntu", "22.04", "debian", "riscv64") is None
+
+
+def test_the_repository_fix_names_the_nodes_machine_directory():
+    assert "rhel9/sbsa/cuda-rhel9.repo" in str(routes.sources_fix("rhel", "", "9.4", "rhel9", "aarch64"))
+    assert "sles15/sbsa/cuda-sles15.repo" in str(routes.sources_fix("sles", None, "15.6", "sles15", "aarch64"))
+    assert "rhel9/x86_64/cuda-rhel9.repo" in str(routes.sources_fix("rhel", "", "9.4", "rhel9", "x86_64"))
 
 
 def test_ubuntu_with_a_display_stack_takes_the_full_driver_not_the_headless_set():

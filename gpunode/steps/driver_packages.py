@@ -68,13 +68,13 @@ def _missing(facts: Facts, options: Options, route: routes.Route, version: str, 
     offered_any = any(w.offered for w in route.packages)
     where = f" (into {routes.DEBIAN_NONFREE_LIST}, gpunode's own file)" if os_key == "debian" else ""
     repo_dir = routes.cuda_repo_dir(facts.os.id, facts.os.version, facts.os.family)
-    fix = (routes.sources_fix(os_key, facts.os.codename, facts.os.version, repo_dir)
+    fix = (routes.sources_fix(os_key, facts.os.codename, facts.os.version, repo_dir, facts.arch)
            + f"  # makes the repository available{where}; then run the same command again") if not offered_any else (
         fixes.on_node({"debian": "sudo apt-get update", "ubuntu": "sudo apt-get update",
                        "sles": "sudo zypper --non-interactive refresh"}.get(os_key, "sudo dnf makecache"))
         + "  # refreshes the package lists; if the version is still not offered, choose one the repositories "
         "have: " + fixes.same_run(options, "install", driver=_nearest(route) or version))
-    keyring = routes.cuda_keyring_fix(facts.os.id, facts.os.version, facts.os.family)
+    keyring = routes.cuda_keyring_fix(facts.os.id, facts.os.version, facts.os.family, facts.arch)
     if os_key in ("debian", "ubuntu") and keyring is not None and not _cuda_repo(facts):
         # NVIDIA's CUDA repository carries every release of the supported branches (routes.plan_route takes it
         # when the distribution's archive does not offer the release); on Debian under Debian's own names

@@ -60,10 +60,9 @@ _CUDA_KEYRING = Script(
 def cuda_repo_actions(facts: Facts, manager: str, lock_timeout: float) -> list[Action] | None:
     """Add NVIDIA's CUDA repository the way NVIDIA documents it (cuda-keyring on apt, the .repo elsewhere)."""
     directory = routes.cuda_repo_dir(facts.os.id, facts.os.version, facts.os.family)
-    arch = {"x86_64": "x86_64", "aarch64": "sbsa"}.get(facts.arch)
-    if directory is None or arch is None:
+    base = routes.cuda_repo_base(facts.os.id, facts.os.version, facts.os.family, facts.arch)
+    if directory is None or base is None:
         return None
-    base = f"{routes.CUDA_REPO}/{directory}/{arch}"
     if manager == "apt":
         return [package_command("add NVIDIA's CUDA repository (cuda-keyring), where fabric manager is published",
                                 manager, Script(_CUDA_KEYRING.body, (f"{base}/{routes.CUDA_KEYRING_DEB}",),
