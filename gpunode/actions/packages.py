@@ -131,9 +131,10 @@ class InstallOffered(PackageCommand):
     else the newest they share. `cmds` is the refresh and the unpinned install; the version goes in at apply."""
 
     version: str = ""
-    # this run's gpunode command: refused, the fix is that command with `option` set to a version the lists offer
+    # this run's gpunode command and the option (an Options field) that names the version: refused, the fix is that
+    # command with the option set to a version the lists offer
     again: fixes.Fix | None = None
-    option: str = "toolkit_version"
+    option: str = ""
 
     def commands(self) -> list[str]:
         from gpunode.facts.offers import lists_command
@@ -162,7 +163,7 @@ class InstallOffered(PackageCommand):
         if self.version and self.version not in common or not common:
             what = f"{self.version} of" if self.version else "one version of all of"
             fix = (fixes.with_options(self.again, **{self.option: common[0]}) + "  # a version they offer"
-                   if common and self.again is not None else
+                   if common and self.again is not None and self.option else
                    f"check the repository configured on the node (`{lists_command(self.manager, self.packages)}` "
                    "lists what it offers)")
             raise CommandError(f"the configured repositories do not offer {what} {', '.join(self.packages)} "

@@ -311,7 +311,7 @@ def _plan(facts: Facts, options: Options) -> StepPlan:
         install: list[PackageCommand] = [InstallOffered(f"install the container toolkit {version or '(the newest the repository offers)'}",
                                   manager=manager, cmds=_offered_cmds(manager), packages=PACKAGES,
                                   lock_timeout=options.lock_timeout, version=version,
-                                  again=fixes.same_run(options, "install"))]
+                                  again=fixes.same_run(options, "install"), option="toolkit_version")]
     elif version:
         install = install_actions(manager, [(p, version) for p in PACKAGES], installed, options.lock_timeout)
     else:
