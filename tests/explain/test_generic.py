@@ -432,3 +432,15 @@ def test_under_apptainer_nv_the_missing_egl_vendor_file_is_the_incomplete_bind_l
     assert explain("singularity shell ubuntu24_with_virtualgl.img\n" + STRACE)[0].id == "container.no-gpu-injected"
     mesa = STRACE.replace("10_nvidia.json", "50_mesa.json")  # another vendor's file is not the NVIDIA driver's
     assert explain("singularity shell --nv img.sif\n" + mesa) == []
+
+
+@pytest.mark.parametrize("text", ['The installation always fails with message:\n"unable to locate the kernel source"',
+                                  "kernel source tree not found", "Could not find the kernel sources for 6.8.0-31"])
+def test_the_kernel_source_reported_missing_in_any_words_is_the_installers_missing_headers(text: str) -> None:
+    assert [f.id for f in explain(text)][:1] == ["installer.no-kernel-source"]
+
+
+def test_a_kernel_source_that_is_found_or_another_missing_thing_is_not_the_missing_headers() -> None:
+    for text in ("the kernel source is in /usr/src/linux-headers-6.8.0-31 and the build finds it",
+                 "E: Unable to locate package nvidia-driver-999", "unable to locate the kernel module nvidia.ko"):
+        assert "installer.no-kernel-source" not in {f.id for f in explain(text)}, text
