@@ -56,7 +56,7 @@ def evaluate(part: str) -> dict[str, object]:
 # this run prints for the same texts is no longer blind once rules were written after it.
 BLIND_AT_COLLECTION = {"batch 4": (5, 16), "batch 5": (24, 40), "batch 6": (13, 31), "batch 7": (13, 30),
                        "batch 8": (18, 40), "batch 9": (19, 51), "batch 10": (14, 26),
-                       "batch 11": (8, 11)}
+                       "batch 11": (8, 11), "batch 12": (3, 13)}
 _BATCH = re.compile(r"\((batch \d+), blind")
 
 
@@ -155,6 +155,12 @@ BATCH_ROWS = {
     "batch 11": {"rows": ("container.no-gpu-injected/video-capability", "cuda.no-driver/ffmpeg-hwcontext",
                           "lib.video-codec-missing/", "uvm.hmm-init-failed/"),
                  "new_ids": ("lib.video-codec-missing", "uvm.hmm-init-failed")},
+    # batch 12: the rows of the explain6 session, written after the batch was measured blind at f338703. The widened
+    # patterns of slurm.gres-device-missing (repeated slashes) and nccl.cuda-error (any NCCL wrapper), the context row
+    # (a missing driver file under apptainer --nv) and the generic layer's "return(s)" before a code stay on here.
+    "batch 12": {"rows": ("container.no-gpu-injected/graphics-capability", "dkms.build-failed/make-error",
+                          "slurm.gres-device-missing/waiting"),
+                 "new_ids": ()},
 }
 
 

@@ -231,8 +231,9 @@ def load() -> tuple[tuple[ErrorClass, ...], tuple[Subject, ...], tuple[Code, ...
             regexes.append(("name", re.compile(r"\b(?:" + "|".join(map(re.escape, row["names"])) + r")\b"), 58))
         if row["message"]:
             regexes.append(("message", re.compile(_loose(row["message"]), re.IGNORECASE), 54))
-        number = (r"(?:\berror|\bcode|\berr|returned|status|result|init failure)\W{0,3}(?:=\s*|\(\s*)?"
-                  + str(row["code"]) + r"\b(?!\.\d)")  # "error 803", "code=46", "returned 100", and ollama's
+        number = (r"(?:\berror|\bcode|\berr|\breturn(?:ed|s)?|status|result|init failure)\W{0,3}(?:=\s*|\(\s*)?"
+                  + str(row["code"]) + r"\b(?!\.\d)")  # "error 803", "code=46", "returned 100" (cuda-samples
+        # deviceQuery: "cudaGetDeviceCount returned %d\n-> %s", retold "... return 35"), and ollama's
         # discovery "cuda driver library init failure: 999" (discover/gpu_info_nvcuda.c: the CUresult of cuInit)
         if row["code"] >= 100:  # "802 system error" (a small number before "error" is too often something else)
             number += r"|(?<![.\d])\b" + str(row["code"]) + r"\W{0,2}(?:[a-z]+ )?error\b"

@@ -350,3 +350,97 @@ def test_ffmpegs_cuda_hwcontext_that_cannot_load_libcuda_is_the_missing_driver_o
     assert explain(line)[0].id == "cuda.no-driver"
     assert explain("$ docker run -d -p 8096:8096 jellyfin/jellyfin\n" + line)[0].id == "container.no-gpu-injected"
     assert explain("[AVHWDeviceContext @ 0x562894e1d340] Could not dynamically load VAAPI") == []
+
+
+# --- batch 12 (explain6): each rule with its twin that lacks the decisive line -----------------------------------
+
+@pytest.mark.parametrize("line", ["cudaGetDeviceCount returned 35", "I just get a cudaGetDeviceCount return 35 error",
+                                  "cuInit returns 35 here"])
+def test_a_cuda_call_that_returned_a_code_is_read_by_the_code(line: str) -> None:
+    assert [f.id for f in explain(line)][:1] == ["cuda.insufficient-driver"]  # cuda-samples deviceQuery's wording
+
+
+def test_a_number_after_a_cuda_call_that_is_not_its_return_code_is_nothing() -> None:
+    assert explain("cudaGetDeviceCount took 35 ms") == []
+    assert explain("the function returned 35 rows") == []  # no CUDA call on the line: a bare number
+
+
+@pytest.mark.parametrize("text", [
+    "slurmd[5421]: fatal: can't stat gres.conf file /dev//nvidia0: No such file or directory",
+    "slurmd[5421]: error: Waiting for gres.conf file /dev/nvidia1",
+])
+def test_slurmd_waiting_for_or_unable_to_stat_a_gres_device_is_the_missing_device_node(text: str) -> None:
+    finding = explain(text)[0]
+    assert finding.id == "slurm.gres-device-missing" and "nvidia" in finding.values["device"]
+
+
+def test_both_slurmd_lines_give_one_finding_and_another_device_gives_none() -> None:
+    both = ("slurmd[1]: error: Waiting for gres.conf file /dev//nvidia0\n"
+            "slurmd[1]: fatal: can't stat gres.conf file /dev//nvidia0: No such file or directory")
+    assert [f.id for f in explain(both)] == ["slurm.gres-device-missing"]  # the fatal line stays explained
+    assert "slurm.gres-device-missing" not in {f.id for f in explain(
+        "slurmd[1]: error: Waiting for gres.conf file /dev/infiniband/uverbs0")}
+
+
+@pytest.mark.parametrize("line", [
+    "Check failed: result == ncclSuccess (1 vs. 0)  unhandled cuda error",
+    "_Check_ failed: result == ncclSuccess (1 vs. 0)  unhandled cuda _error_",  # markdown emphasis of a paste
+    "RuntimeError: NCCL error in: NCCLUtils.hpp:275, unhandled cuda error (run with NCCL_DEBUG=INFO for details)",
+])
+def test_nccls_unhandled_cuda_error_is_recognised_behind_any_wrapper(line: str) -> None:
+    assert explain(line)[0].id == "nccl.cuda-error"
+
+
+def test_a_cuda_check_failure_without_nccl_is_not_nccls() -> None:
+    ids = {f.id for f in explain("Check failed: error == cudaSuccess (1 vs. 0)  invalid argument")}
+    assert "nccl.cuda-error" not in ids
+    assert "nccl.cuda-error" not in {f.id for f in explain("RuntimeError: unhandled cuda error in my kernel")}
+
+
+def test_make_failing_in_dkmss_nvidia_build_directory_is_the_dkms_build_failure_in_any_language() -> None:
+    for word in ("Error", "Chyba", "Fehler"):
+        line = f"make[2]: *** [/usr/src/kernel-headers-6.12.7_1/Makefile:1937: /var/lib/dkms/nvidia/470.239.06/build] {word} 2"
+        finding = explain(line)[0]
+        assert finding.id == "dkms.build-failed" and "make.log" in str(finding.fix)
+    # twin: the same make failure outside DKMS's NVIDIA build directory is someone else's build
+    assert explain("make[2]: *** [/usr/src/linux/Makefile:1937: /home/me/project/build] Error 2") == []
+    assert explain("make[1]: *** [Makefile:224: /var/lib/dkms/zfs/2.2.2/build] Error 2") == []
+
+
+def test_the_make_line_adds_no_second_finding_next_to_dkmss_own_line() -> None:
+    text = ("make[1]: *** [Makefile:2024: /var/lib/dkms/nvidia/390.157/build] Error 2\n"
+            "Error! Bad return status for module build on kernel: 6.4.1-zen1-1-zen (x86_64)")
+    assert [f.id for f in explain(text)] == ["dkms.build-failed"] and "6.4.1-zen1-1-zen" in explain(text)[0].title
+
+
+STRACE = 'openat(AT_FDCWD, "/usr/share/glvnd/egl_vendor.d/10_nvidia.json", O_RDONLY) = -1 ENOENT (No such file or directory)'
+
+
+def test_the_drivers_egl_vendor_file_missing_in_a_container_is_the_graphics_capability() -> None:
+    finding = explain("$ docker run --gpus all -it sim:latest\n" + STRACE)[0]
+    assert finding.id == "container.no-gpu-injected" and "graphics" in str(finding.fix)
+    vulkan = "ERROR: /usr/share/vulkan/icd.d/nvidia_icd.json: No such file or directory"
+    assert explain(vulkan)[0].id == "container.no-gpu-injected"
+
+
+def test_under_apptainer_nv_the_missing_egl_vendor_file_is_the_incomplete_bind_list() -> None:
+    text = "singularity shell --nv ubuntu24_with_virtualgl.img\nvglrun glxgears\n" + STRACE
+    finding = explain(text)[0]
+    assert finding.id == "apptainer.nvliblist-incomplete" and finding.values["instead_of"] == "container.no-gpu-injected"
+    # twins: without the strace line nothing says which file is missing; without --nv no GPU was asked for
+    assert explain("singularity shell --nv ubuntu24_with_virtualgl.img\n[VGL] ERROR: Could not enable OpenGL API") == []
+    assert explain("singularity shell ubuntu24_with_virtualgl.img\n" + STRACE)[0].id == "container.no-gpu-injected"
+    mesa = STRACE.replace("10_nvidia.json", "50_mesa.json")  # another vendor's file is not the NVIDIA driver's
+    assert explain("singularity shell --nv img.sif\n" + mesa) == []
+
+
+@pytest.mark.parametrize("text", ['The installation always fails with message:\n"unable to locate the kernel source"',
+                                  "kernel source tree not found", "Could not find the kernel sources for 6.8.0-31"])
+def test_the_kernel_source_reported_missing_in_any_words_is_the_installers_missing_headers(text: str) -> None:
+    assert [f.id for f in explain(text)][:1] == ["installer.no-kernel-source"]
+
+
+def test_a_kernel_source_that_is_found_or_another_missing_thing_is_not_the_missing_headers() -> None:
+    for text in ("the kernel source is in /usr/src/linux-headers-6.8.0-31 and the build finds it",
+                 "E: Unable to locate package nvidia-driver-999", "unable to locate the kernel module nvidia.ko"):
+        assert "installer.no-kernel-source" not in {f.id for f in explain(text)}, text
