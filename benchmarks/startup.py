@@ -3,9 +3,7 @@
 the same process with completion switched off is the reference.
 
 stdout is /dev/null, not a terminal: the help is drawn by gpunode/cli/_plainhelp.py. What a terminal gets (typer's
-rich renderer, in colour) is measured too, with FORCE_COLOR=1 (rich's and typer's switch for a terminal's path).
-gpunode's own modules run from their .pyc files, as an installed gpunode does: PYTHONDONTWRITEBYTECODE is dropped
-for the commands measured here, so that the first (unmeasured) run writes them."""
+rich renderer, in colour) is measured too, with FORCE_COLOR=1 (rich's and typer's switch for a terminal's path)."""
 
 from __future__ import annotations
 
@@ -64,11 +62,6 @@ def _environ(**changes: str | None) -> Iterator[None]:
 
 
 def bench(repeat: int) -> list[Row]:
-    with _environ(PYTHONDONTWRITEBYTECODE=None):
-        return _bench(repeat)
-
-
-def _bench(repeat: int) -> list[Row]:
     (base, base_cpu), *took = _medians([[sys.executable, "-c", "pass"],
                                          *([gpunode_bin(), *a] for a in COMMANDS)], repeat)
     rows = []
@@ -80,7 +73,7 @@ def _bench(repeat: int) -> list[Row]:
         rows.append(Row("start-up", "  the same, CPU (user+system)", ms(cpu), f"python3 -c pass {ms(base_cpu)}",
                         cpu / base_cpu, target, cpu_met))
     with _environ(FORCE_COLOR="1"):  # what a terminal gets: typer's rich renderer, in colour (no target)
-        (term_base, term_base_cpu), *term = _medians([[sys.executable, "-c", "pass"],
+        (_, term_base_cpu), *term = _medians([[sys.executable, "-c", "pass"],
                                                       *([gpunode_bin(), *a] for a in TERMINAL)], repeat)
     for args, (_, cpu) in zip(TERMINAL, term, strict=True):
         rows.append(Row("start-up", f"gpunode {' '.join(args)} at a terminal (FORCE_COLOR=1), CPU", ms(cpu),
