@@ -6,7 +6,7 @@ as long as starting Python four times; this takes a few milliseconds and imports
 arithmetic (rich._ratio).
 
 Anything this does not draw the same way returns False, and the caller draws with typer's own renderer: a
-terminal (colour), a forced terminal or width (FORCE_COLOR, TTY_COMPATIBLE, TERMINAL_WIDTH...), a non-UTF-8
+terminal (colour), a markup mode other than typer's default "rich", a forced terminal or width (FORCE_COLOR, TTY_COMPATIBLE, TERMINAL_WIDTH...), a non-UTF-8
 stdout, rich markup or an emoji code or a tab in a help text, a multi-line option help, an argument, a required
 option, an environment variable shown, a deprecated command, an epilog, a word that does not fit its column.
 tests/cli/test_plainhelp.py compares the two for every command at several widths, and checks that the common
@@ -308,8 +308,8 @@ def render(obj: Any, ctx: Any, commands: Sequence[Any] = ()) -> str:
     from typer.core import TyperArgument, TyperOption
 
     width = plain_width()
-    if width is None or getattr(obj, "epilog", None):
-        raise _Unsupported("terminal")
+    if width is None or getattr(obj, "rich_markup_mode", None) != "rich" or getattr(obj, "epilog", None):
+        raise _Unsupported("a terminal, another markup mode (click's plain help, Markdown) or an epilog")
     usage = obj.get_usage(ctx)
     if "\n" in usage or not usage.isascii():
         raise _Unsupported(usage)

@@ -92,6 +92,19 @@ def test_a_command_unlike_gpunode_s_is_drawn_the_same(command, width, monkeypatc
         assert drawn == 1
 
 
+@pytest.mark.parametrize("mode", [None, "markdown"])
+def test_another_markup_mode_is_left_to_typer(mode, monkeypatch):
+    toy = typer.Typer(add_completion=False, rich_markup_mode=mode)
+
+    @toy.command(add_help_option=False, cls=HelpCommand)
+    def run(count: Annotated[int, typer.Option(help="How many.")] = 3, help_: HelpOpt = False) -> None:
+        """Run."""
+
+    ours, drawn = _help(toy, ["--help"], 80, monkeypatch, typers=False)
+    theirs, _ = _help(toy, ["--help"], 80, monkeypatch, typers=True)
+    assert "How many." in theirs and ours == theirs and drawn == 0
+
+
 def test_a_terminal_gets_typer_s_colours(monkeypatch):
     # FORCE_COLOR makes rich (and typer) treat stdout as a colour terminal: gpunode's renderer steps aside
     result = runner.invoke(app, ["compat", "--help"], env={**PLAIN, "FORCE_COLOR": "1", "COLUMNS": "100"})
