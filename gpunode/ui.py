@@ -125,7 +125,7 @@ def _console(name: str) -> Console:
 class _Console:
     """`out` or `err` until it is first used: a command module imports them at its top, and `gpunode <command>
     --help` (gpunode/cli/_plainhelp.py) imports no rich console; the first attribute makes the console (rich's)
-    and every attribute is that console's."""
+    and every attribute, and `with`, is that console's."""
 
     __slots__ = ("_name",)
 
@@ -137,6 +137,13 @@ class _Console:
 
     def __setattr__(self, attr: str, value: Any) -> None:
         setattr(_console(self._name), attr, value)
+
+    # special methods are looked up on the type, not through __getattr__: rich's Live does `with console:`
+    def __enter__(self) -> Console:
+        return _console(self._name).__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        _console(self._name).__exit__(*exc)
 
 
 _LATER = {"out": _Console("out"), "err": _Console("err")}

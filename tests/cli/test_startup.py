@@ -206,3 +206,12 @@ def test_a_help_on_a_pipe_imports_no_rich_renderer_and_few_modules(command):
         assert COMMANDS[command][0] in modules  # with the command's options, from its module
     assert heavy(modules, RICH_RENDERER) == []
     assert len(modules) <= (HELP_IMPORTS_EXPLAIN if command == "explain" else HELP_IMPORTS), len(modules)
+
+
+def test_out_and_err_are_made_on_first_use():
+    # a command module imports them at its top; the console (and rich.console) comes with the first use
+    code = ("import sys\nfrom gpunode.ui import err, out\nassert 'rich.console' not in sys.modules\n"
+            "with out:\n    out.print('printed')\nassert 'rich.console' in sys.modules\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "printed"
