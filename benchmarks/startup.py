@@ -1,12 +1,18 @@
 """Start-up: `gpunode --help`, `--version`, every command's `--help`, `compat --gpu T4` against `python3 -c pass`
 (the reference, run in turn with them); and what shell completion (`--install-completion`, typer's) adds to `--help`:
-the same process with completion switched off is the reference."""
+the same process with completion switched off is the reference.
+
+stdout is /dev/null, not a terminal: the help is drawn by gpunode/cli/_plainhelp.py. What a terminal gets (typer's
+rich renderer, in colour) is measured too, with FORCE_COLOR=1 (rich's and typer's switch for a terminal's path)."""
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from benchmarks.measure import Row, ms, run, run_usage
 from benchmarks.nodes import gpunode_bin
@@ -20,6 +26,7 @@ _HELP_WITH = ("import sys\nimport gpunode.cli as c\nc.app._add_completion = {on}
 
 
 COMMANDS = (["--help"], ["--version"], *([name, "--help"] for name in CLI_COMMANDS), ["compat", "--gpu", "T4"])
+TERMINAL = (["--help"], ["install", "--help"])
 
 
 def _medians(argvs: list[list[str]], repeat: int) -> list[tuple[float, float]]:
@@ -36,6 +43,24 @@ def _medians(argvs: list[list[str]], repeat: int) -> list[tuple[float, float]]:
     return [(statistics.median(w for w, _ in s), statistics.median(c for _, c in s)) for s in samples]
 
 
+@contextmanager
+def _environ(**changes: str | None) -> Iterator[None]:
+    """os.environ with `changes` (None: unset) while the block runs; the child processes inherit it."""
+    def put(values: dict[str, str | None]) -> None:
+        for name, value in values.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+    saved = {name: os.environ.get(name) for name in changes}
+    put(changes)
+    try:
+        yield
+    finally:
+        put(saved)
+
+
 def bench(repeat: int) -> list[Row]:
     (base, base_cpu), *took = _medians([[sys.executable, "-c", "pass"],
                                          *([gpunode_bin(), *a] for a in COMMANDS)], repeat)
@@ -47,6 +72,12 @@ def bench(repeat: int) -> list[Row]:
         cpu_met = cpu / base_cpu <= HELP_TARGET if target else None
         rows.append(Row("start-up", "  the same, CPU (user+system)", ms(cpu), f"python3 -c pass {ms(base_cpu)}",
                         cpu / base_cpu, target, cpu_met))
+    with _environ(FORCE_COLOR="1"):  # what a terminal gets: typer's rich renderer, in colour (no target)
+        (_, term_base_cpu), *term = _medians([[sys.executable, "-c", "pass"],
+                                                      *([gpunode_bin(), *a] for a in TERMINAL)], repeat)
+    for args, (_, cpu) in zip(TERMINAL, term, strict=True):
+        rows.append(Row("start-up", f"gpunode {' '.join(args)} at a terminal (FORCE_COLOR=1), CPU", ms(cpu),
+                        f"python3 -c pass {ms(term_base_cpu)}", cpu / term_base_cpu))
     with_completion, without = _interleaved(repeat)
     ratio = with_completion / without
     rows.append(Row("start-up", f"gpunode --help with shell completion (median of {repeat})", ms(with_completion),

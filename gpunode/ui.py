@@ -122,10 +122,37 @@ def _console(name: str) -> Console:
     return _safe_console_class()(stderr=name == "err")
 
 
+class _Console:
+    """`out` or `err` until it is first used: a command module imports them at its top, and `gpunode <command>
+    --help` (gpunode/cli/_plainhelp.py) imports no rich console; the first attribute makes the console (rich's)
+    and every attribute, and `with`, is that console's."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        object.__setattr__(self, "_name", name)
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(_console(self._name), attr)
+
+    def __setattr__(self, attr: str, value: Any) -> None:
+        setattr(_console(self._name), attr, value)
+
+    # special methods are looked up on the type, not through __getattr__: rich's Live does `with console:`
+    def __enter__(self) -> Console:
+        return _console(self._name).__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        _console(self._name).__exit__(*exc)
+
+
+_LATER = {"out": _Console("out"), "err": _Console("err")}
+
+
 def __getattr__(name: str) -> Any:
-    """`out`, `err` (the two consoles) and `SafeConsole`, made on first use."""
-    if name in ("out", "err"):
-        return _console(name)
+    """`out`, `err` (the two consoles, see _Console) and `SafeConsole`, made on first use."""
+    if name in _LATER:
+        return _LATER[name]
     if name == "SafeConsole":
         return _safe_console_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

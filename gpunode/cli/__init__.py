@@ -15,8 +15,8 @@ from typer._click.exceptions import UsageError as ClickUsageError
 from typer.core import TyperCommand, TyperGroup
 
 from gpunode import __version__
-from gpunode.cli._help import HelpOpt
-from gpunode.cli._typerpatch import defer_coercion, import_rich_help
+from gpunode.cli._help import HelpCommand, HelpOpt, format_help
+from gpunode.cli._typerpatch import defer_coercion
 
 # name -> (module, function, the one-line help shown by `gpunode --help`)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -48,7 +48,7 @@ def load_command(name: str) -> Any:
     """The click command of `name`, built by typer from its module (imported now)."""
     module, function, _ = COMMANDS[name]
     single = typer.Typer(add_completion=False, pretty_exceptions_show_locals=False)
-    single.command(name=name, add_help_option=False)(getattr(importlib.import_module(module), function))
+    single.command(name=name, add_help_option=False, cls=HelpCommand)(getattr(importlib.import_module(module), function))
     return defer_coercion(typer.main.get_command(single))
 
 
@@ -117,10 +117,10 @@ class LazyGroup(TyperGroup):
             self._listing = False
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
-        import_rich_help()
         self._listing = True
         try:
-            super().format_help(ctx, formatter)
+            listed = (self.get_command(ctx, name) for name in self.list_commands(ctx))
+            format_help(self, ctx, formatter, tuple(c for c in listed if c is not None and not c.hidden))
         finally:
             self._listing = False
 

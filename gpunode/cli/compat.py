@@ -67,8 +67,6 @@ from datetime import date
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
 from gpunode.cli._params import CudaOpt, DriverOpt, GpuOpt, ImageOpt, JsonOpt, command, expected_errors
 from gpunode.errors import UsageError
@@ -76,6 +74,8 @@ from gpunode.ui import labelled, node_text, out, print_json
 
 # NVIDIA's tables are read when the command runs: `gpunode compat --help` needs only its options
 if TYPE_CHECKING:
+    from rich.text import Text
+
     from gpunode import compat as cm
     from gpunode import gpus as gpu_table
 
@@ -292,6 +292,8 @@ def build_report(driver: str | None = None, cuda: str | None = None, image: str 
 
 
 def _kv(title: str, rows: list[tuple[str, str | Text]]) -> None:
+    from rich.table import Table
+    from rich.text import Text
     out.print(Text(title, style="bold"))
     table = Table(box=None, show_header=False, pad_edge=False, padding=(0, 2, 0, 2))
     table.add_column("key", style="dim", no_wrap=True)
@@ -358,6 +360,7 @@ def _render_cuda(c: dict[str, Any]) -> None:
 
 
 def _render_image(i: dict[str, Any]) -> None:
+    from rich.text import Text
     rows: list[tuple[str, str | Text]] = []
     if i["require_cuda"] is None:
         rows.append(("NVIDIA_REQUIRE_CUDA", "unknown offline"))
@@ -396,6 +399,8 @@ def _render_gpu(g: dict[str, Any]) -> None:
 
 
 def render(report: dict[str, Any]) -> None:
+    from rich.table import Table
+    from rich.text import Text
     for key, fn in (("driver", _render_driver), ("cuda", _render_cuda), ("image", _render_image), ("gpu", _render_gpu)):
         if report[key] is not None:
             fn(report[key])

@@ -8,9 +8,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, TextIO
 
 import typer
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from gpunode import SCHEMA_VERSION, __version__
 from gpunode.cli._params import command, expected_errors
@@ -18,8 +15,11 @@ from gpunode.errors import GpunodeError
 from gpunode.ui import Fixer, clean, counted, describe_node, labelled, node_text, out, print_error, print_json
 
 # the checks, the facts and the fleet are imported when doctor runs: `gpunode doctor --help` needs only its options
-# (rich is loaded for the help anyway)
+# (and rich: its help is drawn without it when stdout is not a terminal, gpunode/cli/_plainhelp.py)
 if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.text import Text
+
     from gpunode.cli._target import Target
     from gpunode.doctor import CheckResult
     from gpunode.doctor import verdict as readiness
@@ -38,6 +38,8 @@ def render_checks(host: str, facts: Facts, results: Sequence[CheckResult], conso
     """One node's checks grouped by layer, then the counts. Fixes are made runnable for the node by `fixer`
     (gpunode/cli/_target.py). On a wide console a table; on a narrow one (80 columns, a split pane) each check
     on a line of its own with its evidence and fix indented under it, so neither is squeezed into a column."""
+    from rich.text import Text
+
     from gpunode.doctor import summary
 
     console = console or out
@@ -66,6 +68,8 @@ def _detail(r: CheckResult, fixer: Fixer | None) -> Text:
 
 
 def _checks_table(results: Sequence[CheckResult], console: Console, fixer: Fixer | None) -> None:
+    from rich.table import Table
+    from rich.text import Text
     table = Table(box=None, header_style="bold", pad_edge=False, show_edge=False)
     table.add_column("layer", style="bold")
     table.add_column("check", no_wrap=True)
@@ -83,6 +87,7 @@ def _checks_table(results: Sequence[CheckResult], console: Console, fixer: Fixer
 
 def _checks_stacked(results: Sequence[CheckResult], console: Console, fixer: Fixer | None, id_width: int) -> None:
     from rich.padding import Padding
+    from rich.text import Text
 
     layer = None
     for r in results:
@@ -236,6 +241,9 @@ _LETTER = {"pass": ("✓", "green"), "warn": ("!", "yellow"), "fail": ("✗", "b
 
 def _doctor_fleet(target: Target, hosts: list[InventoryHost]) -> None:
     """Every node diagnosed in parallel; one table of checks x hosts, failures listed with their fix."""
+    from rich.table import Table
+    from rich.text import Text
+
     from gpunode.cli._fleet import fits, print_summary, run_with_view
     from gpunode.doctor import run_checks, summary
     from gpunode.facts import FULL, gather

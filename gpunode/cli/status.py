@@ -6,7 +6,6 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.text import Text
 
 from gpunode.cli._params import command, expected_errors
 from gpunode.ui import STATUS_STYLE, clean, counted, node_text, out, print_json
@@ -25,6 +24,7 @@ def _run_view(run: dict[str, Any]) -> Group:
     from rich.console import Group
     from rich.padding import Padding
     from rich.table import Table
+    from rich.text import Text
 
     state = clean(run.get("status", ""))
     heading = Text.assemble(("run ", "bold"), (clean(run.get("id", "")), "bold"), "  ", clean(run.get("started", "")),
@@ -73,6 +73,8 @@ def _driver_line(found: dict[str, Any]) -> str:
 @command(reach="one")
 def status(target: Target) -> None:
     """Show the node's journal: runs, steps applied, backups made. Exit 1 if the last run did not finish."""
+    from rich.text import Text
+
     from gpunode import nodelock
     from gpunode.journal import JOURNAL_PATH, read_journal
 

@@ -8,7 +8,6 @@ import shlex
 from typing import TYPE_CHECKING, TextIO
 
 import typer
-from rich.text import Text
 
 from gpunode.cli._params import (
     LockTimeoutOpt,
@@ -95,6 +94,7 @@ def uninstall(target: Target, argv: list[str], only: UndoOnlyOpt = None, dry_run
 
 
 def _recap(report: RunReport, target: Target) -> None:
+    from rich.text import Text
     fixer = target.fixer()
     out.print(Text(f"{clean(report.host)}: uninstall {'interrupted' if report.interrupted else 'finished'}",
                    style="bold"))
@@ -115,6 +115,8 @@ def _uninstall_fleet(target: Target, hosts: list[InventoryHost], request: UndoRe
     """The fleet: each node's undo with the same engine, the same live view, summary and exit code as install;
     `--json`: one document with each node's report (and `nothing_to_undo`, and the fix of a node that could not
     start its undo, e.g. a corrupt journal)."""
+    from rich.text import Text
+
     from gpunode.cli._fleet import fleet_exit_code, print_summary, run_with_view
     from gpunode.cli._target import rewrite_fixes
     from gpunode.errors import ConnectError, GpunodeError

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.text import Text
 
 from gpunode import SCHEMA_VERSION, __version__
 from gpunode.cli._params import command, expected_errors
@@ -44,8 +43,10 @@ TimeoutOpt = Annotated[float, typer.Option(
 
 def render_report(report: Report, facts_line: str, console: Console | None = None,
                   fixer: Fixer | None = None) -> None:
-    console = console or out
     from rich.table import Table
+    from rich.text import Text
+
+    console = console or out
 
     fix = fixer or (lambda text: text)
     console.print(Text(facts_line, style="bold"))

@@ -180,3 +180,38 @@ def test_the_converged_path_compiles_only_the_regexes_it_parses_with():
     assert len(where) > len(ours) > 0  # the spy saw them (the standard library's and ours)
     assert "gpunode.fleetlog" not in ours  # a fleet log's secret patterns: compiled when a fleet log writes
     assert len(ours) <= IMPORT_TIME_REGEXES, sorted(ours)
+
+
+# Modules in sys.modules after `gpunode <command> --help` with stdout on a pipe (the help drawn by
+# gpunode/cli/_plainhelp.py), measured 2026-11-25 (docs/benchmarks.md, "--help in CPU"): 156 for the listing, 167-168
+# for a command; `python3 -c pass` has 33. explain's module imports rich.text at its top (203): left to its owners.
+HELP_IMPORTS = 170
+HELP_IMPORTS_EXPLAIN = 205
+# what typer's rich renderer needs and gpunode's plain one does not
+RICH_RENDERER = ("rich.console", "rich.table", "rich.panel", "rich.columns", "typer.rich_utils")
+
+
+@pytest.mark.parametrize("command", ["", *COMMANDS])
+def test_a_help_on_a_pipe_imports_no_rich_renderer_and_few_modules(command):
+    import os
+    argv = [command, "--help"] if command else ["--help"]
+    script = f"import sys\n{run_main(*argv)}\nimport json; print(json.dumps(sorted(sys.modules)))"
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "PY_COLORS", "GITHUB_ACTIONS",
+                                                               "TTY_COMPATIBLE", "TERMINAL_WIDTH")}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, check=True,
+                          env={**env, "COLUMNS": "100"})
+    modules = set(json.loads(done.stdout.splitlines()[-1]))
+    assert "╭─ Options" in done.stdout  # the help was drawn
+    if command:
+        assert COMMANDS[command][0] in modules  # with the command's options, from its module
+    assert heavy(modules, RICH_RENDERER) == []
+    assert len(modules) <= (HELP_IMPORTS_EXPLAIN if command == "explain" else HELP_IMPORTS), len(modules)
+
+
+def test_out_and_err_are_made_on_first_use():
+    # a command module imports them at its top; the console (and rich.console) comes with the first use
+    code = ("import sys\nfrom gpunode.ui import err, out\nassert 'rich.console' not in sys.modules\n"
+            "with out:\n    out.print('printed')\nassert 'rich.console' in sys.modules\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "printed"
