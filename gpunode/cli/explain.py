@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.text import Text
 
 from gpunode.cli._params import JsonOpt, command, expected_errors
 from gpunode.errors import UsageError
@@ -97,6 +96,8 @@ def _input(text: list[str] | None, file: str | None) -> str:
 
 
 def _render(finding: Finding) -> None:
+    from rich.text import Text  # here: `explain --help` imports no rich renderer (tests/cli/test_startup.py)
+
     from gpunode.cli._target import runnable
 
     severity = finding.values.get("severity")

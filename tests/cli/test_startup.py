@@ -184,9 +184,8 @@ def test_the_converged_path_compiles_only_the_regexes_it_parses_with():
 
 # Modules in sys.modules after `gpunode <command> --help` with stdout on a pipe (the help drawn by
 # gpunode/cli/_plainhelp.py), measured 2026-11-25 (docs/benchmarks.md, "--help in CPU"): 156 for the listing, 167-168
-# for a command; `python3 -c pass` has 33. explain's module imports rich.text at its top (203): left to its owners.
+# for a command (explain's too, since its module imports rich.text where it renders); `python3 -c pass` has 33.
 HELP_IMPORTS = 170
-HELP_IMPORTS_EXPLAIN = 205
 # what typer's rich renderer needs and gpunode's plain one does not
 RICH_RENDERER = ("rich.console", "rich.table", "rich.panel", "rich.columns", "typer.rich_utils")
 
@@ -205,7 +204,7 @@ def test_a_help_on_a_pipe_imports_no_rich_renderer_and_few_modules(command):
     if command:
         assert COMMANDS[command][0] in modules  # with the command's options, from its module
     assert heavy(modules, RICH_RENDERER) == []
-    assert len(modules) <= (HELP_IMPORTS_EXPLAIN if command == "explain" else HELP_IMPORTS), len(modules)
+    assert len(modules) <= HELP_IMPORTS, len(modules)
 
 
 def test_out_and_err_are_made_on_first_use():
