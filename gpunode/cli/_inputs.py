@@ -16,7 +16,6 @@ from gpunode import option_checks
 from gpunode.cli._target import Target
 from gpunode.cli.progress import rich_bars
 from gpunode.errors import UsageError
-from gpunode.fleet import batches, parse_percent
 from gpunode.fleetlog import LOG_LEVELS
 from gpunode.inventory import InventoryHost, load_inventory
 from gpunode.inventory import limit as limit_hosts
@@ -65,8 +64,11 @@ def target(reach: str, a: dict[str, Any], again: list[str] | None = None) -> Tar
                                     "used for one node")
     if reach == "rolling":
         chosen.batch = a["batch"]
-        batches(chosen.fleet or [InventoryHost("node")], chosen.batch)  # raises on a bad --batch
-        chosen.max_fail = parse_percent(a["max_fail"], "--max-fail")
+        if a["batch"] or a["max_fail"] is not None:  # without either, nothing to check: the fleet code stays unloaded
+            from gpunode.fleet import batches, parse_percent
+
+            batches(chosen.fleet or [InventoryHost("node")], chosen.batch)  # raises on a bad --batch
+            chosen.max_fail = parse_percent(a["max_fail"], "--max-fail")
         if chosen.fleet is None and (a["batch"] or a["max_fail"]):
             raise UsageError("--batch and --max-fail need several nodes", fix="add --inventory or more --host, or "
                              "drop --batch/--max-fail")
