@@ -27,15 +27,19 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpunode.artifacts import DownloadError, ProgressBars
 from gpunode.artifacts.naming import MARKER_SUFFIX, PART_SUFFIX, beside, url_file_name
-from gpunode.artifacts.source import Source, obtain, verify
 from gpunode.connection.base import Connection
 from gpunode.facts import Facts
 from gpunode.options import Options
 from gpunode.plan import StepPlan
 from gpunode.steps.base import Step
+
+if TYPE_CHECKING:
+    from gpunode.actions.base import Action
+    from gpunode.artifacts.source import Source
 
 HEAD_TIMEOUT = (5.0, 10.0)  # (connect, read) seconds for plan's reachability check
 
@@ -88,19 +92,32 @@ def sources(plans: dict[str, StepPlan]) -> list[tuple[str, Source]]:
     found: list[tuple[str, Source]] = []
     for name, plan in plans.items():
         for action in plan.actions:
-            source = getattr(action, "source", None)
-            if action.kind == "download" and isinstance(source, Source):
+            source = _source(action, "download")
+            if source is not None:
                 found.append((name, source))
     return found
 
 
-Probe = Callable[[Source], None]
+def _source(action: Action, kind: str) -> Source | None:
+    """The installer a `kind` action carries, or None. The download code is imported with the first action that
+    carries one: a converged run plans no action and never loads it."""
+    source = getattr(action, "source", None)
+    if action.kind != kind or source is None:
+        return None
+    from gpunode.artifacts.source import Source
+
+    return source if isinstance(source, Source) else None
+
+
+Probe = Callable[["Source"], None]
 
 
 def artifacts(plans: dict[str, StepPlan], *, fetch: bool, progress: ProgressBars | None = None,
               probe: Probe | None = None) -> Stop | None:
     """Obtain and verify every installer (`fetch`, for install) or check it read-only (plan)."""
     for name, source in sources(plans):
+        from gpunode.artifacts.source import obtain
+
         try:
             if fetch:
                 obtain(source, progress=progress)
@@ -114,13 +131,13 @@ def artifacts(plans: dict[str, StepPlan], *, fetch: bool, progress: ProgressBars
 def room(conn: Connection, plans: dict[str, StepPlan]) -> Stop | None:
     """Whether the node has room for every installer a plan uploads (driver-install actions): df of the work
     directory against the .run's size and its unpacked size (the makeself header's). Read-only on the node."""
-    from gpunode.actions.driver import WORK_PARENT, space_problem
-
     for name, plan in plans.items():
         for action in plan.actions:
-            source = getattr(action, "source", None)
-            if action.kind != "driver-install" or not isinstance(source, Source):
+            source = _source(action, "driver-install")
+            if source is None:
                 continue
+            from gpunode.actions.driver import WORK_PARENT, space_problem
+
             path = Path(source.local or source.cache or "")
             if not path.is_file():
                 continue
@@ -132,6 +149,8 @@ def room(conn: Connection, plans: dict[str, StepPlan]) -> Stop | None:
 
 def check(source: Source, probe: Probe) -> None:
     """Read-only: verify a local or cached file fully; otherwise ask whether the download is possible."""
+    from gpunode.artifacts.source import verify
+
     if source.local:
         verify(source.local, source)
         return

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from gpunode.artifacts import DownloadError
 from gpunode.artifacts.checksums import SHA256
-from gpunode.artifacts.makeself import read_header
 from gpunode.artifacts.naming import MIRROR_ENV, cached_files, default_cache_root, is_url
 from gpunode.errors import UsageError
 from gpunode.versions import parse_runfile_name
@@ -48,6 +47,8 @@ def local_driver_run(text: str) -> tuple[Path, tuple[str, str] | None]:
         raise UsageError(f"--driver-run {text}: is a directory", fix="pass the .run file itself, or its URL")
     if not path.is_file():
         raise UsageError(f"--driver-run {text}: no such file", fix="pass a .run file or its URL")
+    from gpunode.artifacts.makeself import read_header  # a local .run only: a run without one never loads it
+
     try:
         found = read_header(path).arch_version
     except DownloadError as exc:

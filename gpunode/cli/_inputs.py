@@ -10,18 +10,18 @@ import dataclasses
 import os
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpunode import option_checks
 from gpunode.cli._target import Target
 from gpunode.cli.progress import rich_bars
 from gpunode.errors import UsageError
-from gpunode.fleet import batches, parse_percent
 from gpunode.fleetlog import LOG_LEVELS
-from gpunode.inventory import InventoryHost, load_inventory
-from gpunode.inventory import limit as limit_hosts
 from gpunode.option_checks import Request, kubernetes, seconds
 from gpunode.options import Options
+
+if TYPE_CHECKING:
+    from gpunode.inventory import InventoryHost
 
 __all__ = ["Request", "kubernetes", "local_only", "pipeline_options", "request", "seconds", "target",
            "verify_options"]
@@ -65,8 +65,12 @@ def target(reach: str, a: dict[str, Any], again: list[str] | None = None) -> Tar
                                     "used for one node")
     if reach == "rolling":
         chosen.batch = a["batch"]
-        batches(chosen.fleet or [InventoryHost("node")], chosen.batch)  # raises on a bad --batch
-        chosen.max_fail = parse_percent(a["max_fail"], "--max-fail")
+        if a["batch"] or a["max_fail"] is not None:  # without either, nothing to check: the fleet code stays unloaded
+            from gpunode.fleet import batches, parse_percent
+            from gpunode.inventory import InventoryHost
+
+            batches(chosen.fleet or [InventoryHost("node")], chosen.batch)  # raises on a bad --batch
+            chosen.max_fail = parse_percent(a["max_fail"], "--max-fail")
         if chosen.fleet is None and (a["batch"] or a["max_fail"]):
             raise UsageError("--batch and --max-fail need several nodes", fix="add --inventory or more --host, or "
                              "drop --batch/--max-fail")
@@ -96,6 +100,9 @@ def _fleet(t: Target) -> list[InventoryHost] | None:
         if t.limit:
             raise UsageError("--limit needs --inventory or several --host", fix="drop --limit or add --inventory")
         return None
+    from gpunode.inventory import InventoryHost, load_inventory  # a fleet: an inventory, or several --host
+    from gpunode.inventory import limit as limit_hosts
+
     found = load_inventory(t.inventory) if t.inventory else []
     if t.inventory and not found:
         raise UsageError(f"inventory {t.inventory} lists no hosts",

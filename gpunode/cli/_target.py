@@ -8,14 +8,16 @@ import re
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpunode import connection
 from gpunode.connection import Connection, ConnectionSpec
 from gpunode.errors import GpunodeError
 from gpunode.fixes import Fix, OnNode
-from gpunode.inventory import InventoryHost
 from gpunode.shell import Secret
+
+if TYPE_CHECKING:  # an inventory is read for a fleet only (gpunode/cli/_inputs.py)
+    from gpunode.inventory import InventoryHost
 
 DEFAULT_CONNECT_TIMEOUT = 15.0
 _DOUBLE_QUOTE_SAFE = re.compile(r'[^"$`\\!]*')

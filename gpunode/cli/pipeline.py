@@ -59,14 +59,14 @@ def install(target: Target, request: Request, argv: list[str], dry_run: DryRunOp
 
 def _events(progress: str, mode: str, target: Target, request: Request) -> JsonlReporter | None:
     """--progress: None for human output, else the event writer (docs/engines.md). Usage errors exit 2."""
+    if progress == "human":  # the default: the event writer stays unloaded
+        return None
     from gpunode.cli.events import FORMATS, JsonlReporter
 
     with expected_errors():
         if progress not in FORMATS:
             raise UsageError(f"--progress {progress!r} is not one of {', '.join(FORMATS)}",
                              fix="use --progress jsonl (events on stdout) or leave it out")
-        if progress == "human":
-            return None
         if target.json_output:
             raise UsageError("--json and --progress jsonl both write stdout", fix="drop --json: the run_end event "
                              "carries the final state and exit code")

@@ -20,18 +20,7 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
-from gpunode import bake, fixes, gpus, pkgmgr, rules, signing
-from gpunode.actions.driver import (
-    LOG,
-    WORK_PARENT,
-    FetchInstaller,
-    RunInstaller,
-    StartGpuServices,
-    StopGpuServices,
-    UnloadModules,
-)
-from gpunode.actions.packages import package_command
-from gpunode.artifacts.source import resolve
+from gpunode import bake, fixes, gpus, pkgmgr, rules
 from gpunode.errors import GpunodeError
 from gpunode.facts import Facts
 from gpunode.facts import driver as driver_facts
@@ -41,7 +30,7 @@ from gpunode.facts.holders import FABRIC_MANAGER, MODULES, Holders, gpu_holders
 from gpunode.options import Options
 from gpunode.plan import Action, Earlier, Reboot, RunCommand, Status, StepPlan, blocked, change, ok
 from gpunode.rules import NO_GPU, NO_GPU_FIX, load_fix, packages_remove, recommended_version
-from gpunode.steps import driver_kernels, driver_packages
+from gpunode.steps import driver_kernels
 from gpunode.steps.base import Step
 from gpunode.steps.outputs import DriverOutputs
 from gpunode.versions import normalize_arch, parse_runfile_name
@@ -101,6 +90,8 @@ def installer_flags(arch: str, flavour: Flavour, options: Options) -> tuple[str,
     """Silent, DKMS (rebuilt on kernel updates), temp files on disk rather than a small /tmp tmpfs, a known log
     path, no X server check (headless), no 32-bit libraries, the flavour always explicit, and the user's module
     signing keys. OpenGL/Vulkan libraries stay: containers that render need them."""
+    from gpunode.actions.driver import LOG, WORK_PARENT
+
     flags = ["--silent", "--dkms", f"--tmpdir={WORK_PARENT}", f"--log-file-name={LOG}", "--no-x-check"]
     if arch == "x86_64":
         flags.append("--no-install-compat32-libs")
@@ -142,6 +133,11 @@ def _packaged_label(state: DriverState) -> str:
 
 
 def _install_actions(facts: Facts, options: Options, version: str, flavour: Flavour) -> list[Action]:
+    # the installer's actions and its download code are imported when a change is planned: a converged run plans
+    # none and loads neither (tests/cli/test_startup.py)
+    from gpunode.actions.driver import FetchInstaller, RunInstaller
+    from gpunode.artifacts.source import resolve
+
     source = resolve(version, facts.arch, driver_run=options.driver_run, sha256=options.sha256,
                      cache_root=options.cache_dir, mirror=options.driver_mirror)
     sizes = dict(options.local_installers)
@@ -170,7 +166,11 @@ def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> Step
         origin = None
     decided = driver_kernels.extend(facts, options, state, decided, version)  # other kernels, holds
     changes = decided.status is Status.CHANGE
-    reloads = changes and not decided.reboot_required and any(isinstance(a, UnloadModules) for a in decided.actions)
+    reloads = False
+    if changes and not decided.reboot_required:
+        from gpunode.actions.driver import UnloadModules
+
+        reloads = any(isinstance(a, UnloadModules) for a in decided.actions)
     return decided.with_outputs(DriverOutputs(version, origin if version else None, changes, reloads))
 
 
@@ -300,6 +300,8 @@ def _gpunode_packages(facts: Facts, state: DriverState) -> tuple[str, ...]:
     mine = driver_facts.gpunode_driver(facts)
     if mine.source != "packages" or state.packaged is None or state.packaged.owner not in mine.packages:
         return ()
+    from gpunode.steps import driver_packages
+
     have = driver_packages.installed(facts)
     return tuple(n for n in mine.packages if n in have)
 
@@ -307,6 +309,9 @@ def _gpunode_packages(facts: Facts, state: DriverState) -> tuple[str, ...]:
 def _switch_to_run(facts: Facts, options: Options, earlier: Earlier, state: DriverState) -> StepPlan:
     """A .run asked for where gpunode installed the driver from packages: the packages are removed first (after
     the modules are unloaded), then the .run installs; never both."""
+    from gpunode.actions.driver import FetchInstaller
+    from gpunode.actions.packages import package_command
+
     names = list(_gpunode_packages(facts, state))
     rest = _plan(facts, options, earlier, dataclasses.replace(state, packages=(), packaged=None, libraries=()))
     at = next((i for i, a in enumerate(rest.actions) if isinstance(a, FetchInstaller)), None)
@@ -335,12 +340,16 @@ def _from_packages(facts: Facts, options: Options, state: DriverState, version: 
         if kernel is None or kernel not in bake.installed_kernels(facts):
             return _bake_plan(facts, options, version, choice, notes, state)  # its refusals name the kernel
         notes.append(f"bake: the module is built for {kernel} and not loaded")
+    from gpunode.steps import driver_packages
+
     return driver_packages.plan(facts, options, state, version, choice.flavour, notes, earlier)
 
 
 def _install(facts: Facts, options: Options, version: str, choice: Flavour, notes: list[str], reason: str,
              earlier: Earlier | None = None) -> StepPlan:
     if facts.secure_boot.enabled and not (options.module_signing_key and options.module_signing_cert):
+        from gpunode import signing
+
         return blocked(NAME, "Secure Boot is enabled and no module signing key was given: the kernel would refuse "
                              "the unsigned NVIDIA module", signing.fix(version, facts.os.id))
     if facts.secure_boot.enabled:
@@ -361,6 +370,8 @@ def _install(facts: Facts, options: Options, version: str, choice: Flavour, note
     actions = _install_actions(facts, options, version, choice)
     owed = _owed_down(facts)
     if owed:  # stopped for an install that failed: started again once this one is done
+        from gpunode.actions.driver import StartGpuServices
+
         actions.append(StartGpuServices(f"start {', '.join(owed)} again (stopped by an earlier run)", units=owed))
     return change(NAME, reason, actions, *notes)
 
@@ -385,6 +396,8 @@ def _start_owed(facts: Facts, decided: StepPlan) -> StepPlan:
     owed = _owed_down(facts)
     if decided.status is not Status.OK or not owed or facts.loaded_driver is None:
         return decided
+    from gpunode.actions.driver import StartGpuServices
+
     return change(NAME, f"{', '.join(owed)} stopped for an earlier driver install and still down: starting again",
                   [StartGpuServices(f"start {', '.join(owed)} again", units=owed)], *decided.notes)
 
@@ -428,6 +441,8 @@ def _replace_loaded(facts: Facts, options: Options, version: str, choice: Flavou
     """The .run over a loaded driver: the installer told which modules to load back if it fails, and to install
     beside a module that stays loaded."""
     def installer(stays: tuple[str, ...], restart_on_failure: tuple[str, ...]) -> list[Action]:
+        from gpunode.actions.driver import RunInstaller
+
         fetch, install = _install_actions(facts, options, version, choice)
         assert isinstance(install, RunInstaller)
         flags = install.flags + ((ALLOW_RUNNING,) if stays else ())
@@ -445,6 +460,8 @@ def replace_loaded_with(facts: Facts, options: Options, version: str, notes: lis
     module, start the services again (fabric manager: the fabricmanager step moves it to the new version in the
     same run), then `after` (the packages' holds). A module whose users gpunode does not stop (nvidia_drm with DRM
     clients) stays: install beside it, then reboot."""
+    from gpunode.actions.driver import StartGpuServices, StopGpuServices, UnloadModules
+
     found = gpu_holders(facts)
     old = facts.loaded_driver.version if facts.loaded_driver else "(unknown version)"
     if found.kubelet:
@@ -511,6 +528,8 @@ def _bake_plan(facts: Facts, options: Options, version: str, choice: Flavour, no
                         "loaded)", *notes)
     planned = _install(facts, options, version, choice, notes,
                        f"bake: install driver {version} with its module built for kernel {kernel}")
+    from gpunode.actions.driver import RunInstaller
+
     extra = (f"--kernel-name={kernel}", "--skip-module-load")
     return dataclasses.replace(planned, actions=tuple(
         dataclasses.replace(a, flags=(*a.flags, *extra)) if isinstance(a, RunInstaller) else a
@@ -524,6 +543,8 @@ def _baked(decided: StepPlan, facts: Facts, options: Options) -> StepPlan:
     found = bake.check(facts, requested_version(options))
     if not found.why:
         return decided
+    from gpunode.actions.driver import RunInstaller
+
     rebuilds = any(isinstance(a, RunInstaller) for a in decided.actions)
     if found.applies and not rebuilds:
         return dataclasses.replace(decided, reason=f"{found.why}; {decided.reason}")

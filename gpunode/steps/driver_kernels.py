@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpunode import fixes, pkgmgr, signing
-from gpunode.actions.packages import install_packages, package_command, versionlock_plugin
+from gpunode import fixes, pkgmgr
 from gpunode.facts import Facts
 from gpunode.facts import kernel as kernel_facts
 from gpunode.facts import packages as package_facts
@@ -68,6 +67,8 @@ def kernel_builds(facts: Facts, options: Options, version: str, running: str,
     targets: list[Kernel] = [k for k in kernels.later_than(running) if not kernels.dkms_installed(k.name, version)]
     if not targets:
         return [], [], None
+    from gpunode.actions.packages import install_packages
+
     manager = package_manager(facts)
     actions: list[Action] = []
     notes: list[str] = []
@@ -104,6 +105,8 @@ def kernel_builds(facts: Facts, options: Options, version: str, running: str,
     boots = f"; the next boot runs {default.name} ({how})" if default is not None else ""
     notes.append(f"installed kernel(s) not running: {', '.join(k.name for k in targets)}{boots}")
     if facts.secure_boot.enabled:
+        from gpunode import signing
+
         notes.append(signing.dkms_note(facts.os.id))
     return actions, notes, None
 
@@ -120,6 +123,8 @@ def _hold_actions(facts: Facts, options: Options, manager: str, what: str, wante
         todo = [(n, v) for n, v in packages if n not in held]
         if not todo:
             return [], [f"{what} already held: {', '.join(n for n, _ in packages)}"]
+        from gpunode.actions.packages import package_command, versionlock_plugin
+
         actions: list[Action] = [*versionlock_plugin(manager, facts[package_facts.PKG_STATUS],
                                                      lock_timeout=options.lock_timeout)]
         names = ", ".join(n for n, _ in todo)
@@ -130,6 +135,8 @@ def _hold_actions(facts: Facts, options: Options, manager: str, what: str, wante
     release = [n for n, _ in packages if n in held]
     if not release:
         return [], [f"{what} not held"]
+    from gpunode.actions.packages import package_command
+
     return [package_command(f"release the hold on {what} ({', '.join(release)})", manager, m.unhold(release),
                             packages=release, lock_timeout=options.lock_timeout, timeout=600)], []
 

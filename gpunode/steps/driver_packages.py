@@ -19,8 +19,6 @@ import shlex
 
 from gpunode import bake, fixes, pkgmgr, signing
 from gpunode import driver_packages as routes
-from gpunode.actions.driver import InstallDriverPackages
-from gpunode.actions.packages import package_command, versionlock_plugin
 from gpunode.facts import Facts, transaction
 from gpunode.facts import driver as driver_facts
 from gpunode.facts import fabric as fabric_facts
@@ -168,6 +166,8 @@ def plan(facts: Facts, options: Options, state: DriverState, version: str, flavo
     decided = _install(facts, options, state, version, route, manager, notes, others, run_there)
     if decided.status is not Status.CHANGE:
         return decided
+    from gpunode.actions.driver import InstallDriverPackages
+
     at = next(i for i, a in enumerate(decided.actions) if isinstance(a, InstallDriverPackages))
     if pin is not None:
         decided = dataclasses.replace(decided, actions=(*decided.actions[:at], pin, *decided.actions[at:]))
@@ -181,6 +181,8 @@ def _simulated(facts: Facts, options: Options, plan: StepPlan, at: int, manager:
     --dry-run of exactly its specs, with the apt pin it writes first); once the node answered, the plan lists every
     package the transaction would change, and is blocked before any change when the manager would refuse it or
     it would remove a package that is not the driver's."""
+    from gpunode.actions.driver import InstallDriverPackages
+
     m = pkgmgr.get(manager)
     specs = [m.spec(n, v) for n, v in route.specs()]
     query = transaction.simulation(manager, specs, (routes.APT_PIN.rsplit("/", 1)[1], routes.apt_pin(version))
@@ -272,6 +274,8 @@ def _pin(facts: Facts, manager: str, version: str) -> WriteFile | None:
 
 def _hold(facts: Facts, manager: str, route: routes.Route, names: list[str], options: Options) -> list[Action]:
     """apt-mark hold / dnf versionlock add (its plugin installed first when missing) / zypper addlock."""
+    from gpunode.actions.packages import package_command, versionlock_plugin
+
     m = pkgmgr.get(manager)
     specs = [(n, v) for n, v in route.specs() if n in names]
     first = versionlock_plugin(manager, facts.get(PKG_STATUS) or {}, lock_timeout=options.lock_timeout)
@@ -307,6 +311,9 @@ def _in_place(facts: Facts, options: Options, state: DriverState, version: str, 
 
 def _install(facts: Facts, options: Options, state: DriverState, version: str, route: routes.Route, manager: str,
              notes: list[str], others: list[str], run_there: bool) -> StepPlan:
+    from gpunode.actions.driver import InstallDriverPackages
+    from gpunode.actions.packages import package_command
+
     m = pkgmgr.get(manager)
     actions: list[Action] = []
     if run_there:

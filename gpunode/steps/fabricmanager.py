@@ -11,11 +11,10 @@ PCIe boards have none and skip; so do GB200/GB300-style racks, whose fabric is m
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from gpunode import driver_packages as routes
 from gpunode import fabric_packages, fixes, pkgmgr, rules
-from gpunode.actions.fabric import StartFabricManager
-from gpunode.actions.packages import package_command, versionlock_plugin
 from gpunode.facts import Facts
 from gpunode.facts import fabric as fabric_facts
 from gpunode.facts import packages as package_facts
@@ -33,6 +32,9 @@ from gpunode.plan import Action, Earlier, RunCommand, Status, StepPlan, blocked,
 from gpunode.shell import Script
 from gpunode.steps.base import Step
 from gpunode.steps.outputs import DriverOutputs
+
+if TYPE_CHECKING:  # the actions are imported when a change is planned: a converged run plans none
+    from gpunode.actions.fabric import StartFabricManager
 
 NAME = "fabricmanager"
 TITLE = "Fabric manager (NVSwitch systems)"
@@ -63,6 +65,8 @@ def cuda_repo_actions(facts: Facts, manager: str, lock_timeout: float) -> list[A
     base = routes.cuda_repo_base(facts.os.id, facts.os.version, facts.os.family, facts.arch)
     if directory is None or base is None:
         return None
+    from gpunode.actions.packages import package_command
+
     if manager == "apt":
         return [package_command("add NVIDIA's CUDA repository (cuda-keyring), where fabric manager is published",
                                 manager, Script(_CUDA_KEYRING.body, (f"{base}/{routes.CUDA_KEYRING_DEB}",),
@@ -105,10 +109,14 @@ def unsettled(text: str) -> list[str]:
 
 
 def _start(summary: str) -> StartFabricManager:
+    from gpunode.actions.fabric import StartFabricManager
+
     return StartFabricManager(summary, service=SERVICE, log=LOG, unsettled=unsettled)
 
 
 def _hold(m: pkgmgr.Manager, name: str, version: str, lock_timeout: float) -> Action:
+    from gpunode.actions.packages import package_command
+
     what = {"apt": f"hold {name} so upgrades cannot separate it from the driver",
             "zypper": f"lock {name} against upgrades"}.get(m.name, f"versionlock {name} at {version}")
     return package_command(what, m.name, m.hold(name, version), packages=(name,), lock_timeout=lock_timeout,
@@ -116,12 +124,16 @@ def _hold(m: pkgmgr.Manager, name: str, version: str, lock_timeout: float) -> Ac
 
 
 def _unhold(m: pkgmgr.Manager, names: list[str], lock_timeout: float) -> Action:
+    from gpunode.actions.packages import package_command
+
     what = {"apt": "release the hold on ", "zypper": "unlock "}.get(m.name, "delete the versionlock of ")
     return package_command(what + ", ".join(names), m.name, m.unhold(names), packages=names,
                            lock_timeout=lock_timeout, timeout=600)
 
 
 def _install(m: pkgmgr.Manager, name: str, version: str, current: Package | None, lock_timeout: float) -> Action:
+    from gpunode.actions.packages import package_command
+
     spec = m.spec(name, version)
     down = current is not None and compare_versions(current.version, version) > 0
     argv = m.downgrade([spec]) if down and m.name == "yum" else m.install([spec], downgrade=True)
@@ -130,6 +142,8 @@ def _install(m: pkgmgr.Manager, name: str, version: str, current: Package | None
 
 
 def _remove(m: pkgmgr.Manager, names: list[str], lock_timeout: float) -> Action:
+    from gpunode.actions.packages import package_command
+
     return package_command("remove " + ", ".join(names) + " (another fabric manager branch)", m.name,
                            m.remove(names), packages=names, lock_timeout=lock_timeout, timeout=900)
 
@@ -212,6 +226,8 @@ def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> Step
                                    f"install {name} {version} by hand, hold it, then run again", *notes)
                 actions += repo
             if manager == "apt" and m.refresh_argv:
+                from gpunode.actions.packages import package_command
+
                 actions.append(package_command("refresh the package lists", manager, m.refresh_argv,
                                                lock_timeout=options.lock_timeout, timeout=900))
         actions.append(_install(m, name, version, current, options.lock_timeout))
@@ -222,6 +238,8 @@ def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> Step
             problems.append(f"{name} is not held")
             if name in locks:  # a lock on another version: replace it
                 actions.append(_unhold(m, [name], options.lock_timeout))
+        from gpunode.actions.packages import versionlock_plugin
+
         actions += versionlock_plugin(manager, installed, lock_timeout=options.lock_timeout)
         actions.append(_hold(m, name, version, options.lock_timeout))
 

@@ -24,7 +24,6 @@ from functools import cache
 from typing import Any
 
 from gpunode import compat, fixes
-from gpunode.actions.k8s import ConfigureTemplate, KubectlApply, WaitForGpus
 from gpunode.facts import Facts
 from gpunode.facts import k8s as k8s_facts
 from gpunode.facts.containers import (
@@ -41,7 +40,6 @@ from gpunode.options import Options, unused_options
 from gpunode.plan import Action, Earlier, Outputs, RestartService, StepPlan, blocked, change, ok
 from gpunode.steps import runtime
 from gpunode.steps.base import Step
-from gpunode.steps.k8s_sharing import mig_strategy, plan_sharing
 from gpunode.steps.outputs import RuntimeOutputs
 
 NAME = "k8s"
@@ -161,6 +159,8 @@ def _template_actions(d: Distribution, facts: Facts, options: Options, earlier: 
                               "edited by nvidia-ctk), then run again")
     changed = tuple((p, files.get(p), text) for p, text in predicted.items() if files.get(p) != text)
     argv = runtime._flags("containerd", template, dropin, ctk, want_default)
+    from gpunode.actions.k8s import ConfigureTemplate
+
     actions: list[Action] = [ConfigureTemplate(
         f"add the nvidia runtime to {d.name}'s containerd template" + (" as its default" if want_default else ""),
         source=generated_path, template=template, argv=argv, files=changed)]
@@ -206,6 +206,10 @@ def _plan(facts: Facts, options: Options, earlier: Earlier) -> tuple[StepPlan, s
         runtime_reason, stop = _kubelet_runtime(facts, earlier)
     if stop:
         return blocked(NAME, stop[0], stop[1], *notes), d.name, 0
+    # a node with a kubelet and a GPU: the sharing settings and the actions that deploy the plugin (a node without
+    # one never loads them)
+    from gpunode.actions.k8s import KubectlApply, WaitForGpus
+    from gpunode.steps.k8s_sharing import mig_strategy, plan_sharing
 
     shared, shared_reasons, shared_notes = plan_sharing(facts, options)
     notes += shared_notes

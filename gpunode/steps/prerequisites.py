@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from gpunode import bake, fixes, pkgmgr
 from gpunode import driver_packages as routes
-from gpunode.actions.packages import install_packages
 from gpunode.facts import Facts
 from gpunode.facts import kernel as kernel_facts
 from gpunode.facts import packages as package_facts
@@ -157,6 +156,8 @@ def plan(facts: Facts, options: Options, earlier: Earlier | None = None) -> Step
     if manager == "zypper" and "dkms" in missing and avail.known and "dkms" in avail.missing:
         return blocked(NAME, "dkms is not in the configured repositories: on SUSE it comes from SUSE Package Hub "
                              "(SLES) or openSUSE's backports repository (Leap)", _package_hub_fix(facts))
+
+    from gpunode.actions.packages import install_packages  # a change: a converged run never loads the actions
 
     actions: list[Action] = []
     notes: list[str] = [f"waits up to {options.lock_timeout:.0f}s for the package lock (--lock-timeout)"]

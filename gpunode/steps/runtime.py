@@ -15,7 +15,6 @@ import posixpath
 from dataclasses import dataclass
 
 from gpunode import fixes
-from gpunode.actions.runtime import ConfigureRuntime
 from gpunode.facts import Facts
 from gpunode.facts import containers as container_facts
 from gpunode.facts import packages as package_facts
@@ -175,6 +174,8 @@ def _engine_plan(name: str, facts: Facts, options: Options, ctk: tuple[int, ...]
     keep = tuple(p for p, before_text, _ in changed if before_text is not None
                  and posixpath.dirname(p) not in (*CONTAINERD_DROPIN_DIRS, posixpath.dirname(CRIO_DROPIN)))
     argv = _flags(name, engine.config, dropin, ctk, want_default)
+    from gpunode.actions.runtime import ConfigureRuntime
+
     actions: list[Action] = [ConfigureRuntime(
         f"add the nvidia runtime to {DISPLAY[name]}" + (" as its default" if want_default else ""),
         engine=name, argv=argv, files=changed, backups=keep, restart=engine.unit if state_of.is_active else "")]

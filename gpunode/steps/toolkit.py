@@ -14,16 +14,10 @@ import dataclasses
 import posixpath
 import re
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from gpunode import fixes, pkgmgr, rules, versions
-from gpunode.actions.packages import (
-    InstallLocalPackages,
-    InstallOffered,
-    PackageCommand,
-    install_packages,
-    package_command,
-)
 from gpunode.facts import Facts, offers
 from gpunode.facts import k8s as k8s_facts
 from gpunode.facts import packages as package_facts
@@ -41,6 +35,9 @@ from gpunode.plan import Action, Earlier, RunCommand, StepPlan, WriteFile, block
 from gpunode.shell import Script
 from gpunode.steps.base import Step
 from gpunode.steps.outputs import ToolkitOutputs
+
+if TYPE_CHECKING:  # the package actions are imported when a change is planned: a converged run plans none
+    from gpunode.actions.packages import PackageCommand
 
 NAME = "toolkit"
 TITLE = "NVIDIA Container Toolkit"
@@ -123,6 +120,8 @@ def deprecated_sources(files: Mapping[str, str]) -> list[str]:
 
 def repo_actions(facts: Facts, manager: str, lock_timeout: float) -> tuple[list[Action], list[str]]:
     """What it takes to make NVIDIA's repository usable, and notes."""
+    from gpunode.actions.packages import install_packages, package_command
+
     files, notes = facts.files, []
     actions: list[Action] = []
     m = pkgmgr.get(manager)
@@ -180,6 +179,8 @@ def satisfied(pkg: Package | None, requested: str) -> bool:
 def install_actions(manager: str, specs: list[tuple[str, str]], installed: Mapping[str, Package],
                     lock_timeout: float = 600.0) -> list[PackageCommand]:
     """Pinned installs, allowed to go down a version. yum's install cannot: its `downgrade` takes those."""
+    from gpunode.actions.packages import package_command
+
     m = pkgmgr.get(manager)
     down = [(n, v) for n, v in specs if n in installed and compare_versions(installed[n].version, v) > 0]
     what = f"install the container toolkit {specs[0][1]}"
@@ -232,6 +233,8 @@ def _offline(facts: Facts, options: Options, manager: str, installed: Mapping[st
     if not todo:
         return ok(NAME, "the toolkit packages given are installed: " + ", ".join(f"{n} {v}" for n, v, _ in parsed),
                   *notes)
+    from gpunode.actions.packages import InstallLocalPackages
+
     return change(NAME, "offline install of " + ", ".join(todo),
                   [InstallLocalPackages("install the toolkit from the package files given", manager=manager,
                                         files=tuple(options.toolkit_packages), lock_timeout=options.lock_timeout)],
@@ -288,6 +291,8 @@ def _plan(facts: Facts, options: Options) -> StepPlan:
         version = main.version
     else:
         reason, version = "nvidia-container-toolkit is not installed", ""
+    from gpunode.actions.packages import InstallOffered, install_packages
+
     actions, notes = repo_actions(facts, manager, options.lock_timeout)
     query = offers_query(facts, manager) if options.driver_source == "packages" else None
     if query is not None:
@@ -381,13 +386,13 @@ def _held(facts: Facts, options: Options, manager: str, plan: StepPlan, specs: l
     the hold names the packages: apt-mark and zypper hold names, versionlock locks the version installed."""
     if options.driver_source != "packages" or options.hold_driver is False:
         return plan
-    from gpunode.actions.packages import versionlock_plugin
-
     installed = facts[package_facts.PKG_STATUS]
     held = held_packages(installed, facts[package_facts.PACKAGE_LOCKS])
     names = [n for n, _ in specs if installing or n not in held]
     if not names:
         return plan
+    from gpunode.actions.packages import package_command, versionlock_plugin
+
     m = pkgmgr.get(manager)
     pinned = [(n, v) for n, v in specs if n in names and v]
     argv = m.hold_all(pinned) if len(pinned) == len(names) else (*m.hold_argv, *names)

@@ -214,3 +214,62 @@ def test_out_and_err_are_made_on_first_use():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "printed"
+
+# What a converged install (every step `ok`, nothing planned) must not import: the actions a change would run and
+# the code they need (the driver's download and its .run reader, package commands, kubectl, the fleet, the event
+# writer), and what other commands use. Each is imported by the function that plans or runs the change.
+NOT_ON_THE_CONVERGED_PATH = (
+    "gpunode.actions.driver", "gpunode.actions.packages", "gpunode.actions.k8s", "gpunode.actions.fabric",
+    "gpunode.actions.runtime", "gpunode.artifacts.source", "gpunode.artifacts.download", "gpunode.artifacts.makeself",
+    "gpunode.signing", "gpunode.steps.driver_packages", "gpunode.steps.k8s_sharing", "gpunode.fleet", "gpunode.inventory",
+    "gpunode.cli.events", "gpunode.cli._fleet", "gpunode.explain", "gpunode.doctor", "gpunode.verify",
+    "gpunode.undo", "requests", "yaml", "rich.progress", "rich.live")
+# gpunode's own modules a converged single-node install over the fake connection loads, measured 2026-11-25
+# (docs/benchmarks.md, "the converged path's imports": 89 before this round's cut; the SSH connection adds
+# connection.ssh on a real node). A new module-level import a converged run does not use moves it into the
+# function that needs it.
+CONVERGED_GPUNODE_MODULES = 75
+
+
+def _converged_run(tmp_path: Path) -> tuple[str, set[str]]:
+    """A converged install of a fake node (a first install converges it, in this process), run again in a fresh
+    interpreter: its output and the modules it loaded."""
+    import pickle
+
+    from typer.testing import CliRunner
+
+    from gpunode import connection
+    from gpunode import runner as runner_module
+    from gpunode.cli import app
+    from tests.fakes.connection import FakeConnection, FakeNode
+
+    node = FakeNode(tools={"update-initramfs", "modprobe", "systemctl"}, nvidia_version="535.129.03",
+                    modules={"nvidia", "nvidia_uvm", "nvidia_modeset"})
+    node.add_gpu(0x1EB8)
+    argv = ["install", "--host", "gpu-01", "--driver", "535.129.03", "--reboot"]
+    saved = connection.open_connection, runner_module.REBOOT_POLL_SECONDS
+    connection.open_connection, runner_module.REBOOT_POLL_SECONDS = \
+        lambda spec: FakeConnection(node, name=spec.host), 0.0
+    try:
+        first = CliRunner().invoke(app, argv)
+    finally:
+        connection.open_connection, runner_module.REBOOT_POLL_SECONDS = saved
+    assert first.exit_code == 0, first.output
+    (tmp_path / "node.pickle").write_bytes(pickle.dumps(node))
+    code = ("import json, pickle, sys\nfrom gpunode import connection\nfrom tests.fakes.connection import FakeConnection\n"
+            f"node = pickle.loads(open({str(tmp_path / 'node.pickle')!r}, 'rb').read())\n"
+            "connection.open_connection = lambda spec: FakeConnection(node, name=spec.host)\n"
+            f"{run_main(*argv)}\n"
+            f"json.dump(sorted(sys.modules), open({str(tmp_path / 'modules.json')!r}, 'w'))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout, set(json.loads((tmp_path / "modules.json").read_text()))
+
+
+def test_a_converged_install_loads_no_action_and_no_download_code(tmp_path):
+    out, modules = _converged_run(tmp_path)
+    assert "summary: 9 already ok; the node is ready" in out  # converged: the run planned nothing
+    assert {"gpunode.runner", "gpunode.steps.driver", "gpunode.preflight", "gpunode.facts"} <= modules
+    assert heavy(modules, NOT_ON_THE_CONVERGED_PATH) == []
+    ours = sorted(m for m in modules if m.split(".")[0] == "gpunode")
+    assert len(ours) <= CONVERGED_GPUNODE_MODULES, ours
