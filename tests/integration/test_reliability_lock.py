@@ -193,8 +193,8 @@ def test_of_two_runs_taking_over_one_stale_lock_only_one_takes_it(tmp_path):
     os.symlink(stale, lock)
 
     def take(owner: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["sh", "-c", nodelock._LOCK, "node-lock", str(lock), f"command=gpunode {owner}",
-                               str(os.getpid())], capture_output=True, text=True, timeout=30, check=False)
+        return subprocess.run(["sh", "-c", nodelock.lock_script(), "node-lock", str(lock), f"command=gpunode {owner}",
+                               str(os.getpid()), "MARK"], capture_output=True, text=True, timeout=30, check=False)
     (tmp_path / "run.lock.takeover").mkdir()  # another run is taking it over right now
     busy = take("second")
     assert busy.returncode == 75 and busy.stdout.startswith("gpunode-lock-held")
