@@ -4,6 +4,7 @@ run leaves behind. On simulated nodes: real sshd, the node's own sh. See docs/re
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -15,6 +16,7 @@ from typer.testing import CliRunner
 
 from gpunode import nodelock
 from gpunode.cli import app
+from gpunode.connection.ssh import SSHConnection
 from gpunode.options import Options
 from gpunode.runner import NullReporter, apply_pipeline
 from gpunode.steps import PIPELINE
@@ -204,3 +206,27 @@ def test_of_two_runs_taking_over_one_stale_lock_only_one_takes_it(tmp_path):
     again = take("third")  # ... and the next takes the stale lock over
     assert again.returncode == 0 and again.stdout.startswith("gpunode-lock-stale"), again
     assert f"pid={os.getpid()} " in os.readlink(lock) and not (tmp_path / "run.lock.takeover").exists()
+
+
+def test_a_converged_install_over_ssh_sends_two_commands_the_lock_with_the_probe_and_the_release(sim_node,  # noqa: F811
+                                                                                                  monkeypatch):
+    """The node lock's command carries the RUN probe's first part (run once the lock is taken): a converged install
+    sends the lock with the probe, then the release, and nothing else (gpunode/nodelock.py)."""
+    node = container_node(sim_node)
+    assert install(node).exit_code == 0  # converges the node
+    sent: list[str] = []
+    real = SSHConnection._exec
+
+    def spy(self, line, stdin, timeout):  # type: ignore[no-untyped-def]
+        sent.append(line)
+        return real(self, line, stdin, timeout)
+
+    monkeypatch.setattr(SSHConnection, "_exec", spy)
+    result = install(node)
+    assert result.exit_code == 0, result.output
+    assert "changed" not in flat(result.output)
+    # each line is `... sh -c 'BODY' gpunode-NAME ARGS`: the script's name follows its quoted body
+    assert [re.findall(r"' (gpunode-[a-z-]+)", line)[-1] for line in sent] == ["gpunode-node-lock",
+                                                                              "gpunode-node-unlock"]
+    assert "@begin os_release" in sent[0] and sent[0].index("ln -s") < sent[0].index("@begin os_release")
+    assert not node.exists(LOCK)
