@@ -12,7 +12,7 @@ import functools
 import logging
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -276,12 +276,21 @@ def apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
     Progress is recorded in the node's journal (gpunode/journal.py) unless `journal` is False. The whole run
     holds the node's lock (gpunode/nodelock.py): one gpunode run at a time changes a node."""
     shown = reporter or NullReporter()
-    first = first_probe()  # the first look at the node runs in the lock's own command: one round trip for both
-    with nodelock.held(conn, "install " + " ".join(s.name for s in steps), options.lock_timeout,
-                       lambda text: shown.message(conn.name, text), first.script, PROBE_TIMEOUT) as lock:
-        assert lock.then is not None
-        return _apply_pipeline(conn, steps, options, shown, gather(conn, first=(first, lock.then)), lock,
-                               journal=journal)
+    with locked(conn, "install " + " ".join(s.name for s in steps), options, shown) as (lock, facts):
+        return _apply_pipeline(conn, steps, options, shown, facts, lock, journal=journal)
+
+
+@contextlib.contextmanager
+def locked(conn: Connection, command: str, options: Options, reporter: Reporter
+           ) -> Iterator[tuple[nodelock.Lock, Facts]]:
+    """The node's lock for the block (nodelock.held: released on every way out) and the facts of the probe that
+    ran in the same command once the lock was taken: a run that changes a node starts with one round trip.
+    For install and `gpunode uninstall` (gpunode/undo/engine.py)."""
+    first = first_probe()
+    with nodelock.held(conn, command, options.lock_timeout, lambda text: reporter.message(conn.name, text),
+                       first.script, PROBE_TIMEOUT) as lock:
+        assert lock.then is not None  # given a script, a taken lock has its output
+        yield lock, gather(conn, first=(first, lock.then))
 
 
 def _apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options, reporter: Reporter, facts: Facts,

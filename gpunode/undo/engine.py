@@ -10,7 +10,7 @@ from dataclasses import replace
 from gpunode import cancel, nodelock
 from gpunode.actions.base import undo_looks
 from gpunode.connection.base import Connection
-from gpunode.facts import PROBE_TIMEOUT, Facts, first_probe, gather
+from gpunode.facts import Facts, gather
 from gpunode.facts.containers import journal_text
 from gpunode.facts.registry import FILES, facts_of
 from gpunode.journal import journal_from
@@ -26,6 +26,7 @@ from gpunode.runner import (
     RunReport,
     StepOutcome,
     journal_status,
+    locked,
     plan_steps,
     run_steps,
 )
@@ -157,12 +158,8 @@ def uninstall(conn: Connection, request: UndoRequest, options: Options, reporter
     shown = reporter or NullReporter()
     if dry_run:
         return _uninstall(conn, request, options, shown, gather(conn), None, dry_run=True, command=command)
-    first = first_probe()  # the first look at the node runs in the lock's own command: one round trip for both
-    with nodelock.held(conn, command, options.lock_timeout, lambda text: shown.message(conn.name, text),
-                       first.script, PROBE_TIMEOUT) as lock:
-        assert lock.then is not None
-        return _uninstall(conn, request, options, shown, gather(conn, first=(first, lock.then)), lock,
-                          command=command)
+    with locked(conn, command, options, shown) as (lock, facts):
+        return _uninstall(conn, request, options, shown, facts, lock, command=command)
 
 
 def _uninstall(conn: Connection, request: UndoRequest, options: Options, reporter: Reporter, facts: Facts,
