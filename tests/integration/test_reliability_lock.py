@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from gpunode import nodelock
 from gpunode.cli import app
 from gpunode.connection.ssh import SSHConnection
+from gpunode.facts import first_probe, gather
 from gpunode.options import Options
 from gpunode.runner import NullReporter, apply_pipeline
 from gpunode.steps import PIPELINE
@@ -229,4 +230,26 @@ def test_a_converged_install_over_ssh_sends_two_commands_the_lock_with_the_probe
     assert [re.findall(r"' (gpunode-[a-z-]+)", line)[-1] for line in sent] == ["gpunode-node-lock",
                                                                               "gpunode-node-unlock"]
     assert "@begin os_release" in sent[0] and sent[0].index("ln -s") < sent[0].index("@begin os_release")
+    assert not node.exists(LOCK)
+
+
+def test_where_the_connection_names_no_process_a_keeper_takes_the_lock_and_runs_the_probe(sim_node, monkeypatch):  # noqa: F811
+    """A connection with no process to name (lock_owner None) keeps the lock by a keeper command on a channel of its
+    own: it runs the probe once the lock is taken, prints its end marker, and removes the lock when let go."""
+    node = container_node(sim_node)
+    assert install(node).exit_code == 0
+    monkeypatch.setattr(SSHConnection, "lock_owner", lambda self: None)
+    with ssh(node) as conn:
+        first = first_probe()
+        with nodelock.held(conn, "install", 0, then=first.script, then_timeout=120) as lock:
+            assert lock.held is not None and lock.then is not None  # a keeper, and the probe's output
+            facts = gather(conn, first=(first, lock.then))
+            assert facts.boot_id == node.boot_id and facts.loaded_driver is not None
+            holder = nodelock.holder(conn)
+            assert holder is not None and holder.pid not in ("-", "?")  # the keeper's own pid
+            with ssh(node) as other, pytest.raises(nodelock.NodeLocked):
+                nodelock.acquire(other, "uninstall", 0)
+        deadline = time.monotonic() + 10
+        while node.exists(LOCK) and time.monotonic() < deadline:
+            time.sleep(0.1)
     assert not node.exists(LOCK)
