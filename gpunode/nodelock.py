@@ -49,8 +49,9 @@ STALE_PLACES = (TEMP_PARENT, posixpath.dirname(LOCK_PATH))  # where a run killed
 # $4 a fresh marker; $5...: the directories where a run killed hard leaves temp files.
 # Once the lock is taken, in the same command (no round trip of their own): the temp files an earlier run left
 # in $5... are removed (gpunode/connection/base.py) and listed after `gpunode-lock-end`; then `$4 begin`, the
-# output of the script that follows this one (`then`: the RUN probe's first part, run with the same fresh shell
-# state and stdin from /dev/null), and `$4 end`. A keeper then keeps the lock until its stdin ends.
+# output of the script that follows this one (`then`: the RUN probe's first part, run as if in a shell of its own:
+# none of the lock's variables or functions, no positional parameters, stdin from /dev/null), and `$4 end`. A
+# keeper then keeps the lock until its stdin ends.
 _LOCK_TAKE = r"""lock=$1; info=$2; keep=$3; mark=$4; shift 4
 mkdir -p -- "${lock%/*}" || exit 1
 boot=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)
