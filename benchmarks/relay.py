@@ -1,6 +1,10 @@
 """A TCP relay on 127.0.0.1 that delays every byte by a fixed time in each direction (a slow link in
 miniature: 50 ms each way is a 100 ms round trip). Bounded: it serves at most `lifetime` seconds, then closes
-its listener and every connection by itself; `stop()` ends it sooner."""
+its listener and every connection by itself; `stop()` ends it sooner.
+
+It also counts round trips: `turns()` is how many times, since `mark()`, a client sent data after data had come
+from the server (the client waited for an answer before it could go on: each such turn costs a round trip on a
+slow link). The same count for gpunode and for `ssh node SCRIPT` compares them."""
 
 from __future__ import annotations
 
@@ -42,6 +46,8 @@ class DelayRelay:
         self.listener.listen(256)
         self.port = self.listener.getsockname()[1]
         self._stop = threading.Event()
+        self._events: list[bool] = []  # per chunk received, in order: True from the client, False from the server
+        self._events_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._accept = threading.Thread(target=self._serve, daemon=True, name="relay-accept")
         self._accept.start()
@@ -61,14 +67,30 @@ class DelayRelay:
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 pair = _Pair(client, upstream)
                 for src, dst in ((client, upstream), (upstream, client)):
-                    thread = threading.Thread(target=self._pump, args=(src, dst, pair), daemon=True,
+                    thread = threading.Thread(target=self._pump, args=(src, dst, pair, src is client), daemon=True,
                                               name="relay-pump")
                     thread.start()
                     self._threads.append(thread)
         finally:
             self.listener.close()
 
-    def _pump(self, src: socket.socket, dst: socket.socket, pair: _Pair) -> None:
+    def mark(self) -> None:
+        """Start counting turns afresh."""
+        with self._events_lock:
+            self._events.clear()
+
+    def turns(self) -> int:
+        """Client sends that followed data from the server, since `mark()` (the first send counts as one)."""
+        with self._events_lock:
+            events = list(self._events)
+        count, last = 0, False
+        for from_client in events:
+            if from_client and (count == 0 or not last):
+                count += 1
+            last = from_client
+        return count
+
+    def _pump(self, src: socket.socket, dst: socket.socket, pair: _Pair, from_client: bool) -> None:
         """Read from src, hold each chunk `delay` seconds, then write it to dst (order kept)."""
         queue: list[tuple[float, int, bytes]] = []
         seq = 0
@@ -91,6 +113,8 @@ class DelayRelay:
                     if not data:
                         eof = True
                     else:
+                        with self._events_lock:
+                            self._events.append(from_client)
                         heapq.heappush(queue, (time.monotonic() + self.delay, seq, data))
                         seq += 1
         except OSError:

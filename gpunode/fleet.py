@@ -146,6 +146,9 @@ class LoggedConnection(Connection):
     def upload(self, *args: Any, **kwargs: Any) -> str:
         return self.inner.upload(*args, **kwargs)
 
+    def lock_owner(self) -> str | None:
+        return self.inner.lock_owner()  # the node lock names the inner connection's process: no keeper channel
+
     def _hold(self, line: str, stdin: bytes, until: bytes, timeout: float) -> Held | None:
         self.log.write(f"$ {line[:400]}\n  (held until the run ends)\n")
         return self.inner._hold(line, stdin, until, timeout)

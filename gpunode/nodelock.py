@@ -14,12 +14,17 @@ mutex (`LOCK_PATH.takeover`, a directory) so of two runs that found the same sta
 `install`, `uninstall` (and so the upgrade paths, which are installs) take it around everything that reads and
 writes the journal; a second run waits up to --lock-timeout, then stops with exit 2 naming the holder.
 Read-only commands never take it.
+
+Round trips: the command that takes the lock also removes stale temp files and runs the RUN probe's first part
+(`then`), so a run's first look at the node costs nothing extra; the release rides on the journal's last write
+when there is one (`Lock.unlock`). A converged install sends two commands: lock + probe, and the release.
 """
 
 from __future__ import annotations
 
 import getpass
 import posixpath
+import secrets
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -27,9 +32,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from gpunode import cancel, fixes
-from gpunode.connection.base import STALE_TEMP_BODY, TEMP_PARENT, Connection, Held
+from gpunode.connection.base import STALE_TEMP_BODY, TEMP_PARENT, Connection, Held, Result
 from gpunode.errors import CommandError, GpunodeError
-from gpunode.shell import Script
+from gpunode.shell import Script, display
 
 LOCK_PATH = "/var/lib/gpunode/run.lock"
 POLL_SECONDS = 2.0
@@ -38,12 +43,16 @@ STALE_PLACES = (TEMP_PARENT, posixpath.dirname(LOCK_PATH))  # where a run killed
 
 # $1 the lock's path, $2 the holder's description (command, since, from). Prints `gpunode-lock-taken`, `-stale`
 # or `-held` (exit 75), its own text, `gpunode-lock-other` and the other holder's text (stale, held), then
-# `gpunode-lock-end`; once taken, keeps it until stdin ends.
+# `gpunode-lock-end`.
 # $3 = "keep": this script keeps the lock itself (stdin stays open); a pid: the lock lives while that process runs
 # (and outlives the script); else ("once") the lock outlives the script and names no process.
-# $4...: unless keep, once the lock is taken the temp files an earlier run left in these directories are removed
-# (gpunode/connection/base.py) and listed after `gpunode-lock-end`, in the same round trip.
-_LOCK = r"""lock=$1; info=$2; keep=$3; shift 3
+# $4 a fresh marker; $5...: the directories where a run killed hard leaves temp files.
+# Once the lock is taken, in the same command (no round trip of their own): the temp files an earlier run left
+# in $5... are removed (gpunode/connection/base.py) and listed after `gpunode-lock-end`; then `$4 begin`, the
+# output of the script that follows this one (`then`: the RUN probe's first part, run as if in a shell of its own:
+# none of the lock's variables or functions, no positional parameters, stdin from /dev/null), and `$4 end`. A
+# keeper then keeps the lock until its stdin ends.
+_LOCK_TAKE = r"""lock=$1; info=$2; keep=$3; mark=$4; shift 4
 mkdir -p -- "${lock%/*}" || exit 1
 boot=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)
 pid=-
@@ -77,17 +86,34 @@ x" ] && rm -f -- "$lock"
 else
   report gpunode-lock-taken ""
 fi
-if [ "$keep" != keep ]; then
-""" + STALE_TEMP_BODY + r"""exit 0
-fi
+""" + STALE_TEMP_BODY + r"""gpunode_lock_path=$lock; gpunode_lock_me=$me; gpunode_lock_keep=$keep; gpunode_lock_mark=$mark
+unset lock info keep mark boot pid me old p b d
+unset -f field alive report
+set --
+printf '%s begin\n' "$gpunode_lock_mark"
+{
+"""
+_LOCK_KEEP = r"""
+} </dev/null
+printf '%s end\n' "$gpunode_lock_mark"
+[ "$gpunode_lock_keep" = keep ] || exit 0
 cat >/dev/null
-[ "$(readlink -- "$lock" && echo x)" = "$me
-x" ] && rm -f -- "$lock"
+[ "$(readlink -- "$gpunode_lock_path" && echo x)" = "$gpunode_lock_me
+x" ] && rm -f -- "$gpunode_lock_path"
 exit 0
 """
-# $1 the lock's path, $2 the text it must still hold (a lock taken over by another run is not ours to remove)
+
+
+def lock_script(then: str = ":") -> str:
+    """The lock's script, running `then` (a script's body, no arguments of its own) once the lock is taken."""
+    return _LOCK_TAKE + then + _LOCK_KEEP
+
+
+# $1 the lock's path, $2 the text it must still hold (a lock taken over by another run is not ours to remove).
+# Ends in `true`, not `exit`: another command can carry it at its end (the journal's last write, Lock.unlock).
 _UNLOCK = r"""[ "$(readlink -- "$1" && echo x)" = "$2
-x" ] && rm -f -- "$1"; exit 0"""
+x" ] && rm -f -- "$1"
+true"""
 _READ = r"""readlink -- "$1" || exit 3"""
 
 
@@ -130,43 +156,77 @@ def _me(command: str) -> str:
 
 
 class Lock:
-    """A taken lock: `release()` lets it go (safe to call twice)."""
+    """A taken lock: `release()` lets it go (safe to call twice). `then`: what the script given to `acquire` printed,
+    run in the lock's own command once the lock was taken (None when none was given)."""
 
     def __init__(self, conn: Connection, text: str, held: Held | None, stale: Holder | None,
-                 removed: list[str] | None = None) -> None:
+                 removed: list[str], then: Result | None = None) -> None:
         self.conn, self.text, self.held, self.stale = conn, text, held, stale
-        self.removed = removed  # the stale temp files the taking removed; None: not looked for yet
+        self.removed = removed  # the stale temp files the taking removed
+        self.then = then
+
+    def unlock(self) -> Script | None:
+        """The release as a script another command can run at its end, saving the release its own round trip (the
+        journal's last write, gpunode/runrecord.py); call `carried()` once that command ran to its end. None when
+        the lock is released otherwise (a keeper's input ends) or already was."""
+        if self.held is not None or not self.text:
+            return None
+        return Script(_UNLOCK, (LOCK_PATH, self.text), "node-unlock")
+
+    def carried(self) -> None:
+        """The command that carried `unlock()` ran to its end on the node: the lock is released."""
+        self.text = ""
 
     def release(self) -> None:
         if self.held is not None:
             self.held.release()  # the keeper removes the link once its input ends
             self.held = None
             return
-        if self.text:
-            text, self.text = self.text, ""
-            self.conn.run(Script(_UNLOCK, (LOCK_PATH, text), "node-unlock"), sudo=True, timeout=30)
+        script = self.unlock()
+        if script is not None:
+            self.text = ""
+            self.conn.run(script, sudo=True, timeout=30)
 
 
-def _try(conn: Connection, info: str) -> tuple[str, str, str, Held | None, list[str] | None]:
-    """(state, ours, other, keeper, removed): state taken | stale | held; ours the text we wrote, other the
-    holder's; removed the stale temp files the script removed once it took the lock (None with a keeper, whose
-    output ends at the end marker: the caller removes them)."""
+@dataclass
+class _Answer:
+    """One try at the lock: state taken | stale | held; ours the text we wrote, other the holder's; removed the
+    stale temp files the script removed once it took the lock; then the `then` script's result."""
+
+    state: str
+    ours: str
+    other: str
+    keeper: Held | None
+    removed: list[str]
+    then: Result | None
+
+
+def _try(conn: Connection, info: str, then: Script | None, then_timeout: float) -> _Answer:
+    if then is not None and then.args:
+        raise ValueError("the script run with the lock takes no arguments of its own")
+    mark = f"gpunode-lock-{secrets.token_hex(8)}"
+    body = lock_script(then.body if then is not None else ":")
+    timeout = 60 + (then_timeout if then is not None else 0)
     owner = conn.lock_owner()
-    held = None if owner else conn.hold(Script(_LOCK, (LOCK_PATH, info, "keep"), "node-lock"), sudo=True, until=_END,
-                                        timeout=60)
+    held = None if owner else conn.hold(Script(body, (LOCK_PATH, info, "keep", mark, *STALE_PLACES), "node-lock"),
+                                        sudo=True, until=f"{mark} end\n", timeout=timeout)
+    code, timed_out, stderr = 0, False, ""
     if held is not None:
         output, keeper = held.output, held
+        timed_out = held.ended and _END in output  # taken, but `then` did not finish in time
     else:  # the connection's own process on the node names the lock; or, for a transport that can keep no
         # command running (Ansible's), none: the lock outlives the script either way
-        result = conn.run(Script(_LOCK, (LOCK_PATH, info, owner or "once", *STALE_PLACES), "node-lock"), sudo=True,
-                          timeout=60)
-        if result.exit_code not in (0, 75) or _END not in result.stdout:
+        result = conn.run(Script(body, (LOCK_PATH, info, owner or "once", mark, *STALE_PLACES), "node-lock"),
+                          sudo=True, timeout=timeout)
+        if _END not in result.stdout and result.exit_code != 75:
             result.check("taking the node's gpunode lock")
         output, keeper = result.stdout, None
+        code, timed_out, stderr = result.exit_code, result.timed_out, result.stderr
     head, _, rest = output.partition("\n")
-    reported, _, after = rest.partition(_END)
+    reported, _, after = rest.partition(_END + "\n")
     ours, _, other = reported.partition("\ngpunode-lock-other\n")
-    removed = None if keeper is not None else [line for line in after.splitlines() if line]
+    removed_text, _, then_text = after.partition(f"{mark} begin\n")
+    then_text, ended, _ = then_text.partition(f"{mark} end\n")
     other = other.rstrip("\n")
     if head not in ("gpunode-lock-taken", "gpunode-lock-stale", "gpunode-lock-held") or _END not in output:
         if keeper is not None:
@@ -178,23 +238,32 @@ def _try(conn: Connection, info: str) -> tuple[str, str, str, Held | None, list[
     if state == "held" and keeper is not None:
         keeper.release()
         keeper = None
-    return state, ours, other, keeper, removed
+    shown = None
+    if then is not None and state != "held":  # held: the script did not run `then` (nothing of it is used)
+        shown = Result(display(then), 0 if ended else (code if code not in (0, 75) else -1), then_text, stderr,
+                       timed_out and not ended)
+    return _Answer(state, ours, other, keeper, [line for line in removed_text.splitlines() if line], shown)
 
 
-def acquire(conn: Connection, command: str, timeout: float, note: Callable[[str], None] = lambda text: None) -> Lock:
+def acquire(conn: Connection, command: str, timeout: float, note: Callable[[str], None] = lambda text: None,
+            then: Script | None = None, then_timeout: float = 0.0) -> Lock:
     """Take the node's lock, waiting up to `timeout` seconds while another run holds it; NodeLocked (exit 2)
-    naming the holder when it is still held then. A stale lock (its keeper gone) is taken over, with a note."""
+    naming the holder when it is still held then. A stale lock (its keeper gone) is taken over, with a note.
+    `then`, a read-only script (the RUN probe's first part), runs as root in the same command once the lock is
+    taken: one round trip for both, `then_timeout` seconds more for it. A try that finds the lock held does not
+    run it (nothing of that try is used); its output is `Lock.then`."""
     info = _me(command)
     deadline = time.monotonic() + timeout
     announced = False
     while True:
-        state, ours, other, keeper, removed = _try(conn, info)
-        if state != "held":
-            stale = Holder.parse(other) if state == "stale" else None
+        answer = _try(conn, info, then, then_timeout)
+        if answer.state != "held":
+            stale = Holder.parse(answer.other) if answer.state == "stale" else None
             if stale is not None:
                 note(f"took over a stale gpunode lock (its run is gone from the node): {stale.describe()}")
-            return Lock(conn, "" if keeper is not None else ours, keeper, stale, removed)
-        holder = Holder.parse(other)
+            return Lock(conn, "" if answer.keeper is not None else answer.ours, answer.keeper, stale, answer.removed,
+                        answer.then)
+        holder = Holder.parse(answer.other)
         left = deadline - time.monotonic()
         if left <= 0:
             raise NodeLocked(f"{conn.name}: another gpunode run holds the node: {holder.describe()}"
@@ -213,17 +282,15 @@ def acquire(conn: Connection, command: str, timeout: float, note: Callable[[str]
 
 
 @contextmanager
-def held(conn: Connection, command: str, timeout: float, note: Callable[[str], None] = lambda text: None
-         ) -> Iterator[Lock]:
+def held(conn: Connection, command: str, timeout: float, note: Callable[[str], None] = lambda text: None,
+         then: Script | None = None, then_timeout: float = 0.0) -> Iterator[Lock]:
     """The node's lock for the duration of the block, released on every way out of it (errors, Ctrl-C,
-    SIGTERM). Once it is held, the temp files an earlier run left behind are removed (no other run is active).
-    A release that fails (the connection is gone) leaves a lock the next run finds stale."""
-    lock = acquire(conn, command, timeout, note)
+    SIGTERM). Taking it removes the temp files an earlier run left behind (no other run is active) and runs
+    `then` (see `acquire`). A release that fails (the connection is gone) leaves a lock the next run finds stale."""
+    lock = acquire(conn, command, timeout, note, then, then_timeout)
     try:
-        # no other run is active now: what a run killed hard left in the temp places is stale
-        gone = lock.removed if lock.removed is not None else conn.remove_stale_temp(STALE_PLACES)
-        if gone:
-            note(f"removed {len(gone)} temporary file(s) an earlier run left behind: {', '.join(gone)}")
+        if lock.removed:
+            note(f"removed {len(lock.removed)} temporary file(s) an earlier run left behind: {', '.join(lock.removed)}")
         yield lock
     finally:
         with cancel.bind(cancel.CancelToken()):  # released even after a hard abort

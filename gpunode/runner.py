@@ -12,14 +12,14 @@ import functools
 import logging
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from gpunode import SCHEMA_VERSION, __version__, cancel, fixes, nodelock, preflight
 from gpunode.connection.base import Connection
 from gpunode.errors import CommandError, ConnectError, GpunodeError
-from gpunode.facts import Facts, gather
+from gpunode.facts import PROBE_TIMEOUT, Facts, first_probe, gather
 from gpunode.facts.containers import journal_text
 from gpunode.options import Options
 from gpunode.plan import Action, Reboot, Status, StepPlan
@@ -276,16 +276,26 @@ def apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
     Progress is recorded in the node's journal (gpunode/journal.py) unless `journal` is False. The whole run
     holds the node's lock (gpunode/nodelock.py): one gpunode run at a time changes a node."""
     shown = reporter or NullReporter()
-    with nodelock.held(conn, "install " + " ".join(s.name for s in steps), options.lock_timeout,
-                       lambda text: shown.message(conn.name, text)):
-        return _apply_pipeline(conn, steps, options, shown, journal=journal)
+    with locked(conn, "install " + " ".join(s.name for s in steps), options, shown) as (lock, facts):
+        return _apply_pipeline(conn, steps, options, shown, facts, lock, journal=journal)
 
 
-def _apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
-                    reporter: Reporter | None = None, *, journal: bool = True) -> RunReport:
-    reporter = reporter or NullReporter()
+@contextlib.contextmanager
+def locked(conn: Connection, command: str, options: Options, reporter: Reporter
+           ) -> Iterator[tuple[nodelock.Lock, Facts]]:
+    """The node's lock for the block (nodelock.held: released on every way out) and the facts of the probe that
+    ran in the same command once the lock was taken: a run that changes a node starts with one round trip.
+    For install and `gpunode uninstall` (gpunode/undo/engine.py)."""
+    first = first_probe()
+    with nodelock.held(conn, command, options.lock_timeout, lambda text: reporter.message(conn.name, text),
+                       first.script, PROBE_TIMEOUT) as lock:
+        assert lock.then is not None  # given a script, a taken lock has its output
+        yield lock, gather(conn, first=(first, lock.then))
+
+
+def _apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options, reporter: Reporter, facts: Facts,
+                    lock: nodelock.Lock, *, journal: bool = True) -> RunReport:
     report = RunReport(conn.name, "install")
-    facts = gather(conn)
     report.node, report.facts = facts.summary(), facts
     reporter.node(conn.name, facts)
     record = Journal(conn, "install " + " ".join(s.name for s in steps), journal_text(facts)) if journal else None
@@ -309,7 +319,7 @@ def _apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
             # one bounded write, even after a hard abort (which stops every other remote command): the record
             # of how the run ended is what the next run and `gpunode status` go by
             with cancel.bind(cancel.CancelToken()):
-                record.finish(journal_status(report))
+                record.finish(journal_status(report), lock)  # the lock's release rides on its last write
             if record.error:
                 reporter.message(conn.name, f"warning: {record.error}")
     return report

@@ -14,7 +14,9 @@ from gpunode import __version__
 from gpunode.connection.base import Connection
 from gpunode.errors import GpunodeError
 from gpunode.journal import JOURNAL_PATH, KEEP_RUNS, journal_from, to_json
+from gpunode.nodelock import Lock
 from gpunode.records import UndoRecord
+from gpunode.shell import Script
 
 
 def _now() -> str:
@@ -127,20 +129,28 @@ class Journal:
             self.begun = True
             self.data["runs"] = [*self.data["runs"], self.run][-KEEP_RUNS:]
 
-    def finish(self, status: str) -> None:
+    def finish(self, status: str, lock: Lock | None = None) -> None:
+        """Record how the run ended (when it wrote anything at all). `lock`: the node's lock, released by the same
+        command as this write, one round trip for both (a run that wrote nothing leaves it to Lock.release)."""
         if self.begun or self._unsaved:
             self.run["status"] = status
             self.run["finished"] = _now()
-            self._save()
+            unlock = lock.unlock() if lock is not None else None
+            if self._save(unlock) and lock is not None and unlock is not None:
+                lock.carried()
 
-    def _save(self) -> None:
-        """Best effort: the journal is a record, so failing to write it never fails the run itself."""
+    def _save(self, then: Script | None = None) -> bool:
+        """Best effort: the journal is a record, so failing to write it never fails the run itself (a failure is
+        kept in `error`, for the run to show as a warning). True when the write succeeded, and so `then` (run after
+        it in the same command) ran too; after a failure whether it ran is not always known."""
         if self._batching:
             self._unsaved = True
-            return
+            return False
         self._unsaved = False
         try:
-            self.conn.write_file(JOURNAL_PATH, to_json(self.data), mode=0o644, backup=False)
+            self.conn.write_file(JOURNAL_PATH, to_json(self.data), mode=0o644, backup=False, then=then)
             self.error = None
         except GpunodeError as exc:
             self.error = f"could not update {JOURNAL_PATH}: {exc.message}"
+            return False
+        return True

@@ -71,24 +71,55 @@ def test_status_says_when_a_run_holds_the_node(monkeypatch):
     assert data["lock"]["command"] == "gpunode install driver"
 
 
-@pytest.mark.parametrize("shell", [s for s in ("dash", "bash", "busybox") if shutil.which(s)])
-def test_taking_the_lock_removes_the_stale_temp_files_in_the_same_command(tmp_path, shell):
+SHELLS = [s for s in ("dash", "bash", "busybox") if shutil.which(s)]
+
+
+def _sh(shell: str) -> list[str]:
+    return [shell, "sh"] if shell == "busybox" else [shell]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_taking_the_lock_removes_the_stale_temp_files_and_runs_then_in_the_same_command(tmp_path, shell):
     # the lock's own script (run here in a real shell, on paths under tmp_path) removes what a run killed hard left
-    # behind, once it holds the lock, and lists it after the end marker: no round trip of its own
+    # behind, once it holds the lock, lists it after the end marker, then runs the script it carries (the probe,
+    # in a fresh shell state: no positional parameters, none of the lock's variables, stdin from /dev/null)
     work, lib = tmp_path / "var-tmp", tmp_path / "lib"
     work.mkdir()
     (work / "gpunode.abcdef").mkdir()
     (work / ".gpunode-upload.123456").write_text("part")
     (work / "someone-else.txt").write_text("")
-    argv = [*([shell, "sh"] if shell == "busybox" else [shell]), "-c", nodelock._LOCK, "node-lock",
-            str(lib / "run.lock"), "command=gpunode install", "once", str(work), str(lib)]
-    taken = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    then = 'echo "args=$# lock=${lock-unset} me=${me-unset}"; cat; echo probed'
+    argv = [*_sh(shell), "-c", nodelock.lock_script(then), "node-lock", str(lib / "run.lock"),
+            "command=gpunode install", "once", "MARK", str(work), str(lib)]
+    taken = subprocess.run(argv, capture_output=True, text=True, timeout=60, input="not for the probe\n")
     assert taken.returncode == 0 and taken.stdout.startswith("gpunode-lock-taken\n")
-    removed = taken.stdout.split("gpunode-lock-end\n", 1)[1].splitlines()
-    assert sorted(removed) == [f"{work}/.gpunode-upload.123456", f"{work}/gpunode.abcdef"]
+    removed, _, then_out = taken.stdout.split("gpunode-lock-end\n", 1)[1].partition("MARK begin\n")
+    assert sorted(removed.splitlines()) == [f"{work}/.gpunode-upload.123456", f"{work}/gpunode.abcdef"]
+    assert then_out == "args=0 lock=unset me=unset\nprobed\nMARK end\n"
     assert sorted(p.name for p in work.iterdir()) == ["someone-else.txt"] and (lib / "run.lock").is_symlink()
-    # while another run holds the lock, its temp files are not stale: nothing is removed
+    # while another run holds the lock, its temp files are not stale: nothing is removed, and `then` never runs
     (work / "gpunode.ghijkl").mkdir()
     held = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert held.returncode == 75 and held.stdout.startswith("gpunode-lock-held\n")
     assert held.stdout.endswith("gpunode-lock-end\n") and (work / "gpunode.ghijkl").is_dir()
+    assert "probed" not in held.stdout
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_keeper_runs_then_before_its_end_marker_and_removes_the_lock_when_its_input_ends(tmp_path, shell):
+    lock = tmp_path / "lib" / "run.lock"
+    argv = [*_sh(shell), "-c", nodelock.lock_script("echo probed"), "node-lock", str(lock), "command=gpunode install",
+            "keep", "MARK", str(tmp_path)]
+    keeper = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert keeper.stdout is not None
+        lines = []
+        while not lines or lines[-1] != "MARK end\n":
+            lines.append(keeper.stdout.readline())
+        assert lines[0] == "gpunode-lock-taken\n" and lines[-3:] == ["MARK begin\n", "probed\n", "MARK end\n"]
+        assert lock.is_symlink() and keeper.poll() is None  # the lock is kept while the input is open
+        keeper.communicate("", timeout=30)
+    finally:
+        if keeper.poll() is None:
+            keeper.kill()
+    assert keeper.returncode == 0 and not lock.is_symlink()

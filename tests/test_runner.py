@@ -188,6 +188,7 @@ def test_a_journal_that_cannot_be_written_does_not_fail_the_run():
     report = apply_pipeline(conn, PIPELINE, Options(), Recorder())
     assert report.outcomes[0].result == "changed" and report.exit_code == 0
     assert any("could not update /var/lib/gpunode/journal.json" in m for m in messages)
+    assert node.node_lock is None  # the release the failed write may not have carried ran on its own
 
 
 # -- interrupts and honest final states ---------------------------------------------------------------------
@@ -221,6 +222,7 @@ def test_ctrl_c_between_actions_stops_at_the_safe_point_and_the_journal_says_int
     assert {o.result for o in report.outcomes[1:]} == {"not-run"}
     run = _journal_run(node)
     assert run["status"] == "interrupted" and run["steps"][0]["result"] == "interrupted"
+    assert node.node_lock is None and node.calls[-1][3] == "gpunode-write-file"  # released by that last write
 
 
 def test_ctrl_c_before_a_step_starts_nothing_on_the_node():
@@ -234,6 +236,7 @@ def test_ctrl_c_before_a_step_starts_nothing_on_the_node():
     assert [o.result for o in caught.value.report.outcomes] == ["not-run"] * len(PIPELINE)
     assert "stopped before step nouveau" in (caught.value.report.outcomes[0].error or "")
     assert node.changing_calls() == [] and node.files == {}
+    assert node.node_lock is None and node.lock_takes == 1
 
 
 def test_a_failed_step_keeps_its_error_fix_in_the_report_and_json():
@@ -372,3 +375,121 @@ def test_a_query_the_node_refuses_stops_install_before_the_first_change():
     outcome = report.outcomes[0]
     assert outcome.result == "blocked" and "E: Version '1' for 'x' was not found" in (outcome.error or "")
     assert node.changing_calls() == [] and report.exit_code != 0
+
+
+# -- the node lock folded into the run's round trips (gpunode/nodelock.py) ------------------------------------
+
+def _sent(node: FakeNode, since: int) -> list[str]:
+    """The commands sent since `since`, by script name (`sh -c BODY gpunode-NAME`) or program."""
+    return [c[3] if c[:2] == ["sh", "-c"] else c[0] for c in node.calls[since:]]
+
+
+class _Messages(runner.NullReporter):
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def message(self, host, text):
+        self.texts.append(text)
+
+
+def test_a_converged_install_sends_two_commands_the_lock_with_the_probe_and_the_release():
+    node = gpu_node()
+    conn = FakeConnection(node)
+    apply_pipeline(conn, PIPELINE, Options())  # converges the node
+    before = len(node.calls)
+    again = apply_pipeline(conn, PIPELINE, Options())
+    assert again.exit_code == 0 and {o.result for o in again.outcomes} == {"ok"}
+    assert _sent(node, before) == ["gpunode-node-lock", "gpunode-node-unlock"]
+    lock_script = node.calls[before][2]
+    assert 'echo "@' in lock_script and "@begin os_release" in lock_script  # the RUN probe rides on the lock
+    assert lock_script.index("ln -s") < lock_script.index("@begin os_release")  # ... once the lock is taken
+    assert again.facts is not None and again.facts.boot_id == node.boot_id  # and its answer is what was planned from
+    assert node.node_lock is None and node.lock_takes == 2
+
+
+def test_the_journals_last_write_carries_the_release():
+    node = gpu_node()
+    conn = FakeConnection(node)
+    conn.run(["true"], sudo=True)  # root learned: only the run's own commands below
+    report = apply_pipeline(conn, PIPELINE, Options())
+    assert report.exit_code == 0 and report.outcomes[0].result == "changed"
+    last = node.calls[-1]
+    assert last[3] == "gpunode-write-file" and last[4] == "/var/lib/gpunode/journal.json"
+    assert last[-2] == "/var/lib/gpunode/run.lock" and last[-1].startswith(f"gpunode-lock pid=- boot={node.boot_id}\n")
+    assert "gpunode-node-unlock" not in _sent(node, 0)  # no round trip of its own
+    assert _journal_run(node)["status"] == "done" and node.node_lock is None
+
+
+def test_a_held_lock_runs_no_probe_waits_and_fails_naming_the_holder():
+    from gpunode import nodelock
+
+    node = gpu_node()
+    other = nodelock.acquire(FakeConnection(node), "install driver", 0)
+    conn = FakeConnection(node, name="gpu-01")
+    before = len(node.calls)
+    with pytest.raises(nodelock.NodeLocked) as caught:
+        apply_pipeline(conn, PIPELINE, Options(lock_timeout=0))
+    assert caught.value.exit_code == 2
+    assert caught.value.message.startswith("gpu-01: another gpunode run holds the node: `gpunode install driver`")
+    assert "--lock-timeout" in (caught.value.fix or "")
+    assert [c for c in _sent(node, before) if c != "id"] == ["gpunode-node-lock"]  # nothing else: no probe, no write
+    assert node.node_lock == other.text and node.files == {}
+
+
+def test_a_run_waits_for_the_holder_and_plans_only_from_the_probe_that_ran_with_the_lock(monkeypatch):
+    from gpunode import cancel, nodelock
+
+    node = gpu_node()
+    other = nodelock.acquire(FakeConnection(node), "uninstall", 0)
+    node.modules.add("nouveau")  # what the holder's run would see; it is gone by the time ours probes
+    slept = []
+
+    def sleep(seconds):
+        slept.append(seconds)
+        node.modules.discard("nouveau")  # the holder finishes its work ...
+        other.release()  # ... and lets go
+        return False
+
+    monkeypatch.setattr(cancel, "sleep", sleep)
+    shown = _Messages()
+    before = len(node.calls)
+    report = apply_pipeline(FakeConnection(node), PIPELINE, Options(lock_timeout=60), shown)
+    assert slept and any(t.startswith("waiting up to 60s for another gpunode run on this node: ") for t in shown.texts)
+    assert [c for c in _sent(node, before) if c.startswith("gpunode-node-lock")] == ["gpunode-node-lock"] * 2
+    assert "nouveau" not in report.facts.modules  # type: ignore[union-attr]  # the second try's probe
+    assert node.node_lock is None
+
+
+def test_a_stale_lock_is_taken_over_with_a_note_and_released():
+    from gpunode import nodelock
+
+    node = gpu_node()
+    nodelock.acquire(FakeConnection(node), "install everything", 0)  # never released: that run died
+    node.reboot()
+    shown = _Messages()
+    report = apply_pipeline(FakeConnection(node), PIPELINE, Options(), shown)
+    assert report.error is None and report.exit_code == 3  # the blacklist waits for a reboot (no --reboot)
+    assert any(t.startswith("took over a stale gpunode lock (its run is gone from the node): `gpunode install "
+                            "everything` since ") for t in shown.texts)
+    assert node.node_lock is None
+
+
+def test_the_lock_is_released_when_the_probe_with_it_is_cut_short(monkeypatch):
+    from gpunode.errors import CommandError
+
+    node = gpu_node()
+    monkeypatch.setattr(FakeConnection, "_probe", lambda self, script: "")  # the probe printed nothing
+    with pytest.raises(CommandError, match="the fact probe printed nothing usable"):
+        apply_pipeline(FakeConnection(node), PIPELINE, Options())
+    assert node.node_lock is None and node.lock_takes == 1
+
+
+def test_the_lock_is_released_after_a_bug(monkeypatch):
+    node = gpu_node()
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(runner, "run_steps", boom)
+    report = apply_pipeline(FakeConnection(node), PIPELINE, Options())
+    assert report.error and node.node_lock is None

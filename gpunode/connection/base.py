@@ -183,7 +183,8 @@ TEMP_PARENT = "/var/tmp"  # where private work directories (driver uploads) are 
 # The temp files and directories gpunode itself makes (the receive script's `.gpunode-KIND.XXXXXX` beside a
 # destination, make_private_dir's `gpunode.XXXXXX`) that a run killed hard (SIGKILL, a lost node) can leave
 # behind, in the places they go: the work directory's parent and the journal's directory. Prints each removed.
-_STALE_TEMP = Script(name="stale-temp", body=r"""for d; do
+# Run by the node lock's script once it has taken the lock (gpunode/nodelock.py): then no other run is active.
+STALE_TEMP_BODY = r"""for d; do
   [ -d "$d" ] || continue
   for p in "$d"/gpunode.?????? "$d"/.gpunode-upload.?????? "$d"/.gpunode-tmp.??????; do
     [ -e "$p" ] || [ -L "$p" ] || continue
@@ -191,8 +192,7 @@ _STALE_TEMP = Script(name="stale-temp", body=r"""for d; do
   done
 done
 true
-""")
-STALE_TEMP_BODY = _STALE_TEMP.body  # also run by the node lock's script, once it has taken the lock (nodelock.py)
+"""
 
 
 # df -P of a path: one line "FILESYSTEM 1024-BLOCKS USED AVAILABLE CAPACITY MOUNTED-ON" (the name may hold blanks
@@ -470,13 +470,18 @@ class Connection(ABC):
         return result.stdout
 
     def write_file(self, path: str, content: str | bytes, *, mode: int = 0o644, sudo: bool = True,
-                   backup: bool = True) -> WriteOutcome:
+                   backup: bool = True, then: Script | None = None) -> WriteOutcome:
         """Atomically replace `path` (or a symlink's target), keeping the previous content as
-        `path.gpunode-bak.<time>`. Nothing changes unless every byte arrived intact."""
+        `path.gpunode-bak.<time>`. Nothing changes unless every byte arrived intact. `then` runs after the write
+        in the same command, whatever the write's outcome (its output is dropped, the write's status is kept):
+        the node lock's release after the journal's last write (gpunode/nodelock.py Lock.unlock)."""
         data = content.encode() if isinstance(content, str) else content
         digest = hashlib.sha256(data).hexdigest()
-        script = Script(_WRITE_FILE.body, (path, f"{mode:o}", "1" if backup else "0", str(len(data)), digest),
-                        _WRITE_FILE.name)
+        args = (path, f"{mode:o}", "1" if backup else "0", str(len(data)), digest)
+        script = Script(_WRITE_FILE.body, args, _WRITE_FILE.name)
+        if then is not None:
+            script = Script(f"(\n{_WRITE_FILE.body}); gpunode_w=$?; shift {len(args)}\n(\n{then.body}\n) >/dev/null 2>&1\n"
+                            "exit $gpunode_w\n", (*args, *then.args), _WRITE_FILE.name)
         try:
             result = self.run(script, sudo=sudo, stdin=data, timeout=120)
         except ConnectError as exc:
@@ -489,12 +494,6 @@ class Connection(ABC):
             return WriteOutcome(False, None)
         written = result.stdout.split("gpunode-written", 1)[-1].strip()
         return WriteOutcome(True, written or None)
-
-    def remove_stale_temp(self, directories: tuple[str, ...]) -> list[str]:
-        """Remove the temp files and work directories gpunode left in `directories` (a run killed mid-upload);
-        only safe while no other gpunode run is active on the node (gpunode/nodelock.py). Returns what went."""
-        result = self.run(Script(_STALE_TEMP.body, directories, _STALE_TEMP.name), sudo=True, timeout=120)
-        return [line for line in result.stdout.splitlines() if line] if result.ok else []
 
     def disk_free(self, path: str) -> DiskFree | None:
         """The filesystem `path` is on and its free space (None when df cannot say)."""

@@ -51,7 +51,7 @@ from gpunode.facts.registry import (
 from gpunode.facts.transaction import A, Query
 from gpunode.shell import Script
 
-__all__ = ["FULL", "RUN", "Facts", "gather", "facts_from_probe_output", "bake", "containers", "driver", "fabric", "health", "holders",
+__all__ = ["FULL", "RUN", "Facts", "FirstProbe", "first_probe", "gather", "facts_from_probe_output", "bake", "containers", "driver", "fabric", "health", "holders",
            "k8s", "kernel",
            "nodesettings", "packages", "system", "virt"]
 
@@ -246,37 +246,68 @@ def facts_from_probe_output(output: str, nonce: str, probe: str = FULL) -> Facts
     return facts_from_sections(split_sections(output, nonce), nonce, probe)
 
 
-def gather(conn: Connection, probe: str = RUN, *, at_once: bool = False) -> Facts:
+@dataclass(frozen=True)
+class FirstProbe:
+    """gather's first round trip, for a caller that runs its script inside a command of its own (the node lock's:
+    gpunode/nodelock.py, so an install's first look costs no round trip of its own); `gather(conn, first=(this,
+    the Result))` parses it. Its script runs as root and takes no arguments."""
+
+    script: Script
+    nonce: str
+    probe: str
+    part: str
+
+
+def first_probe(probe: str = RUN, *, at_once: bool = False) -> FirstProbe:
+    part = CHECK if probe == RUN and not at_once else ALL
+    script, nonce = build_probe(probe=probe, part=part)
+    return FirstProbe(script, nonce, probe, part)
+
+
+def gather(conn: Connection, probe: str = RUN, *, at_once: bool = False,
+           first: tuple[FirstProbe, Result] | None = None) -> Facts:
     """Run the probe on the node and parse it. The probe only reads; it runs as root when root is available
     (root-only configs such as a 0600 containerd config.toml must not look empty), else as the login user.
     RUN (plan, install, uninstall, status) leaves out what only doctor and verify read (FULL): the package
     manager's upgrade simulation, nvidia-smi -q, the kernel log, ... and goes in two round trips: the CHECK part
     now, the LATE part (registry.LATE) only when a decision reads one of its facts (`at_once`: both in one, as
-    the probe was gathered before it had two parts; the benchmarks and the tests compare the two)."""
-    part = CHECK if probe == RUN and not at_once else ALL
-    sections, nonce, sudo = _probe(conn, probe, part, sudo=True)
+    the probe was gathered before it had two parts; the benchmarks and the tests compare the two).
+    `first`: the first round trip already ran, as root, in another command (`first_probe`): its output is parsed."""
+    as_root = {"sudo": True}  # the first round trip ran as root (else as the login user): so does the second
+    if first is None:
+        request = first_probe(probe, at_once=at_once)
+        sections = _probe(conn, request, as_root)
+    else:
+        request, result = first
+        sections = _parsed(conn, request, result)
+    probe, part, nonce = request.probe, request.part, request.nonce
     if part == ALL:
         return facts_from_sections(sections, nonce, probe)
     hung = any(s.status == HUNG for s in sections.values())
 
     def fetch() -> Mapping[str, Section]:
-        return _probe(conn, probe, LATE, sudo=sudo, hung=hung)[0]
+        return _probe(conn, FirstProbe(*build_probe(probe=probe, part=LATE, hung=hung), probe, LATE), as_root)
 
     return facts_from_sections(sections, nonce, probe, CHECK, Later({f.name for f in registered(probe, LATE)}, fetch))
 
 
-def _probe(conn: Connection, probe: str, part: str, *, sudo: bool, hung: bool = False
-           ) -> tuple[dict[str, Section], str, bool]:
-    """One round trip: the sections of `part` of `probe`, the nonce, and whether it ran as root."""
-    script, nonce = build_probe(probe=probe, part=part, hung=hung)
+def _probe(conn: Connection, request: FirstProbe, as_root: dict[str, bool]) -> dict[str, Section]:
+    """One round trip: the sections of the request's part of its probe, as root when `as_root["sudo"]` and root
+    is available, else as the login user (and `as_root["sudo"]` becomes False)."""
     result = None
-    if sudo:
+    if as_root["sudo"]:
         try:
-            result = conn.run(script, sudo=True, timeout=PROBE_TIMEOUT)
+            result = conn.run(request.script, sudo=True, timeout=PROBE_TIMEOUT)
         except CommandError:
-            sudo = False
+            as_root["sudo"] = False
     if result is None:
-        result = conn.run(script, timeout=PROBE_TIMEOUT)
+        result = conn.run(request.script, timeout=PROBE_TIMEOUT)
+    return _parsed(conn, request, result)
+
+
+def _parsed(conn: Connection, request: FirstProbe, result: Result) -> dict[str, Section]:
+    """The sections of one round trip's output; an error when it printed nothing usable or stopped short."""
+    probe, part, nonce = request.probe, request.part, request.nonce
     sections = split_sections(result.stdout, nonce)
     first = system.OS_RELEASE.section if part != LATE else next(iter(all_sections(probe, part)), None)
     if first is not None and first not in sections and not result.timed_out:
@@ -284,7 +315,7 @@ def _probe(conn: Connection, probe: str, part: str, *, sudo: bool, hung: bool = 
                            fix="check that the node has a POSIX /bin/sh and core utilities",
                            stdout=result.stdout, stderr=result.stderr)
     _check_complete(conn.name, result, sections, nonce, probe, part)
-    return sections, nonce, sudo
+    return sections
 
 
 def ask(conn: Connection, facts: Facts, queries: Sequence[Query[Any]]) -> Facts:

@@ -26,6 +26,7 @@ from gpunode.runner import (
     RunReport,
     StepOutcome,
     journal_status,
+    locked,
     plan_steps,
     run_steps,
 )
@@ -156,16 +157,14 @@ def uninstall(conn: Connection, request: UndoRequest, options: Options, reporter
     """Undo the journal's records; all but a dry run hold the node's lock (gpunode/nodelock.py) throughout."""
     shown = reporter or NullReporter()
     if dry_run:
-        return _uninstall(conn, request, options, shown, dry_run=True, command=command)
-    with nodelock.held(conn, command, options.lock_timeout, lambda text: shown.message(conn.name, text)):
-        return _uninstall(conn, request, options, shown, command=command)
+        return _uninstall(conn, request, options, shown, gather(conn), None, dry_run=True, command=command)
+    with locked(conn, command, options, shown) as (lock, facts):
+        return _uninstall(conn, request, options, shown, facts, lock, command=command)
 
 
-def _uninstall(conn: Connection, request: UndoRequest, options: Options, reporter: Reporter | None = None, *,
-               dry_run: bool = False, command: str = "uninstall") -> RunReport:
-    reporter = reporter or NullReporter()
+def _uninstall(conn: Connection, request: UndoRequest, options: Options, reporter: Reporter, facts: Facts,
+               lock: nodelock.Lock | None, *, dry_run: bool = False, command: str = "uninstall") -> RunReport:
     report = RunReport(conn.name, UNINSTALL_DRY_RUN if dry_run else UNINSTALL_MODE)
-    facts = gather(conn)
     text = journal_text(facts)  # the probe read it: no second read
     journal = journal_from(conn, text)
     records, ignored = scope.within(active_records(journal))
@@ -216,5 +215,5 @@ def _uninstall(conn: Connection, request: UndoRequest, options: Options, reporte
         if legacy and report.exit_code in (0, 3):
             record.start_undo_records()
         with cancel.bind(cancel.CancelToken()):
-            record.finish(journal_status(report))
+            record.finish(journal_status(report), lock)  # the lock's release rides on its last write
     return report

@@ -14,7 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpunode.connection.base import Connection
+from gpunode.facts.containers import PENDING_RESTARTS
 from gpunode.facts.probe import COMMANDS, EFI_SECURE_BOOT_VAR, FILE_GROUPS, TOOLS, all_sections
+from gpunode.journal import JOURNAL_PATH
 
 Handler = Callable[["FakeNode", list[str], bytes], tuple[int, str, str]]
 
@@ -60,6 +62,7 @@ class FakeNode:
     reboots: int = 0
     initramfs_blacklist: bool = False  # whether the initramfs image carries a nouveau blacklist
     node_lock: str | None = None  # gpunode's node lock (gpunode/nodelock.py): the holder's text, None when free
+    lock_takes: int = 0  # how many times a run took it
 
     # -- state helpers ---------------------------------------------------------------------------------
     def tick(self) -> int:
@@ -140,7 +143,12 @@ class FakeConnection(Connection):
             if name == "read-file":
                 return (0, node.files[args[0]], "") if args[0] in node.files else (44, "", "")
             if name == "write-file":
-                return self._write(args[0], stdin.decode("utf-8", "surrogateescape"), args[2] == "1")
+                written = self._write(args[0], stdin.decode("utf-8", "surrogateescape"), args[2] == "1")
+                if len(args) > 5:  # the node lock's release carried at the end of the write (nodelock.Lock.unlock)
+                    _fake_node_unlock(self, args[5:], b"")
+                return written
+            if name == "node-lock":
+                return _fake_node_lock(self, args, argv[2])
             if name == "reboot":
                 node.reboot()
                 return 0, "", ""
@@ -242,6 +250,10 @@ def _section_renderers(node: FakeNode, nonce: str) -> dict[str, tuple[str, int]]
     }
     sections.update({f"files:{name}": (file_section(p), 0) for name, p in FILE_GROUPS.items()})
     sections.update({f"cmd:{name}": node.outputs.get(name, ("", 127)) for name in COMMANDS})
+    # the journal comes with the probe, as on a real node (facts/containers.JOURNAL): 3 when there is none
+    journal = node.files.get(JOURNAL_PATH)
+    if PENDING_RESTARTS.name not in node.outputs:
+        sections[f"cmd:{PENDING_RESTARTS.name}"] = (journal, 0) if journal is not None else ("", 3)
     return sections
 
 
@@ -393,8 +405,9 @@ def _fake_rm(conn: FakeConnection, argv: list[str], stdin: bytes) -> tuple[int, 
     return 0, "", ""
 
 
-def _fake_node_lock(conn: FakeConnection, args: list[str], stdin: bytes) -> tuple[int, str, str]:
-    """gpunode/nodelock.py's lock script without a keeper (this transport cannot keep a command running)."""
+def _fake_node_lock(conn: FakeConnection, args: list[str], script: str) -> tuple[int, str, str]:
+    """gpunode/nodelock.py's lock script without a keeper (this transport cannot keep a command running): once it
+    takes the lock, it removes the stale temp files and runs the probe it carries (between `MARK begin` / `end`)."""
     node = conn.node
     me = f"gpunode-lock pid=- boot={node.boot_id}\n{args[1]}"
     old, state = node.node_lock, "taken"
@@ -403,8 +416,11 @@ def _fake_node_lock(conn: FakeConnection, args: list[str], stdin: bytes) -> tupl
     if old is not None:  # taken in another boot: stale
         state = "stale"
     node.node_lock = me
-    removed = _fake_stale_temp(conn, args[3:], stdin)[1] if len(args) > 3 else ""  # the places to clean, once taken
-    return 0, f"gpunode-lock-{state}\n{me}\ngpunode-lock-other\n{old or ''}\ngpunode-lock-end\n{removed}", ""
+    node.lock_takes += 1
+    removed = _fake_stale_temp(conn, args[4:], b"")[1]  # the places to clean, once taken
+    probe = conn._probe(script) if "@begin" in script else ""
+    return 0, (f"gpunode-lock-{state}\n{me}\ngpunode-lock-other\n{old or ''}\ngpunode-lock-end\n{removed}"
+               f"{args[3]} begin\n{probe}{args[3]} end\n"), ""
 
 
 def _fake_node_unlock(conn: FakeConnection, args: list[str], stdin: bytes) -> tuple[int, str, str]:
@@ -426,7 +442,6 @@ def _fake_stale_temp(conn: FakeConnection, args: list[str], stdin: bytes) -> tup
 
 
 _SCRIPTS: dict[str, Callable[[FakeConnection, list[str], bytes], tuple[int, str, str]]] = {
-    "node-lock": _fake_node_lock,
     "node-unlock": _fake_node_unlock,
     "node-lock-read": _fake_node_lock_read,
     "stale-temp": _fake_stale_temp,

@@ -4,6 +4,7 @@ run leaves behind. On simulated nodes: real sshd, the node's own sh. See docs/re
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -15,6 +16,8 @@ from typer.testing import CliRunner
 
 from gpunode import nodelock
 from gpunode.cli import app
+from gpunode.connection.ssh import SSHConnection
+from gpunode.facts import first_probe, gather
 from gpunode.options import Options
 from gpunode.runner import NullReporter, apply_pipeline
 from gpunode.steps import PIPELINE
@@ -193,8 +196,8 @@ def test_of_two_runs_taking_over_one_stale_lock_only_one_takes_it(tmp_path):
     os.symlink(stale, lock)
 
     def take(owner: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["sh", "-c", nodelock._LOCK, "node-lock", str(lock), f"command=gpunode {owner}",
-                               str(os.getpid())], capture_output=True, text=True, timeout=30, check=False)
+        return subprocess.run(["sh", "-c", nodelock.lock_script(), "node-lock", str(lock), f"command=gpunode {owner}",
+                               str(os.getpid()), "MARK"], capture_output=True, text=True, timeout=30, check=False)
     (tmp_path / "run.lock.takeover").mkdir()  # another run is taking it over right now
     busy = take("second")
     assert busy.returncode == 75 and busy.stdout.startswith("gpunode-lock-held")
@@ -204,3 +207,49 @@ def test_of_two_runs_taking_over_one_stale_lock_only_one_takes_it(tmp_path):
     again = take("third")  # ... and the next takes the stale lock over
     assert again.returncode == 0 and again.stdout.startswith("gpunode-lock-stale"), again
     assert f"pid={os.getpid()} " in os.readlink(lock) and not (tmp_path / "run.lock.takeover").exists()
+
+
+def test_a_converged_install_over_ssh_sends_two_commands_the_lock_with_the_probe_and_the_release(sim_node,  # noqa: F811
+                                                                                                  monkeypatch):
+    """The node lock's command carries the RUN probe's first part (run once the lock is taken): a converged install
+    sends the lock with the probe, then the release, and nothing else (gpunode/nodelock.py)."""
+    node = container_node(sim_node)
+    assert install(node).exit_code == 0  # converges the node
+    sent: list[str] = []
+    real = SSHConnection._exec
+
+    def spy(self, line, stdin, timeout):  # type: ignore[no-untyped-def]
+        sent.append(line)
+        return real(self, line, stdin, timeout)
+
+    monkeypatch.setattr(SSHConnection, "_exec", spy)
+    result = install(node)
+    assert result.exit_code == 0, result.output
+    assert "changed" not in flat(result.output)
+    # each line is `... sh -c 'BODY' gpunode-NAME ARGS`: the script's name follows its quoted body
+    assert [re.findall(r"' (gpunode-[a-z-]+)", line)[-1] for line in sent] == ["gpunode-node-lock",
+                                                                              "gpunode-node-unlock"]
+    assert "@begin os_release" in sent[0] and sent[0].index("ln -s") < sent[0].index("@begin os_release")
+    assert not node.exists(LOCK)
+
+
+def test_where_the_connection_names_no_process_a_keeper_takes_the_lock_and_runs_the_probe(sim_node, monkeypatch):  # noqa: F811
+    """A connection with no process to name (lock_owner None) keeps the lock by a keeper command on a channel of its
+    own: it runs the probe once the lock is taken, prints its end marker, and removes the lock when let go."""
+    node = container_node(sim_node)
+    assert install(node).exit_code == 0
+    monkeypatch.setattr(SSHConnection, "lock_owner", lambda self: None)
+    with ssh(node) as conn:
+        first = first_probe()
+        with nodelock.held(conn, "install", 0, then=first.script, then_timeout=120) as lock:
+            assert lock.held is not None and lock.then is not None  # a keeper, and the probe's output
+            facts = gather(conn, first=(first, lock.then))
+            assert facts.boot_id == node.boot_id and facts.loaded_driver is not None
+            holder = nodelock.holder(conn)
+            assert holder is not None and holder.pid not in ("-", "?")  # the keeper's own pid
+            with ssh(node) as other, pytest.raises(nodelock.NodeLocked):
+                nodelock.acquire(other, "uninstall", 0)
+        deadline = time.monotonic() + 10
+        while node.exists(LOCK) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    assert not node.exists(LOCK)

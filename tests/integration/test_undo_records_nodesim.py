@@ -33,11 +33,13 @@ VARYING = ("id", "run", "time", "undone")
 # command of its own (7 of them), 32 since they ride in the command of the action they look around; 33 since the
 # probe runs in two round trips (issue 25): what only a change reads (the processes holding the GPUs, for
 # --stop-gpu-services) comes in a second one, which a converged run never sends; 32 since the stale temp-file
-# sweep runs in the command that takes the node lock.
-UPGRADE_COMMANDS = 32
+# sweep runs in the command that takes the node lock; 30 since the probe's first round trip runs in that command
+# too and the lock's release rides on the journal's last write (gpunode/nodelock.py).
+UPGRADE_COMMANDS = 30
 # uninstall --only runtime: 12 with a look-up command each time the step planned (2); 10 since the files the
-# probe reads come from its facts (the records name only daemon.json); 9 with the sweep in the lock's command.
-UNINSTALL_RUNTIME_COMMANDS = 9
+# probe reads come from its facts (the records name only daemon.json); 9 with the sweep in the lock's command;
+# 7 with the first probe in the lock's command and the release in the journal's last write.
+UNINSTALL_RUNTIME_COMMANDS = 7
 
 
 def records(node) -> list[dict]:
