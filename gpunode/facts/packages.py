@@ -143,8 +143,10 @@ def _show_units(units: tuple[str, ...], into: str, tmp: str = "") -> str:
     that cannot reach systemd: every unit with empty states, as before. `tmp` prefixes the helper variables."""
     names = " ".join(shlex.quote(u) for u in units)
     o, b, a, e, u = (tmp + v for v in ("o", "b", "a", "e", "u"))
-    field = (lambda var, key: f'case ${b} in *"\n{key}="*) {var}=${{{b}#*"\n{key}="}}; {var}=${{{var}%%"\n"*}} ;; '
-             'esac')
+
+    def field(var: str, key: str) -> str:  # var = the value of the block's line KEY=..., if it has one
+        return f'case ${b} in *"\n{key}="*) {var}=${{{b}#*"\n{key}="}}; {var}=${{{var}%%"\n"*}} ;; esac'
+
     return (f'{o}="\n$(systemctl show -p Id -p ActiveState -p UnitFileState {names} 2>/dev/null)"; {into}="\n"; '
             f'for {u} in {names}; do {a}=; {e}=; case ${o} in *"\nId="*) {o}=${{{o}#*"\nId="}}; '
             f'{b}=${{{o}%%"\nId="*}}; ' + field(a, "ActiveState") + "; " + field(e, "UnitFileState") + ' ;; esac; '
