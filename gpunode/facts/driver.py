@@ -15,6 +15,7 @@ from packaging.version import Version
 from gpunode import versions
 from gpunode.facts.containers import journal_text
 from gpunode.facts.kernel import MODPROBE_D, LoadedDriver, effective_modprobe_files, parse_modprobe_directives
+from gpunode.facts.packages import dpkg_status
 from gpunode.facts.registry import (
     HUNG,
     RELEASE,
@@ -375,11 +376,11 @@ SMI = command_section("driver_smi", (
     'printf "%s\\n" "$out" | head -n 20; exit $rc'
 ), parse_smi, module=_M)
 # a driver installed by the distribution's packages (never mixed with the .run): dpkg's `ii ` and `hi ` (install or
-# hold, ok, installed) of the driver's names, asked by name (two processes where the whole list took four)
+# hold, ok, installed) of the driver's names, asked by name: from the probe's one dpkg-query (packages.dpkg_status)
 PACKAGES = command("driver_packages", (
     'if command -v dpkg-query >/dev/null 2>&1; then '
-    'dpkg-query -W -f \'${db:Status-Abbrev} ${Package} ${Version}\\n\' \'nvidia*\' \'libnvidia*\' \'linux-modules-nvidia*\' '
-    '\'linux-objects-nvidia*\' \'cuda-drivers*\' libcuda1 \'firmware-nvidia*\' 2>/dev/null | sed -n "s/^[hi]i  //p"; '
+    + dpkg_status(("nvidia*", "libnvidia*", "linux-modules-nvidia*", "linux-objects-nvidia*", "cuda-drivers*",
+                   "libcuda1", "firmware-nvidia*"), 'case $st in [hi]"i ") printf "%s %s\\n" "$n" "$v" ;; esac') + '; '
     'elif command -v rpm >/dev/null 2>&1; then '
     'rpm -qa --qf "%{NAME} %{VERSION}-%{RELEASE}\\n" 2>/dev/null | '
     'grep -E "^(nvidia|kmod-nvidia|akmod-nvidia|xorg-x11-drv-nvidia|cuda-drivers|dkms-nvidia)"; fi; true'

@@ -107,22 +107,23 @@ FABRIC_STATE = command("fabric_state", (
 FABRICMANAGER_LOG = command("fabricmanager_log", (
     "tail -n 5 /var/log/fabricmanager.log"
 ), str.strip, module=_M, late=True)
+# Is an NVSwitch on the PCI bus (class 0x0680, NVIDIA's vendor id)? `found` says. The two facts below are read on
+# NVSwitch nodes only; elsewhere they fail (status 1, nothing printed: their parsers read that as nothing locked,
+# nothing offered) without leaving the probe's shell (they exited 3 from a subshell of their own before).
+_NVSWITCH = ("found=; for d in /sys/bus/pci/devices/*; do [ -r \"$d/class\" ] || continue; read v < \"$d/vendor\"; "
+             'read c < "$d/class"; [ "$v" = 0x10de ] && [ "${c%??}" = 0x0680 ] && found=1; done; ')
 # dnf/yum version locks as the plugin reports them (cache only, no metadata refresh), on NVSwitch nodes only
 VERSIONLOCKS = command("versionlocks", (
-    "found=; for d in /sys/bus/pci/devices/*; do [ -r \"$d/class\" ] || continue; read v < \"$d/vendor\"; "
-    'read c < "$d/class"; [ "$v" = 0x10de ] && [ "${c%??}" = 0x0680 ] && found=1; done; '
-    '[ -n "$found" ] || [ -d /proc/driver/nvidia-nvswitch ] || exit 3; '
-    "if command -v dnf >/dev/null 2>&1; then dnf -q -C versionlock list; "
-    "elif command -v yum >/dev/null 2>&1; then yum -q -C versionlock list; else exit 3; fi"
+    _NVSWITCH + "if [ -z \"$found\" ] && [ ! -d /proc/driver/nvidia-nvswitch ]; then false; "
+    "elif command -v dnf >/dev/null 2>&1; then dnf -q -C versionlock list; "
+    "elif command -v yum >/dev/null 2>&1; then yum -q -C versionlock list; else false; fi"
 ), parse_versionlock, module=_M)
 # fabric manager versions the configured repositories offer (local metadata only), on NVSwitch nodes only
 FM_AVAILABLE = command("fm_available", (
-    "found=; for d in /sys/bus/pci/devices/*; do [ -r \"$d/class\" ] || continue; read v < \"$d/vendor\"; "
-    'read c < "$d/class"; [ "$v" = 0x10de ] && [ "${c%??}" = 0x0680 ] && found=1; done; '
-    '[ -n "$found" ] || [ -d /proc/driver/nvidia-nvswitch ] || exit 3; '
-    "if command -v apt-cache >/dev/null 2>&1; then apt-cache policy " + " ".join(all_names("deb"))
-    + " 2>/dev/null; elif command -v dnf >/dev/null 2>&1; then dnf -q -C list --showduplicates "
-    + " ".join(all_names("rpm")) + " 2>/dev/null; "
+    _NVSWITCH + "if [ -z \"$found\" ] && [ ! -d /proc/driver/nvidia-nvswitch ]; then false; "
+    "elif command -v apt-cache >/dev/null 2>&1; then apt-cache policy " + " ".join(all_names("deb"))
+    + " 2>/dev/null; true; elif command -v dnf >/dev/null 2>&1; then dnf -q -C list --showduplicates "
+    + " ".join(all_names("rpm")) + " 2>/dev/null; true; "
     "elif command -v yum >/dev/null 2>&1; then yum -q -C list --showduplicates " + " ".join(all_names("rpm"))
-    + " 2>/dev/null; fi; true"
+    + " 2>/dev/null; true; fi"
 ), parse_available, module=_M)

@@ -177,8 +177,9 @@ def parse_refcounts(text: str) -> dict[str, tuple[int, tuple[str, ...]]]:
 
 # ---- the facts ---------------------------------------------------------------------------------------------------
 
-GPU_SERVICE_UNITS = command("gpu_services", "command -v systemctl >/dev/null 2>&1 || exit 3; "
-                            + unit_states(*SERVICE_NAMES), parse_units, module=_M)
+# without systemctl the units are unread (status 1, nothing printed; exit 3 from a subshell of its own before)
+GPU_SERVICE_UNITS = command("gpu_services", "if command -v systemctl >/dev/null 2>&1; then "
+                            + unit_states(*SERVICE_NAMES) + "; else false; fi", parse_units, module=_M)
 # one `ls -l` over every process's fd directory; then, for the few holding /dev/nvidia*, comm and cgroup
 # Without the driver loaded nothing can hold the GPU (a /dev/nvidia* node does not open, no container with a GPU
 # runs), and these are read only to replace or remove a loaded driver: then they scan nothing (a process each,

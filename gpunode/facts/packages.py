@@ -12,7 +12,7 @@ import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpunode.facts.registry import command, files
+from gpunode.facts.registry import command, files, shared
 from gpunode.facts.registry import text as raw_text
 
 _M = __name__.rsplit(".", 1)[-1]
@@ -134,17 +134,23 @@ def parse_units(text: str) -> dict[str, UnitState]:
     return units
 
 
-def _show_units(units: tuple[str, ...]) -> str:
-    """`UNIT<TAB>ActiveState<TAB>UnitFileState` for each unit, in the order given, from ONE `systemctl show` (two
-    `systemctl is-*` processes per unit before). Each unit's block starts with its Id= line (systemd prints Id
-    first; an alias shows its target's Id, hence by position, not by name). A unit that does not exist is
-    `inactive` with an empty file state, as is-active and is-enabled said; no systemctl, or one that cannot
-    reach systemd: every unit with empty states, as before."""
+def _show_units(units: tuple[str, ...], into: str, tmp: str = "") -> str:
+    """Shell that sets `into` to a newline, then `UNIT<TAB>ActiveState<TAB>UnitFileState` and a newline for each
+    unit, in the order given, from ONE `systemctl show` (two `systemctl is-*` processes per unit before), picked
+    out of its answer with the shell's own expansions (an awk before: a process). Each unit's block starts with its
+    Id= line (systemd prints Id first; an alias shows its target's Id, hence by position, not by name). A unit that
+    does not exist is `inactive` with an empty file state, as is-active and is-enabled said; no systemctl, or one
+    that cannot reach systemd: every unit with empty states, as before. `tmp` prefixes the helper variables."""
     names = " ".join(shlex.quote(u) for u in units)
-    return (f"systemctl show -p Id -p ActiveState -p UnitFileState {names} 2>/dev/null | "
-            f"awk -v units={shlex.quote(' '.join(units))} 'BEGIN {{ n = split(units, u, \" \") }} "
-            "/^Id=/ { i++ } /^ActiveState=/ { a[i] = substr($0, 13) } /^UnitFileState=/ { e[i] = substr($0, 15) } "
-            "END { for (k = 1; k <= n; k++) printf \"%s\\t%s\\t%s\\n\", u[k], a[k], e[k] }'")
+    o, b, a, e, u = (tmp + v for v in ("o", "b", "a", "e", "u"))
+
+    def field(var: str, key: str) -> str:  # var = the value of the block's line KEY=..., if it has one
+        return f'case ${b} in *"\n{key}="*) {var}=${{{b}#*"\n{key}="}}; {var}=${{{var}%%"\n"*}} ;; esac'
+
+    return (f'{o}="\n$(systemctl show -p Id -p ActiveState -p UnitFileState {names} 2>/dev/null)"; {into}="\n"; '
+            f'for {u} in {names}; do {a}=; {e}=; case ${o} in *"\nId="*) {o}=${{{o}#*"\nId="}}; '
+            f'{b}=${{{o}%%"\nId="*}}; ' + field(a, "ActiveState") + "; " + field(e, "UnitFileState") + ' ;; esac; '
+            f'{into}="${into}${u}\t${a}\t${e}\n"; done')
 
 
 # Several sections read unit states (the engines, the k8s units, the GPU services): where two of them are in one
@@ -158,10 +164,11 @@ _SHARED_ROWS = "gpunode_units"
 def unit_states(*units: str) -> str:
     """A snippet printing `UNIT<TAB>ActiveState<TAB>UnitFileState` for each unit, in the order given (see
     _show_units), from the probe's shared answer when there is one, else from its own `systemctl show`."""
-    pick = (f'for u in {" ".join(shlex.quote(u) for u in units)}; do case "${_SHARED_ROWS}" in '
-            f'*"\n$u\t"*) r=${{{_SHARED_ROWS}#*"\n$u\t"}}; printf "%s\\t%s\\n" "$u" "${{r%%"\n"*}}" ;; '
+    pick = (f'for u in {" ".join(shlex.quote(u) for u in units)}; do case "$x" in '
+            '*"\n$u\t"*) r=${x#*"\n$u\t"}; printf "%s\\t%s\\n" "$u" "${r%%"\n"*}" ;; '
             '*) printf "%s\\t\\t\\n" "$u" ;; esac; done')
-    snippet = f'if [ -n "${{{_SHARED_ROWS}_set}}" ]; then {pick}; else {_show_units(units)}; fi'
+    snippet = (f'if [ -n "${{{_SHARED_ROWS}_set}}" ]; then x=${_SHARED_ROWS}; else {_show_units(units, "x")}; fi; '
+               + pick)
     _SHOWN[snippet] = units
     return snippet
 
@@ -174,7 +181,7 @@ def shared_units(snippets: Iterable[str]) -> str | None:
     if len(wanted) < 2:
         return None
     union = tuple(dict.fromkeys(u for units in wanted for u in units))
-    return f'{_SHARED_ROWS}="\n$({_show_units(union)})\n"; {_SHARED_ROWS}_set=1'
+    return f'{_show_units(union, _SHARED_ROWS, "gpunode_")}; {_SHARED_ROWS}_set=1'
 
 
 def unit(units: Mapping[str, UnitState], name: str) -> UnitState:
@@ -242,11 +249,38 @@ PACKAGE_SOURCES = files("package_sources", ("/etc/apt/sources.list", "/etc/apt/s
                                             "/etc/apt/sources.list.d/*.sources", "/etc/yum.repos.d/*.repo",
                                             "/etc/zypp/repos.d/*.repo"), module=_M)
 PACKAGE_LOCKS = files("package_locks", (*VERSIONLOCK_FILES, ZYPP_LOCKS), module=_M)
+# ---- dpkg's status of the driver's packages, asked once per probe ----------------------------------------------
+# Two sections of the RUN probe read dpkg's status of NVIDIA's packages (PKG_STATUS here, driver.PACKAGES), each
+# for its own names and in its own form. ONE `dpkg-query` for the names of both (DPKG_NAMES) is asked once per probe
+# (registry.SHARED); each section picks its lines out of that answer with the shell's own expansions (no process),
+# in dpkg's order (by package name, each package once, whatever the order of the patterns). A section run alone
+# asks dpkg-query itself, for the same names, and picks the same way. The exact names stand before the glob that
+# also matches them, so each package matches as it did when its section asked for it alone.
+DPKG_NAMES = ("nvidia*", "libnvidia*", "cuda-drivers*", "libcuda1", "firmware-nvidia-gsp", "firmware-nvidia*",
+              "linux-modules-nvidia*", "linux-objects-nvidia*")
+_DPKG_QUERY = ("dpkg-query -W -f='${db:Status-Abbrev}\t${Package}\t${Version}\n' "
+               + " ".join(shlex.quote(n) for n in DPKG_NAMES) + " 2>/dev/null")
+_DPKG_ROWS = shared("gpunode_dpkg_set", "gpunode_dpkg_set=; if command -v dpkg-query >/dev/null 2>&1; then "
+                    f"gpunode_dpkg=$({_DPKG_QUERY}); gpunode_dpkg_set=1; fi")
+
+
+def dpkg_status(names: tuple[str, ...], emit: str) -> str:
+    """Shell that runs `emit` for each package dpkg knows whose name matches one of `names` (globs, each one of
+    DPKG_NAMES), in dpkg's order, with $l the line `STATUS<TAB>NAME<TAB>VERSION`, $st the status abbreviation
+    (3 characters: `ii `), $n the name, $v the version. For a node with dpkg-query."""
+    unknown = set(names) - set(DPKG_NAMES)
+    if unknown:
+        raise ValueError(f"dpkg_status: {sorted(unknown)} not in packages.DPKG_NAMES (the names asked once)")
+    return (f'if [ -n "${_DPKG_ROWS}" ]; then d=$gpunode_dpkg; else d=$({_DPKG_QUERY}); fi; '
+            'while [ -n "$d" ]; do l=${d%%"\n"*}; d=${d#"$l"}; d=${d#"\n"}; st=${l%%"\t"*}; n=${l#*"\t"}; '
+            f'v=${{n#*"\t"}}; n=${{n%%"\t"*}}; case $n in {"|".join(names)}) {emit} ;; esac; done')
+
+
 # installed packages as "STATUS<TAB>NAME<TAB>VERSION"; a dpkg status starting with "h" is an apt-mark hold
 PKG_STATUS = command("pkg_status", (
     "if command -v dpkg-query >/dev/null 2>&1; then "
-    "dpkg-query -W -f='${db:Status-Abbrev}\\t${Package}\\t${Version}\\n' 'nvidia*' 'libnvidia*' "
-    "'cuda-drivers*' 'libcuda1' 'firmware-nvidia-gsp' 'linux-modules-nvidia*' 2>/dev/null; "
+    + dpkg_status(("nvidia*", "libnvidia*", "cuda-drivers*", "libcuda1", "firmware-nvidia-gsp",
+                   "linux-modules-nvidia*"), 'printf "%s\\n" "$l"') + "; "
     "elif command -v rpm >/dev/null 2>&1; then "
     "rpm -qa --qf 'ii \\t%{NAME}\\t%{VERSION}-%{RELEASE}\\n' 2>/dev/null | grep -E "
     "'^ii .(nvidia|libnvidia|cuda-drivers|python3-dnf-plugin-versionlock|yum-plugin-versionlock)'; fi; true"

@@ -54,8 +54,11 @@ UID = core("uid", 'u=; while read -r n r e x; do [ "$n" = Uid: ] && { u=$e; brea
            'if [ -n "$u" ]; then echo "$u"; else id -u; fi', parse_uid, module=_M)
 BOOT_ID = core("boot_id", CAT + "gpunode_cat /proc/sys/kernel/random/boot_id", _stripped, module=_M)
 # What `command -v` prints for a program, found by walking PATH with the shell's own tests: dash's `command -v`
-# takes one name, and one `$(command -v ...)` per tool is a process each (~40 per probe).
-TOOLS = core("tools", 'set -f; IFS=:; for t in ' + " ".join(TOOL_NAMES) + '; do for d in $PATH; do d=${d:-.}; '
+# takes one name, and one `$(command -v ...)` per tool is a process each (~40 per probe). PATH is cut at its colons
+# by the shell's own expansions, as field splitting on `IFS=:` cuts it (an empty entry is the current directory, a
+# final colon adds none), so the section needs no subshell of its own (probe.in_shell).
+TOOLS = core("tools", 'for t in ' + " ".join(TOOL_NAMES) + '; do p=$PATH; while [ -n "$p" ]; do d=${p%%:*}; '
+             'case $p in *:*) p=${p#*:} ;; *) p= ;; esac; d=${d:-.}; '
              '[ -f "$d/$t" ] && [ -x "$d/$t" ] && { echo "$t $d/$t"; break; }; done; done; true', parse_tools, module=_M)
 # the node's date, so checks of driver-branch end of life stay pure functions of the facts
 DATE = command("doctor_date", "date -u +%Y-%m-%d", parse_date, module=_M, full_only=True)
