@@ -39,9 +39,9 @@ def _typer_s_force_terminal(env: Mapping[str, str | None]) -> bool | None:
 
 
 def _help(target: typer.Typer, argv: list[str], width: int, monkeypatch: pytest.MonkeyPatch,
-          typers: bool, console: str = "plain") -> tuple[str, int]:
-    """The help printed for argv, by gpunode's renderer or (typers=True) by typer's; and how many times gpunode's
-    drew it."""
+          typers: bool, console: str = "plain", extra: Mapping[str, str] | None = None) -> tuple[str, int]:
+    """The help printed for argv in that console (and `extra` environment), by gpunode's renderer or (typers=True)
+    by typer's; and how many times gpunode's drew it."""
     drawn = []
     real = plainhelp.render
 
@@ -50,7 +50,7 @@ def _help(target: typer.Typer, argv: list[str], width: int, monkeypatch: pytest.
         drawn.append(1)
         return text
 
-    env = {**PLAIN, **CONSOLES[console], "COLUMNS": str(width)}
+    env = {**PLAIN, **CONSOLES[console], "COLUMNS": str(width), **(extra or {})}
     with monkeypatch.context() as m:
         m.setattr(rich_utils, "FORCE_TERMINAL", _typer_s_force_terminal(env))
         m.setattr(plainhelp, "render", counted)
@@ -165,18 +165,8 @@ def test_another_markup_mode_is_left_to_typer(mode, monkeypatch):
 @pytest.mark.parametrize("env", [{"FORCE_COLOR": "1", "TERM": "dumb"}, {"FORCE_COLOR": "1", "TERMINAL_WIDTH": "90"},
                                  {"TERMINAL_WIDTH": "90"}])
 def test_a_dumb_terminal_or_a_fixed_width_is_left_to_typer(env, monkeypatch):
-    drawn = []
-    real = plainhelp.render
-
-    def counted(*args, **kwargs):
-        text = real(*args, **kwargs)
-        drawn.append(1)
-        return text
-
-    monkeypatch.setattr(plainhelp, "render", counted)
-    monkeypatch.setattr(rich_utils, "FORCE_TERMINAL", _typer_s_force_terminal(env))
-    result = runner.invoke(app, ["compat", "--help"], env={**PLAIN, **env, "COLUMNS": "100"})
-    assert "driver" in result.stdout and drawn == []
+    out, drawn = _help(app, ["compat", "--help"], 100, monkeypatch, typers=False, extra=env)
+    assert "driver" in out and drawn == 0
 
 
 @pytest.mark.parametrize(("env", "drawn"), [({}, (100, plainhelp.PLAIN)), ({"COLUMNS": "120"}, (120, plainhelp.PLAIN)),
