@@ -1,6 +1,6 @@
 """The --help option every command and the group share, and the command class that draws it. Its own module so that
 `gpunode --help` loads neither the option table nor the shared options (gpunode/cli/_params.py): only this, typer
-and the help renderer (gpunode/cli/_plainhelp.py when stdout is not a terminal, typer's rich one when it is)."""
+and the help renderer (gpunode/cli/_plainhelp.py, typer's rich one where it steps aside)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from gpunode.cli._typerpatch import import_rich_help
 
 def format_help(command: typer.core.TyperCommand | typer.core.TyperGroup, ctx: typer.Context, formatter: object,
                 commands: tuple[object, ...] = ()) -> None:
-    """`command`'s help: drawn by gpunode/cli/_plainhelp.py where rich would draw it without colour (the same
+    """`command`'s help: drawn by gpunode/cli/_plainhelp.py where it is sure to print what rich would (the same
     text), else by typer's rich renderer (imported without Markdown and Traceback, see _typerpatch)."""
     from gpunode.cli._plainhelp import print_help
 

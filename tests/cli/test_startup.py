@@ -182,7 +182,7 @@ def test_the_converged_path_compiles_only_the_regexes_it_parses_with():
     assert len(ours) <= IMPORT_TIME_REGEXES, sorted(ours)
 
 
-# Modules in sys.modules after `gpunode <command> --help` with stdout on a pipe (the help drawn by
+# Modules in sys.modules after `gpunode <command> --help` on a pipe or at a terminal (the help drawn by
 # gpunode/cli/_plainhelp.py), measured 2026-11-25 (docs/benchmarks.md, "--help in CPU"): 156 for the listing, 167-168
 # for a command (explain's too, since its module imports rich.text where it renders); `python3 -c pass` has 33.
 HELP_IMPORTS = 170
@@ -190,17 +190,23 @@ HELP_IMPORTS = 170
 RICH_RENDERER = ("rich.console", "rich.table", "rich.panel", "rich.columns", "typer.rich_utils")
 
 
+@pytest.mark.parametrize("terminal", [False, True])
 @pytest.mark.parametrize("command", ["", *COMMANDS])
-def test_a_help_on_a_pipe_imports_no_rich_renderer_and_few_modules(command):
+def test_a_help_imports_no_rich_renderer_and_few_modules(command, terminal):
+    # on a pipe (plain text) and at a terminal (FORCE_COLOR: rich would colour it), gpunode/cli/_plainhelp.py draws
     import os
     argv = [command, "--help"] if command else ["--help"]
     script = f"import sys\n{run_main(*argv)}\nimport json; print(json.dumps(sorted(sys.modules)))"
     env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "PY_COLORS", "GITHUB_ACTIONS",
-                                                               "TTY_COMPATIBLE", "TERMINAL_WIDTH")}
+                                                               "TTY_COMPATIBLE", "TERMINAL_WIDTH", "NO_COLOR")}
+    if terminal:
+        env.update(FORCE_COLOR="1", TERM="xterm-256color")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, check=True,
                           env={**env, "COLUMNS": "100"})
     modules = set(json.loads(done.stdout.splitlines()[-1]))
-    assert "╭─ Options" in done.stdout  # the help was drawn
+    # the help was drawn, in colour at a terminal
+    assert ("\x1b[2m Options \x1b[0m" if terminal else "╭─ Options") in done.stdout
+    assert ("\x1b[" in done.stdout) is terminal
     if command:
         assert COMMANDS[command][0] in modules  # with the command's options, from its module
     assert heavy(modules, RICH_RENDERER) == []
