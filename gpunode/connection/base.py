@@ -109,7 +109,8 @@ _FOLLOW_HASH = r"""      gpunode_feed() {
       wait "$hashing" || st=$?
       hashing=
       if [ "$st" != 0 ] || [ ! -e "$work/fed" ]; then
-        echo "gpunode-hash the node's $(cat -- "$work/tool" 2>/dev/null || echo sha256 tool) stopped before the end of the upload (exit $st)" >&2
+        tool=$(cat -- "$work/tool" 2>/dev/null) || tool="sha256 tool"
+        echo "gpunode-hash the node's $tool stopped before the end of the upload (exit $st)" >&2
         exit 47
       fi
       sum=$(cat -- "$work/sum")
