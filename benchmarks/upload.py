@@ -5,8 +5,8 @@ Rounds are interleaved (scp, `ssh node true`, gpunode with the file's sha256 kno
 gpunode hashing what it sends as other callers do, gpunode with the sha256 known on a node without python3, then
 again), each figure is the median of its rounds, and every copy is checked with sha256sum on the node. The node has
 python3 on PATH (the simulator's private interpreter), as Ubuntu, Debian with its usual tools and RHEL (dnf) nodes
-do: with it the node hashes a large upload as it arrives; the third way takes it away (the node hashes after the
-transfer, with openssl). Client CPU (user+system) is gpunode's own process's for its ways, scp's and its ssh's for
+do: with it the node hashes a large upload as it arrives; the third way takes it away (openssl then hashes the temp
+file as `cat` writes it). Client CPU (user+system) is gpunode's own process's for its ways, scp's and its ssh's for
 scp. gpunode's connection is open before its clock starts, as in a run (the
 probe opened it), so scp's reference time is less its log-in (the median `ssh node true`). With `latency`, the same again through the +50 ms relay, run in a process of its own
 (in this one it would share the GIL with paramiko, which scp never does). The test files live in /var/tmp and are
@@ -112,7 +112,7 @@ def _one(node: SimNode, port: int, known_hosts: str, megabytes: int, rounds: int
     rows = []
     scp_cpu = statistics.median(cpu["scp"])
     for name, what in (("known", "sha256 known (the driver's .run)"), ("hashed", "hashed while sent"),
-                       ("nopython", "sha256 known, node without python3 (hashed after the transfer)")):
+                       ("nopython", "sha256 known, node without python3 (openssl follows the file cat writes)")):
         ours = statistics.median(times[name])
         ratio = ref / ours  # throughput ratio: same bytes, so the inverse of the time ratio
         rows.append(Row("upload", f"{megabytes} MB{label}, {what}; verified on the node; median of {rounds} "

@@ -1,7 +1,7 @@
 """The one interface gpunode uses to touch a node. Local, SSH and fake connections implement `_exec`;
 reading and writing files, uploads and privilege escalation are built once here on top of it, as POSIX sh,
-so the node needs nothing but a shell and core utilities (a python3 on the node only lets a large upload be hashed
-as it arrives; without one it is hashed after)."""
+so the node needs nothing but a shell and core utilities (a large upload is hashed as it arrives either way: by
+python3 where the node has it, else by openssl or sha256sum reading the file as it is written)."""
 
 from __future__ import annotations
 
@@ -35,8 +35,9 @@ _READ_FILE = Script(
 # the hash in the stream: benchmarks/upload.py, docs/benchmarks.md). Its pipe from sshd is raised to 1 MiB:
 # at the default 64 KiB, sshd waited on every hash update and the stream was slower than cat's (0.59x).
 # python3 prints `gpunode-py` before it reads a byte: without that line (no python3, a broken one) stdin is
-# untouched and `cat` takes it as before; after it, python3 owns the stream, and its failure (a full disk) is the
-# upload's. The length check, and no rename unless the sha256 matches, are the same either way.
+# untouched and `cat` takes it, with the hash following the file (_FOLLOW_HASH); after it, python3 owns the stream,
+# and its failure (a full disk) is the upload's. The length check, and no rename unless the sha256 matches, are the
+# same either way.
 _STREAM_HASH = r"""import os, sys
 try:
     import hashlib
@@ -65,31 +66,99 @@ except OSError as e:
     sys.exit(1)
 print(h.hexdigest())
 """
+# Above 16 MiB without python3: `cat` writes the stream to the temp file (as fast as it did alone) while a
+# background job feeds the part written so far to the hash tool: whole MiB with dd as the file grows (polled every
+# 50 ms), the rest once cat is done. The hash then runs on the other core during the transfer instead of after it,
+# and it reads what is in the file, not a copy of the stream. `tee` into a FIFO costs more than hashing after: GNU
+# tee copies 8 KiB per read, busybox tee 1 KiB (docs/benchmarks.md, "Upload: the node hashes a large upload as it
+# arrives"). The tool is chosen as before, in the background while the first bytes arrive: openssl if it hashes
+# nothing correctly (a FIPS refusal or a library mismatch fails that), else sha256sum (coreutils' or busybox's).
+# Once chosen, a tool that dies, or a feed that stops (the file gone), fails the upload with `gpunode-hash`: never
+# an unverified file. Its work directory, named as the temp file is (so the stale-temp sweep, _STALE_TEMP, finds it
+# after a SIGKILL), holds the tool's name, its answer and the `done`/`fed` marks, and goes on every exit. Where dd
+# or that directory is missing: `cat`, then the hash after, as before.
+_EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+_FOLLOW_HASH = r"""      gpunode_feed() {
+        n=0
+        while [ ! -e "$work/done" ]; do
+          kill -0 "$$" 2>/dev/null || return 1
+          out=$(ls -ln -- "$tmp" 2>/dev/null) || return 1
+          set -- $out
+          case $5 in "" | *[!0-9]*) return 1 ;; esac
+          k=$(($5 / 1048576 - n))
+          if [ "$k" -gt 0 ]; then
+            dd if="$tmp" bs=1048576 skip="$n" count="$k" 2>/dev/null || return 1
+            n=$((n + k))
+          else
+            sleep 0.05 2>/dev/null || sleep 1
+          fi
+        done
+        dd if="$tmp" bs=1048576 skip="$n" 2>/dev/null
+      }
+      gpunode_sum() {
+        e=$(openssl dgst -sha256 -r < /dev/null 2>/dev/null) || e=
+        if [ "${e%% *}" = @EMPTY@ ]; then set -- openssl dgst -sha256 -r; else set -- sha256sum; fi
+        printf '%s' "$1" > "$work/tool"
+        { gpunode_feed && : > "$work/fed"; } | "$@" > "$work/sum"
+      }
+      gpunode_sum &
+      hashing=$!
+      cat > "$tmp"
+      : > "$work/done"
+      st=0
+      wait "$hashing" || st=$?
+      hashing=
+      if [ "$st" != 0 ] || [ ! -e "$work/fed" ]; then
+        tool=$(cat -- "$work/tool" 2>/dev/null) || tool="sha256 tool"
+        echo "gpunode-hash the node's $tool stopped before the end of the upload (exit $st)" >&2
+        exit 47
+      fi
+      sum=$(cat -- "$work/sum")
+      rm -rf -- "$work"
+      work=
+""".replace("@EMPTY@", _EMPTY_SHA256)
 _RECEIVE = r"""dir=$(dirname -- "$dest" && echo x); dir=${dir%??}
 mkdir -p -- "$dir"
 @UMASK@tmp=$(mktemp "$dir/.gpunode-@KIND@.XXXXXX" && echo x); tmp=${tmp%??}
-trap 'rm -f -- "$tmp"' EXIT
+work=; hashing=
+gpunode_clean() {
+  rm -f -- "$tmp"
+  if [ -n "$hashing" ]; then
+    { : > "$work/done"; } 2>/dev/null || :
+    wait "$hashing" || :
+  fi
+  [ -z "$work" ] || rm -rf -- "$work"
+}
+trap gpunode_clean EXIT
 trap 'exit 129' HUP INT TERM PIPE
+set -f
+if [ "$size" -gt 16777216 ]; then big=1; else big=; fi
 py=
-if [ "$size" -gt 16777216 ] && command -v python3 >/dev/null 2>&1; then
+if [ -n "$big" ] && command -v python3 >/dev/null 2>&1; then
   py=$(python3 -I -S -c '""" + _STREAM_HASH + r"""' "$tmp") || py="$py x"
 fi
 sum=
 case $py in
-  "" | " x") cat > "$tmp" ;;
+  "" | " x")
+    if [ -n "$big" ] && command -v dd >/dev/null 2>&1 \
+        && work=$(mktemp -d "$dir/.gpunode-@KIND@.XXXXXX" 2>/dev/null && echo x); then
+      work=${work%??}
+""" + _FOLLOW_HASH + r"""    else
+      cat > "$tmp"
+    fi ;;
   *" x") exit 1 ;;
   *) sum=${py#gpunode-py?} ;;
 esac
 # the length from ls (busybox wc -c reads the whole file); the fields before the size hold no blanks
-set -f
 set -- $(ls -ln -- "$tmp")
 got=$5
 if [ "$got" != "$size" ]; then
   echo "gpunode-short only $got of $size bytes arrived" >&2
   exit 46
 fi
+sum=${sum%% *}
 case $sum in *[!0-9a-f]*) sum= ;; esac
-if [ "${#sum}" != 64 ] && [ "$size" -gt 16777216 ]; then
+if [ "${#sum}" != 64 ] && [ -n "$big" ]; then
   sum=$(openssl dgst -sha256 -r < "$tmp" 2>/dev/null) || sum=
   sum=${sum%% *}
   case $sum in *[!0-9a-f]*) sum= ;; esac

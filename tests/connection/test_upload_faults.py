@@ -4,6 +4,7 @@ channel at once, and a sha256 mismatch. In every case nothing is moved into plac
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -239,3 +240,116 @@ def test_the_streaming_hash_reads_nothing_when_it_cannot_open_the_file_and_names
     full = _stream_hash(tmp_path, os.urandom(1 << 20), "/dev/full")
     assert full.returncode == 1 and full.stdout == b"gpunode-py\n"  # marker, then the failure: the upload fails
     assert b"gpunode-receive: No space left on device" in full.stderr
+
+
+# The receiving script itself, without python3 on PATH, under the shells a node may log in with: it hashes the file
+# as `cat` writes it (the stream is held open until the hash has read past 16 MiB, which it could not do if it ran
+# after the transfer), and a stream cut short, a hash tool that dies, a full disk each end in a failure that says so,
+# with nothing left beside the destination: no temp file, no work directory.
+SHELLS = [s for s in (["dash"], ["bash", "--posix"], ["busybox", "sh"]) if shutil.which(s[0])]
+LARGE = (17 << 20) + 5  # past the 16 MiB from which the node hashes while it receives
+OPENSSL = shutil.which("openssl")
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+
+
+def _shims(tmp_path, **tools):
+    shims = tmp_path / "shims"
+    shims.mkdir(exist_ok=True)
+    tools.setdefault("python3", "#!/bin/sh\nexit 127\n")  # a node without python3 (or one that cannot start)
+    for name, text in tools.items():
+        (shims / name).write_text(text)
+        (shims / name).chmod(0o755)
+    return shims
+
+
+def _receive(shell, shims, dest, size, *, full=False):
+    """The receiving script under `shell`; `full`: in a mount namespace of its own where `dest`'s directory is an
+    8 MiB tmpfs (this machine's mounts are untouched), whose entries are listed on stderr after `left:`."""
+    from gpunode.connection.base import UPLOAD_RECEIVE
+
+    env = {**os.environ, "PATH": f"{shims}:{os.environ['PATH']}"}
+    mount = ["unshare", "-m", "sh", "-c", 'mount -t tmpfs -o size=8m tmpfs "$0" || exit; "$@"; code=$?; '
+             'echo left: $(ls -A "$0") >&2; exit $code', str(dest.parent)]
+    return subprocess.Popen([*(mount if full else []), *shell, "-c", UPLOAD_RECEIVE.body, "gpunode-upload-receive",
+                             str(dest), str(size)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+
+
+def _feed(proc, data, *, until=None):
+    """Write `data` to the receiver; with `until`, hold its stdin open after all but the last MiB until `until()`."""
+    assert proc.stdin is not None
+    head = len(data) - (1 << 20) if until else len(data)
+    for at in range(0, head, 1 << 20):
+        proc.stdin.write(data[at:min(at + (1 << 20), head)])
+        proc.stdin.flush()
+    if until:
+        deadline = time.monotonic() + 60
+        while not until() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.02)
+        assert until(), "the hash did not read the file while the upload was still arriving"
+        proc.stdin.write(data[head:])
+    out, err = proc.communicate(timeout=120)  # (closes its stdin first)
+    return proc.returncode, out.decode(), err.decode()
+
+
+def _left(directory):
+    return sorted(p.name for p in directory.iterdir() if p.name.startswith(".gpunode-"))
+
+
+@pytest.mark.skipif(OPENSSL is None, reason="no openssl here")
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_without_python3_the_receiver_hashes_the_file_while_it_arrives(shell, tmp_path):
+    log = tmp_path / "hashed"
+    shims = _shims(tmp_path, openssl=f'#!/bin/sh\ntee -- "{log}" | exec {OPENSSL} "$@"\n')  # what openssl read
+    data = os.urandom(LARGE)
+    (tmp_path / "to").mkdir()
+    proc = _receive(shell, shims, tmp_path / "to" / "driver.run", LARGE)
+    code, out, err = _feed(proc, data, until=lambda: log.exists() and log.stat().st_size >= 16 << 20)
+    assert code == 0, err
+    head, staged = out.split("\n")
+    assert head == f"gpunode-received {LARGE} {hashlib.sha256(data).hexdigest()}"
+    assert open(staged, "rb").read() == data and log.read_bytes() == data  # openssl read the file, once
+    assert _left(tmp_path / "to") == [os.path.basename(staged)]  # the staged file only: no work directory
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_without_a_working_openssl_the_receiver_streams_into_sha256sum(shell, tmp_path):
+    shims = _shims(tmp_path, openssl="#!/bin/sh\necho 'Error setting digest' >&2; echo '(stdin)= '; exit 1\n")
+    data = os.urandom(LARGE)
+    (tmp_path / "to").mkdir()
+    code, out, err = _feed(_receive(shell, shims, tmp_path / "to" / "driver.run", LARGE), data)
+    assert code == 0, err
+    assert out.split("\n")[0] == f"gpunode-received {LARGE} {hashlib.sha256(data).hexdigest()}"
+
+
+@pytest.mark.skipif(OPENSSL is None, reason="no openssl here")
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+@pytest.mark.parametrize("fault", ["cut", "hash-tool-dies", "hash-tool-killed", "disk-full"])
+def test_without_python3_every_failure_is_named_and_leaves_nothing_behind(shell, fault, tmp_path):
+    if fault == "disk-full" and (os.geteuid() != 0 or not shutil.which("unshare")):
+        pytest.skip("a tmpfs in a mount namespace of its own needs root and unshare")
+    tools = {}
+    if fault.startswith("hash-tool"):  # an openssl that answers the receiver's check of it, then stops after 2 MiB
+        stop = "exit 1" if fault == "hash-tool-dies" else "kill -9 $$"
+        tools["openssl"] = (f'#!/bin/sh\nn=$(head -c 2097152 | wc -c)\n[ "$n" -gt 0 ] || '
+                            f'{{ echo "{EMPTY_SHA256} *stdin"; exit 0; }}\n{stop}\n')
+    shims = _shims(tmp_path, **tools)
+    data = os.urandom(LARGE)
+    (tmp_path / "to").mkdir()
+    proc = _receive(shell, shims, tmp_path / "to" / "driver.run", LARGE, full=fault == "disk-full")
+    try:
+        code, out, err = _feed(proc, data[:3 << 20] if fault == "cut" else data)
+    except BrokenPipeError:  # the receiver stopped reading (the full disk): what it said is all there is
+        proc.stdin = None
+        out, err = (b.decode() for b in proc.communicate(timeout=120))
+        code = proc.returncode
+    assert code != 0 and "gpunode-received" not in out
+    expected = {"cut": f"gpunode-short only {3 << 20} of {LARGE} bytes arrived",
+                "hash-tool-dies": "gpunode-hash the node's openssl stopped before the end of the upload (exit 1)",
+                "hash-tool-killed": "gpunode-hash the node's openssl stopped before the end of the upload (exit 137)",
+                "disk-full": "No space left on device"}[fault]
+    assert expected in err
+    if fault == "disk-full":  # (the tmpfs went with its namespace: it listed what it held)
+        assert err.endswith("\nleft:\n")
+    else:
+        assert _left(tmp_path / "to") == []

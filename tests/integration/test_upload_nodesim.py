@@ -1,6 +1,8 @@
-"""The upload against a real sshd: the node hashes a large file as it arrives where it has python3, with openssl
-after it where not (sha256sum where neither, or where openssl answers nonsense), and a stream cut short or altered
-on its way is never placed: not under its name, not as a temp file beside it."""
+"""The upload against a real sshd: the node hashes a large file as it arrives: python3 as it writes it, where the
+node has python3; where not, openssl (sha256sum where there is no working openssl) reads the temp file as `cat`
+writes it; where even that cannot be set up (no dd), openssl or sha256sum after the transfer. A stream cut short or
+altered on its way, a hash tool that dies and a full disk are never placed: not under its name, not as a temp file
+or a work directory beside it."""
 
 import hashlib
 import os
@@ -8,10 +10,18 @@ import os
 import paramiko
 import pytest
 
+from gpunode.connection.base import NoSpaceError
 from gpunode.connection.ssh import SSHConnection, SSHOptions
 from gpunode.errors import CommandError
 
 BIG = 17 * 1024 * 1024 + 5  # past the 16 MiB from which the node hashes with openssl
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+
+
+def lying_openssl(answer: str) -> str:
+    """An openssl that passes the receiver's check of it (the sha256 of nothing) and answers `answer` for the rest."""
+    return (f'#!/bin/sh\nif [ "$(wc -c)" -eq 0 ]; then echo "{EMPTY_SHA256} *stdin"; else echo "{answer} *stdin"; '
+            "fi\n")
 
 
 @pytest.fixture(autouse=True)
@@ -48,14 +58,17 @@ def leftovers(node, directory="var/tmp") -> list[str]:
     return sorted(p.name for p in (node.root / directory).iterdir() if p.name.startswith(".gpunode-"))
 
 
-def test_a_large_upload_is_hashed_by_the_nodes_openssl_and_its_answer_is_checked(node, payload):
+@pytest.mark.parametrize("receiver", ["follow", "after"])
+def test_a_large_upload_is_hashed_by_the_nodes_openssl_and_its_answer_is_checked(node, payload, receiver):
     """A node whose openssl answers a well-formed but wrong sha256 gets nothing installed: the node's own answer
-    is the one compared (and openssl is the tool asked for a file this large)."""
+    is the one compared (and openssl is the tool asked for a file this large), as it follows the file or after."""
+    if receiver == "after":
+        node.remove("/usr/bin/dd")
     want = hashlib.sha256(payload.read_bytes()).hexdigest()
     with connect(node) as conn:
         assert conn.upload(payload, "/var/tmp/good.run", sha256=want) == want
         assert node.read_bytes("/var/tmp/good.run") == payload.read_bytes()
-        node.write("/usr/bin/openssl", "#!/bin/sh\ncat >/dev/null; echo '" + "0" * 64 + " *stdin'\n", 0o755)
+        node.write("/usr/bin/openssl", lying_openssl("0" * 64), 0o755)
         with pytest.raises(CommandError, match="arrived altered"):
             conn.upload(payload, "/var/tmp/lied.run", sha256=want)
     assert not node.exists("/var/tmp/lied.run") and leftovers(node) == []
@@ -65,7 +78,7 @@ def test_with_python3_a_large_upload_is_hashed_as_it_arrives_and_that_answer_is_
     """openssl lying does not matter when python3 hashed the stream (it is never asked); a python3 that writes
     every byte but answers a wrong sha256 gets nothing installed: its answer is the one compared."""
     with_python3(node)
-    node.write("/usr/bin/openssl", "#!/bin/sh\ncat >/dev/null; echo '" + "0" * 64 + " *stdin'\n", 0o755)
+    node.write("/usr/bin/openssl", lying_openssl("0" * 64), 0o755)
     want = hashlib.sha256(payload.read_bytes()).hexdigest()
     with connect(node) as conn:
         assert conn.upload(payload, "/var/tmp/good.run", sha256=want) == want
@@ -143,12 +156,16 @@ class _Tamper:
         monkeypatch.setattr(paramiko.Channel, "exec_command", exec_command)
 
 
-@pytest.mark.parametrize("receiver", ["cat", "python3"])
+@pytest.mark.parametrize("receiver", ["follow", "python3", "after"])
 @pytest.mark.parametrize("known", [True, False], ids=["sha256-given", "sha256-of-what-was-sent"])
 @pytest.mark.parametrize("how", ["cut", "flip"])
 def test_a_stream_cut_short_or_altered_on_its_way_is_never_placed(node, payload, monkeypatch, how, known, receiver):
+    """With each receiver: python3 hashing as it writes, openssl following the file `cat` writes (no python3), and
+    `cat` then openssl (no python3, no dd)."""
     if receiver == "python3":
         with_python3(node)
+    elif receiver == "after":
+        node.remove("/usr/bin/dd")
     want = hashlib.sha256(payload.read_bytes()).hexdigest()
     node.write("/var/tmp/driver.run", b"old")
     with connect(node) as conn:
@@ -178,3 +195,32 @@ def test_a_local_file_that_shrinks_during_the_upload_is_named_and_nothing_is_pla
             conn.upload(payload, "/var/tmp/driver.run", progress=shrink)
         assert conn.run(["echo", "still here"]).stdout == "still here\n"
     assert not node.exists("/var/tmp/driver.run") and leftovers(node) == []
+
+
+@pytest.mark.parametrize("stop", ["exits", "is-killed"])
+def test_a_hash_tool_that_dies_while_it_follows_the_upload_fails_it(node, payload, stop):
+    """No python3: the openssl that follows the file stops after 2 MiB. The upload fails and says which tool
+    stopped; it is never installed unverified, and nothing is left beside it."""
+    end = "exit 1" if stop == "exits" else "kill -9 $$"
+    node.write("/usr/bin/openssl", f'#!/bin/sh\nn=$(head -c 2097152 | wc -c)\n[ "$n" -gt 0 ] || '
+               f'{{ echo "{EMPTY_SHA256} *stdin"; exit 0; }}\n{end}\n', 0o755)
+    want = hashlib.sha256(payload.read_bytes()).hexdigest()
+    with connect(node) as conn:
+        with pytest.raises(CommandError, match="nothing was installed") as info:
+            conn.upload(payload, "/var/tmp/driver.run", sha256=want)
+        assert "gpunode-hash the node's openssl stopped before the end of the upload" in info.value.message
+        assert conn.run(["echo", "still here"]).stdout == "still here\n"
+    assert not node.exists("/var/tmp/driver.run") and leftovers(node) == []
+
+
+def test_a_full_disk_while_the_hash_follows_the_upload_is_named(node, payload):
+    from tests.integration.test_reliability_connection import DISK_FULL_CAT
+
+    node.write("/usr/local/sbin/cat", DISK_FULL_CAT, 0o755)
+    node.write("/var/lib/nodesim/disk-full", "")
+    with connect(node) as conn:
+        with pytest.raises(NoSpaceError, match="no space left on the node in /var/tmp"):
+            conn.upload(payload, "/var/tmp/driver.run")
+        node.remove("/var/lib/nodesim/disk-full")  # space freed
+        assert conn.upload(payload, "/var/tmp/driver.run") == hashlib.sha256(payload.read_bytes()).hexdigest()
+    assert leftovers(node) == [] and node.read_bytes("/var/tmp/driver.run") == payload.read_bytes()
