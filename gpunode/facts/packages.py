@@ -33,16 +33,21 @@ def parse_packages(text: str) -> dict[str, Package]:
     """`dpkg-query -W -f='${db:Status-Abbrev}\\t${Package}\\t${Version}\\n'` (or the rpm equivalent) -> installed.
 
     The status abbreviation is want/state/error: "ii " installed, "hi " installed and held, "rc " only config
-    files left (not installed), "un" unknown. Only installed states count."""
+    files left (not installed), "un" unknown. Only installed states count. A package installed for several
+    architectures (multiarch: libnvidia-* for amd64 and i386) has a line each under one name: the first line's
+    version, and held when any of them is (apt moves a `Multi-Arch: same` package's architectures together, so a
+    hold on one holds them all)."""
     packages: dict[str, Package] = {}
     for line in text.splitlines():
         parts = line.split("\t")
         if len(parts) < 3 or not parts[1].strip():
             continue
-        status, name, version = parts[0], parts[1].strip(), parts[2].strip()
+        status, name, version = parts[0], parts[1].strip().split(":")[0], parts[2].strip()
         if len(status) < 2 or status[1] not in "iWt" or not version:
             continue
-        packages[name.split(":")[0]] = Package(name.split(":")[0], version, held=status[0] == "h")
+        seen = packages.get(name)
+        held = status[0] == "h" or (seen is not None and seen.held)
+        packages[name] = Package(name, seen.version if seen is not None else version, held=held)
     return packages
 
 

@@ -32,6 +32,20 @@ def test_dpkg_status_installed_and_held():
     assert held_packages(pkgs, {}) == {"nvidia-fabricmanager-535"}
 
 
+def test_a_package_installed_for_two_architectures_is_held_when_either_is():
+    # dpkg-query prints one line per architecture under the same ${Package} name, in either order
+    for lines in (("hi ", "ii "), ("ii ", "hi ")):
+        text = "".join(f"{status}\tlibnvidia-compute-535\t535.129.03-0ubuntu1\n" for status in lines)
+        assert parse_packages(text)["libnvidia-compute-535"].held
+    both = parse_packages("ii \tlibnvidia-compute-535\t535.129.03-0ubuntu1\nii \tlibnvidia-compute-535\t"
+                          "535.129.03-0ubuntu1\n")
+    assert not both["libnvidia-compute-535"].held
+    # a line left by a removed architecture (config files only) changes nothing
+    gone = parse_packages("hi \tlibnvidia-compute-535\t535.129.03-0ubuntu1\nrc \tlibnvidia-compute-535\t"
+                          "535.104.05-0ubuntu1\n")["libnvidia-compute-535"]
+    assert gone.held and gone.version == "535.129.03-0ubuntu1"
+
+
 def test_rpm_lines_and_versionlock():
     pkgs = parse_packages("ii \tnvidia-fabric-manager\t535.129.03-1\nii \tpython3-dnf-plugin-versionlock\t4.3.0-13.el9\n")
     assert pkgs["nvidia-fabric-manager"].version == "535.129.03-1"
