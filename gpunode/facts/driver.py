@@ -14,7 +14,13 @@ from packaging.version import Version
 
 from gpunode import versions
 from gpunode.facts.containers import journal_text
-from gpunode.facts.kernel import MODPROBE_D, LoadedDriver, effective_modprobe_files, parse_modprobe_directives
+from gpunode.facts.kernel import (
+    FIRST_MAIN_MODULE,
+    MODPROBE_D,
+    LoadedDriver,
+    effective_modprobe_files,
+    parse_modprobe_directives,
+)
 from gpunode.facts.packages import dpkg_status
 from gpunode.facts.registry import (
     HUNG,
@@ -356,9 +362,8 @@ _EXTRA_DIRS = '{ [ -d "/lib/modules/$k/updates" ] || [ -d "/lib/modules/$k/extra
 _FIND_EXTRA = 'find "/lib/modules/$k/updates" "/lib/modules/$k/extra" -name "nvidia*.ko*" 2>/dev/null'
 MODULE = command("driver_module", (
     'F="^(filename|version|license|signer|name):"; if ! modinfo nvidia 2>/dev/null | grep -E "$F"; then '
-    + RELEASE + 'f=; ' + _EXTRA_DIRS + ' && f=$(' + _FIND_EXTRA + ' | '
-    'grep -E "/nvidia(-current|-tesla-[0-9]+)?(-open)?\\.ko" | head -n 1); '
-    '[ -n "$f" ] && modinfo "$f" 2>/dev/null | grep -E "$F"; fi; true'
+    + RELEASE + 'm=; ' + _EXTRA_DIRS + ' && { r=$(' + _FIND_EXTRA + '); ' + FIRST_MAIN_MODULE + '}; '
+    '[ -n "$m" ] && modinfo "$m" 2>/dev/null | grep -E "$F"; fi; true'
 ), parse_module, module=_M)
 # Debian's names: the driver alternative its packages select, and the nvidia*.ko files in the running kernel's DKMS
 # and installer directories (no modinfo per file: the probe has a time limit, and on a slow node each modinfo of

@@ -330,3 +330,47 @@ def test_dockerd_is_asked_on_its_socket_and_docker_info_where_the_cli_would_ask_
     # no socket at all (docker not running, or not installed): docker info, as before
     sock_path.unlink()
     assert as_function(shell, snippet, docker_env(tmp_path)).startswith(b'"runc" {')
+
+
+# ---- the driver's main module file: the same file-name rule as the kernels section's (kernel.FIRST_MAIN_MODULE) --
+
+OLD_MODULE = ('F="^(filename|version|license|signer|name):"; if ! modinfo nvidia 2>/dev/null | grep -E "$F"; then '
+              'k=${gpunode_kernel:-$(uname -r)}; f=; { [ -d "/lib/modules/$k/updates" ] || [ -d "/lib/modules/$k/extra" ]; } '
+              '&& f=$(find "/lib/modules/$k/updates" "/lib/modules/$k/extra" -name "nvidia*.ko*" 2>/dev/null | '
+              'grep -E "/nvidia(-current|-tesla-[0-9]+)?(-open)?\\.ko" | head -n 1); '
+              '[ -n "$f" ] && modinfo "$f" 2>/dev/null | grep -E "$F"; fi; true')
+MODULE_TREES = {  # files under the running kernel's modules directory
+    "debian-dkms": ("updates/dkms/nvidia-current-uvm.ko", "updates/dkms/nvidia-current.ko",
+                    "updates/dkms/nvidia-current-drm.ko"),
+    "tesla-open-compressed": ("extra/nvidia-tesla-535-open-uvm.ko.xz", "extra/nvidia-tesla-535-open.ko.xz"),
+    "installer": ("extra/nvidia-drm.ko", "extra/nvidia-modeset.ko", "extra/nvidia.ko", "extra/nvidia-uvm.ko"),
+    "no-main-module": ("updates/dkms/nvidia-uvm.ko", "updates/dkms/nvidia-peermem.ko",
+                       "updates/dkms/nvidia-tesla-x.ko"),
+    "neither-directory": ("kernel/drivers/video/nvidia.ko",),
+}
+
+
+@pytest.mark.parametrize("tree", sorted(MODULE_TREES))
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: Path(s[0]).name)
+def test_the_main_module_is_picked_by_the_kernels_rule_as_grep_picked_it(shell, tree, tmp_path):
+    root = tmp_path / "lib" / "modules"
+    for name in MODULE_TREES[tree]:
+        (root / "6.1.0-test" / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / "6.1.0-test" / name).write_text("")
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    (shims / "modinfo").write_text('#!/bin/sh\n[ "$1" = nvidia ] && exit 1\nprintf "filename:       %s\\nversion:'
+                                   '        535.216.01\\n" "$1"\n')
+    (shims / "modinfo").chmod(0o755)
+    env = {"PATH": f"{shims}:/usr/bin:/bin", "gpunode_kernel": "6.1.0-test"}
+    new = driver_facts.MODULE.snippet.replace("/lib/modules/", f"{root}/")
+    old = OLD_MODULE.replace("/lib/modules/", f"{root}/")
+    assert "grep -E \"/nvidia" not in driver_facts.MODULE.snippet  # the rule is the kernels section's
+    printed = run(shell, new, env)
+    assert printed == run(shell, old, env)
+    assert printed == as_function(shell, new, env)
+    if Path(shell[0]).name == "busybox":
+        return  # its sh runs its own modinfo applet, not the shim that names the file it was given
+    picked = {"debian-dkms": "nvidia-current.ko", "tesla-open-compressed": "nvidia-tesla-535-open.ko.xz",
+              "installer": "nvidia.ko"}.get(tree)
+    assert (f"/{picked}\n".encode() in printed) if picked else b"filename" not in printed
