@@ -51,7 +51,7 @@ from gpunode.facts.registry import (
 from gpunode.facts.transaction import A, Query
 from gpunode.shell import Script
 
-__all__ = ["FULL", "RUN", "Facts", "FirstProbe", "first_probe", "gather", "facts_from_probe_output", "bake", "containers", "driver", "fabric", "health", "holders",
+__all__ = ["FULL", "RUN", "Facts", "ProbeRequest", "first_probe", "gather", "facts_from_probe_output", "bake", "containers", "driver", "fabric", "health", "holders",
            "k8s", "kernel",
            "nodesettings", "packages", "system", "virt"]
 
@@ -247,10 +247,11 @@ def facts_from_probe_output(output: str, nonce: str, probe: str = FULL) -> Facts
 
 
 @dataclass(frozen=True)
-class FirstProbe:
-    """gather's first round trip, for a caller that runs its script inside a command of its own (the node lock's:
-    gpunode/nodelock.py, so an install's first look costs no round trip of its own); `gather(conn, first=(this,
-    the Result))` parses it. Its script runs as root and takes no arguments."""
+class ProbeRequest:
+    """One round trip of the probe: its script (no arguments of its own), its nonce, the probe and the part.
+    `first_probe` makes gather's first, for a caller that runs the script inside a command of its own (the node
+    lock's: gpunode/nodelock.py, so an install's first look costs no round trip of its own) as root;
+    `gather(conn, first=(that, the Result))` parses it."""
 
     script: Script
     nonce: str
@@ -258,14 +259,14 @@ class FirstProbe:
     part: str
 
 
-def first_probe(probe: str = RUN, *, at_once: bool = False) -> FirstProbe:
+def first_probe(probe: str = RUN, *, at_once: bool = False) -> ProbeRequest:
     part = CHECK if probe == RUN and not at_once else ALL
     script, nonce = build_probe(probe=probe, part=part)
-    return FirstProbe(script, nonce, probe, part)
+    return ProbeRequest(script, nonce, probe, part)
 
 
 def gather(conn: Connection, probe: str = RUN, *, at_once: bool = False,
-           first: tuple[FirstProbe, Result] | None = None) -> Facts:
+           first: tuple[ProbeRequest, Result] | None = None) -> Facts:
     """Run the probe on the node and parse it. The probe only reads; it runs as root when root is available
     (root-only configs such as a 0600 containerd config.toml must not look empty), else as the login user.
     RUN (plan, install, uninstall, status) leaves out what only doctor and verify read (FULL): the package
@@ -273,39 +274,38 @@ def gather(conn: Connection, probe: str = RUN, *, at_once: bool = False,
     now, the LATE part (registry.LATE) only when a decision reads one of its facts (`at_once`: both in one, as
     the probe was gathered before it had two parts; the benchmarks and the tests compare the two).
     `first`: the first round trip already ran, as root, in another command (`first_probe`): its output is parsed."""
-    as_root = {"sudo": True}  # the first round trip ran as root (else as the login user): so does the second
     if first is None:
         request = first_probe(probe, at_once=at_once)
-        sections = _probe(conn, request, as_root)
+        sections, sudo = _probe(conn, request, sudo=True)
     else:
         request, result = first
-        sections = _parsed(conn, request, result)
+        sections, sudo = _parsed(conn, request, result), True
     probe, part, nonce = request.probe, request.part, request.nonce
     if part == ALL:
         return facts_from_sections(sections, nonce, probe)
     hung = any(s.status == HUNG for s in sections.values())
 
-    def fetch() -> Mapping[str, Section]:
-        return _probe(conn, FirstProbe(*build_probe(probe=probe, part=LATE, hung=hung), probe, LATE), as_root)
+    def fetch() -> Mapping[str, Section]:  # as the first round trip ran: as root, else as the login user
+        return _probe(conn, ProbeRequest(*build_probe(probe=probe, part=LATE, hung=hung), probe, LATE), sudo=sudo)[0]
 
     return facts_from_sections(sections, nonce, probe, CHECK, Later({f.name for f in registered(probe, LATE)}, fetch))
 
 
-def _probe(conn: Connection, request: FirstProbe, as_root: dict[str, bool]) -> dict[str, Section]:
-    """One round trip: the sections of the request's part of its probe, as root when `as_root["sudo"]` and root
-    is available, else as the login user (and `as_root["sudo"]` becomes False)."""
+def _probe(conn: Connection, request: ProbeRequest, *, sudo: bool) -> tuple[dict[str, Section], bool]:
+    """One round trip: the sections of the request's part of its probe, and whether it ran as root (`sudo` and
+    root available; else as the login user)."""
     result = None
-    if as_root["sudo"]:
+    if sudo:
         try:
             result = conn.run(request.script, sudo=True, timeout=PROBE_TIMEOUT)
         except CommandError:
-            as_root["sudo"] = False
+            sudo = False
     if result is None:
         result = conn.run(request.script, timeout=PROBE_TIMEOUT)
-    return _parsed(conn, request, result)
+    return _parsed(conn, request, result), sudo
 
 
-def _parsed(conn: Connection, request: FirstProbe, result: Result) -> dict[str, Section]:
+def _parsed(conn: Connection, request: ProbeRequest, result: Result) -> dict[str, Section]:
     """The sections of one round trip's output; an error when it printed nothing usable or stopped short."""
     probe, part, nonce = request.probe, request.part, request.nonce
     sections = split_sections(result.stdout, nonce)
