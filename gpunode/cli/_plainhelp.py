@@ -179,12 +179,6 @@ def _pieces(text: str, width: int, fold: bool = False) -> list[tuple[int, int]]:
     return lines
 
 
-def _wrap(text: str, width: int, fold: bool = False) -> list[str]:
-    """Each line of `text` broken at word starts so that it fits `width`, rich's greedy rule; each line padded
-    to `width`."""
-    return [text[a:b].ljust(width) for a, b in _pieces(text, width, fold)]
-
-
 def _cell_lines(text: _Rich, width: int, fold: bool = False, under: Style = NULL) -> list[list[Segment]]:
     """A Text in a table cell (left-justified): each wrapped line padded to `width` in the text's own style."""
     return [text.segments(a, b, width - (b - a), under) for a, b in _pieces(text.plain, width, fold)]

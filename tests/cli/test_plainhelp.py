@@ -201,7 +201,7 @@ def test_the_wrap_is_rich_s():
         with console.capture() as captured:
             console.print(Text(text), overflow="fold")
         assert [line.ljust(width) for line in captured.get().split("\n")[:-1]] == \
-            plainhelp._wrap(text, width, fold=True), width
+            [text[a:b].ljust(width) for a, b in plainhelp._pieces(text, width, fold=True)], width
 
 
 def test_each_command_is_built_with_the_help_command():
