@@ -161,6 +161,13 @@ BATCH_ROWS = {
     "batch 12": {"rows": ("container.no-gpu-injected/graphics-capability", "dkms.build-failed/make-error",
                           "slurm.gres-device-missing/waiting"),
                  "new_ids": ()},
+    # batch 13: the rows of the explain7 session, written after the batch was measured blind at 132d70a. The hooks
+    # that gate two of them (CUDA error 304 only at start-up or in a container; the volume-mounts strategy only beside
+    # the plugin's NVML failure) and the no-nvml rows yielding to the new id stay on; switched off with the rows.
+    "batch 13": {"rows": ("container.seccomp-denied/", "kernel.modules-version-mismatch/",
+                          "kube.device-plugin-unprivileged/"),
+                 "new_ids": ("container.seccomp-denied", "kernel.modules-version-mismatch",
+                             "kube.device-plugin-unprivileged")},
 }
 
 

@@ -706,3 +706,39 @@ def _vgpu_guest(c: Candidate, doc: Doc) -> Finding | None:
     if not doc.has(_VGPU_ATTACHED):
         return None
     return _render(c, doc, values={**c.values, "gpu": gpu.name})  # the name as a value, beside the row's texts
+
+
+# --- CUDA error 304: a refused system call is the node's business only where CUDA cannot start -------------------
+
+# cudaErrorOperatingSystem also answers operations a platform lacks (CUDA IPC on Windows, host-registering some
+# mappings, a checkpoint restore): the program's affair. Where CUDA's start-up fails with it (cuInit, the device
+# count, a framework's CUDA initialisation) or the paste shows a container or sandbox, a filter refused the driver's
+# call: the seccomp profile.
+_CUDA_START = compile_pattern(r"\bcuInit\b|cudaGetDeviceCount|\bdevice count\b|cudaSetDevice|cudaGetDevice\b|"
+                              r"cuda(?:Runtime|Driver)GetVersion|failed to initiali[sz]e CUDA|CUDA initiali[sz]ation|"
+                              r"\bcuda_?init\b")
+_CONTAINED = compile_pattern(r"\b(?:docker|podman|nerdctl|ctr|crictl|kubectl)\b[^\n]*\b(?:run|exec)\b|"
+                             r"\bseccomp\b|\bsandbox(?:es|ed)?\b|\bcontainer\b|\bpod\b")
+
+
+@_hook("container.seccomp-denied")
+def _seccomp(c: Candidate, doc: Doc) -> Finding | None:
+    line = doc.has(_CUDA_START) or doc.has(_CONTAINED)
+    if line is None:
+        return None
+    return _render(c, doc, excerpt=_with_line(c, doc, line))
+
+
+# --- the device plugin's pod without the privilege the volume-mounts strategy needs --------------------------------
+
+# The strategy line alone is configuration; the finding needs the plugin failing to find the driver beside it.
+_PLUGIN_NO_NVML = compile_pattern(r"ERROR_LIBRARY_NOT_FOUND|could not load NVML library|Failed to initiali[sz]e NVML|"
+                                  r"nvml init failed|Incompatible strategy detected")
+
+
+@_hook("kube.device-plugin-unprivileged")
+def _plugin_unprivileged(c: Candidate, doc: Doc) -> Finding | None:
+    failure = doc.has(_PLUGIN_NO_NVML)
+    if failure is None:
+        return None
+    return _render(c, doc, excerpt=_with_line(c, doc, failure))

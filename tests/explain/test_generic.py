@@ -444,3 +444,75 @@ def test_a_kernel_source_that_is_found_or_another_missing_thing_is_not_the_missi
     for text in ("the kernel source is in /usr/src/linux-headers-6.8.0-31 and the build finds it",
                  "E: Unable to locate package nvidia-driver-999", "unable to locate the kernel module nvidia.ko"):
         assert "installer.no-kernel-source" not in {f.id for f in explain(text)}, text
+
+
+# --- batch 13 (explain7): each rule with its twin that lacks the decisive line -----------------------------------
+
+@pytest.mark.parametrize(("line", "module", "versions"), [
+    ("nvidia-modeset: Version mismatch: nvidia.ko(378.13) nvidia-modeset(375.26)", "nvidia-modeset",
+     ("378.13", "375.26")),  # older drivers: the second module without .ko
+    ("[ 4.2] nvidia-modeset: Version mismatch: nvidia.ko(410.73) nvidia-modeset.ko(390.87)", "nvidia-modeset",
+     ("410.73", "390.87")),
+    ("[drm:nv_drm_init [nvidia_drm]] *ERROR* [nvidia-drm] Version mismatch: nvidia-modeset.ko(550.54.14) "
+     "nvidia-drm.ko(550.67)", "nvidia-drm", ("550.54.14", "550.67")),
+])
+def test_nvidia_kernel_modules_of_two_versions_are_the_module_version_mix(line: str, module: str,
+                                                                          versions: tuple[str, str]) -> None:
+    finding = explain(line)[0]
+    assert finding.id == "kernel.modules-version-mismatch"
+    assert finding.values["module"] == module
+    assert (finding.values["base_version"], finding.values["module_version"]) == versions
+
+
+def test_a_version_mismatch_between_user_space_and_kernel_is_not_the_module_mix() -> None:
+    ids = [f.id for f in explain("NVRM: API mismatch: the client has the version 535.54.03, but\n"
+                                 "NVRM: this kernel module has the version 530.30.02.  Please")]
+    assert ids[:1] == ["nvml.mismatch"] and "kernel.modules-version-mismatch" not in ids
+    assert "kernel.modules-version-mismatch" not in {
+        f.id for f in explain("nvidia-nvswitch: Version mismatch, kernel version 550.54 user version 550.90")}
+
+
+@pytest.mark.parametrize("text", [
+    "UserWarning: CUDA initialization: Unexpected error from cudaGetDeviceCount(). Error 304: OS call failed or "
+    "operation not supported on this OS",
+    "ggml_cuda_init: failed to initialize CUDA: OS call failed or operation not supported on this OS",
+    "$ docker run --gpus all -it myimage python3 serve.py\nCUDA error 304 at ggml-cuda.cu:5065: OS call failed or "
+    "operation not supported on this OS",
+    "cuInit failed: CUDA_ERROR_OPERATING_SYSTEM",
+])
+def test_cuda_error_304_where_cuda_starts_or_in_a_container_is_a_refused_system_call(text: str) -> None:
+    finding = explain(text)[0]
+    assert finding.id == "container.seccomp-denied"
+    assert "seccomp=unconfined" in finding.fix
+
+
+@pytest.mark.parametrize("text", [
+    "cudaHostRegister failed: OS call failed or operation not supported on this OS",  # an operation, not start-up
+    "THCudaCheck FAIL file=StorageSharing.cpp line=252 error=63 : OS call failed or operation not supported on this OS",
+    "the kernel says: operation not supported",
+])
+def test_the_same_error_from_a_running_programs_operation_is_not_the_nodes(text: str) -> None:
+    assert "container.seccomp-denied" not in {f.id for f in explain(text)}
+
+
+_PLUGIN_FAILS = ("E0801 1 main.go:132] error starting plugins: error creating plugin manager: unable to create plugin "
+                 "manager: nvml init failed: ERROR_LIBRARY_NOT_FOUND")
+
+
+@pytest.mark.parametrize("strategy", [
+    "helm upgrade -i nvdp nvdp/nvidia-device-plugin --set runtimeClassName=nvidia --set deviceListStrategy=volume-mounts",
+    "    deviceListStrategy: [\"volume-mounts\", \"cdi-annotations\"]",
+    "nvidia-device-plugin --device-list-strategy=volume-mounts",
+    "accept-nvidia-visible-devices-envvar-when-unprivileged = false",
+])
+def test_the_plugin_without_nvml_under_the_volume_mounts_strategy_is_its_missing_privilege(strategy: str) -> None:
+    findings = explain(f"{_PLUGIN_FAILS}\n{strategy}")
+    ids = [f.id for f in findings]
+    assert ids[:1] == ["kube.device-plugin-unprivileged"] and "kube.device-plugin-no-nvml" not in ids  # it yields
+    assert "ERROR_LIBRARY_NOT_FOUND" in findings[0].excerpt
+
+
+def test_the_plugin_without_nvml_and_no_strategy_line_keeps_the_runtime_cause_and_the_strategy_alone_is_nothing() -> None:
+    assert [f.id for f in explain(_PLUGIN_FAILS)][:1] == ["kube.device-plugin-no-nvml"]
+    assert explain("helm install nvdp nvdp/nvidia-device-plugin --set deviceListStrategy=volume-mounts") == []
+    assert explain("accept-nvidia-visible-devices-envvar-when-unprivileged = false") == []
