@@ -604,6 +604,18 @@ def _os_blocked(c: Candidate, doc: Doc) -> Finding | None:
     return _render(c, doc, values={"wsl": True}, excerpt=_with_line(c, doc, wsl))
 
 
+
+# A loader that asks for the unversioned libcuda.so (cudarc, cuda-python's early releases, libfabric) fails under WSL
+# because the Windows driver's copies there are not links; elsewhere the same line is cuda.no-driver's.
+@_hook("wsl.libcuda-not-symlink")
+def _wsl_libcuda(c: Candidate, doc: Doc) -> Finding | None:
+    if c.detector.variant != "unversioned-loader":
+        return _render(c, doc)
+    wsl = doc.has(_WSL)
+    if wsl is None:
+        return None
+    return _render(c, doc, excerpt=_with_line(c, doc, wsl))
+
 # --- package repositories: only NVIDIA's key is ours to explain ---------------------------------------------------
 
 _NVIDIA_KEYS = {"A4B469963BF863CC", "F60F4B3D7FA2AF80", "DDCAE044F796ECB0"}  # CUDA repo (2022, older), toolkit repo
@@ -739,6 +751,23 @@ _PLUGIN_NO_NVML = compile_pattern(r"ERROR_LIBRARY_NOT_FOUND|could not load NVML 
 @_hook("kube.device-plugin-unprivileged")
 def _plugin_unprivileged(c: Candidate, doc: Doc) -> Finding | None:
     failure = doc.has(_PLUGIN_NO_NVML)
+    if failure is None:
+        return None
+    return _render(c, doc, excerpt=_with_line(c, doc, failure))
+
+
+# --- a GPU older than any driver of today's CUDA, beside CUDA's "insufficient driver" -------------------------------
+
+# The GPU's name alone is no finding: only with CUDA asking for a newer driver is the GPU's age the cause.
+_INSUFFICIENT_DRIVER = compile_pattern(r"insufficient driver|driver version is insufficient|InsufficientDriver|"
+                                       r"INSUFFICIENT_DRIVER")
+
+
+@_hook("kernel.gpu-unsupported")
+def _legacy_gpu(c: Candidate, doc: Doc) -> Finding | None:
+    if c.detector.variant != "legacy-cuda":
+        return _render(c, doc)
+    failure = doc.has(_INSUFFICIENT_DRIVER)
     if failure is None:
         return None
     return _render(c, doc, excerpt=_with_line(c, doc, failure))

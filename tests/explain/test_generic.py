@@ -516,3 +516,70 @@ def test_the_plugin_without_nvml_and_no_strategy_line_keeps_the_runtime_cause_an
     assert [f.id for f in explain(_PLUGIN_FAILS)][:1] == ["kube.device-plugin-no-nvml"]
     assert explain("helm install nvdp nvdp/nvidia-device-plugin --set deviceListStrategy=volume-mounts") == []
     assert explain("accept-nvidia-visible-devices-envvar-when-unprivileged = false") == []
+
+
+# --- explain8: classes of the unseen set's remaining misses, each with its twin lacking the decisive line ----------
+
+_WSL_LINE = "Ubuntu 22.04 under WSL2, kernel 5.15.133.1-microsoft-standard-WSL2"
+
+
+@pytest.mark.parametrize("loader", [
+    "thread 'main' panicked at 'Unable to find cuda lib under the names [\"cuda\", \"nvcuda\"]. Please open GitHub "
+    "issue.'",  # cudarc before #257
+    "panicked at src/lib.rs:161:5: Unable to dynamically load the \"cuda\" shared library - searched for library "
+    "names: [\"libcuda.so\", \"libcuda64.so\"]. Ensure that `LD_LIBRARY_PATH` has the correct path",  # cudarc now
+    "RuntimeError: Failed to dlopen libcuda.so",  # cuda-python's early cuPythonInit
+])
+def test_a_loader_of_the_unversioned_libcuda_under_wsl_is_wsls_copies_that_are_not_links(loader: str) -> None:
+    findings = explain(f"{_WSL_LINE}\n{loader}")
+    assert findings[0].id == "wsl.libcuda-not-symlink"
+    assert "ln -s libcuda.so.1.1" in findings[0].fix and _WSL_LINE in findings[0].excerpt
+    # the twin: the same line without WSL in the paste is the driver library missing, not WSL's copies
+    alone = [f.id for f in explain(loader)]
+    assert alone[:1] == ["cuda.no-driver"] and "wsl.libcuda-not-symlink" not in alone
+
+
+def test_a_loader_of_the_versioned_libcuda_under_wsl_is_not_the_unversioned_name() -> None:
+    ids = [f.id for f in explain(f"{_WSL_LINE}\npyptx shim: failed to dlopen libcuda.so.1: no such file")]
+    assert "wsl.libcuda-not-symlink" not in ids
+
+
+def test_gpu_feature_discovery_without_labels_is_its_pod_without_the_nvidia_runtime() -> None:
+    text = ("I0412 09:12:03.004 main.go:144] Start running\n"
+            "W0412 09:12:03.118 main.go:184] No labels generated from any source\n"
+            "I0412 09:12:03.118 main.go:187] Creating Labels")
+    finding = explain(text)[0]
+    assert finding.id == "containerd.no-nvidia-runtime"
+    assert "No labels generated from any source" in finding.cause and "config.toml.tmpl" in finding.cause
+    assert explain("GFD returns 'no labels generated from any source'")[0].id == "containerd.no-nvidia-runtime"
+    # the twin: GFD's start-up and the labels it did write are nothing
+    assert explain("I0412 09:12:03.004 main.go:144] Start running\nI0412 09:12:03.118 main.go:187] Creating Labels\n"
+                   "nvidia.com/gpu.count=1") == []
+
+
+@pytest.mark.parametrize(("text", "gpu"), [
+    ("[ERROR]: cudaErrorInsufficientDriver: CUDA driver version is insufficient for CUDA runtime version\n"
+     "01:00.0 VGA compatible controller [0300]: NVIDIA Corporation G96C [GeForce 9500 GT] [10de:0640] (rev a1)",
+     "GeForce 9500 GT"),
+    ("NVIDIA insufficient driver\nMy GPU is a GeForce 8800GTX.", "GeForce 8800GTX"),
+    ("CUDA_ERROR_INSUFFICIENT_DRIVER on my GeForce GTX 285", "GeForce GTX 285"),
+    ("Quadro FX 3800: CUDA driver version is insufficient for CUDA runtime version", "Quadro FX 3800"),
+])
+def test_cudas_insufficient_driver_on_a_pre_fermi_gpu_is_the_gpu_no_driver_supports(text: str, gpu: str) -> None:
+    finding = explain(text)[0]
+    assert finding.id == "kernel.gpu-unsupported" and finding.values["gpu"] == gpu
+    assert "340" in finding.cause
+
+
+@pytest.mark.parametrize("text", [
+    "CUDA driver version is insufficient for CUDA runtime version\nGPU: NVIDIA GeForce GTX 1060 6GB",  # Pascal
+    "CUDA driver version is insufficient for CUDA runtime version on my GeForce RTX 2080",
+    "cudaErrorInsufficientDriver\nGeForce GTX 750 Ti",  # Maxwell, still supported by 580
+])
+def test_insufficient_driver_on_a_gpu_current_drivers_support_keeps_the_driver_cause(text: str) -> None:
+    ids = [f.id for f in explain(text)]
+    assert ids[:1] == ["cuda.insufficient-driver"] and "kernel.gpu-unsupported" not in ids
+
+
+def test_an_old_gpu_named_without_cudas_insufficient_driver_is_nothing() -> None:
+    assert explain("01:00.0 VGA compatible controller: NVIDIA Corporation G96C [GeForce 9500 GT] (rev a1)") == []
