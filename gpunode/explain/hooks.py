@@ -771,3 +771,32 @@ def _legacy_gpu(c: Candidate, doc: Doc) -> Finding | None:
     if failure is None:
         return None
     return _render(c, doc, excerpt=_with_line(c, doc, failure))
+
+
+# --- Windows' Code 43 is the NVIDIA driver refusing the hypervisor only where the paste shows a VM --------------------
+
+_IN_VM = compile_pattern(r"pass-?through|\bvfio\b|\bkubevirt\b|\bProxmox\b|virtual machine|\bVMs?\b|\bguest\b|"
+                         r"\bhypervisor\b")
+
+
+@_hook("virt.hypervisor-hidden-required")
+def _code_43(c: Candidate, doc: Doc) -> Finding | None:
+    named = passthrough.in_text(doc.text)
+    vm = named.evidence.search(doc.text) if named is not None else doc.has(_IN_VM)
+    if vm is None:  # Code 43 on bare metal is any driver's failure, not the hypervisor check
+        return None
+    return _render(c, doc, excerpt=_with_line(c, doc, vm))
+
+
+# --- MicroK8s hides its gpu/nvidia addon on an architecture the addon does not declare -----------------------------
+
+_NOT_AMD64 = compile_pattern(r"\baarch64\b|\barm64\b|\bppc64le\b|\bs390x\b|\bGraviton\d?\b|\bJetson\b|\bGrace\b|"
+                             r"\bg5g\b")
+
+
+@_hook("kube.microk8s-gpu-addon-arch")
+def _microk8s_arch(c: Candidate, doc: Doc) -> Finding | None:
+    arch = doc.has(_NOT_AMD64)
+    if arch is None:  # on amd64 the addon is missing for another reason (no core repository)
+        return None
+    return _render(c, doc, excerpt=_with_line(c, doc, arch))

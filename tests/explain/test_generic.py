@@ -583,3 +583,35 @@ def test_insufficient_driver_on_a_gpu_current_drivers_support_keeps_the_driver_c
 
 def test_an_old_gpu_named_without_cudas_insufficient_driver_is_nothing() -> None:
     assert explain("01:00.0 VGA compatible controller: NVIDIA Corporation G96C [GeForce 9500 GT] (rev a1)") == []
+
+
+@pytest.mark.parametrize("text", [
+    "testing NVIDIA GPU passthrough, driver error code 43. kubevirt not support set features.kvm.hidden = on",
+    "Proxmox VE 7, RTX 2070 passed to a Windows 10 VM: Windows has stopped this device because it has reported "
+    "problems. (Code 43)",
+    "qemu-system-x86_64 -enable-kvm -device vfio-pci,host=01:00.0\nDevice Manager shows Code 43 for the GeForce",
+])
+def test_code_43_for_a_gpu_in_a_virtual_machine_is_the_driver_refusing_the_hypervisor(text: str) -> None:
+    finding = explain(text)[0]
+    assert finding.id == "virt.hypervisor-hidden-required"
+    assert "hidden state='on'" in finding.fix
+
+
+@pytest.mark.parametrize("text", [
+    "Windows 11 desktop: the GeForce shows Code 43 in Device Manager",  # bare metal: any driver failure
+    "qemu-system-x86_64 -enable-kvm\nthe installer finished with exit code 43",  # a process's exit code
+    "kubevirt virt-launcher: status code 43 from the API",
+])
+def test_code_43_on_bare_metal_or_as_an_exit_code_is_not_the_hypervisor_check(text: str) -> None:
+    assert "virt.hypervisor-hidden-required" not in {f.id for f in explain(text)}
+
+
+def test_microk8s_without_its_gpu_addon_on_arm64_is_the_addons_architecture() -> None:
+    text = "g5g.metal instance (aarch64, NVIDIA T4G)\n$ sudo microk8s enable gpu\nAddon gpu was not found in any repository"
+    finding = explain(text)[0]
+    assert finding.id == "kube.microk8s-gpu-addon-arch" and finding.values["addon"] == "gpu"
+    assert "aarch64" in finding.excerpt and finding.fix.startswith("uname -m")
+    # the twin: the same message with no other architecture in the paste is not this finding
+    assert "kube.microk8s-gpu-addon-arch" not in {
+        f.id for f in explain("$ sudo microk8s enable nvidia\nAddon nvidia was not found in any repository")}
+    assert explain("on arm64: Addon dashboard was not found in any repository") == []
