@@ -615,3 +615,17 @@ def test_microk8s_without_its_gpu_addon_on_arm64_is_the_addons_architecture() ->
     assert "kube.microk8s-gpu-addon-arch" not in {
         f.id for f in explain("$ sudo microk8s enable nvidia\nAddon nvidia was not found in any repository")}
     assert explain("on arm64: Addon dashboard was not found in any repository") == []
+
+
+def test_nvidia_ctk_refusing_a_list_value_is_a_toolkit_older_than_1_15() -> None:
+    text = ("# nvidia-ctk config --set nvidia-container-runtime.runtimes=docker-runc,runc\n"
+            "ERRO[0000] invalid --set option nvidia-container-runtime.runtimes=docker-runc,runc: unsupported type for "
+            "[nvidia-container-runtime.runtimes docker-runc,runc] ([docker-runc runc])")
+    finding = explain(text)[0]
+    assert finding.id == "toolkit.too-old" and finding.values["option"] == "nvidia-container-runtime.runtimes"
+    assert finding.fix == "gpunode install --only toolkit"
+    # the twins: a current value that is no list, and containerd's own version field, are not the old parser
+    for other in ("invalid --set option nvidia-container-cli.debug=1: unsupported type for "
+                  "[nvidia-container-cli.debug 1] (<nil>)",
+                  "unable to load containerd config: unsupported type for version field: 2.5"):
+        assert "toolkit.too-old" not in {f.id for f in explain(other)}
