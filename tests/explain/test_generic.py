@@ -629,3 +629,23 @@ def test_nvidia_ctk_refusing_a_list_value_is_a_toolkit_older_than_1_15() -> None
                   "[nvidia-container-cli.debug 1] (<nil>)",
                   "unable to load containerd config: unsupported type for version field: 2.5"):
         assert "toolkit.too-old" not in {f.id for f in explain(other)}
+
+
+@pytest.mark.parametrize("text", [
+    "Error: OCI runtime error: error executing hook `/usr/bin/nvidia-container-runtime-hook` (exit code: 1)\n"
+    "When the message happened, I tried \"**nvidia-container-cli list**\", but terminal hang.",
+    "$ sudo nvidia-container-cli -k -d /dev/tty info  # it is stuck here and never returns",
+    "the node freezes on nvidia-container-cli info for minutes",
+])
+def test_nvidia_container_cli_hanging_on_list_or_info_is_the_driver_too_slow_to_answer(text: str) -> None:
+    finding = explain(text)[0]
+    assert finding.id == "toolkit.driver-timeout" and "persistenced" in finding.fix
+
+
+@pytest.mark.parametrize("text", [
+    "Error: OCI runtime error: error executing hook `/usr/bin/nvidia-container-runtime-hook` (exit code: 1)\n"
+    "nvidia-container-cli list prints /dev/nvidiactl and the libraries fine",
+    "nvidia-smi hangs for a minute after boot",  # not the toolkit's call
+])
+def test_the_cli_answering_or_another_program_hanging_is_not_the_toolkits_wait(text: str) -> None:
+    assert "toolkit.driver-timeout" not in {f.id for f in explain(text)}
