@@ -800,3 +800,20 @@ def _microk8s_arch(c: Candidate, doc: Doc) -> Finding | None:
     if arch is None:  # on amd64 the addon is missing for another reason (no core repository)
         return None
     return _render(c, doc, excerpt=_with_line(c, doc, arch))
+
+
+# --- a kernel built from source is the cause of an NVIDIA DKMS build failure only beside that failure ---------------
+
+_NVIDIA_DKMS_ERROR = compile_pattern(r"/var/lib/dkms/nvidia[^\n]*?\berror:")  # the compiler's line, quoted first
+_NVIDIA_DKMS_FAILED = compile_pattern(r"Bad return status for module build|Building DKMS module[^\n]*?nvidia[^\n]*?"
+                                      r"FAILED|\bDKMS\b[^\n]{0,40}?\bfail")
+
+
+@_hook("dkms.headers-missing")
+def _custom_kernel(c: Candidate, doc: Doc) -> Finding | None:
+    if c.detector.variant != "custom-kernel":
+        return _render(c, doc)
+    failed = doc.has(_NVIDIA_DKMS_ERROR) or doc.has(_NVIDIA_DKMS_FAILED)
+    if failed is None:  # a kernel built from source is no finding by itself
+        return None
+    return _render(c, doc, excerpt=_with_line(c, doc, failed))

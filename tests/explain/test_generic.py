@@ -649,3 +649,24 @@ def test_nvidia_container_cli_hanging_on_list_or_info_is_the_driver_too_slow_to_
 ])
 def test_the_cli_answering_or_another_program_hanging_is_not_the_toolkits_wait(text: str) -> None:
     assert "toolkit.driver-timeout" not in {f.id for f in explain(text)}
+
+
+_SYS_CLOSE = ("/var/lib/dkms/nvidia/465.31/build/nvidia/nv-caps.c:598:5: error: implicit declaration of function "
+              "'sys_close' [-Werror=implicit-function-declaration]")
+
+
+@pytest.mark.parametrize("said", ["DKMS fails for a custom Linux Kernel built from source:",
+                                  "I run a self-compiled kernel (6.1.12)", "we compiled our own kernel for the box"])
+def test_an_nvidia_dkms_failure_on_a_kernel_built_from_source_is_its_unprepared_headers(said: str) -> None:
+    finding = explain(f"{said}\n{_SYS_CLOSE}")[0]
+    assert finding.id == "dkms.headers-missing" and "modules_prepare" in finding.cause
+    assert _SYS_CLOSE[:40] in finding.excerpt
+
+
+def test_the_same_failure_on_a_distribution_kernel_or_a_custom_kernel_alone_is_not_its_headers() -> None:
+    ids = [f.id for f in explain(_SYS_CLOSE)]
+    assert ids[:1] == ["dkms.build-failed"] and "dkms.headers-missing" not in ids
+    assert explain("I built a custom kernel from source yesterday and it boots fine") == []
+    # another module's build failing beside a custom kernel is not the NVIDIA driver's
+    assert "dkms.headers-missing" not in {f.id for f in explain(
+        "custom kernel\n/var/lib/dkms/zfs/2.1.5/build/module/os/linux/zfs/zfs_vnops_os.c:10:1: error: unknown type")}
