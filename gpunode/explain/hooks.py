@@ -378,6 +378,14 @@ def _with_line(c: Candidate, doc: Doc, line: re.Match[str]) -> str:
     return a if a == b else f"{a}\n{b}"
 
 
+def _beside(c: Candidate, doc: Doc, line: re.Match[str] | None, only: str | None = None) -> Finding | None:
+    """The candidate's finding only beside its decisive line, quoted with it; None where the paste lacks that line.
+    With `only`, that holds for that variant of the row, and the other variants stand as they are."""
+    if only is not None and c.detector.variant != only:
+        return _render(c, doc)
+    return None if line is None else _render(c, doc, excerpt=_with_line(c, doc, line))
+
+
 _NO_KERNEL_DRIVER = compile_pattern(r"kernel driver does not appear to be running on this host|/proc/driver/nvidia/"
                                     r"version does not exist")
 _VISIBLE = compile_pattern(r"CUDA_VISIBLE_DEVICES\s*=\s*[\"']?(?P<visible>[\w,-]*)")
@@ -604,18 +612,6 @@ def _os_blocked(c: Candidate, doc: Doc) -> Finding | None:
     return _render(c, doc, values={"wsl": True}, excerpt=_with_line(c, doc, wsl))
 
 
-
-# A loader that asks for the unversioned libcuda.so (cudarc, cuda-python's early releases, libfabric) fails under WSL
-# because the Windows driver's copies there are not links; elsewhere the same line is cuda.no-driver's.
-@_hook("wsl.libcuda-not-symlink")
-def _wsl_libcuda(c: Candidate, doc: Doc) -> Finding | None:
-    if c.detector.variant != "unversioned-loader":
-        return _render(c, doc)
-    wsl = doc.has(_WSL)
-    if wsl is None:
-        return None
-    return _render(c, doc, excerpt=_with_line(c, doc, wsl))
-
 # --- package repositories: only NVIDIA's key is ours to explain ---------------------------------------------------
 
 _NVIDIA_KEYS = {"A4B469963BF863CC", "F60F4B3D7FA2AF80", "DDCAE044F796ECB0"}  # CUDA repo (2022, older), toolkit repo
@@ -637,12 +633,8 @@ _OPEN_MODULE = compile_pattern(r"Open Kernel Module|nvidia-kernel-open|nvidia-op
 
 @_hook("kernel.open-module-unsupported")
 def _open_module(c: Candidate, doc: Doc) -> Finding | None:
-    if c.detector.variant != "gsp-init":
-        return _render(c, doc)
-    flavour = doc.has(_OPEN_MODULE)
-    if flavour is None:  # GSP failing without the open module in sight: the RmInitAdapter finding explains it
-        return None
-    return _render(c, doc, excerpt=_with_line(c, doc, flavour))
+    # GSP failing without the open module in sight: the RmInitAdapter finding explains it
+    return _beside(c, doc, doc.has(_OPEN_MODULE), only="gsp-init")
 
 
 # --- a riser or external link named next to a GPU that fails ---------------------------------------------------------
@@ -654,10 +646,7 @@ _GPU_FAILS = compile_pattern(r"GPU is lost|fallen off|fell off|falls? off|couldn
 
 @_hook("hw.pcie-link")
 def _pcie_link(c: Candidate, doc: Doc) -> Finding | None:
-    failing = doc.has(_GPU_FAILS)
-    if failing is None:  # a riser mentioned in passing is no finding
-        return None
-    return _render(c, doc, excerpt=_with_line(c, doc, failing))
+    return _beside(c, doc, doc.has(_GPU_FAILS))  # a riser mentioned in passing is no finding
 
 
 # --- the container that got no GPU, for any finding that says no driver is reachable -------------------------------
@@ -735,10 +724,7 @@ _CONTAINED = compile_pattern(r"\b(?:docker|podman|nerdctl|ctr|crictl|kubectl)\b[
 
 @_hook("container.seccomp-denied")
 def _seccomp(c: Candidate, doc: Doc) -> Finding | None:
-    line = doc.has(_CUDA_START) or doc.has(_CONTAINED)
-    if line is None:
-        return None
-    return _render(c, doc, excerpt=_with_line(c, doc, line))
+    return _beside(c, doc, doc.has(_CUDA_START) or doc.has(_CONTAINED))
 
 
 # --- the device plugin's pod without the privilege the volume-mounts strategy needs --------------------------------
@@ -750,10 +736,7 @@ _PLUGIN_NO_NVML = compile_pattern(r"ERROR_LIBRARY_NOT_FOUND|could not load NVML 
 
 @_hook("kube.device-plugin-unprivileged")
 def _plugin_unprivileged(c: Candidate, doc: Doc) -> Finding | None:
-    failure = doc.has(_PLUGIN_NO_NVML)
-    if failure is None:
-        return None
-    return _render(c, doc, excerpt=_with_line(c, doc, failure))
+    return _beside(c, doc, doc.has(_PLUGIN_NO_NVML))
 
 
 # --- a GPU older than any driver of today's CUDA, beside CUDA's "insufficient driver" -------------------------------
@@ -761,16 +744,6 @@ def _plugin_unprivileged(c: Candidate, doc: Doc) -> Finding | None:
 # The GPU's name alone is no finding: only with CUDA asking for a newer driver is the GPU's age the cause.
 _INSUFFICIENT_DRIVER = compile_pattern(r"insufficient driver|driver version is insufficient|InsufficientDriver|"
                                        r"INSUFFICIENT_DRIVER")
-
-
-@_hook("kernel.gpu-unsupported")
-def _legacy_gpu(c: Candidate, doc: Doc) -> Finding | None:
-    if c.detector.variant != "legacy-cuda":
-        return _render(c, doc)
-    failure = doc.has(_INSUFFICIENT_DRIVER)
-    if failure is None:
-        return None
-    return _render(c, doc, excerpt=_with_line(c, doc, failure))
 
 
 # --- Windows' Code 43 is the NVIDIA driver refusing the hypervisor only where the paste shows a VM --------------------
@@ -782,24 +755,14 @@ _IN_VM = compile_pattern(r"pass-?through|\bvfio\b|\bkubevirt\b|\bProxmox\b|virtu
 @_hook("virt.hypervisor-hidden-required")
 def _code_43(c: Candidate, doc: Doc) -> Finding | None:
     named = passthrough.in_text(doc.text)
-    vm = named.evidence.search(doc.text) if named is not None else doc.has(_IN_VM)
-    if vm is None:  # Code 43 on bare metal is any driver's failure, not the hypervisor check
-        return None
-    return _render(c, doc, excerpt=_with_line(c, doc, vm))
+    # Code 43 on bare metal is any driver's failure, not the hypervisor check
+    return _beside(c, doc, named.evidence.search(doc.text) if named is not None else doc.has(_IN_VM))
 
 
 # --- MicroK8s hides its gpu/nvidia addon on an architecture the addon does not declare -----------------------------
 
 _NOT_AMD64 = compile_pattern(r"\baarch64\b|\barm64\b|\bppc64le\b|\bs390x\b|\bGraviton\d?\b|\bJetson\b|\bGrace\b|"
                              r"\bg5g\b")
-
-
-@_hook("kube.microk8s-gpu-addon-arch")
-def _microk8s_arch(c: Candidate, doc: Doc) -> Finding | None:
-    arch = doc.has(_NOT_AMD64)
-    if arch is None:  # on amd64 the addon is missing for another reason (no core repository)
-        return None
-    return _render(c, doc, excerpt=_with_line(c, doc, arch))
 
 
 # --- a kernel built from source is the cause of an NVIDIA DKMS build failure only beside that failure ---------------
@@ -809,11 +772,24 @@ _NVIDIA_DKMS_FAILED = compile_pattern(r"Bad return status for module build|Build
                                       r"FAILED|\bDKMS\b[^\n]{0,40}?\bfail")
 
 
-@_hook("dkms.headers-missing")
-def _custom_kernel(c: Candidate, doc: Doc) -> Finding | None:
-    if c.detector.variant != "custom-kernel":
-        return _render(c, doc)
-    failed = doc.has(_NVIDIA_DKMS_ERROR) or doc.has(_NVIDIA_DKMS_FAILED)
-    if failed is None:  # a kernel built from source is no finding by itself
-        return None
-    return _render(c, doc, excerpt=_with_line(c, doc, failed))
+# --- rows that stand only beside their decisive line ---------------------------------------------------------------
+
+# id -> (the variant gated, None for every row of the id; the decisive lines, the first one found is quoted). Without
+# one of them in the paste the row's match is no finding.
+_DECISIVE: dict[str, tuple[str | None, tuple[re.Pattern[str], ...]]] = {
+    # a loader asking for the unversioned libcuda.so (cudarc, cuda-python's early releases, libfabric) fails under
+    # WSL because the Windows driver's copies there are not links; elsewhere the same line is cuda.no-driver's
+    "wsl.libcuda-not-symlink": ("unversioned-loader", (_WSL,)),
+    # the GPU's name alone is no finding: only with CUDA asking for a newer driver is the GPU's age the cause
+    "kernel.gpu-unsupported": ("legacy-cuda", (_INSUFFICIENT_DRIVER,)),
+    # on amd64 the addon is missing for another reason (no core repository)
+    "kube.microk8s-gpu-addon-arch": (None, (_NOT_AMD64,)),
+    # a kernel built from source is no finding by itself; the compiler's line is quoted first
+    "dkms.headers-missing": ("custom-kernel", (_NVIDIA_DKMS_ERROR, _NVIDIA_DKMS_FAILED)),
+}
+
+
+@_hook(*_DECISIVE)
+def _decisive(c: Candidate, doc: Doc) -> Finding | None:
+    only, lines = _DECISIVE[c.detector.id]
+    return _beside(c, doc, next((m for p in lines if (m := doc.has(p))), None), only=only)
