@@ -5,7 +5,7 @@
 #   $NS/pkgfiles/NAME   paths / units a package created (removed with it)
 PKGDB=$NS/pkgdb
 CATALOG=$NS/catalog
-mkdir -p "$NS/pkgfiles"
+[ -d "$NS/pkgfiles" ] || mkdir -p "$NS/pkgfiles"
 [ -f "$PKGDB" ] || : > "$PKGDB"
 
 pkg_source_files() {
