@@ -384,6 +384,7 @@ def containerd_load(cfg_path):
     """The merged configuration containerd would run with; raises ValueError like containerd refuses (a TOML
     syntax error, tomllib.TOMLDecodeError, is one)."""
     import glob
+
     import tomllib
 
     text = read(cfg_path, "")
