@@ -231,8 +231,11 @@ def test_a_distro_packaged_driver_is_never_mixed(sim_node, mirror, tmp_path):
     node.install_package("nvidia-driver-535-server")
     result = install(node, tmp_path)
     out = flat(result.output)
-    assert result.exit_code == 1 and "from distribution packages (nvidia-driver-535-server" in out
-    assert "would mix two drivers" in out and "sudo apt-get purge -y --allow-change-held-packages nvidia-driver-535-server" in out
+    # the packages as dpkg-query lists them: in name order (the simulator's order before, 2026-11-25)
+    assert result.exit_code == 1 and "from distribution packages (nvidia-dkms-535-server 535.230.02-0ubuntu0.22.04.1, " \
+        "nvidia-driver-535-server 535.230.02-0ubuntu0.22.04.1" in out
+    assert "would mix two drivers" in out
+    assert "sudo apt-get purge -y --allow-change-held-packages nvidia-dkms-535-server nvidia-driver-535-server" in out
     assert node.calls("nvidia-installer") == []
 
 

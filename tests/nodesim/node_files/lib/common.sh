@@ -17,6 +17,25 @@ ns_log() {
 }
 
 ns_err() { printf '%s\n' "$*" >&2; }
+
+# ---- process cost -----------------------------------------------------------------------------------------
+# A real tool answers in one process. The shims on the paths the probe and the benchmarks take (systemctl show
+# and is-*, modinfo, nvidia-smi, dpkg-query -W, uname, nvidia-ctk --version) use the shell's own read, case and
+# parameter expansion instead of $(...), pipes, sed, tr or awk per item, and exec their one helper (awk,
+# python) last; the helpers below set variables instead of printing, so a caller needs no $(...) (a fork).
+ns_tr() {  # ns_tr WORD FROM TO : NSR = WORD with every character FROM replaced by TO
+    NSR=; _trw=$1
+    while :; do
+        case $_trw in
+            *"$2"*) NSR=$NSR${_trw%%"$2"*}$3; _trw=${_trw#*"$2"} ;;
+            *) NSR=$NSR$_trw; return 0 ;;
+        esac
+    done
+}
+ns_read() {  # ns_read FILE : NSR = its first line (empty when it cannot be read), as $(head -n 1 FILE) says
+    NSR=
+    { IFS= read -r NSR || :; } 2>/dev/null < "$1"
+}
 ns_kmsg() {  # append a line to the simulated kernel log, dmesg style
     _up=$(cat "$NS/kmsg.clock" 2>/dev/null || echo 3)
     _up=$((_up + 1)); echo "$_up" > "$NS/kmsg.clock"
@@ -24,21 +43,23 @@ ns_kmsg() {  # append a line to the simulated kernel log, dmesg style
 }
 
 # ---- small helpers ----------------------------------------------------------------------------------------
-ns_kernel() { cat "$NS/kernel"; }
+ns_kernel() { ns_read "$NS/kernel"; echo "$NSR"; }
 ns_has_gpu() { [ -s "$NS/gpus" ]; }
 ns_uuid() {  # random version-4 UUID, newline-terminated like /proc/sys/kernel/random/boot_id
     od -An -tx1 -N16 /dev/urandom | tr -d ' \n' |
         sed 's/^\(........\)\(....\).\(...\).\(...\)\(............\)$/\1-\2-4\3-a\4-\5/'
     echo
 }
-ns_py() {  # ns_py SCRIPT ARGS... : the private interpreter (not on PATH) running /opt/nodesim/py/SCRIPT.py
+ns_py() {  # ns_py [--exec] SCRIPT ARGS... : the private interpreter (not on PATH) running /opt/nodesim/py/SCRIPT.py
+    _px=; [ "$1" != --exec ] || { _px=exec; shift; }  # --exec: it replaces the shell (a shim's last command)
     _s=$1; shift
-    PYTHONHOME=/opt/nodesim/python PYTHONDONTWRITEBYTECODE=1 PYTHONPATH= "$NSPY" -S -B "/opt/nodesim/py/$_s.py" "$@"
+    PYTHONHOME=/opt/nodesim/python PYTHONDONTWRITEBYTECODE=1 PYTHONPATH= $_px "$NSPY" -S -B "/opt/nodesim/py/$_s.py" "$@"
 }
 ns_branch() { echo "${1%%.*}"; }
-ns_cuda_for() {  # driver version -> highest CUDA version
-    _b=$(ns_branch "$1")
-    awk -v b="$_b" '$1 <= b { c = $2 } END { print c }' "$NSLIB/cuda.tab"
+ns_cuda_for() { ns_cuda "$1"; echo "$NSR"; }  # driver version -> highest CUDA version
+ns_cuda() {  # ns_cuda DRIVER_VERSION : NSR = the highest CUDA version of its branch (lib/cuda.tab, ascending)
+    NSR=; _cb=${1%%.*}
+    while read -r _cfb _cfv; do [ "$_cfb" -le "$_cb" ] 2>/dev/null && NSR=$_cfv; done < "$NSLIB/cuda.tab"
 }
 ns_ver_ge() {  # ns_ver_ge A B : A >= B (dotted numeric)
     [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | tail -n1)" = "$1" ]
@@ -48,7 +69,8 @@ ns_ver_ge() {  # ns_ver_ge A B : A >= B (dotted numeric)
 ns_efi() { [ -d /sys/firmware/efi ]; }
 ns_sb_enabled() {
     [ -r "$EFIVAR_SB" ] || return 1
-    [ "$(od -An -tu1 -j4 -N1 "$EFIVAR_SB" | tr -d ' ')" = 1 ]
+    _sbv=$(od -An -tu1 -j4 -N1 "$EFIVAR_SB")  # "   1": the byte after the 4 attribute bytes
+    [ "${_sbv##* }" = 1 ]
 }
 ns_key_id() { sha256sum "$1" | cut -c1-16; }
 ns_key_trusted() {  # ns_key_trusted KEYID : modules signed with it load under Secure Boot
@@ -68,7 +90,11 @@ ns_driver_load_env() {
 }
 # The .ko file of a module name (nvidia, nvidia_uvm, nvidia-uvm): nvidia-uvm.ko, or under Debian's packaged driver
 # (DRIVER_DKMS_NAME=nvidia-current) nvidia-current-uvm.ko; the kernel still calls it nvidia_uvm (modinfo -F name).
-ns_driver_file() { echo "$1" | tr _ - | sed "s/^nvidia/$DRIVER_DKMS_NAME/"; }
+ns_driver_file() { ns_driver_file_v "$1"; echo "$NSR"; }
+ns_driver_file_v() {  # NAME : NSR = ns_driver_file's answer
+    ns_tr "$1" _ -
+    case $NSR in nvidia*) NSR=$DRIVER_DKMS_NAME${NSR#nvidia} ;; esac
+}
 ns_driver_installed() { ns_driver_load_env; [ -n "$DRIVER_VERSION" ]; }
 ns_driver_write_env() {
     cat > "$NS/driver.env" <<EOF
@@ -169,7 +195,8 @@ ns_kernel_add() {  # KVER : a kernel image was installed; the boot loader's defa
 # Why the nvidia module would not bind right now: prints ok | notfound | nodevice | keyrejected
 ns_nvidia_probe() {
     ns_driver_load_env
-    if [ -z "$DRIVER_VERSION" ] || ! ns_driver_built_for "$(ns_kernel)"; then echo notfound; return; fi
+    ns_read "$NS/kernel"
+    if [ -z "$DRIVER_VERSION" ] || ! ns_driver_built_for "$NSR"; then echo notfound; return; fi
     if ns_sb_enabled && ! ns_key_trusted "$DRIVER_SIGNKEY"; then echo keyrejected; return; fi
     if ! ns_has_gpu; then echo nodevice; return; fi
     if ns_loaded nouveau; then echo nodevice; return; fi
@@ -184,12 +211,16 @@ ns_nvidia_probe() {
 }
 
 # ---- kernel modules -----------------------------------------------------------------------------------------
-ns_loaded() { grep -q "^$1 " /proc/modules 2>/dev/null; }
+ns_loaded() {  # the first field of a /proc/modules line
+    [ -r /proc/modules ] || return 1
+    while read -r _ldn _ldr; do [ "$_ldn" = "$1" ] && return 0; done < /proc/modules
+    return 1
+}
 ns_loaded_list() { [ -r /proc/modules ] && awk '{ print $1 }' /proc/modules; }
 ns_module_known() {  # does a .ko exist for the running kernel?
     case "$1" in
         nvidia|nvidia_uvm|nvidia_modeset|nvidia_drm|nvidia_peermem|nvidia-uvm|nvidia-modeset|nvidia-drm)
-            ns_driver_built_for "$(ns_kernel)" || return 1
+            ns_read "$NS/kernel"; ns_driver_built_for "$NSR" || return 1
             # Debian's renamed files (nvidia-current*.ko) answer to these names only through the `install` lines
             # of its modprobe configuration, linked by the glx alternative (libcuda1 or the GL libraries): the
             # real-OS tier's compute-only set says "Module nvidia not found" although DKMS built it
@@ -497,12 +528,25 @@ ns_snapshot_initramfs() {  # record what an initramfs built now for KVER would c
 }
 
 # ---- systemd units ------------------------------------------------------------------------------------------
-ns_unit_name() { case "$1" in *.service|*.socket|*.target|*.timer|*.path|*.mount) echo "$1" ;; *) echo "$1.service" ;; esac; }
-ns_unit_exists() { [ -f "$NS/units/$(ns_unit_name "$1")" ]; }
-ns_unit_get() {  # ns_unit_get UNIT ACTIVE|ENABLED
-    _u=$(ns_unit_name "$1")
-    [ -f "$NS/units/$_u" ] || { [ "$2" = ACTIVE ] && echo inactive || echo not-found; return; }
-    sed -n "s/^$2=//p" "$NS/units/$_u"
+# $NS/units/UNIT holds the lines ACTIVE=, ENABLED=, DESC= (a unit without the file is not loaded).
+ns_unit_norm() {  # UNIT : NSU = its full name (a bare name is a .service)
+    case "$1" in *.service|*.socket|*.target|*.timer|*.path|*.mount) NSU=$1 ;; *) NSU=$1.service ;; esac
+}
+ns_unit_read() {  # UNIT : NSU, NSU_ACTIVE, NSU_ENABLED, NSU_DESC from its state; 1 (inactive, not-found) without
+    ns_unit_norm "$1"; NSU_ACTIVE=; NSU_ENABLED=; NSU_DESC=
+    if [ ! -f "$NS/units/$NSU" ]; then NSU_ACTIVE=inactive; NSU_ENABLED=not-found; return 1; fi
+    while IFS= read -r _url || [ -n "$_url" ]; do
+        case $_url in
+            ACTIVE=*) NSU_ACTIVE=${_url#*=} ;; ENABLED=*) NSU_ENABLED=${_url#*=} ;; DESC=*) NSU_DESC=${_url#*=} ;;
+        esac
+    done < "$NS/units/$NSU"
+    return 0
+}
+ns_unit_name() { ns_unit_norm "$1"; echo "$NSU"; }
+ns_unit_exists() { ns_unit_norm "$1"; [ -f "$NS/units/$NSU" ]; }
+ns_unit_get() {  # ns_unit_get UNIT ACTIVE|ENABLED|DESC
+    ns_unit_read "$1"
+    case "$2" in ACTIVE) echo "$NSU_ACTIVE" ;; ENABLED) echo "$NSU_ENABLED" ;; DESC) echo "$NSU_DESC" ;; esac
 }
 ns_unit_set() {  # ns_unit_set UNIT ACTIVE|ENABLED VALUE
     _u=$(ns_unit_name "$1")
@@ -516,19 +560,21 @@ ns_unit_create() {  # ns_unit_create UNIT DESCRIPTION [ACTIVE] [ENABLED]
     printf 'ACTIVE=%s\nENABLED=%s\nDESC=%s\n' "${3:-inactive}" "${4:-disabled}" "$2" > "$NS/units/$_u"
 }
 ns_unit_remove() { rm -f "$NS/units/$(ns_unit_name "$1")"; }
-ns_unit_active() { [ "$(ns_unit_get "$1" ACTIVE)" = active ]; }
+ns_unit_active() { ns_unit_read "$1"; [ "$NSU_ACTIVE" = active ]; }
 
 # Unit files on disk (systemd's search path, the first directory wins).  A unit the simulator has no state for
 # but whose file exists is known the way systemd knows it: disabled, or static without an [Install] section.
 NS_UNIT_DIRS="/etc/systemd/system /run/systemd/system /usr/local/lib/systemd/system /usr/lib/systemd/system /lib/systemd/system"
-ns_unit_file() {  # ns_unit_file UNIT : the unit file systemd would load, if any
-    for _ufd in $NS_UNIT_DIRS; do [ -f "$_ufd/$1" ] && { echo "$_ufd/$1"; return 0; }; done
-    return 1
+ns_unit_file() { ns_unit_file_v "$1" && echo "$NSR"; }  # ns_unit_file UNIT : the unit file systemd would load
+ns_unit_file_v() {  # UNIT : NSR = that file; 1 when there is none
+    for _ufd in $NS_UNIT_DIRS; do [ -f "$_ufd/$1" ] && { NSR=$_ufd/$1; return 0; }; done
+    NSR=; return 1
 }
 ns_unit_discover() {  # ns_unit_discover UNIT : state for a unit that exists only as a file
-    _dn=$(ns_unit_name "$1")
-    ns_unit_exists "$_dn" && return 0
-    _df=$(ns_unit_file "$_dn") || return 0
+    ns_unit_norm "$1"; _dn=$NSU
+    [ -f "$NS/units/$_dn" ] && return 0
+    ns_unit_file_v "$_dn" || return 0
+    _df=$NSR
     _desc=$(sed -n 's/^Description=//p' "$_df" | head -n 1)
     if grep -q '^\[Install\]' "$_df"; then _den=disabled; else _den=static; fi
     ns_unit_create "$_dn" "${_desc:-$_dn}" inactive "$_den"

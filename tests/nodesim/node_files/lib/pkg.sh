@@ -5,7 +5,7 @@
 #   $NS/pkgfiles/NAME   paths / units a package created (removed with it)
 PKGDB=$NS/pkgdb
 CATALOG=$NS/catalog
-mkdir -p "$NS/pkgfiles"
+[ -d "$NS/pkgfiles" ] || mkdir -p "$NS/pkgfiles"
 [ -f "$PKGDB" ] || : > "$PKGDB"
 
 pkg_source_files() {
@@ -249,7 +249,11 @@ pkg_remove_files() {  # NAME
 }
 
 # Apt's view: repos as of the last `apt-get update`.
-pkg_apt_available() { pkg_available $(cat "$NS/apt-updated" 2>/dev/null || echo base); }
+pkg_apt_ids() {  # PKG_IDS = the repositories apt has fetched (apt-get update; before any: base), read by the shell
+    PKG_IDS=; [ -r "$NS/apt-updated" ] || { PKG_IDS=base; return 0; }
+    while read -r _l || [ -n "$_l" ]; do PKG_IDS="$PKG_IDS $_l"; done < "$NS/apt-updated"
+}
+pkg_apt_available() { pkg_apt_ids; pkg_available $PKG_IDS; }
 
 # Resolve request specs (args) -> actions on stdout (see resolve.awk).
 pkg_resolve() {  # MODE AVAILFILE SPECS...

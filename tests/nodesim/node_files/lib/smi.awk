@@ -1,5 +1,5 @@
 # Renders the plain `nvidia-smi` table from /var/lib/nodesim/gpus (tab separated).
-# -v ver=DRIVER -v cuda=X.Y -v style=n|w|p -v pm=On|Off -v date="..."
+# -v ver=DRIVER -v cuda=X.Y -v style=n|w|p -v pm=On|Off (the timestamp: busybox awk's strftime, no date process)
 # Column layouts are those of real captures: n = 535.x (89 wide), w = 545..575 (91 wide), p = 580+ (91 wide).
 function rep(c, n,   s) { s = ""; while (n-- > 0) s = s c; return s }
 function rjust(s, n) { return sprintf("%" n "s", s) }
@@ -10,7 +10,7 @@ BEGIN {
     if (style == "n") { W2 = 22; inner = 87 } else { W2 = 24; inner = 89 }
     sep = "+" rep("-", 41) "+" rep("-", W2) "+" rep("-", 22) "+"
     top = "+" rep("-", inner) "+"
-    print date "       "
+    print strftime("%a %b %e %H:%M:%S %Y") "       "
     print top
     if (style == "n")
         print "| NVIDIA-SMI " ljust(ver, 23) "Driver Version: " ljust(ver, 13) "CUDA Version: " ljust(cuda, 9) "|"

@@ -5,13 +5,19 @@
 # on NVSwitch), ECC Mode / ECC Errors (the SRAM/DRAM layout of
 # R510+), Retired Pages (Yes/No and counts before Ampere, N/A from Ampere on), Remapped Rows (a block from Ampere
 # on, a single N/A line before).
-#   awk -F'\t' -v pm=Enabled|Disabled -v fm=1|0 -v flavor=open|proprietary -v ver=VER -v health=FILE -f smiqtext.awk GPUS
+#   awk -F'\t' -v pm=Enabled|Disabled -v fm=1|0 -v flavor=open|proprietary -v ver=VER -v cuda=X.Y -v ngpu=N
+#       -v health=FILE -f smiqtext.awk GPUS
+# The header (its timestamp from busybox awk's strftime) is printed here too: nvidia-smi -q is one process.
 function kv(key, value) { printf "    %-34s: %s\n", key, value }
 function kv2(key, value) { printf "        %-30s: %s\n", key, value }
 function kv3(key, value) { printf "            %-26s: %s\n", key, value }
 function h(i, key, dflt) { return ((i, key) in H) ? H[i, key] : dflt }
 BEGIN {
     while ((getline line < health) > 0) { split(line, f, "\t"); H[f[1], f[2]] = f[3] }
+    printf "\n==============NVSMI LOG==============\n\n"
+    printf "%-38s: %s\n%-38s: %s\n%-38s: %s\n", "Timestamp", strftime("%a %b %e %H:%M:%S %Y"), "Driver Version", ver,
+        "CUDA Version", cuda
+    printf "\n%-38s: %s\n", "Attached GPUs", ngpu
 }
 {
     i = $1
