@@ -36,6 +36,7 @@ from gpunode.connection.base import (
     parse_received,
 )
 from gpunode.errors import CommandError, ConnectError, UsageError
+from gpunode.record import Frozen, Record
 from gpunode.shell import Script, Secret, render
 
 
@@ -170,8 +171,8 @@ def _route_paramiko_logging() -> None:
 _route_paramiko_logging()
 
 
-@dataclass(frozen=True)
-class SSHTarget:
+@dataclass(frozen=True, eq=False, repr=False)
+class SSHTarget(Frozen):
     """`[user@]host[:port]` as the user typed it; `[v6addr]:port` for IPv6."""
 
     host: str
@@ -212,8 +213,8 @@ class SSHTarget:
         return f"{self.user + '@' if self.user else ''}{host}{':' + str(self.port) if self.port else ''}"
 
 
-@dataclass
-class SSHOptions:
+@dataclass(eq=False, repr=False)
+class SSHOptions(Record):
     identity: list[str] = field(default_factory=list)
     known_hosts: list[str] = field(default_factory=list)
     accept_new_host_key: bool = False
@@ -295,8 +296,8 @@ def _load_known_hosts(client: paramiko.SSHClient, paths: list[Path]) -> None:
             keys.add(name, key.get_name(), key)
 
 
-@dataclass
-class _Resolved:
+@dataclass(eq=False, repr=False)
+class _Resolved(Record):
     host: str
     port: int
     user: str

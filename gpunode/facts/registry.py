@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from gpunode.record import Frozen
+
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 
@@ -99,8 +101,8 @@ def smi_output(args: str) -> str:
             'printf "%s\\n" "$out"')
 
 
-@dataclass(frozen=True)
-class Section:
+@dataclass(frozen=True, eq=False, repr=False)
+class Section(Frozen):
     """One framed section of the probe's output."""
 
     text: str
