@@ -34,11 +34,6 @@ from gpunode.record import Frozen
 if TYPE_CHECKING:
     from gpunode.facts import Facts
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10
-    import tomli as tomllib
-
 _M = __name__.rsplit(".", 1)[-1]
 
 NVIDIA = "nvidia"
@@ -123,6 +118,10 @@ def dump_daemon_json(data: Mapping[str, Any]) -> str:
 def parse_toml(text: str | None, path: str) -> dict[str, Any]:
     if text is None or not text.strip():
         return {}
+    if sys.version_info >= (3, 11):  # imported here: a node without a TOML config (docker only) never needs it
+        import tomllib
+    else:  # Python 3.10
+        import tomli as tomllib
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
