@@ -21,14 +21,12 @@ from gpunode.facts import (
     containers,
     driver,
     fabric,
-    health,
     holders,
     k8s,
     kernel,
     nodesettings,
     packages,
     system,
-    virt,
 )
 from gpunode.facts.kernel import LoadedDriver, ModuleBlock, PciDevice, SecureBoot, module_block
 from gpunode.facts.osinfo import UNKNOWN_OS, OsInfo
@@ -52,9 +50,9 @@ from gpunode.facts.transaction import A, Query
 from gpunode.record import Frozen
 from gpunode.shell import Script
 
-__all__ = ["FULL", "RUN", "Facts", "ProbeRequest", "first_probe", "gather", "facts_from_probe_output", "bake", "containers", "driver", "fabric", "health", "holders",
+__all__ = ["FULL", "RUN", "Facts", "ProbeRequest", "first_probe", "gather", "facts_from_probe_output", "bake", "containers", "driver", "fabric", "holders",
            "k8s", "kernel",
-           "nodesettings", "packages", "system", "virt"]
+           "nodesettings", "packages", "system"]  # health and virt: registry.FULL_ONLY
 
 T = TypeVar("T")
 
