@@ -23,6 +23,7 @@ from gpunode.facts import FULL, gather
 from gpunode.fixes import Fix
 from gpunode.options import API, Options, Request, options_for
 from gpunode.plan import StepPlan
+from gpunode.record import Frozen, Record
 from gpunode.runner import NullReporter, RunReport, apply_pipeline, plan_pipeline
 from gpunode.steps.base import Step
 from gpunode.undo.state import UndoRequest
@@ -56,8 +57,8 @@ def request(values: Mapping[str, Any]) -> Request:
     return Request(chosen.steps, dataclasses.replace(chosen.options, progress=None))
 
 
-@dataclass(frozen=True)
-class FileDiff:
+@dataclass(frozen=True, eq=False, repr=False)
+class FileDiff(Frozen):
     """A file's text before and after a change; `before` None: it did not exist, `after` None: it is removed."""
 
     path: str
@@ -65,8 +66,8 @@ class FileDiff:
     after: str | None
 
 
-@dataclass
-class PipelineResult:
+@dataclass(eq=False, repr=False)
+class PipelineResult(Record):
     """One node's plan (check mode) or install. `changed` is true exactly when something on the node changed
     (install) or would change (plan): a step whose only action left is a reboot changes nothing itself."""
 
@@ -171,8 +172,8 @@ def install(conn: Connection, chosen: Request) -> PipelineResult:
 UNINSTALL_OPTIONS = ("only", *(o.name for o in options_for(API, "uninstall")))
 
 
-@dataclass(frozen=True)
-class UndoChoice:
+@dataclass(frozen=True, eq=False, repr=False)
+class UndoChoice(Frozen):
     """What to undo: the steps (reverse pipeline order) and the options the undo reads (reboot always off)."""
 
     request: UndoRequest

@@ -24,6 +24,7 @@ from gpunode import __version__
 from gpunode.facts import Facts
 from gpunode.facts import bake as bake_facts
 from gpunode.options import Options
+from gpunode.record import Frozen
 
 MARKER_PATH = bake_facts.MARKER_PATH
 MARKER_SCHEMA = 1
@@ -53,8 +54,8 @@ def initramfs_mtime(facts: Facts, kernel: str) -> int | None:
     return facts[bake_facts.KERNELS].initramfs.get(kernel)
 
 
-@dataclass(frozen=True)
-class Marker:
+@dataclass(frozen=True, eq=False, repr=False)
+class Marker(Frozen):
     driver: str
     flavour: str
     kernel: str
@@ -97,8 +98,8 @@ def read_marker(facts: Facts) -> Marker | str | None:
     return marker
 
 
-@dataclass(frozen=True)
-class BakedCheck:
+@dataclass(frozen=True, eq=False, repr=False)
+class BakedCheck(Frozen):
     """What the marker says about the running node. `applies`: the module was baked for this kernel and is
     unchanged, so the driver step needs no rebuild. `why`: words for people either way ("" without a marker)."""
 

@@ -38,6 +38,7 @@ from gpunode.datatables import (
     text_field,
 )
 from gpunode.errors import GpunodeError, UsageError
+from gpunode.record import Frozen
 from gpunode.versions import BRANCH_EXACT, Ver, branch_of, parse_driver
 
 # re-exported: callers ask compat for the grammar, and for the loader of its tables (gpunode/datatables.py), too
@@ -85,8 +86,8 @@ def _mm(version: Version) -> tuple[int, int]:
 # ---------------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class CudaRelease:
+@dataclass(frozen=True, eq=False, repr=False)
+class CudaRelease(Frozen):
     version: Version  # 12.4.1
     release: str  # "CUDA 12.4 Update 1"
     min_driver: Version | None  # None: NVIDIA's minimum is not known (13.4.x)
@@ -107,16 +108,16 @@ class CudaRelease:
                 "note": self.note or None}
 
 
-@dataclass(frozen=True)
-class MinorCompat:
+@dataclass(frozen=True, eq=False, repr=False)
+class MinorCompat(Frozen):
     major: int
     min_driver: Version
     source: str
     note: str = ""
 
 
-@dataclass(frozen=True)
-class Architecture:
+@dataclass(frozen=True, eq=False, repr=False)
+class Architecture(Frozen):
     compute_capability: str  # "9.0"
     name: str  # "Hopper"
     first_cuda: Version
@@ -130,8 +131,8 @@ class Architecture:
         return Ver(self.compute_capability)
 
 
-@dataclass(frozen=True)
-class Branch:
+@dataclass(frozen=True, eq=False, repr=False)
+class Branch(Frozen):
     branch: int
     type: str  # lts | production | new-feature
     end_of_life: str  # YYYY-MM, or "" when not recorded
@@ -158,8 +159,8 @@ class Branch:
                 "status": self.status(today), "latest_known": str(self.latest_known) if self.latest_known else None}
 
 
-@dataclass(frozen=True)
-class ImageRequirement:
+@dataclass(frozen=True, eq=False, repr=False)
+class ImageRequirement(Frozen):
     cuda_version: Version
     branches: tuple[int, ...]
     brands: tuple[str, ...]
@@ -173,15 +174,15 @@ class ImageRequirement:
         return " ".join(terms)
 
 
-@dataclass(frozen=True)
-class VerifyImage:
+@dataclass(frozen=True, eq=False, repr=False)
+class VerifyImage(Frozen):
     image: str
     cuda_version: Version
     source: str
 
 
-@dataclass(frozen=True)
-class Tables:
+@dataclass(frozen=True, eq=False, repr=False)
+class Tables(Frozen):
     releases: tuple[CudaRelease, ...]
     minor_compat: Mapping[int, MinorCompat]
     architectures: tuple[Architecture, ...]
@@ -339,8 +340,8 @@ MINOR_COMPAT_LIMITS = (
 )
 
 
-@dataclass(frozen=True)
-class DriverQuery:
+@dataclass(frozen=True, eq=False, repr=False)
+class DriverQuery(Frozen):
     """What `compat --driver` answers for: a release, or the newest known release of a branch asked for by its
     number (people ask by branch: `--driver 535`)."""
     version: Ver
@@ -409,8 +410,8 @@ def series_min_driver(series: str, t: Tables | None = None) -> Version | None:
     return min(mins) if mins else None
 
 
-@dataclass(frozen=True)
-class MinorRange:
+@dataclass(frozen=True, eq=False, repr=False)
+class MinorRange(Frozen):
     major: int
     min_driver: Version
     first: str  # "12.3"
@@ -442,8 +443,8 @@ def minor_compat_ranges(driver: Version | str, t: Tables | None = None) -> list[
 # ---------------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class CudaNeed:
+@dataclass(frozen=True, eq=False, repr=False)
+class CudaNeed(Frozen):
     cuda: str  # as asked, normalised: "12.4" or "12.4.1"
     releases: tuple[CudaRelease, ...]
     native_min: Version | None  # None: NVIDIA's minimum is not known
@@ -569,8 +570,8 @@ def cuda_majors(arch: Architecture, t: Tables | None = None) -> list[int]:
 _TERM = re.compile(r"^(?P<key>cuda|driver|arch|brand)(?P<op>>=|<=|==|!=|=|<|>)(?P<value>[A-Za-z0-9._-]+)$")
 
 
-@dataclass(frozen=True)
-class Constraint:
+@dataclass(frozen=True, eq=False, repr=False)
+class Constraint(Frozen):
     key: str  # cuda | driver | arch | brand
     op: str  # = == != < <= > >=
     value: str
@@ -590,8 +591,8 @@ class Constraint:
                 "<=": left <= right, ">": left > right, ">=": left >= right}[self.op]
 
 
-@dataclass(frozen=True)
-class Requirement:
+@dataclass(frozen=True, eq=False, repr=False)
+class Requirement(Frozen):
     """A parsed NVIDIA_REQUIRE_* condition: space-separated alternatives are OR-ed, comma-separated
     constraints inside one alternative are AND-ed (libnvidia-container's rules)."""
 
@@ -675,8 +676,8 @@ _IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._/:-]*(@sha256:[0-9a-f]{64})?$")
 _TAG_NAMES_CUDA = re.compile(r"(?:^|[-_.])cuda[-_]?(\d{1,2}\.\d{1,2}(?:\.\d{1,3})?)(?=$|[-_])", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
-class ImageRef:
+@dataclass(frozen=True, eq=False, repr=False)
+class ImageRef(Frozen):
     image: str
     repository: str
     tag: str | None
@@ -714,8 +715,8 @@ def parse_image(ref: str) -> ImageRef:
     return ImageRef(image, repository, tag, cuda)
 
 
-@dataclass(frozen=True)
-class ImageNeed:
+@dataclass(frozen=True, eq=False, repr=False)
+class ImageNeed(Frozen):
     ref: ImageRef
     requirement: Requirement | None  # None: not an nvidia/cuda image (cannot be read offline)
     recorded: bool  # the full condition is in gpunode's table; else only cuda>=X.Y is known
@@ -808,8 +809,8 @@ def verify_image_for(driver_version: str | Version, t: Tables | None = None) -> 
 # ---------------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Check:
+@dataclass(frozen=True, eq=False, repr=False)
+class Check(Frozen):
     target: str  # "GPU 10de:2330 (H100 SXM5 80GB)", "CUDA 12.4", "image nvidia/cuda:12.4.1-..."
     ok: bool
     reason: str

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from gpunode import fixes
 from gpunode.datatables import choice_field, data_dir, read_table, source_field, text_field
+from gpunode.record import Frozen
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -74,8 +75,8 @@ CUDA_MARKER = "developer.download.nvidia.com/compute/cuda/repos"  # in a reposit
 CUDA_KEYRING_DEB = "cuda-keyring_1.1-1_all.deb"  # NVIDIA's package that writes its apt source and key
 
 
-@dataclass(frozen=True)
-class Row:
+@dataclass(frozen=True, eq=False, repr=False)
+class Row(Frozen):
     route: str
     os: str
     role: str
@@ -140,8 +141,8 @@ def upstream(package_version: str) -> str | None:
     return upstream_version(package_version)
 
 
-@dataclass(frozen=True)
-class Wanted:
+@dataclass(frozen=True, eq=False, repr=False)
+class Wanted(Frozen):
     """One package of the plan: its name, the exact version to install (None: not offered), and why."""
 
     name: str
@@ -150,8 +151,8 @@ class Wanted:
     offered: tuple[str, ...] = ()  # what the repositories offer of it (for the refusal)
 
 
-@dataclass(frozen=True)
-class Route:
+@dataclass(frozen=True, eq=False, repr=False)
+class Route(Frozen):
     """What the packages route installs on this node: its id, the packages at exact versions, whether the
     module comes precompiled (signed by the distribution) or is built by DKMS, and why."""
 

@@ -23,14 +23,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from gpunode.record import Frozen
+
 if TYPE_CHECKING:
     from gpunode.options import Options
 
 NODE_COMMANDS = ("plan", "install", "doctor", "verify", "status", "facts", "uninstall")  # they take --host
 
 
-@dataclass(frozen=True)
-class Gpunode:
+@dataclass(frozen=True, eq=False, repr=False)
+class Gpunode(Frozen):
     """`gpunode <command>` with its options: (name, value) pairs, a name being the option table's (gpunode/options.py)
     or, for a command's own option, its long name with `_` for `-` (compat's `gpu` is --gpu). True is a flag;
     a list or tuple repeats the option; None leaves it out, and so does False unless the option has a --no- form
@@ -63,8 +65,8 @@ class Gpunode:
                         for w in ["gpunode", self.command, *reach, *self.option_words()])
 
 
-@dataclass(frozen=True)
-class OnNode:
+@dataclass(frozen=True, eq=False, repr=False)
+class OnNode(Frozen):
     """A command line run on the node (as the user there). `into`: piped into a gpunode command run HERE
     (`sudo dmesg | gpunode explain`)."""
 
@@ -78,8 +80,8 @@ class OnNode:
         return there + " | " + (render(self.into) if render else self.into.text())
 
 
-@dataclass(frozen=True)
-class Here:
+@dataclass(frozen=True, eq=False, repr=False)
+class Here(Frozen):
     """A command line run where the user is (the machine gpunode runs on, Ansible's controller), not on the node:
     `kubectl` against the cluster, a look at a Dockerfile where the image is built."""
 
@@ -94,8 +96,8 @@ class Verbatim(str):
     install --driver <a newer branch>`)."""
 
 
-@dataclass(frozen=True)
-class Output:
+@dataclass(frozen=True, eq=False, repr=False)
+class Output(Frozen):
     """The output of the commands that failed, where the front door shows it: above, in a terminal; in the task
     result's `output`, in Ansible."""
 

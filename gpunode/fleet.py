@@ -27,6 +27,7 @@ from gpunode.errors import ConnectError, GpunodeError, UsageError
 from gpunode.facts import Facts
 from gpunode.fleetlog import LOG_LEVELS, FleetLog, log_file_names, make_log_dir
 from gpunode.inventory import InventoryHost
+from gpunode.record import Record
 
 if TYPE_CHECKING:  # for annotations only: a fleet of doctors loads nothing of the installer
     from gpunode.plan import Action, StepPlan
@@ -36,8 +37,8 @@ if TYPE_CHECKING:  # for annotations only: a fleet of doctors loads nothing of t
 Event = tuple[str, str, Any]  # (kind, host, payload)
 
 
-@dataclass
-class HostResult:
+@dataclass(eq=False, repr=False)
+class HostResult(Record):
     host: str
     status: str  # ok | changed | planned | failed | blocked | reboot-pending | unreachable | skipped | interrupted
     steps_changed: int = 0

@@ -20,6 +20,7 @@ from functools import lru_cache
 from gpunode import compat
 from gpunode.compat import Architecture, Tables, Version
 from gpunode.errors import UsageError
+from gpunode.record import Frozen
 
 NVIDIA_VENDOR = 0x10DE
 
@@ -27,8 +28,8 @@ OPEN_DEFAULT_FROM = 560  # nvidia-installer defaults to the open modules from 56
 BOTH_FLAVOURS_FROM = 515  # the .run ships both flavours from R515
 
 
-@dataclass(frozen=True)
-class Gpu:
+@dataclass(frozen=True, eq=False, repr=False)
+class Gpu(Frozen):
     device_id: int  # 0x2330
     name: str  # "H100 SXM5 80GB"
     aliases: tuple[str, ...]
@@ -200,8 +201,8 @@ def generation_for_id(device_id: int) -> tuple[str, str]:
     return "Blackwell or newer", "required"
 
 
-@dataclass(frozen=True)
-class _Placed:
+@dataclass(frozen=True, eq=False, repr=False)
+class _Placed(Frozen):
     device_id: int
     label: str  # "H100 SXM5 80GB (Hopper)" or "10de:2b00 (Blackwell or newer, by PCI id range)"
     open_module: str

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpunode.errors import UsageError
+from gpunode.record import Frozen, Record
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -23,8 +24,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 
-@dataclass(frozen=True)
-class InventoryHost:
+@dataclass(frozen=True, eq=False, repr=False)
+class InventoryHost(Frozen):
     name: str
     address: str | None = None
     user: str | None = None
@@ -44,8 +45,8 @@ class InventoryHost:
         return f"{self.user + '@' if self.user else ''}{host}{':' + str(self.port) if self.port else ''}"
 
 
-@dataclass
-class _Group:
+@dataclass(eq=False, repr=False)
+class _Group(Record):
     hosts: list[str] = field(default_factory=list)
     children: list[str] = field(default_factory=list)
     vars: dict[str, Any] = field(default_factory=dict)

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from gpunode import cancel, fixes
 from gpunode.connection.base import STALE_TEMP_BODY, TEMP_PARENT, Connection, Held, Result
 from gpunode.errors import CommandError, GpunodeError
+from gpunode.record import Frozen, Record
 from gpunode.shell import Script, display
 
 LOCK_PATH = "/var/lib/gpunode/run.lock"
@@ -117,8 +118,8 @@ true"""
 _READ = r"""readlink -- "$1" || exit 3"""
 
 
-@dataclass(frozen=True)
-class Holder:
+@dataclass(frozen=True, eq=False, repr=False)
+class Holder(Frozen):
     """Who holds (or held) the lock, from the link's text."""
 
     pid: str
@@ -188,8 +189,8 @@ class Lock:
             self.conn.run(script, sudo=True, timeout=30)
 
 
-@dataclass
-class _Answer:
+@dataclass(eq=False, repr=False)
+class _Answer(Record):
     """One try at the lock: state taken | stale | held; ours the text we wrote, other the holder's; removed the
     stale temp files the script removed once it took the lock; then the `then` script's result."""
 

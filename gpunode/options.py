@@ -5,13 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpunode.record import Frozen
+
 if TYPE_CHECKING:
     from gpunode.artifacts import ProgressBars
     from gpunode.steps.base import Step
 
 
-@dataclass(frozen=True)
-class Options:
+@dataclass(frozen=True, eq=False, repr=False)
+class Options(Frozen):
     driver: str | None = None  # requested driver version, e.g. 535.129.03
     reboot: bool = False  # may gpunode reboot the node when a step needs it
     reboot_timeout: float = 900.0
@@ -59,8 +61,8 @@ class Options:
     stop_gpu_services: bool = False  # --stop-gpu-services: stop the GPU services holding the old driver, start them after
 
 
-@dataclass(frozen=True)
-class Request:
+@dataclass(frozen=True, eq=False, repr=False)
+class Request(Frozen):
     """What plan / install were asked to do: the steps, in pipeline order, and the options they read. Made by
     the checks (gpunode/option_checks.py) for every front door: the CLI (gpunode/cli/_inputs.py) and the library
     (gpunode/api.py, which always turns reboot off)."""
@@ -79,8 +81,8 @@ CLI, API, ANSIBLE = "cli", "api", "ansible"
 STEPS = "<steps>"  # `choices`: the pipeline's step names (gpunode/steps/__init__.py), resolved where they are needed
 
 
-@dataclass(frozen=True)
-class OptionSpec:
+@dataclass(frozen=True, eq=False, repr=False)
+class OptionSpec(Frozen):
     """One option. `name` is the library's and Ansible's name (snake_case) and the CLI's parameter name; `flag`
     the CLI's spelling (`--x/--no-x` for a tri-state bool). `type` is Ansible's vocabulary: str, int, float, bool,
     path, or list (of `elements`). `inapplicable` is the rule when the node cannot use the option (an option

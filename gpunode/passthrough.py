@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from gpunode.compat import DataError, data_dir, read_table, source_field, text_field
+from gpunode.record import Frozen
 
 
-@dataclass(frozen=True)
-class Hypervisor:
+@dataclass(frozen=True, eq=False, repr=False)
+class Hypervisor(Frozen):
     key: str  # vmware, kvm, microsoft, xen, cloud
     name: str  # as shown to people
     detect: tuple[str, ...]  # systemd-detect-virt --vm ids that mean this hypervisor

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 
 from gpunode.facts import kernel as kernel_facts
 from gpunode.facts.packages import pin_spec
+from gpunode.record import Frozen
 
 
-@dataclass(frozen=True)
-class Manager:
+@dataclass(frozen=True, eq=False, repr=False)
+class Manager(Frozen):
     name: str  # apt | dnf | yum | zypper
     package_format: str  # deb | rpm
     install_argv: tuple[str, ...]

@@ -15,6 +15,7 @@ from enum import Enum
 from typing import TypeVar
 
 from gpunode.actions.base import Action, Reboot, RestartService, RunCommand, WriteFile
+from gpunode.record import Frozen
 
 __all__ = ["Action", "Earlier", "Outputs", "Reboot", "RestartService", "RunCommand", "Status", "StepPlan",
            "WriteFile", "blocked", "change", "ok", "unknown"]
@@ -30,16 +31,16 @@ class Status(str, Enum):
         return self.value
 
 
-@dataclass(frozen=True)
-class Outputs:
+@dataclass(frozen=True, eq=False, repr=False)
+class Outputs(Frozen):
     """Base of the typed values a step hands to later steps (gpunode/steps/outputs.py)."""
 
     def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
 
-@dataclass(frozen=True)
-class StepPlan:
+@dataclass(frozen=True, eq=False, repr=False)
+class StepPlan(Frozen):
     step: str
     status: Status
     reason: str

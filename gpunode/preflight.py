@@ -35,6 +35,7 @@ from gpunode.connection.base import Connection
 from gpunode.facts import Facts
 from gpunode.options import Options
 from gpunode.plan import StepPlan
+from gpunode.record import Frozen
 from gpunode.steps.base import Step
 
 if TYPE_CHECKING:
@@ -44,8 +45,8 @@ if TYPE_CHECKING:
 HEAD_TIMEOUT = (5.0, 10.0)  # (connect, read) seconds for plan's reachability check
 
 
-@dataclass(frozen=True)
-class Stop:
+@dataclass(frozen=True, eq=False, repr=False)
+class Stop(Frozen):
     step: str
     result: str  # blocked | failed
     error: str

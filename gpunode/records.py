@@ -13,6 +13,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from gpunode.record import Frozen
+
 
 class RecordError(ValueError):
     """An undo record that is not what gpunode writes (its message names the field)."""
@@ -43,8 +45,8 @@ def _names(data: dict[str, Any], key: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-@dataclass(frozen=True, kw_only=True)
-class UndoRecord:
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+class UndoRecord(Frozen):
     """What every record carries besides its kind's own fields: its id, the run and step that made it, when, and
     the run that undid it (empty while not undone)."""
 
@@ -96,7 +98,7 @@ class UndoRecord:
         return made(**common, undone=undone, **made._own(data))
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class FileRecord(UndoRecord):
     """A file gpunode wrote (or a command it ran created): whether it existed before, the copy of the user's file
     made first, the sha256 of what gpunode left there. `engine`/`restart` for a container engine's config,
@@ -128,7 +130,7 @@ class FileRecord(UndoRecord):
                 "marker": bool(_flag(data, "marker", optional=True))}
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class PackagesRecord(UndoRecord):
     """The packages one transaction installed that were not there before (name, version); `unknown` when the node
     could not list its packages, so what it installed is not known."""
@@ -158,7 +160,7 @@ class PackagesRecord(UndoRecord):
                 "will keep it") if self.unknown else None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class HoldRecord(UndoRecord):
     """The package holds (apt-mark hold, versionlock, zypper locks) that appeared with one of gpunode's holds."""
 
@@ -179,7 +181,7 @@ class HoldRecord(UndoRecord):
                 "unknown": bool(_flag(data, "unknown", optional=True))}
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class UnitRecord(UndoRecord):
     """A unit gpunode enabled, and its `systemctl is-enabled` word before ("unknown": could not tell)."""
 
@@ -196,7 +198,7 @@ class UnitRecord(UndoRecord):
         return {"unit": unit, "was": _text(data, "was", optional=True) or "unknown"}
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class DriverRecord(UndoRecord):
     """The driver gpunode installed (None: the node could not tell) and the one in place before it (None:
     none; "unknown": could not tell); `source` "packages" when it came from repository packages (their

@@ -20,6 +20,7 @@ from packaging.version import Version
 
 from gpunode import compat, fixes, gpus, pkgmgr
 from gpunode.errors import GpunodeError
+from gpunode.record import Frozen
 
 if TYPE_CHECKING:
     from gpunode.facts import Facts
@@ -121,8 +122,8 @@ def recommended_version(facts: Facts, cuda: str | None = None, at_least: Version
     return str(found[0].latest_known) if found and found[0].latest_known else None
 
 
-@dataclass(frozen=True)
-class InPlace:
+@dataclass(frozen=True, eq=False, repr=False)
+class InPlace(Frozen):
     """The driver that will be in place once this run is done, and whence that is known."""
 
     version: str

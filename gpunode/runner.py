@@ -23,6 +23,7 @@ from gpunode.facts import PROBE_TIMEOUT, Facts, first_probe, gather
 from gpunode.facts.containers import journal_text
 from gpunode.options import Options
 from gpunode.plan import Action, Reboot, Status, StepPlan
+from gpunode.record import Frozen, Record
 from gpunode.runrecord import Journal
 from gpunode.shell import Script
 from gpunode.steps import NOT_BUILT
@@ -60,8 +61,8 @@ class NullReporter:
     def message(self, host: str, text: str) -> None: ...
 
 
-@dataclass
-class StepOutcome:
+@dataclass(eq=False, repr=False)
+class StepOutcome(Record):
     step: str
     title: str
     plan: StepPlan  # as planned when the step came up
@@ -89,8 +90,8 @@ PLAN_MODE, INSTALL_MODE, UNINSTALL_MODE, UNINSTALL_DRY_RUN = "plan", "install", 
 DRY_RUNS = frozenset({PLAN_MODE, UNINSTALL_DRY_RUN})
 
 
-@dataclass
-class RunReport:
+@dataclass(eq=False, repr=False)
+class RunReport(Record):
     host: str
     mode: str  # PLAN_MODE | INSTALL_MODE | UNINSTALL_MODE | UNINSTALL_DRY_RUN
     node: dict[str, object] = field(default_factory=dict)
@@ -237,8 +238,8 @@ def plan_steps(host: str, steps: Sequence[Step], facts: Facts, options: Options,
     return earlier
 
 
-@dataclass(frozen=True)
-class Loop:
+@dataclass(frozen=True, eq=False, repr=False)
+class Loop(Frozen):
     """What differs between the runs that change a node, in the one loop they share (`run_steps`): install and
     `gpunode uninstall` (gpunode/undo/engine.py)."""
 

@@ -10,6 +10,8 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpunode.record import Frozen
+
 # Inline environment for every command: parseable output, and apt/dpkg never prompt.
 # Passed on the command line because SSH servers silently drop `exec_command(environment=...)`.
 BASE_ENV: tuple[tuple[str, str], ...] = (
@@ -20,8 +22,8 @@ BASE_ENV: tuple[tuple[str, str], ...] = (
 )
 
 
-@dataclass(frozen=True)
-class Secret:
+@dataclass(frozen=True, eq=False, repr=False)
+class Secret(Frozen):
     """A value that must never be printed: str() and repr() mask it."""
 
     value: str
@@ -33,8 +35,8 @@ class Secret:
         return "Secret(***)"
 
 
-@dataclass(frozen=True)
-class Script:
+@dataclass(frozen=True, eq=False, repr=False)
+class Script(Frozen):
     """A POSIX sh script; `args` become "$1".. inside it. `name` labels it in logs and plans."""
 
     body: str

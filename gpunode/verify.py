@@ -39,6 +39,7 @@ from gpunode.facts.containers import (
     survey_engines,
 )
 from gpunode.facts.driver import SmiGpu, driver_state
+from gpunode.record import Frozen, Record
 from gpunode.verify_engines import DEFAULT_TIMEOUT, ENGINES
 
 # NVIDIA's vectorAdd sample (the GPU Operator's validation workload), newest first: (image, CUDA it needs).
@@ -50,8 +51,8 @@ CUDA_WORKLOADS = (
 _GPU_LINE = re.compile(r"^GPU (?P<index>\d+): (?P<name>.*?) \(UUID: (?P<uuid>GPU-[0-9A-Fa-f-]+)\)", re.M)
 
 
-@dataclass(frozen=True)
-class Test:
+@dataclass(frozen=True, eq=False, repr=False)
+class Test(Frozen):
     engine: str  # docker | containerd | podman
     name: str  # "docker --gpus all"
     argv: tuple[str, ...]
@@ -60,8 +61,8 @@ class Test:
     setup: tuple[tuple[str, ...], ...] = ()  # commands that must succeed first (ctr image pull)
 
 
-@dataclass
-class Outcome:
+@dataclass(eq=False, repr=False)
+class Outcome(Record):
     test: Test
     status: str  # pass | fail | skip
     reason: str
@@ -79,8 +80,8 @@ class Outcome:
                 "findings": [f.to_dict() for f in self.findings], "output": self.output}
 
 
-@dataclass
-class Report:
+@dataclass(eq=False, repr=False)
+class Report(Record):
     host: str
     node: dict[str, object]
     driver: str | None = None
@@ -134,8 +135,8 @@ def cuda_workload_for(driver: str) -> str:
                              fix="pass --cuda-image IMAGE with a CUDA program built for this driver")
 
 
-@dataclass(frozen=True)
-class Engines:
+@dataclass(frozen=True, eq=False, repr=False)
+class Engines(Frozen):
     """Which engines verify can drive on the node, and why the others are left out."""
 
     docker: bool = False

@@ -413,6 +413,18 @@ def test_data_dir_finds_the_tables():
     assert (compat.data_dir() / "compat_matrix.csv").is_file()
 
 
+def test_data_dir_of_a_package_on_the_file_system_needs_no_importlib_resources():
+    # the checkout's data/ (a wheel's gpunode/data/ is looked for first), found without importing importlib.resources
+    # (~10 ms of imports, needed only for a package inside a zip file)
+    import subprocess
+    import sys
+    code = ("import sys\nfrom gpunode.datatables import data_dir\nprint(data_dir())\n"
+            "print('importlib.resources' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=REPO_DATA.parent).stdout.split("\n")
+    assert out[:2] == [str(REPO_DATA.resolve()), "False"]
+
+
 @pytest.fixture
 def data_copy(tmp_path):
     target = tmp_path / "data"

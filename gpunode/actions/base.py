@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from gpunode.connection.base import Connection, Result
+from gpunode.record import Frozen, Record
 from gpunode.records import FileRecord, UndoRecord, UnitRecord
 from gpunode.shell import Cmd, Script, to_argv
 
@@ -136,8 +137,8 @@ def undo_looks(conn: Connection, *looks: Look) -> list[Answer]:
     return _answers(result.stdout if result.ok else None, nonce, looks)
 
 
-@dataclass
-class Looks:
+@dataclass(eq=False, repr=False)
+class Looks(Record):
     """Looks an action takes around its change, folded into its own remote commands (`LOOKED`): `before` rides in
     the first command run through `run`, `after` in the last (`first`/`last` say which a command is); their
     answers land in `seen_before` / `seen_after`. `Looks()` looks at nothing: `run` is `conn.run`."""
@@ -175,8 +176,8 @@ def command_line(cmd: Cmd, sudo: bool = True) -> str:
     return ("sudo " if sudo else "") + shlex.join(to_argv(cmd))
 
 
-@dataclass(frozen=True)
-class Action(ABC):
+@dataclass(frozen=True, eq=False, repr=False)
+class Action(Frozen, ABC):
     summary: str
 
     kind: ClassVar[str] = "action"
@@ -223,7 +224,7 @@ class Action(ABC):
         return self.apply(conn), []
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class RunCommand(Action):
     cmd: Cmd = ()
     sudo: bool = True
@@ -264,7 +265,7 @@ class RunCommand(Action):
         return note, records
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class WriteFile(Action):
     path: str = ""
     after: str = ""
@@ -297,7 +298,7 @@ class WriteFile(Action):
         return (f"backup of {self.path}: {written.backup}" if written.backup else None), [record]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class RestartService(Action):
     unit: str = ""
 
@@ -320,7 +321,7 @@ class RestartService(Action):
         return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class Reboot(Action):
     """A reboot the step needs before it can converge. The runner decides whether and how to reboot, after the
     step's other actions; applying the action itself changes nothing."""

@@ -26,7 +26,7 @@ def _mb(size: int) -> str:
     return f"{size / 1e6:.0f} MB" if size >= 1e6 else f"{size / 1e3:.0f} kB"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class FetchInstaller(Action):
     """Runs on the machine running gpunode: download (or reuse) and verify the .run. Nothing touches the node."""
 
@@ -140,7 +140,7 @@ def explain_failure(output: str) -> tuple[str, str]:
         f"read {LOG} on the node (its tail is above), fix the cause and run the same command again")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class RunInstaller(Action):
     """Upload the verified .run into a root-only directory on the node and run it there."""
 
@@ -266,7 +266,7 @@ def restore(conn: Connection, modules: tuple[str, ...], units: tuple[str, ...]) 
     return "; ".join(words)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class StopGpuServices(Action):
     """systemctl stop, in order; each is owed a start (journal) until a later action starts it again."""
 
@@ -298,7 +298,7 @@ class StopGpuServices(Action):
         return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class UnloadModules(Action):
     """Unload the loaded nvidia modules, each before the module it uses. One that will not unload: fine when
     the plan predicted it (`may_stay`: the new driver loads at the reboot), else the services stopped before are
@@ -337,7 +337,7 @@ class UnloadModules(Action):
                                "reboot and run it again")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class StartGpuServices(Action):
     """systemctl start, in order: the services stopped for the install (or owed since an earlier run)."""
 
@@ -367,7 +367,7 @@ class StartGpuServices(Action):
         return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class InstallDriverPackages(PackageCommand):
     """--driver-source packages: the route's packages at their exact versions in one transaction (DKMS, where the
     route builds, runs in their post-install scripts). Records what the transaction added (PackagesRecord, so

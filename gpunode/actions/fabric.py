@@ -30,7 +30,7 @@ def _none_unsettled(text: str) -> list[str]:
     return []
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class StartFabricManager(Action):
     """Enable and (re)start the service, then wait for the fabric to be programmed: the GPUs report state
     "Completed" once fabric manager is done, or the reason it failed. A failing start brings the log along."""

@@ -20,7 +20,7 @@ def kubectl_argv(kubectl: str, kubeconfig: str, *args: str) -> tuple[str, ...]:
     return (kubectl, "--kubeconfig", kubeconfig, "--request-timeout=30s", *args)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class KubectlApply(Action):
     """Write the manifest to a file on the node (kept: it is what was applied) and `kubectl apply -f` it."""
 
@@ -65,7 +65,7 @@ def allocatable(node_json: str) -> int | None:
     return int(value) if str(value).isdigit() else 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class WaitForGpus(Action):
     """Poll the node object until it advertises `expected` nvidia.com/gpu (bounded)."""
 
@@ -103,7 +103,7 @@ class WaitForGpus(Action):
 _SEED = Script(name="seed-template", body='[ -e "$2" ] || cp -p -- "$1" "$2"')
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class ConfigureTemplate(Action):
     """k3s / RKE2: start the containerd template from the generated config.toml when there is none (they rewrite
     config.toml from the template at every start), then let nvidia-ctk add the runtime to the template."""

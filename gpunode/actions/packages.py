@@ -44,7 +44,7 @@ def run_locked(conn: Connection, cmd: Cmd, lock_timeout: float, timeout: float, 
     return result, f"waited for the package lock ({waits[-1]})" if waits else ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class PackageCommand(Action):
     """Package-manager commands run in order, each after waiting for the package lock. A metadata refresh
     followed by more commands may fail (one broken repository) without stopping the rest."""
@@ -123,7 +123,7 @@ class PackageCommand(Action):
         return note, records
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class InstallOffered(PackageCommand):
     """Install `packages` at one version every one of them is offered at, read from the package manager's own
     lists after its refresh (a repository already configured: a mirror, another channel, whose versions gpunode
@@ -226,7 +226,7 @@ def versionlock_plugin(manager: str, installed: Container[str], *, lock_timeout:
                              lock_timeout=lock_timeout)]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class InstallLocalPackages(Action):
     """Offline install: copy the given package files into a private directory on the node, install them there
     in one transaction (so they satisfy each other's dependencies), then remove the copies."""

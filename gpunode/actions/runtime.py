@@ -18,7 +18,7 @@ _BACKUP = Script(
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class ConfigureRuntime(Action):
     engine: str = ""
     argv: tuple[str, ...] = ()

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from gpunode.artifacts import DownloadError
+from gpunode.record import Frozen
 
 CHUNK = 1 << 20
 HEADER_MAX = 1 << 20  # makeself headers are ~20-40 KiB of shell
@@ -18,8 +19,8 @@ HEADER_MAX = 1 << 20  # makeself headers are ~20-40 KiB of shell
 _LABEL = re.compile(r"Linux-(?P<arch>x86_64|aarch64)\s+(?P<version>\d+\.\d+(?:\.\d+)?)")
 
 
-@dataclass(frozen=True)
-class MakeselfHeader:
+@dataclass(frozen=True, eq=False, repr=False)
+class MakeselfHeader(Frozen):
     label: str
     target_dir: str
     offset: int  # where the payload starts (bytes)

@@ -21,6 +21,7 @@ from gpunode.artifacts.naming import (
     is_url,
     official_urls,
 )
+from gpunode.record import Frozen
 from gpunode.versions import normalize_arch, runfile_name
 
 if TYPE_CHECKING:
@@ -29,8 +30,8 @@ if TYPE_CHECKING:
 _PLAIN_NAME = re.compile(r"^[\w.+-]+$", re.ASCII)
 
 
-@dataclass(frozen=True)
-class Source:
+@dataclass(frozen=True, eq=False, repr=False)
+class Source(Frozen):
     """Where the installer for one node comes from, resolved at plan time without I/O."""
 
     version: str
@@ -64,8 +65,8 @@ def resolve(version: str, arch: str, *, driver_run: str | None = None, sha256: s
                   mirror=mirror)
 
 
-@dataclass(frozen=True)
-class Verified:
+@dataclass(frozen=True, eq=False, repr=False)
+class Verified(Frozen):
     path: str
     sha256: str
     size: int

@@ -14,6 +14,7 @@ from gpunode import connection
 from gpunode.connection import Connection, ConnectionSpec
 from gpunode.errors import GpunodeError
 from gpunode.fixes import Fix, OnNode
+from gpunode.record import Record
 from gpunode.shell import Secret
 
 if TYPE_CHECKING:  # an inventory is read for a fleet only (gpunode/cli/_inputs.py)
@@ -63,8 +64,8 @@ def rewrite_fixes(data: Any, fixer: Callable[[str], str], prose: bool = False) -
     return data
 
 
-@dataclass
-class Target:
+@dataclass(eq=False, repr=False)
+class Target(Record):
     """One node (this machine or one --host) or a fleet (several --host, or --inventory)."""
 
     hosts: list[str]

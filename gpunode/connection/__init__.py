@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpunode.connection.base import Connection, Result, WriteOutcome
+from gpunode.record import Record
 from gpunode.shell import Secret
 
 __all__ = ["Connection", "ConnectionSpec", "Result", "WriteOutcome", "open_connection"]
 
 
-@dataclass
-class ConnectionSpec:
+@dataclass(eq=False, repr=False)
+class ConnectionSpec(Record):
     """How the user asked to reach the node. host None means this machine."""
 
     host: str | None = None

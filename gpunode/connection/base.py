@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpunode.errors import CommandError, CommandTimeout, ConnectError
+from gpunode.record import Frozen
 from gpunode.shell import Cmd, Script, Secret, display, quote, render
 
 DEFAULT_TIMEOUT = 600.0
@@ -269,8 +270,8 @@ true
 _DISK_FREE = Script(name="disk-free", body='df -kP -- "$1" 2>/dev/null | tail -n 1')
 
 
-@dataclass(frozen=True)
-class DiskFree:
+@dataclass(frozen=True, eq=False, repr=False)
+class DiskFree(Frozen):
     """Where a path lives on the node and how much room it has (df -kP)."""
 
     filesystem: str
@@ -326,8 +327,8 @@ def write_error(node: str, path: str, result: Result) -> CommandError:
     return CommandError(f"writing {path} failed")  # pragma: no cover - result.ok is False here
 
 
-@dataclass(frozen=True)
-class Result:
+@dataclass(frozen=True, eq=False, repr=False)
+class Result(Frozen):
     command: str  # display form: never contains secrets
     exit_code: int
     stdout: str
@@ -416,8 +417,8 @@ class Held:
         release()
 
 
-@dataclass(frozen=True)
-class WriteOutcome:
+@dataclass(frozen=True, eq=False, repr=False)
+class WriteOutcome(Frozen):
     changed: bool
     backup: str | None
 

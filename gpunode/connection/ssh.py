@@ -36,21 +36,82 @@ from gpunode.connection.base import (
     parse_received,
 )
 from gpunode.errors import CommandError, ConnectError, UsageError
+from gpunode.record import Frozen, Record
 from gpunode.shell import Script, Secret, render
 
 
+def _installed_version(name: str) -> str | None:
+    """What `importlib.metadata.version(name)` answers for a distribution installed the usual way, without importing
+    importlib.metadata: the Version header of NAME-*.dist-info/METADATA in the first sys.path directory holding
+    metadata of that name. None (ask importlib.metadata) for anything else: a zip or egg on the path, two
+    candidates in one directory, an unreadable file, a finder of distributions other than the standard one."""
+    import importlib.machinery
+    import os
+
+    if any(hasattr(finder, "find_distributions") and finder is not importlib.machinery.PathFinder
+           for finder in sys.meta_path):
+        return None
+    for entry in sys.path:
+        directory = entry or "."
+        if not os.path.isdir(directory):
+            if os.path.exists(directory):
+                return None  # a zip file: importlib.metadata reads inside it
+            continue
+        found = [child for child in os.listdir(directory) if child.lower().startswith(name + "-")
+                 or child.lower().startswith(name + ".") or child.lower() == name + ".egg-info"]
+        found = [child for child in found if child.lower().endswith((".dist-info", ".egg-info"))]
+        if not found:
+            continue
+        if len(found) > 1 or not found[0].startswith(name + "-") or not found[0].endswith(".dist-info"):
+            return None
+        try:
+            with open(os.path.join(directory, found[0], "METADATA"), encoding="utf-8") as metadata:
+                for line in metadata:
+                    if line in ("\n", "\r\n"):
+                        break
+                    if line.startswith("Version:"):
+                        return line[len("Version:"):].strip() or None
+        except (OSError, UnicodeDecodeError):
+            return None
+        return None
+    return None
+
+
 def _import_paramiko_without_invoke() -> None:
-    """paramiko.config imports invoke (~45 ms, most of it importlib.metadata and unittest.mock) only to run
-    ssh_config's `Match exec` commands. Import paramiko with invoke hidden; _resolve loads invoke for the rare
-    config that has a Match exec line."""
+    """Import paramiko without two imports it does not need for gpunode:
+    - paramiko.config imports invoke (~45 ms, most of it importlib.metadata and unittest.mock) only to run
+      ssh_config's `Match exec` commands: invoke is hidden; _resolve loads it for the rare config that has a
+      Match exec line.
+    - paramiko's __init__ reads its own version with importlib.metadata (which imports email, zipfile, csv and
+      more: ~4% of a converged install's CPU) for its SSH banner: it is handed a stand-in whose `version` is
+      _installed_version's answer, or importlib.metadata's own where that has none. The stand-in is gone once
+      paramiko is imported: anything else importing importlib.metadata gets the real one."""
     hide = "invoke" not in sys.modules
     if hide:
         sys.modules["invoke"] = None  # type: ignore[assignment]  # None in sys.modules: ImportError
+    stand_in = None
+    if "importlib.metadata" not in sys.modules and "paramiko" not in sys.modules:
+        import types
+
+        def version(name: str) -> str:
+            found = _installed_version(name)
+            if found is None:
+                from importlib import metadata
+                return metadata.version(name)
+            return found
+
+        stand_in = types.ModuleType("importlib.metadata")
+        stand_in.version = version  # type: ignore[attr-defined]
+        sys.modules["importlib.metadata"] = stand_in
     try:
-        import paramiko  # noqa: F401
+        import paramiko
     finally:
         if hide and sys.modules.get("invoke", 0) is None:
             del sys.modules["invoke"]
+        if stand_in is not None and sys.modules.get("importlib.metadata") is stand_in:
+            del sys.modules["importlib.metadata"]
+    if stand_in is not None and getattr(paramiko, "metadata", None) is stand_in:
+        del paramiko.metadata  # the name paramiko's __init__ bound it to: no stand-in left behind
 
 
 _import_paramiko_without_invoke()
@@ -170,8 +231,8 @@ def _route_paramiko_logging() -> None:
 _route_paramiko_logging()
 
 
-@dataclass(frozen=True)
-class SSHTarget:
+@dataclass(frozen=True, eq=False, repr=False)
+class SSHTarget(Frozen):
     """`[user@]host[:port]` as the user typed it; `[v6addr]:port` for IPv6."""
 
     host: str
@@ -212,8 +273,8 @@ class SSHTarget:
         return f"{self.user + '@' if self.user else ''}{host}{':' + str(self.port) if self.port else ''}"
 
 
-@dataclass
-class SSHOptions:
+@dataclass(eq=False, repr=False)
+class SSHOptions(Record):
     identity: list[str] = field(default_factory=list)
     known_hosts: list[str] = field(default_factory=list)
     accept_new_host_key: bool = False
@@ -295,8 +356,8 @@ def _load_known_hosts(client: paramiko.SSHClient, paths: list[Path]) -> None:
             keys.add(name, key.get_name(), key)
 
 
-@dataclass
-class _Resolved:
+@dataclass(eq=False, repr=False)
+class _Resolved(Record):
     host: str
     port: int
     user: str

@@ -26,13 +26,14 @@ from gpunode.facts.containers import EngineSurvey, survey_engines
 from gpunode.facts.driver import DriverState, SmiGpu, driver_state
 from gpunode.facts.health import KernelLog, Kernels
 from gpunode.facts.packages import Package, UnitState
+from gpunode.record import Frozen
 
 STATUSES = ("pass", "warn", "fail", "skip")
 LAYERS = ("hardware", "boot", "kernel", "driver", "cuda", "container", "fabric", "health", "packages")
 
 
-@dataclass(frozen=True)
-class CheckResult:
+@dataclass(frozen=True, eq=False, repr=False)
+class CheckResult(Frozen):
     id: str  # stable: scripts match on it
     layer: str  # one of LAYERS
     title: str
@@ -72,8 +73,8 @@ def skipped(reason: str) -> Verdict:
 NO_GPU = skipped("no NVIDIA GPU")
 
 
-@dataclass(frozen=True)
-class Check:
+@dataclass(frozen=True, eq=False, repr=False)
+class Check(Frozen):
     id: str
     layer: str
     title: str

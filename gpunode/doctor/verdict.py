@@ -21,6 +21,7 @@ from gpunode import __version__
 from gpunode.doctor.base import STATUSES, CheckResult, Node
 from gpunode.facts import Facts
 from gpunode.facts.gpuhealth import REBOOT_FLAG
+from gpunode.record import Frozen
 
 FORMATS = ("table", "json", "nhc", "k8s", "prometheus")
 MARKER_HEADER = "gpunode: reboot required"  # first line of the marker gpunode writes (and the only one it removes)
@@ -28,8 +29,8 @@ READY_MARK = '"gpunode_version"'  # in every readiness document gpunode writes
 _REASON_MAX = 200
 
 
-@dataclass(frozen=True)
-class Readiness:
+@dataclass(frozen=True, eq=False, repr=False)
+class Readiness(Frozen):
     host: str
     ready: bool  # no check failed
     reboot_required: bool

@@ -11,13 +11,14 @@ from typing import Any
 from gpunode import fixes
 from gpunode.explain.finding import Doc, Finding
 from gpunode.explain.tables import PLACEHOLDER, Detector
+from gpunode.record import Record
 
 _LOWER = {"pci", "pci_id"}
 _INT = {"devices", "count", "port"}
 
 
-@dataclass
-class Candidate:
+@dataclass(eq=False, repr=False)
+class Candidate(Record):
     detector: Detector
     match: re.Match[str]
     matches: list[re.Match[str]]

@@ -6,9 +6,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpunode.record import Frozen, Record
 
-@dataclass(frozen=True)
-class Finding:
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Finding(Frozen):
     id: str  # stable: "nvml.mismatch", "xid.79"
     title: str  # one line
     cause: str  # why it happens, for this text
@@ -23,8 +25,8 @@ class Finding:
                 "excerpt": self.excerpt, "values": self.values}
 
 
-@dataclass
-class Doc:
+@dataclass(eq=False, repr=False)
+class Doc(Record):
     text: str  # normalised
 
     def excerpt(self, start: int, end: int, limit: int = 320) -> str:

@@ -33,20 +33,21 @@ from gpunode.datatables import DataError, data_dir, optional_field, read_table, 
 from gpunode.explain.candidate import fill
 from gpunode.explain.finding import Doc, Finding
 from gpunode.explain.tables import FORMAT_VERB, PLACEHOLDER, Detector, catalogue, group_names, tables
+from gpunode.record import Frozen
 
 CATCH_ALL = 44  # a row this weak is a component's catch-all ("stage failed", "hook failed"): it does not explain a line
 MAX_GAP = 80  # characters between the error words and the thing they are about, on one line
 
 
-@dataclass(frozen=True)
-class ErrorClass:
+@dataclass(frozen=True, eq=False, repr=False)
+class ErrorClass(Frozen):
     name: str
     regex: re.Pattern[str]
     meaning: str
 
 
-@dataclass(frozen=True)
-class Subject:
+@dataclass(frozen=True, eq=False, repr=False)
+class Subject(Frozen):
     id: str
     error_class: str
     regex: re.Pattern[str]
@@ -55,8 +56,8 @@ class Subject:
     line: int
 
 
-@dataclass(frozen=True)
-class Code:
+@dataclass(frozen=True, eq=False, repr=False)
+class Code(Frozen):
     family: str
     code: int
     names: tuple[str, ...]
@@ -66,8 +67,8 @@ class Code:
     regexes: tuple[tuple[str, re.Pattern[str], int], ...]  # (how it was read, pattern, strength)
 
 
-@dataclass(frozen=True)
-class Catalogued:
+@dataclass(frozen=True, eq=False, repr=False)
+class Catalogued(Frozen):
     id: str
     emitter: str
     regex: re.Pattern[str]

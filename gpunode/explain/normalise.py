@@ -16,6 +16,8 @@ import json
 import re
 from dataclasses import dataclass
 
+from gpunode.record import Record
+
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _CHARS = str.maketrans({
@@ -72,8 +74,8 @@ _RECORD_START = re.compile(r"^(?:[\w.\-/]+(?:\[\d+\])?:\s|[A-Z]{4,}\[|\[|Error\b
                            r"Unable\b|NVIDIA-SMI\b|NVRM\b|Traceback\b|terminate\b)")
 
 
-@dataclass
-class _Line:
+@dataclass(eq=False, repr=False)
+class _Line(Record):
     text: str  # content after prefixes
     stamped: bool  # carried a log timestamp
     prompt: bool  # was a shell prompt (the rest is a command)

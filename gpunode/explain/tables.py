@@ -37,6 +37,7 @@ from gpunode.datatables import (
     source_field,
     text_field,
 )
+from gpunode.record import Frozen
 
 MACROS = {"@PCI@": r"[0-9A-Fa-f]{3,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?", "@VER@": r"\d+\.\d+(?:\.\d+)?"}
 GAP = r"(?:\s+NVRM:)?\s+"  # between two words of a message: whitespace, maybe a line break and an NVRM: prefix
@@ -61,8 +62,8 @@ def group_names(regex: re.Pattern[str]) -> set[str]:
     return {re.sub(r"__\d+$", "", name) for name in regex.groupindex}
 
 
-@dataclass(frozen=True)
-class Detector:
+@dataclass(frozen=True, eq=False, repr=False)
+class Detector(Frozen):
     id: str
     variant: str
     strength: int  # 1-100: how surely this text names the root cause (findings are ranked by it)
@@ -217,8 +218,8 @@ VERB_VALUES = {"s": "nvidia", "v": "nvidia", "w": "no such file or directory", "
                "u": "1", "o": "20600", "x": "1f", "X": "1F", "p": "0x7ffd5e8c", "f": "1.5", "e": "1.5e+00", "g": "1.5", "%": "%", None: "1"}
 
 
-@dataclass(frozen=True)
-class Message:
+@dataclass(frozen=True, eq=False, repr=False)
+class Message(Frozen):
     emitter: str  # the component that prints it
     template: str  # the message, {name} for what varies
     id: str  # the finding explain must give for it first (its row holds the cause and the fix)

@@ -21,14 +21,12 @@ from gpunode.facts import (
     containers,
     driver,
     fabric,
-    health,
     holders,
     k8s,
     kernel,
     nodesettings,
     packages,
     system,
-    virt,
 )
 from gpunode.facts.kernel import LoadedDriver, ModuleBlock, PciDevice, SecureBoot, module_block
 from gpunode.facts.osinfo import UNKNOWN_OS, OsInfo
@@ -49,11 +47,12 @@ from gpunode.facts.registry import (
     check,
 )
 from gpunode.facts.transaction import A, Query
+from gpunode.record import Frozen
 from gpunode.shell import Script
 
-__all__ = ["FULL", "RUN", "Facts", "ProbeRequest", "first_probe", "gather", "facts_from_probe_output", "bake", "containers", "driver", "fabric", "health", "holders",
+__all__ = ["FULL", "RUN", "Facts", "ProbeRequest", "first_probe", "gather", "facts_from_probe_output", "bake", "containers", "driver", "fabric", "holders",
            "k8s", "kernel",
-           "nodesettings", "packages", "system", "virt"]
+           "nodesettings", "packages", "system"]  # health and virt: registry.FULL_ONLY
 
 T = TypeVar("T")
 
@@ -95,8 +94,8 @@ class Later:
             self.names = set()
 
 
-@dataclass(frozen=True)
-class Facts:
+@dataclass(frozen=True, eq=False, repr=False)
+class Facts(Frozen):
     os: OsInfo = UNKNOWN_OS
     kernel: str = ""
     arch: str = ""
@@ -246,8 +245,8 @@ def facts_from_probe_output(output: str, nonce: str, probe: str = FULL) -> Facts
     return facts_from_sections(split_sections(output, nonce), nonce, probe)
 
 
-@dataclass(frozen=True)
-class ProbeRequest:
+@dataclass(frozen=True, eq=False, repr=False)
+class ProbeRequest(Frozen):
     """One round trip of the probe: its script (no arguments of its own), its nonce, the probe and the part.
     `first_probe` makes gather's first, for a caller that runs the script inside a command of its own (the node
     lock's: gpunode/nodelock.py, so an install's first look costs no round trip of its own) as root;

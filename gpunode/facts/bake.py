@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from gpunode.facts.kernel import kernel_key
 from gpunode.facts.registry import command, files
+from gpunode.record import Frozen
 
 _M = __name__.rsplit(".", 1)[-1]
 
@@ -18,8 +19,8 @@ _KERNEL = r"[0-9][A-Za-z0-9._+~-]*"  # a kernel release (uname -r), as a directo
 KERNEL_RE = re.compile(rf"^{_KERNEL}$")
 
 
-@dataclass(frozen=True)
-class KernelFiles:
+@dataclass(frozen=True, eq=False, repr=False)
+class KernelFiles(Frozen):
     """What is installed per kernel release: the image, the headers DKMS builds against, the initramfs."""
 
     images: tuple[str, ...] = ()  # kernels with an image (/boot/vmlinuz-K or /lib/modules/K/vmlinuz), version order

@@ -29,14 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 from gpunode.facts.registry import command, files, shared
 from gpunode.journal import JOURNAL_PATH, owed_targets
+from gpunode.record import Frozen
 
 if TYPE_CHECKING:
     from gpunode.facts import Facts
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10
-    import tomli as tomllib
 
 _M = __name__.rsplit(".", 1)[-1]
 
@@ -122,6 +118,10 @@ def dump_daemon_json(data: Mapping[str, Any]) -> str:
 def parse_toml(text: str | None, path: str) -> dict[str, Any]:
     if text is None or not text.strip():
         return {}
+    if sys.version_info >= (3, 11):  # imported here: a node without a TOML config (docker only) never needs it
+        import tomllib
+    else:  # Python 3.10
+        import tomli as tomllib
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -323,8 +323,8 @@ def merge_containerd(into: dict[str, Any], new: Mapping[str, Any], major: int) -
             _merge_deep(into, {key: value})
 
 
-@dataclass(frozen=True)
-class Effective:
+@dataclass(frozen=True, eq=False, repr=False)
+class Effective(Frozen):
     """An engine's merged configuration, the files it came from, and what could not be read."""
 
     config: dict[str, Any]
@@ -367,8 +367,8 @@ def effective_containerd(files: Mapping[str, str], *, config: str = CONTAINERD_C
 # containerd_state, crio_state) and by uninstall, which takes exactly these out again (gpunode/undo/engines.py).
 
 
-@dataclass(frozen=True)
-class CtkWrite:
+@dataclass(frozen=True, eq=False, repr=False)
+class CtkWrite(Frozen):
     """One thing `nvidia-ctk runtime configure` writes: the value at `keys` (the runtime's whole table), only when
     it is `value` (a default-runtime key it set to "nvidia"), or one `item` of the list at `keys` (an import)."""
 
@@ -440,8 +440,8 @@ def effective_crio(files: Mapping[str, str], *, config: str = CRIO_CONFIG,
 # ---- is the nvidia runtime in place? -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class RuntimeState:
+@dataclass(frozen=True, eq=False, repr=False)
+class RuntimeState(Frozen):
     """What the engine will run with: the nvidia runtime's binary (None: no nvidia runtime) and the default."""
 
     binary: str | None
@@ -518,8 +518,8 @@ def parse_containerd_version(text: str | None) -> tuple[int, int, int] | None:
 # ---- which engines does the node have ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Engine:
+@dataclass(frozen=True, eq=False, repr=False)
+class Engine(Frozen):
     name: str  # docker | containerd | crio (the value of nvidia-ctk --runtime)
     unit: str
     config: str
@@ -536,8 +536,8 @@ SNAP_DOCKER_UNIT = "snap.docker.dockerd.service"
 ROOTLESS_UNIT = re.compile(r"^(?P<home>/home/[^/]+|/root)/\.config/systemd/user/docker\.service$")
 
 
-@dataclass(frozen=True)
-class EngineSurvey:
+@dataclass(frozen=True, eq=False, repr=False)
+class EngineSurvey(Frozen):
     present: tuple[str, ...] = ()  # engines nvidia-ctk can configure, in ENGINES order
     snap_docker: bool = False
     rootless_docker: tuple[str, ...] = field(default=())  # home directories with a rootless docker unit
@@ -612,8 +612,8 @@ CDI_SPECS = command("doctor_cdi", (
 
 # ---- what the running daemons loaded, and restarts gpunode still owes ------------------------------------------
 
-@dataclass(frozen=True)
-class LoadedRuntimes:
+@dataclass(frozen=True, eq=False, repr=False)
+class LoadedRuntimes(Frozen):
     """The runtimes a running engine has loaded (which may differ from its config file until it restarts)."""
 
     runtimes: frozenset[str]

@@ -32,6 +32,7 @@ from gpunode.facts.registry import (
     files,
     smi_output,
 )
+from gpunode.record import Frozen
 
 if TYPE_CHECKING:
     from gpunode.facts import Facts
@@ -50,8 +51,8 @@ DRIVER_PACKAGE = re.compile(
     r"nvidia-smi$|nvidia-alternative$|nvidia-tesla-|libcuda1$|firmware-nvidia-gsp$)")
 
 
-@dataclass(frozen=True)
-class PackagedDriver:
+@dataclass(frozen=True, eq=False, repr=False)
+class PackagedDriver(Frozen):
     """A driver installed by the distribution's packages, as Debian ships it: the package that builds its kernel
     module (nvidia-kernel-dkms, nvidia-open-kernel-dkms, nvidia-tesla-535-kernel-dkms, ...), the upstream
     version that package carries, the module flavour that package means, and Debian's own names: the
@@ -79,8 +80,8 @@ class PackagedDriver:
                    self.module_files)
 
 
-@dataclass(frozen=True)
-class DriverState:
+@dataclass(frozen=True, eq=False, repr=False)
+class DriverState(Frozen):
     loaded: LoadedDriver | None = None
     libraries: tuple[str, ...] = ()  # versions of the libnvidia-ml.so.<version> files found
     installer: str | None = None  # `nvidia-installer --version`: what the .run installed
@@ -112,8 +113,8 @@ def parse_userspace(text: str) -> tuple[tuple[str, ...], str | None]:
     return tuple(libs), record.group(1) if record else None
 
 
-@dataclass(frozen=True)
-class ModuleInfo:
+@dataclass(frozen=True, eq=False, repr=False)
+class ModuleInfo(Frozen):
     """`modinfo nvidia`: the module the running kernel would load."""
 
     version: str | None = None
@@ -161,8 +162,8 @@ def upstream_version(package_version: str) -> str | None:
     return found.group(1) if found else None
 
 
-@dataclass(frozen=True)
-class DebianNames:
+@dataclass(frozen=True, eq=False, repr=False)
+class DebianNames(Frozen):
     alternative: str | None = None
     module_files: tuple[tuple[str, str], ...] = ()
 
@@ -216,8 +217,8 @@ def packaged_driver(packages: tuple[tuple[str, str], ...], names: DebianNames,
                           modprobe_redirect(modprobe_files or {}))
 
 
-@dataclass(frozen=True)
-class Smi:
+@dataclass(frozen=True, eq=False, repr=False)
+class Smi(Frozen):
     """`nvidia-smi --query-gpu=driver_version`: its exit status (None: no nvidia-smi) and the first lines it printed."""
 
     status: int | None = None
@@ -257,8 +258,8 @@ def pci_address(bus: str) -> str:
     return f"{domain}:{parts[1]}:{parts[2] if '.' in parts[2] else parts[2] + '.0'}"
 
 
-@dataclass(frozen=True)
-class SmiGpu:
+@dataclass(frozen=True, eq=False, repr=False)
+class SmiGpu(Frozen):
     index: int  # position in nvidia-smi's output: NVML's index, what --gpus device=N and ctr --gpus N mean
     bus: str  # 0000:00:1e.0
     name: str = ""
@@ -445,8 +446,8 @@ def _offered_snippet() -> str:
 OFFERED = command("driver_offered", _offered_snippet(), parse_offered, module=_M, late=True)
 
 
-@dataclass(frozen=True)
-class GpunodeDriver:
+@dataclass(frozen=True, eq=False, repr=False)
+class GpunodeDriver(Frozen):
     """What gpunode's journal says its driver step put on this node and has not undone: the packages of a
     packages route (names), and whether it ran a .run (its version)."""
 

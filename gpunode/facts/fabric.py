@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from gpunode.fabric_packages import PACKAGE, all_names
 from gpunode.facts.packages import parse_versionlock
 from gpunode.facts.registry import command, smi_output, words
+from gpunode.record import Frozen
 
 _M = __name__.rsplit(".", 1)[-1]
 
@@ -43,8 +44,8 @@ def parse_available(text: str) -> dict[str, list[str]]:
 # ---- the fabric as nvidia-smi -q reports it ------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class FabricGpu:
+@dataclass(frozen=True, eq=False, repr=False)
+class FabricGpu(Frozen):
     gpu: str  # PCI bus id as nvidia-smi prints it
     state: str  # Not Supported | Not Started | In Progress | Completed | N/A
     status: str  # Success | an NVML error | N/A

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from gpunode.facts.driver import pci_address
 from gpunode.facts.registry import Section, command, command_section, smi_output
+from gpunode.record import Frozen
 
 _M = "health"
 
@@ -22,8 +23,8 @@ _M = "health"
 _BLOCKS = ("GSP Firmware Version", "ECC Mode", "ECC Errors", "Retired Pages", "Remapped Rows")
 
 
-@dataclass(frozen=True)
-class GpuHealth:
+@dataclass(frozen=True, eq=False, repr=False)
+class GpuHealth(Frozen):
     bus: str  # 0000:10:1c.0
     gsp: str | None = None  # GSP firmware version; None: N/A (GSP not used) or not reported
     ecc_current: str = ""  # Enabled | Disabled | N/A ("" not reported)
@@ -144,8 +145,8 @@ _MIG_GPU = re.compile(r"^GPU (\d+): .*\(UUID: (GPU-[^)]+)\)")
 _MIG_DEVICE = re.compile(r"^\s+MIG (\S+)\s+Device\s+\d+: \(UUID: (MIG-[^)]+)\)")
 
 
-@dataclass(frozen=True)
-class MigLayout:
+@dataclass(frozen=True, eq=False, repr=False)
+class MigLayout(Frozen):
     devices: dict[int, tuple[str, ...]]  # GPU index -> MIG profiles of its MIG devices ("1g.10gb", ...)
     selected: str | None = None  # MIG_PARTED_SELECTED_CONFIG of nvidia-mig-manager.service
     config: str = ""  # mig-parted's config file (YAML), when one is selected
@@ -236,8 +237,8 @@ def selected_layout(layout: MigLayout, gpu_count: int) -> dict[int, dict[str, in
 # ---- pending upgrades ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Upgrade:
+@dataclass(frozen=True, eq=False, repr=False)
+class Upgrade(Frozen):
     name: str
     new: str
     old: str | None = None  # None: a new package (a new kernel is usually one)

@@ -8,14 +8,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpunode.facts.registry import Section, command, command_section
+from gpunode.record import Frozen
 
 _M = __name__.rsplit(".", 1)[-1]
 
 # ---- kernel log ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class KernelLog:
+@dataclass(frozen=True, eq=False, repr=False)
+class KernelLog(Frozen):
     source: str  # dmesg | journal
     text: str  # the NVIDIA-related lines since boot
 
@@ -34,8 +35,8 @@ def parse_kernel_log(text: str | None) -> KernelLog | None:
 # ---- automatic upgrades -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class AutoUpgrade:
+@dataclass(frozen=True, eq=False, repr=False)
+class AutoUpgrade(Frozen):
     apt_installed: bool = False  # /usr/bin/unattended-upgrade exists
     apt_periodic: str | None = None  # APT::Periodic::Unattended-Upgrade ("0" off)
     apt_blacklist: tuple[str, ...] = ()  # Unattended-Upgrade::Package-Blacklist (regular expressions)

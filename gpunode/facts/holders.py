@@ -27,6 +27,7 @@ from gpunode.facts.k8s import UNITS as K8S_UNIT_STATES
 from gpunode.facts.packages import UnitState, parse_units, unit_states
 from gpunode.facts.registry import command, smi_output
 from gpunode.journal import JOURNAL_PATH, owed_targets
+from gpunode.record import Frozen
 
 if TYPE_CHECKING:
     from gpunode.facts import Facts
@@ -61,8 +62,8 @@ def service_description(unit: str) -> str:
 # ---- processes ---------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class GpuProcess:
+@dataclass(frozen=True, eq=False, repr=False)
+class GpuProcess(Frozen):
     pid: int
     name: str  # /proc/PID/comm (15 characters at most), or NVML's process name
     cgroup: str = ""  # the unified (or name=systemd) cgroup path
@@ -127,8 +128,8 @@ def parse_compute_apps(text: str) -> list[GpuProcess]:
 # ---- containers --------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class GpuContainer:
+@dataclass(frozen=True, eq=False, repr=False)
+class GpuContainer(Frozen):
     id: str
     name: str
     image: str
@@ -228,8 +229,8 @@ OWED_STARTS = command("gpunode_owed_starts", (  # the journal as read once per p
 # ---- together ----------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Holders:
+@dataclass(frozen=True, eq=False, repr=False)
+class Holders(Frozen):
     """What holds the GPU right now."""
 
     services: tuple[str, ...] = ()  # active known GPU services, in stop order

@@ -14,6 +14,7 @@ from typing import Any
 
 from gpunode.facts.packages import UnitState, parse_units, unit_states
 from gpunode.facts.registry import command, files
+from gpunode.record import Frozen
 
 _M = __name__.rsplit(".", 1)[-1]
 
@@ -24,8 +25,8 @@ DEVICE_PLUGIN_SOCKET = "/var/lib/kubelet/device-plugins/nvidia-gpu.sock"
 NAMESPACE = "kube-system"
 
 
-@dataclass(frozen=True)
-class Distribution:
+@dataclass(frozen=True, eq=False, repr=False)
+class Distribution(Frozen):
     """How the node runs Kubernetes: its name, the units that run the kubelet, and its containerd files."""
 
     name: str  # "kubelet" | "k3s" | "rke2"
@@ -71,8 +72,8 @@ TOOLS = command("k8s_tools", (
     f'[ -x {RKE2_KUBECTL} ] && echo "kubectl {RKE2_KUBECTL}"; true'), parse_tools, module=_M)
 
 
-@dataclass(frozen=True)
-class Cluster:
+@dataclass(frozen=True, eq=False, repr=False)
+class Cluster(Frozen):
     """What the node's kubectl says (nothing when there is no kubectl or no kubeconfig)."""
 
     kubectl: str | None = None

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from gpunode.facts.packages import parse_packages
 from gpunode.facts.registry import CAT, RELEASE, command, command_section, core, files
+from gpunode.record import Frozen
 
 _M = __name__.rsplit(".", 1)[-1]
 
@@ -62,8 +63,8 @@ def effective_modprobe_files(files: Mapping[str, str]) -> dict[str, str]:
 _DISABLING_INSTALL = {"/bin/false", "/usr/bin/false", "/bin/true", "/usr/bin/true", "false", "true"}
 
 
-@dataclass(frozen=True)
-class ModuleBlock:
+@dataclass(frozen=True, eq=False, repr=False)
+class ModuleBlock(Frozen):
     """How a kernel module is kept from loading, from modprobe.d and the kernel command line."""
 
     module: str
@@ -104,8 +105,8 @@ def module_block(module: str, modprobe_files: Mapping[str, str], cmdline: str = 
     return ModuleBlock(module, blacklisted, modeset_off, install_disabled, tuple(sources))
 
 
-@dataclass(frozen=True)
-class SecureBoot:
+@dataclass(frozen=True, eq=False, repr=False)
+class SecureBoot(Frozen):
     efi: bool
     enabled: bool | None  # None: could not tell
     evidence: str = ""
@@ -140,8 +141,8 @@ def parse_secure_boot(text: str) -> SecureBoot:
     return SecureBoot(efi, enabled, "; ".join(evidence) or "UEFI, Secure Boot state unreadable")
 
 
-@dataclass(frozen=True)
-class LoadedDriver:
+@dataclass(frozen=True, eq=False, repr=False)
+class LoadedDriver(Frozen):
     """/proc/driver/nvidia/version: exists only while the nvidia module is loaded."""
 
     version: str
@@ -160,8 +161,8 @@ def parse_nvidia_version(text: str) -> LoadedDriver | None:
     return LoadedDriver(match["version"], "open" if match["open"] else "proprietary", text)
 
 
-@dataclass(frozen=True)
-class PciDevice:
+@dataclass(frozen=True, eq=False, repr=False)
+class PciDevice(Frozen):
     address: str  # 0000:3b:00.0
     vendor: int
     device: int
@@ -207,8 +208,8 @@ def loaded(modules: Iterable[str], name: str) -> bool:
 CONTAINER_DEVICE = re.compile(r"^nvidia(\d+|ctl|-modeset|-uvm|-uvm-tools)$")
 
 
-@dataclass(frozen=True)
-class DevChar:
+@dataclass(frozen=True, eq=False, repr=False)
+class DevChar(Frozen):
     devices: tuple[str, ...] = ()  # /dev/nvidia0, /dev/nvidiactl, ... (every /dev/nvidia* node)
     links: Mapping[str, str] = field(default_factory=dict)  # device basename -> /dev/char/MAJ:MIN
 
@@ -287,24 +288,24 @@ DEV_CHAR = command("doctor_dev_char", (
 # ---- installed kernels, the one the next boot runs, and DKMS's builds ------------------------------------------
 
 
-@dataclass(frozen=True)
-class Kernel:
+@dataclass(frozen=True, eq=False, repr=False)
+class Kernel(Frozen):
     name: str  # 5.15.0-91-generic
     headers: bool  # /lib/modules/K/build resolves (what DKMS and nvidia-installer build against)
     module: str | None  # path of an nvidia.ko built for it
     image: bool | None = None  # /boot/vmlinuz-K (or /lib/modules/K/vmlinuz) exists; None: not reported
 
 
-@dataclass(frozen=True)
-class DkmsEntry:
+@dataclass(frozen=True, eq=False, repr=False)
+class DkmsEntry(Frozen):
     module: str
     version: str
     kernel: str | None  # None: added or built for no kernel yet
     status: str  # installed | built | added | ...
 
 
-@dataclass(frozen=True)
-class DkmsFailure:
+@dataclass(frozen=True, eq=False, repr=False)
+class DkmsFailure(Frozen):
     """DKMS's last build of an nvidia module, when it failed: its build tree keeps make.log, whose first line names
     the module, the version and the kernel (`DKMS make.log for nvidia-current-open-535.261.03 for kernel K (x86_64)`),
     and the compiler's first error. A build that succeeded afterwards for the same kernel supersedes it
@@ -316,8 +317,8 @@ class DkmsFailure:
     error: str  # the compiler's first error line, the build tree's path left out
 
 
-@dataclass(frozen=True)
-class Kernels:
+@dataclass(frozen=True, eq=False, repr=False)
+class Kernels(Frozen):
     """`known`: the probe ran. `kernels`: modules trees with a kernel/ directory whose image is in /boot (a tree
     left behind by a removed kernel, with only DKMS's updates/ in it, is not a kernel). `grub_default`: GRUB_DEFAULT
     from /etc/default/grub; `grubby`: what `grubby --default-kernel` names (the RHEL family)."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from gpunode.facts.registry import Section
 from gpunode.facts.transaction import Query
+from gpunode.record import Frozen
 
 OFFERS_TIMEOUT = 300.0  # seconds: two downloads (curl --max-time 120 each) and the parsing
 LABEL = "read-offers"  # the script's name on the node: gpunode-read-offers
@@ -38,8 +39,8 @@ _FETCH = (
 )
 
 
-@dataclass(frozen=True)
-class Offers:
+@dataclass(frozen=True, eq=False, repr=False)
+class Offers(Frozen):
     """Versions offered per package name (in the repository's order), or why the repository could not be read."""
 
     url: str

@@ -9,13 +9,15 @@ from pathlib import Path
 
 import distro
 
+from gpunode.record import Frozen
+
 _DEBIAN_FAMILY = {"debian", "ubuntu"}
 _RHEL_FAMILY = {"rhel", "fedora", "centos"}
 _SUSE_FAMILY = {"suse", "sles", "opensuse"}
 
 
-@dataclass(frozen=True)
-class OsInfo:
+@dataclass(frozen=True, eq=False, repr=False)
+class OsInfo(Frozen):
     id: str  # distro's normalised id: ubuntu, debian, rhel, rocky, almalinux, centos, amzn, sles, opensuse...
     version: str  # VERSION_ID, "" when the file has none
     like: tuple[str, ...]

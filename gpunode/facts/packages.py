@@ -14,12 +14,13 @@ from dataclasses import dataclass
 
 from gpunode.facts.registry import command, files, shared
 from gpunode.facts.registry import text as raw_text
+from gpunode.record import Frozen
 
 _M = __name__.rsplit(".", 1)[-1]
 
 
-@dataclass(frozen=True)
-class Package:
+@dataclass(frozen=True, eq=False, repr=False)
+class Package(Frozen):
     name: str
     version: str  # as the package manager prints it: 1.17.8-1, 1:2.0-3, 535.129.03-1
     held: bool = False  # dpkg "hold" selection (apt-mark hold); rpm holds come from versionlock files
@@ -101,8 +102,8 @@ def upstream_version(version: str) -> str:
 # ---- systemd -----------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class UnitState:
+@dataclass(frozen=True, eq=False, repr=False)
+class UnitState(Frozen):
     name: str
     active: str  # active | inactive | failed | activating | ...
     enabled: str  # enabled | disabled | static | masked | ...; "" when the unit does not exist

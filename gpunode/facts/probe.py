@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import re
 import secrets
+from typing import Any
 
-# Importing the subsystems registers their facts.
+# Importing the subsystems registers their facts (registry.FULL_ONLY's when a FULL probe asks for them).
 from gpunode.facts import (  # noqa: F401
     containers,
     driver,
     fabric,
-    health,
     holders,
     k8s,
     kernel,
@@ -38,23 +38,34 @@ from gpunode.facts.registry import (
     Fact,
     Section,
     facts_of,
+    load_full,
 )
 from gpunode.facts.system import TOOL_NAMES as TOOLS
 from gpunode.shell import Script
 
-__all__ = ["COMMANDS", "EFI_SECURE_BOOT_VAR", "FILE_GROUPS", "FULL", "MODPROBE_DIRS", "NOT_RUN", "RUN", "SECTIONS",
+__all__ = ["EFI_SECURE_BOOT_VAR", "FULL", "MODPROBE_DIRS", "NOT_RUN", "RUN",
            "SYSTEMD_UNIT_DIRS", "Section", "TOOLS", "UDEV_RULES_DIRS", "all_sections", "build_probe", "registered", "split_files",
            "split_sections"]
 
-# Read-only views by name, for the fake node that answers the probe in tests.
-SECTIONS: dict[str, str] = {f.name: f.snippet for f in facts_of(CORE)}
-FILE_GROUPS: dict[str, tuple[str, ...]] = {f.name: f.patterns for f in facts_of(FILES)}
-COMMANDS: dict[str, str] = {f.name: f.snippet for f in facts_of(COMMAND)}
+# Read-only views by name, for the fake node that answers the probe in tests: SECTIONS (core facts), FILE_GROUPS and
+# COMMANDS, made on first use (they hold registry.FULL_ONLY's facts too)
+_VIEWS: dict[str, tuple[str, Any]] = {"SECTIONS": (CORE, lambda f: f.snippet), "FILE_GROUPS": (FILES, lambda f: f.patterns),
+                                      "COMMANDS": (COMMAND, lambda f: f.snippet)}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _VIEWS:
+        kind, value = _VIEWS[name]
+        view = globals()[name] = {f.name: value(f) for f in facts_of(kind)}
+        return view
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def registered(probe: str = FULL, part: str = ALL) -> list[Fact[object]]:
     """The facts `probe` gathers (every registered fact for FULL) in probe order: core facts, then file groups,
     then commands; `part` (registry.CHECK or LATE) keeps one of the RUN probe's two round trips."""
+    if probe == FULL:
+        load_full()
     order = {CORE: 0, FILES: 1, COMMAND: 2}
     return sorted((f for f in REGISTRY.values() if f.gathered_by(probe) and f.in_part(part)),
                   key=lambda f: order[f.kind])  # stable: registration order within a kind

@@ -15,9 +15,13 @@ Three kinds:
 from __future__ import annotations
 
 import fnmatch
+import importlib
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
+
+from gpunode.record import Frozen
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -99,8 +103,8 @@ def smi_output(args: str) -> str:
             'printf "%s\\n" "$out"')
 
 
-@dataclass(frozen=True)
-class Section:
+@dataclass(frozen=True, eq=False, repr=False)
+class Section(Frozen):
     """One framed section of the probe's output."""
 
     text: str
@@ -164,8 +168,23 @@ class Fact(Generic[T_co]):
 
 REGISTRY: dict[str, Fact[object]] = {}
 
+# Subsystems whose every fact the FULL probe alone gathers (doctor, verify, `gpunode facts`): name -> the module that
+# declares them. They are imported (so registered) by load_full() when a FULL probe is built or the whole registry
+# is read, never by plan or install, whose RUN probe has none of their facts (~3% of a converged install's CPU).
+FULL_ONLY = {"health": "gpunode.facts.health", "virt": "gpunode.facts.virt"}
+
+
+def load_full() -> None:
+    """Register the facts of FULL_ONLY's modules (a no-op once they are imported)."""
+    for module in FULL_ONLY.values():
+        if module not in sys.modules:
+            importlib.import_module(module)
+
 
 def register(fact: Fact[T]) -> Fact[T]:
+    if fact.module in FULL_ONLY and not fact.full_only:
+        raise ValueError(f"fact {fact.name!r}: {fact.module} is registered only for the FULL probe "
+                         "(registry.FULL_ONLY); declare it full_only=True or in another module")
     if fact.name in REGISTRY:
         raise DuplicateFactError(f"fact {fact.name!r} of {fact.module or 'unknown module'} is already registered by "
                                  f"{REGISTRY[fact.name].module}: give it another name")
@@ -227,4 +246,5 @@ def words(value: str) -> tuple[str, ...]:
 
 
 def facts_of(kind: str) -> list[Fact[object]]:
+    load_full()
     return [f for f in REGISTRY.values() if f.kind == kind]

@@ -23,13 +23,14 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from gpunode.facts.registry import Section
+from gpunode.record import Frozen
 
 INSTALL, UPGRADE, DOWNGRADE, REINSTALL, REMOVE = "install", "upgrade", "downgrade", "reinstall", "remove"
 SIMULATE_TIMEOUT = 300.0  # seconds: apt/dnf/zypper resolve from local metadata (dnf -C: no refresh)
 
 
-@dataclass(frozen=True)
-class Change:
+@dataclass(frozen=True, eq=False, repr=False)
+class Change(Frozen):
     """One package the transaction would touch: what happens to it, the version it ends at (for a removal, the
     version removed) and the version before (None: not installed)."""
 
@@ -46,8 +47,8 @@ class Change:
         return f"{self.name} {self.version}" + (" (reinstalled)" if self.action == REINSTALL else "")
 
 
-@dataclass(frozen=True)
-class Transaction:
+@dataclass(frozen=True, eq=False, repr=False)
+class Transaction(Frozen):
     """The parsed simulation: every package the manager would change, or why it refuses (`error`)."""
 
     changes: tuple[Change, ...] = ()
@@ -65,8 +66,8 @@ class Transaction:
 A = TypeVar("A")
 
 
-@dataclass(frozen=True)
-class Query(Generic[A]):
+@dataclass(frozen=True, eq=False, repr=False)
+class Query(Frozen, Generic[A]):
     """A read-only command whose answer a plan reads, built from the plan's own values (`script`, every value
     quoted) and parsed by `parse` (the Section: output and exit status) into a Transaction here, or another
     answer (facts/offers.py: what a repository offers)."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from gpunode.facts.driver import pci_address
 from gpunode.facts.registry import SMI_CALL, command
+from gpunode.record import Frozen
 
 _M = __name__.rsplit(".", 1)[-1]
 
@@ -24,8 +25,8 @@ IORESOURCE_DISABLED = 0x10000000
 NOT_A_VM = ("", "none")
 
 
-@dataclass(frozen=True)
-class Bar:
+@dataclass(frozen=True, eq=False, repr=False)
+class Bar(Frozen):
     index: int  # 0-5 (a 64-bit BAR takes two indexes; the second reads as zeros)
     start: int
     size: int  # bytes; 0 when the BAR has no range
@@ -41,8 +42,8 @@ class Bar:
         return self.size > 0 and self.start > 0 and not self.flags & (IORESOURCE_UNSET | IORESOURCE_DISABLED)
 
 
-@dataclass(frozen=True)
-class GroupMember:
+@dataclass(frozen=True, eq=False, repr=False)
+class GroupMember(Frozen):
     address: str  # 0000:0b:00.1
     pci_class: int  # 0x040300
     driver: str  # bound kernel driver; "" none
@@ -52,8 +53,8 @@ class GroupMember:
         return self.pci_class >> 16 == 0x06  # bridges stay with the host (vfio allows pcieport)
 
 
-@dataclass(frozen=True)
-class GpuBars:
+@dataclass(frozen=True, eq=False, repr=False)
+class GpuBars(Frozen):
     address: str  # 0000:0b:00.0
     bars: tuple[Bar, ...]  # indexes 0-5, as listed
     device: int = 0  # PCI device id (0x20b0); 0 unknown
@@ -72,8 +73,8 @@ class GpuBars:
         return next((b for b in self.bars if b.index == index), None)
 
 
-@dataclass(frozen=True)
-class Virt:
+@dataclass(frozen=True, eq=False, repr=False)
+class Virt(Frozen):
     detected: str = ""  # systemd-detect-virt --vm: kvm, vmware, microsoft, xen, amazon, ..., "none"; "" unknown
     vendor: str = ""  # /sys/class/dmi/id/sys_vendor
     product: str = ""  # /sys/class/dmi/id/product_name

@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from gpunode.facts import Facts
 from gpunode.options import Options
 from gpunode.plan import Earlier, StepPlan
+from gpunode.record import Frozen
 
 PlanFn = Callable[[Facts, Options, Earlier], StepPlan]
 
 
-@dataclass(frozen=True)
-class Step:
+@dataclass(frozen=True, eq=False, repr=False)
+class Step(Frozen):
     name: str  # used by --only / --skip and in reports
     title: str
     plan: PlanFn

@@ -29,6 +29,7 @@ from gpunode.facts.driver import DriverState, driver_state
 from gpunode.facts.holders import FABRIC_MANAGER, MODULES, Holders, gpu_holders
 from gpunode.options import Options
 from gpunode.plan import Action, Earlier, Reboot, RunCommand, Status, StepPlan, blocked, change, ok
+from gpunode.record import Frozen
 from gpunode.rules import NO_GPU, NO_GPU_FIX, load_fix, packages_remove, recommended_version
 from gpunode.steps import driver_kernels
 from gpunode.steps.base import Step
@@ -48,8 +49,8 @@ def branch(version: str) -> int:
 # ---------------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Flavour:
+@dataclass(frozen=True, eq=False, repr=False)
+class Flavour(Frozen):
     flavour: str  # "open" | "proprietary"
     reason: str
     flag: str | None  # the installer's -m= value; None before R515 (one flavour only)

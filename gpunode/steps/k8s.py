@@ -49,7 +49,7 @@ MANIFEST_PATH = "/var/lib/gpunode/k8s/nvidia-device-plugin.json"
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class K8sOutputs(Outputs):
     distribution: str | None  # "kubelet" | "k3s" | "rke2"; None: no kubelet on this node
     gpus: int = 0  # the nvidia.com/gpu the node advertises once the step has converged

@@ -31,6 +31,7 @@ from gpunode.facts.nodesettings import SYSTEMD_UNIT_DIRS, UDEV_RULES_DIRS
 from gpunode.facts.packages import UnitState, unit
 from gpunode.options import Options
 from gpunode.plan import Action, Earlier, RunCommand, StepPlan, WriteFile, change, ok, unknown
+from gpunode.record import Frozen
 from gpunode.steps.base import Step
 from gpunode.steps.outputs import DriverOutputs, ToolkitOutputs
 
@@ -146,8 +147,8 @@ def dev_char_rules(files: Mapping[str, str]) -> list[str]:
 # ---- plan ----------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Part:
+@dataclass(frozen=True, eq=False, repr=False)
+class Part(Frozen):
     reason: str
     actions: tuple[Action, ...] = ()
     notes: tuple[str, ...] = ()

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from gpunode.plan import Outputs
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class DriverOutputs(Outputs):
     version: str | None  # the driver version in place once the driver step has converged; None: none or unknown
     origin: str | None = None  # "--driver" | "--driver-run" (the version its file name carries) | "loaded"
@@ -17,18 +17,18 @@ class DriverOutputs(Outputs):
     reloads: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class CompatOutputs(Outputs):
     driver: str | None  # the driver version checked; None: nothing to check
     verify_image: str | None = None  # the CUDA base image `verify` runs for that driver
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class ToolkitOutputs(Outputs):
     installs: bool  # the toolkit step installs or changes the toolkit packages
     version: str | None = None  # the version it installs; None: the current release, or nothing
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class RuntimeOutputs(Outputs):
     engines: tuple[str, ...] = ()  # the engines that have (or will have) the nvidia runtime

@@ -21,6 +21,7 @@ from gpunode.facts import packages as package_facts
 from gpunode.options import Options
 from gpunode.pkgmgr import HEADERS_FIX
 from gpunode.plan import Action, Earlier, StepPlan, blocked, change, ok
+from gpunode.record import Frozen
 from gpunode.rules import NO_GPU, NO_GPU_FIX, package_manager
 from gpunode.steps.base import Step
 
@@ -36,8 +37,8 @@ def wants_driver(options: Options) -> bool:
     return bool(options.driver or options.driver_run)
 
 
-@dataclass(frozen=True)
-class Availability:
+@dataclass(frozen=True, eq=False, repr=False)
+class Availability(Frozen):
     """What the package manager could install, from its local metadata. `known` False: could not tell."""
 
     known: bool

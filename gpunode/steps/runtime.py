@@ -53,6 +53,7 @@ from gpunode.facts.containers import NVIDIA as NVIDIA_RUNTIME
 from gpunode.facts.packages import UnitState, unit
 from gpunode.options import Options
 from gpunode.plan import Action, Earlier, RestartService, StepPlan, blocked, change, ok
+from gpunode.record import Frozen
 from gpunode.rules import runtime_binary_fix
 from gpunode.steps.base import Step
 from gpunode.steps.outputs import RuntimeOutputs, ToolkitOutputs
@@ -64,8 +65,8 @@ ASSUMED_CTK = DROPIN_SINCE  # what the toolkit step installs when no version is 
 ENGINE_ALIASES = {"cri-o": "crio", "docker": "docker", "containerd": "containerd", "crio": "crio"}
 DISPLAY = {"docker": "docker", "containerd": "containerd", "crio": "CRI-O"}
 
-@dataclass(frozen=True)
-class EnginePlan:
+@dataclass(frozen=True, eq=False, repr=False)
+class EnginePlan(Frozen):
     engine: str
     reason: str
     actions: tuple[Action, ...] = ()

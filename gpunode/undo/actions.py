@@ -15,7 +15,7 @@ _RESTORE = Script(name="restore-backup", body='b=$1; dest=$2; shift 2\n' + THROU
                   + 'mv -f -- "$b" "$dest" && rm -f -- "$@"')
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class RemoveFile(Action):
     """Remove a file gpunode created (its content is still what gpunode wrote), with its stale backups."""
 
@@ -47,7 +47,7 @@ class RemoveFile(Action):
         return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class RestoreFile(Action):
     """Put back the file gpunode replaced: its backup moves over it (mode and owner as they were)."""
 
@@ -80,7 +80,7 @@ class RestoreFile(Action):
         return f"restored {self.path} from {self.backup}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class StripEntries(WriteFile):
     """Write a config the user changed since gpunode without gpunode's entries (key by key), then remove the
     copies gpunode made of it earlier (they hold what the user has changed since). A copy of the file as it is

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpunode.record import Frozen
 from gpunode.records import FileRecord, UndoRecord, UnitRecord
 
 Record = UndoRecord
 
 
-@dataclass(frozen=True)
-class NodeState:
+@dataclass(frozen=True, eq=False, repr=False)
+class NodeState(Frozen):
     files: dict[str, str] = field(default_factory=dict)  # path -> sha256, or "-" when absent (missing: unknown)
     texts: dict[str, str | None] = field(default_factory=dict)  # path -> content (text files; for diffs)
     packages: dict[str, str] | None = None  # installed name -> version; None: could not tell
@@ -20,8 +21,8 @@ class NodeState:
     holds: frozenset[str] | None = None  # held packages (apt-mark showhold, versionlock list); None: unknown
 
 
-@dataclass(frozen=True)
-class UndoRequest:
+@dataclass(frozen=True, eq=False, repr=False)
+class UndoRequest(Frozen):
     steps: tuple[str, ...]  # the steps to undo (pipeline names), in undo order
     prerequisites: bool = False  # remove the build prerequisites gpunode installed (only with --only prerequisites)
     lock_timeout: float = 600.0

@@ -92,6 +92,7 @@ def test_install_loads_neither_the_explain_tables_nor_doctor():
     assert sorted(m for m in modules if m.startswith(("gpunode.explain", "gpunode.doctor", "gpunode.verify"))) == []
     assert "yaml" not in modules  # only a YAML inventory needs it (gpunode/inventory.py)
     assert "rich.progress" not in modules  # only a transfer draws a bar (gpunode/cli/progress.py)
+    assert "importlib.metadata" not in modules  # paramiko reads its version without it (gpunode/connection/ssh.py)
 
 
 def test_running_a_command_loads_its_module():
@@ -183,9 +184,10 @@ def test_the_converged_path_compiles_only_the_regexes_it_parses_with():
 
 
 # Modules in sys.modules after `gpunode <command> --help` on a pipe or at a terminal (the help drawn by
-# gpunode/cli/_plainhelp.py), measured 2026-11-25 (docs/benchmarks.md, "--help in CPU"): 156 for the listing, 167-168
-# for a command (explain's too, since its module imports rich.text where it renders); `python3 -c pass` has 33.
-HELP_IMPORTS = 170
+# gpunode/cli/_plainhelp.py), measured 2026-11-25 (docs/benchmarks.md, "--help in CPU"): 156 for the listing, 168-169 for
+# a command (its options' dataclasses bring gpunode/record.py; explain's too, since its module imports rich.text where
+# it renders); `python3 -c pass` has 33.
+HELP_IMPORTS = 169
 # what typer's rich renderer needs and gpunode's plain one does not
 RICH_RENDERER = ("rich.console", "rich.table", "rich.panel", "rich.columns", "typer.rich_utils")
 
@@ -229,12 +231,15 @@ NOT_ON_THE_CONVERGED_PATH = (
     "gpunode.actions.runtime", "gpunode.artifacts.source", "gpunode.artifacts.download", "gpunode.artifacts.makeself",
     "gpunode.signing", "gpunode.steps.driver_packages", "gpunode.steps.k8s_sharing", "gpunode.fleet", "gpunode.inventory",
     "gpunode.cli.events", "gpunode.cli._fleet", "gpunode.explain", "gpunode.doctor", "gpunode.verify",
-    "gpunode.undo", "requests", "yaml", "rich.progress", "rich.live")
+    "gpunode.undo", "requests", "yaml", "rich.progress", "rich.live",
+    # the FULL probe's subsystems (gpunode/facts/registry.py FULL_ONLY); what only a package inside a zip file
+    # (gpunode/datatables.py) or a TOML config needs
+    "gpunode.facts.health", "gpunode.facts.gpuhealth", "gpunode.facts.virt", "importlib.resources", "tomllib")
 # gpunode's own modules a converged single-node install over the fake connection loads, measured 2026-11-25
-# (docs/benchmarks.md, "the converged path's imports": 89 before this round's cut; the SSH connection adds
-# connection.ssh on a real node). A new module-level import a converged run does not use moves it into the
-# function that needs it.
-CONVERGED_GPUNODE_MODULES = 75
+# (docs/benchmarks.md, "the converged path's imports": 89 before the first cut, 75 after it; "client CPU, round 5":
+# 73, gpunode/record.py added and the FULL probe's three fact modules gone; the SSH connection adds connection.ssh
+# on a real node). A new module-level import a converged run does not use moves it into the function that needs it.
+CONVERGED_GPUNODE_MODULES = 73
 
 
 def _converged_run(tmp_path: Path) -> tuple[str, set[str]]:

@@ -3,6 +3,7 @@
 import os
 import shutil
 import subprocess
+import sys
 
 import paramiko
 import pytest
@@ -180,6 +181,43 @@ def test_invoke_is_loaded_only_for_a_match_exec_config(tmp_path):
             f"print(_resolve(SSHTarget('gpu'), SSHOptions(ssh_config={str(matching)!r})).port, 'invoke' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
     assert out[:3] == ["False", "2222 False", "2200 True"]
+
+
+def test_paramiko_is_imported_without_importlib_metadata_and_sends_its_own_version():
+    """paramiko's __init__ reads its version through a stand-in (no importlib.metadata, ~4% of a converged
+    install's CPU): the same version, the same SSH banner, and importlib.metadata is the real one afterwards."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nimport gpunode.connection.ssh, paramiko\nbefore = 'importlib.metadata' in sys.modules\n"
+            "from importlib import metadata\nreal = metadata.version('paramiko')\n"
+            "print(before, paramiko.__version__ == real, paramiko.Transport._CLIENT_ID == 'paramiko_' + real, "
+            "hasattr(metadata, 'distributions'), hasattr(paramiko, 'metadata'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "True", "True", "True", "False"]
+
+
+def test_the_installed_version_is_importlib_metadata_s_or_none(tmp_path, monkeypatch):
+    from importlib import metadata
+
+    from gpunode.connection.ssh import _installed_version
+
+    first, second, zipped = tmp_path / "first", tmp_path / "second", tmp_path / "lib.zip"
+    for directory, version in ((first, "1.2.3"), (second, "9.9")):
+        (directory / f"thing-{version}.dist-info").mkdir(parents=True)
+        (directory / f"thing-{version}.dist-info" / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: thing\nVersion: {version}\n\nVersion: 0 (the body, not a header)\n")
+    zipped.write_bytes(b"PK\x05\x06" + bytes(18))  # an empty zip file
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "missing"), str(first), str(second)])
+    assert _installed_version("thing") == metadata.version("thing") == "1.2.3"  # the first directory on the path
+    assert _installed_version("other") is None  # not installed: importlib.metadata answers (PackageNotFoundError)
+    (first / "thing-1.3.dist-info").mkdir()
+    assert _installed_version("thing") is None  # two candidates: importlib.metadata decides
+    monkeypatch.setattr(sys, "path", [str(zipped), str(second)])
+    assert _installed_version("thing") is None  # a zip on the path: importlib.metadata reads inside it
+    monkeypatch.setattr(sys, "path", [str(second)])
+    (second / "thing-9.9.dist-info" / "METADATA").write_text("Name: thing\n\n")
+    assert _installed_version("thing") is None  # no Version header
 
 
 SHELLS = [s for s in (["dash"], ["bash"], ["busybox", "sh"]) if shutil.which(s[0])]

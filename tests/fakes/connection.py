@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 from gpunode.connection.base import Connection
 from gpunode.facts.containers import PENDING_RESTARTS
-from gpunode.facts.probe import COMMANDS, EFI_SECURE_BOOT_VAR, FILE_GROUPS, TOOLS, all_sections
+from gpunode.facts.probe import EFI_SECURE_BOOT_VAR, TOOLS
+from gpunode.facts.registry import COMMAND, FILES, REGISTRY
 from gpunode.journal import JOURNAL_PATH
 
 Handler = Callable[["FakeNode", list[str], bytes], tuple[int, str, str]]
@@ -191,10 +192,8 @@ class FakeConnection(Connection):
         nonce = match.group(1)
         renderers = _section_renderers(self.node, nonce)
         parts = []
-        asked = set(re.findall(rf'echo "@{nonce}@begin (\S+)"', script))  # a RUN probe leaves doctor's sections out
-        for name in all_sections():
-            if name not in asked:
-                continue
+        # the sections in the probe's order (a RUN probe leaves doctor's out, and registers no FULL-only subsystem)
+        for name in re.findall(rf'echo "@{nonce}@begin (\S+)"', script):
             if name not in renderers:
                 raise AssertionError(f"FakeNode cannot answer probe section {name!r}: teach fake.py")
             text, status = renderers[name]
@@ -248,8 +247,9 @@ def _section_renderers(node: FakeNode, nonce: str) -> dict[str, tuple[str, int]]
         "secure_boot": (sb, 0),
         "initramfs": (initramfs, 0),
     }
-    sections.update({f"files:{name}": (file_section(p), 0) for name, p in FILE_GROUPS.items()})
-    sections.update({f"cmd:{name}": node.outputs.get(name, ("", 127)) for name in COMMANDS})
+    sections.update({f"files:{f.name}": (file_section(f.patterns), 0) for f in REGISTRY.values() if f.kind == FILES})
+    sections.update({f"cmd:{f.name}": node.outputs.get(f.name, ("", 127)) for f in REGISTRY.values()
+                     if f.kind == COMMAND})
     # the journal comes with the probe, as on a real node (facts/containers.JOURNAL): 3 when there is none
     journal = node.files.get(JOURNAL_PATH)
     if PENDING_RESTARTS.name not in node.outputs:

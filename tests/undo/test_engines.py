@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 
 from gpunode.facts import Facts
-from gpunode.facts.containers import dump_toml, predict_containerd, predict_crio, tomllib
+from gpunode.facts.containers import dump_toml, predict_containerd, predict_crio
 from gpunode.plan import WriteFile
 from gpunode.records import FileRecord
 from gpunode.undo import runtime
 from gpunode.undo.engines import strip_containerd, strip_crio, strip_docker
 from gpunode.undo.state import NodeState, UndoRequest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10
+    import tomli as tomllib
 
 CTK = (1, 17, 8)  # before drop-ins: nvidia-ctk edits config.toml itself
 USER = dump_toml({"version": 2, "plugins": {"io.containerd.grpc.v1.cri": {"containerd": {
