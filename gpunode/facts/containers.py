@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from gpunode.facts.registry import command, files, shared
+from gpunode.facts.registry import CAT, CAT_MAX, command, files, shared
 from gpunode.journal import JOURNAL_PATH, owed_targets
 from gpunode.record import Frozen
 
@@ -625,11 +625,21 @@ class LoadedRuntimes(Frozen):
 
 def parse_docker_loaded(text: str) -> LoadedRuntimes | None:
     """What dockerd loaded, from the Engine API's `GET /info` body (a JSON object: DOCKER_LOADED asks the socket
-    itself where it can) or from `docker info --format '{{json .DefaultRuntime}} {{json .Runtimes}}'` (the two
-    JSON values on one line); None when the daemon did not answer (not running, no docker)."""
+    itself where it can), from `docker info --format '{{json .DefaultRuntime}} {{json .Runtimes}}'` (the two
+    JSON values on one line), or, where the running dockerd started after daemon.json last changed, from that
+    file (`config PATH`, then the file; none: dockerd's defaults): its runtimes and runc, the built-in one every
+    dockerd has (it reports others built in, which no check reads), and its default runtime (runc unless it names
+    one). None when the daemon did not answer (not running, no docker)."""
     text = text.strip()
     try:
-        if text.startswith("{"):
+        if text.startswith("config "):
+            body = text.partition("\n")[2].strip()
+            config = json.loads(body) if body else {}
+            listed = config.get("runtimes", {})
+            if not isinstance(listed, dict):
+                return None
+            default, runtimes = config.get("default-runtime", "runc"), {"runc": {}, **listed}
+        elif text.startswith("{"):
             info = json.loads(text)
             default, runtimes = info.get("DefaultRuntime"), info.get("Runtimes")
         else:
@@ -662,21 +672,67 @@ def parse_pending(text: str) -> tuple[str, ...]:
     return tuple(sorted(owed_targets(text, "restart")))
 
 
-# What the RUNNING dockerd loaded (its runtimes may differ from daemon.json until it restarts). `docker info` costs
-# most of a second on a slow node: the CLI is a 45 MB Go binary (several threads) before it asks the daemon. Where
-# the CLI would ask the default socket (no DOCKER_HOST, DOCKER_CONTEXT or current context in its config), a few
-# lines of perl (perl-base is essential on Debian and Ubuntu; no module loaded) ask that socket for the same
-# `GET /info` the CLI sends, and print the body; else, or without perl, `docker info` as before. When the socket
-# does not answer, or answers an error, perl prints nothing: the daemon does not run, as `docker info` would say.
+# What the RUNNING dockerd loaded (its runtimes may differ from daemon.json until it restarts). dockerd reads
+# daemon.json when it starts (and again on SIGHUP), so where the running dockerd started after the file and its
+# directory last changed, the file is what it loaded: the section then prints `config PATH` and the file (read by
+# the shell, no process but one `stat`), and asks the daemon nothing. Changed is the inode's ctime, which no program
+# can set back (an mtime can be: cp -p, touch -d, a backup moved back into place); the directory's ctime covers a
+# daemon.json deleted or renamed into place. That path is taken only when every step is known:
+# - the CLI would ask the default socket (as below), /var/run/docker.pid names a process called dockerd, and its
+#   command line names no other config file and no runtime of its own (--config-file, --add-runtime,
+#   --default-runtime: the words `config-file` and `runtime` anywhere in it send it to the daemon);
+# - daemon.json and /etc/docker are no symbolic links (a link re-pointed keeps its target's ctime), the directory
+#   can be searched and the file, if there is one, read (a probe not run as root), with 1 to CAT_MAX bytes;
+# - when it started: the process's start (/proc/PID/stat, in ticks of 1/100 s since boot) on the wall clock of now
+#   (the ctime of the `stat` process's own /proc entry, made as it runs, and /proc/uptime read after it): a lower
+#   bound within 10 ms. The pid file (written by that dockerd as it started) must be from 1 s before to 5 s after
+#   it: else the clock was stepped since, the tick is not 1/100 s, or the file is another process's;
+# - the file's and the directory's ctime (whole seconds) + 1 s before that start.
+# Else, or should anything fail, the daemon is asked as before. What dockerd reports beyond daemon.json are its
+# built-in runtimes (runc, io.containerd.runc.v2, ...): parse_docker_loaded lists runc, the one they all have.
+# `docker info` costs most of a second on a slow node: the CLI is a 45 MB Go binary (several threads) before it
+# asks the daemon. Where the CLI would ask the default socket (no DOCKER_HOST, DOCKER_CONTEXT or current context in
+# its config), a few lines of perl (perl-base is essential on Debian and Ubuntu; no module loaded) ask that socket
+# for the same `GET /info` the CLI sends, and print the body; else, or without perl, `docker info` as before. When
+# the socket does not answer, or answers an error, perl prints nothing: the daemon does not run, as `docker info`
+# would say. Each /info also makes dockerd run `runc --version` and `docker-init --version` (~7 processes on the VM).
 DOCKER_SOCKET = "/var/run/docker.sock"
+DOCKER_PIDFILE = "/var/run/docker.pid"
+DOCKER_CONFIG_DIR = posixpath.dirname(DOCKER_CONFIG)
 _DOCKER_INFO = "docker info --format '{{json .DefaultRuntime}} {{json .Runtimes}}' 2>/dev/null"
 _GET_INFO = (f'alarm 60; socket(S, 1, 1, 0) && connect(S, pack("S a108", 1, "{DOCKER_SOCKET}")) or die; '
              r'syswrite S, "GET /info HTTP/1.0\r\nHost: docker\r\n\r\n"; undef $/; my $r = readline S; '
              r'$r =~ s/\AHTTP\/1\.[01] 200 .*?\r\n\r\n//s or die; print $r')
+_DOCKER_STARTED_AFTER = (  # sets j when daemon.json is what the running dockerd loaded (see above)
+    f'j=; if [ -r {DOCKER_PIDFILE} ] && [ -d {DOCKER_CONFIG_DIR} ] && [ -x {DOCKER_CONFIG_DIR} ] && '
+    f'[ ! -h {DOCKER_CONFIG_DIR} ] && [ ! -h {DOCKER_CONFIG} ] && '
+    f'{{ {{ [ -f {DOCKER_CONFIG} ] && [ -r {DOCKER_CONFIG} ]; }} || [ ! -e {DOCKER_CONFIG} ]; }}; then '
+    f'p=; n=; a=; read -r p < {DOCKER_PIDFILE}; '
+    'case $p in ""|*[!0-9]*) ;; *) read -r n < "/proc/$p/comm"; IFS= read -r a < "/proc/$p/cmdline" ;; esac; '
+    'case $n/$a in dockerd/*runtime*|dockerd/*config-file*) ;; dockerd/*) '
+    'read -r x x x x x x x x x x x x x x x x x x x x x st x < "/proc/$p/stat"; '
+    # one line "CTIME SIZE" each: now, the pid file, the directory, the file (the directory again where there is
+    # none), CTIME in seconds with 2 decimals (GNU stat) or whole (busybox's stat): in hundredths, with 1 s more
+    # margin where whole
+    f'set -- /proc/self {DOCKER_PIDFILE} {DOCKER_CONFIG_DIR}; if [ -f {DOCKER_CONFIG} ]; then e=1; '
+    f'set -- "$@" {DOCKER_CONFIG}; else e=; set -- "$@" {DOCKER_CONFIG_DIR}; fi; '
+    'm=$(stat -L -c "%.2Z %s" -- "$@" 2>/dev/null) && read -r up x < /proc/uptime && '
+    'case $m in *.*) g=10 ;; *) g=110 ;; esac && t= && while [ -n "$m" ]; do v=${m%%"\n"*}; m=${m#"$v"}; '
+    'm=${m#"\n"}; z=${v#* }; v=${v%% *}; case $v in [1-9]*.[0-9][0-9]) v=${v%.*}${v#*.} ;; [1-9]*) v=${v}00 ;; '
+    '*) v=x ;; esac; t="$t $v"; done && '
+    # whole numbers only (arithmetic on anything else would be an error, which ends the probe's shell)
+    'case "$t" in *[!0-9\\ ]*) false ;; esac && case $st.$z in *[!0-9.]*|.*|*.) false ;; esac && '
+    'case $up in [1-9]*.[0-9][0-9]) ;; *) false ;; esac && '
+    'set -- $t && [ $# = 4 ] && b=$(($1 - ${up%.*}${up#*.} + st)) && w=$3 && { [ $3 -ge $4 ] || w=$4; } && '
+    '[ $((w + g)) -lt $b ] && [ $2 -ge $((b - 200)) ] && [ $2 -le $((b + 500)) ] && '
+    f'{{ [ -z "$e" ] || {{ [ $z -ge 1 ] && [ $z -le {CAT_MAX} ]; }}; }} && j=1 ;; esac; fi; '
+)
 DOCKER_LOADED = command("docker_loaded_runtimes", (
-    f'c=; [ -n "$DOCKER_HOST$DOCKER_CONTEXT" ] && c=1; f=${{DOCKER_CONFIG:-$HOME/.docker}}/config.json; '
+    CAT + f'c=; [ -n "$DOCKER_HOST$DOCKER_CONTEXT" ] && c=1; f=${{DOCKER_CONFIG:-$HOME/.docker}}/config.json; '
     '[ -r "$f" ] && while IFS= read -r l; do case $l in *\"currentContext\"*) c=1 ;; esac; done < "$f"; '
-    f'if [ -z "$c" ] && [ -S {DOCKER_SOCKET} ] && command -v docker >/dev/null 2>&1 && '
+    f'if [ -z "$c" ] && [ -S {DOCKER_SOCKET} ] && command -v docker >/dev/null 2>&1; then {_DOCKER_STARTED_AFTER}'
+    f'else j=; fi; if [ -n "$j" ]; then echo "config {DOCKER_CONFIG}"; ! [ -e {DOCKER_CONFIG} ] || '
+    f'gpunode_cat {DOCKER_CONFIG}; elif [ -z "$c" ] && [ -S {DOCKER_SOCKET} ] && command -v docker >/dev/null 2>&1 && '
     f"command -v perl >/dev/null 2>&1; then perl -e '{_GET_INFO}'; else {_DOCKER_INFO}; fi"),
                         parse_docker_loaded, module=_M)
 CONTAINERD_LOADED = command("containerd_loaded_runtimes", "command -v crictl >/dev/null 2>&1 && crictl --timeout 5s "

@@ -370,8 +370,11 @@ MODULE = command("driver_module", (
 # and installer directories (no modinfo per file: the probe has a time limit, and on a slow node each modinfo of
 # the 60 MB module costs seconds; MODULE reads the main one's own name). What `modprobe nvidia` resolves through
 # is read from the modprobe.d files (kernel.MODPROBE_D) in driver_state
+# (no update-alternatives where no alternative named nvidia is recorded: dpkg's in its admin directory, the RHEL
+# family's in /var/lib/alternatives; --query would only fail there)
 DEBIAN_NAMES = command("driver_debian_names", (
-    'command -v update-alternatives >/dev/null 2>&1 && '
+    'command -v update-alternatives >/dev/null 2>&1 && { [ -n "$DPKG_ADMINDIR$DPKG_ROOT" ] || '
+    '[ -e /var/lib/dpkg/alternatives/nvidia ] || [ -e /var/lib/alternatives/nvidia ]; } && '
     'update-alternatives --query nvidia 2>/dev/null | sed -n "s/^Value: /alt /p"; '
     + RELEASE + _EXTRA_DIRS + ' && ' + _FIND_EXTRA + ' | sort | sed "s/^/ko /"; true'
 ), parse_debian_names, module=_M)

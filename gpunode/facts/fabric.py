@@ -90,13 +90,15 @@ def off_host_fabric(fabric: list[FabricGpu]) -> bool:
 
 # ---- the facts ------------------------------------------------------------------------------------------------
 
-# NVSwitches the loaded driver has bound (before it loads, PCI class 0x0680 is the evidence)
+# NVSwitches the loaded driver has bound (before it loads, PCI class 0x0680 is the evidence). No `ls` where the
+# directory is not (most nodes): it would fail there (status 2), as the test does (status 1); both read as none
 NVSWITCH_DEVICES = command("nvswitch_devices", (
-    "ls -1 /proc/driver/nvidia-nvswitch/devices"
+    "[ -d /proc/driver/nvidia-nvswitch/devices ] && ls -1 /proc/driver/nvidia-nvswitch/devices"
 ), words, module=_M)
-# NVLink-5 switch trays (HGX B200) show up as InfiniBand devices whose VPD says SW_MNG
+# NVLink-5 switch trays (HGX B200) show up as InfiniBand devices whose VPD says SW_MNG. No `grep` where no such file
+# is (most nodes): it would fail on the unmatched pattern (status 2), as the test does (status 1)
 NVLINK5_SWITCHES = command("nvlink5_switches", (
-    "grep -l SW_MNG /sys/class/infiniband/*/device/vpd"
+    'set -- /sys/class/infiniband/*/device/vpd; [ -e "$1" ] && grep -l SW_MNG "$@"'
 ), words, module=_M)
 # the per-GPU "Fabric" blocks of nvidia-smi -q; only where a fabric can exist (NVSwitch bound, or Grace)
 FABRIC_STATE = command("fabric_state", (

@@ -79,8 +79,12 @@ def shared(marker: str, prelude: str) -> str:
 
 
 shared("gpunode_smi_q_rc", SMI_Q_ONCE)
-# the running kernel's release (`uname -r`): read by five sections of the RUN probe
-RELEASE = 'k=${' + shared("gpunode_kernel", "gpunode_kernel=$(uname -r 2>/dev/null)") + ':-$(uname -r)}; '
+# the running kernel's release (`uname -r`): read by five sections of the RUN probe; the same `uname` prints the
+# machine (`uname -m`) for ARCH (gpunode/facts/system.py), which reads it where the release was asked
+KERNEL_MARKER = shared("gpunode_kernel", 'gpunode_kernel=$(uname -rm 2>/dev/null); case $gpunode_kernel in '
+                       '*" "*) gpunode_arch=${gpunode_kernel##* }; gpunode_kernel=${gpunode_kernel% *} ;; '
+                       '*) gpunode_kernel= ;; esac')
+RELEASE = 'k=${' + KERNEL_MARKER + ':-$(uname -r)}; '
 
 # `cat FILE` without a process: the shell's own `read`, byte for byte but for NUL bytes (a last line without a
 # newline is printed without one); status 1 when FILE is not readable. Each process costs a slow node tens of ms

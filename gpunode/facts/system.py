@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpunode.facts.osinfo import OsInfo, parse_os_release
-from gpunode.facts.registry import CAT, RELEASE, command, core
+from gpunode.facts.registry import CAT, KERNEL_MARKER, RELEASE, command, core
 
 _M = __name__.rsplit(".", 1)[-1]
 
@@ -49,7 +49,8 @@ def _stripped(text: str) -> str:
 OS_RELEASE = core("os_release", CAT + "gpunode_cat /etc/os-release || gpunode_cat /usr/lib/os-release", parse_os_release,
                   module=_M)
 KERNEL = core("kernel", RELEASE + 'echo "$k"', _stripped, module=_M)
-ARCH = core("arch", "uname -m", _stripped, module=_M)
+# the machine from the `uname` that asked the release where the probe asked it (registry.KERNEL_MARKER)
+ARCH = core("arch", 'a=${' + KERNEL_MARKER + ':+$gpunode_arch}; echo "${a:-$(uname -m)}"', _stripped, module=_M)
 UID = core("uid", 'u=; while read -r n r e x; do [ "$n" = Uid: ] && { u=$e; break; }; done < /proc/self/status; '
            'if [ -n "$u" ]; then echo "$u"; else id -u; fi', parse_uid, module=_M)
 BOOT_ID = core("boot_id", CAT + "gpunode_cat /proc/sys/kernel/random/boot_id", _stripped, module=_M)

@@ -12,6 +12,8 @@ import shutil
 import socket
 import subprocess
 import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -374,3 +376,189 @@ def test_the_main_module_is_picked_by_the_kernels_rule_as_grep_picked_it(shell, 
     picked = {"debian-dkms": "nvidia-current.ko", "tesla-open-compressed": "nvidia-tesla-535-open.ko.xz",
               "installer": "nvidia.ko"}.get(tree)
     assert (f"/{picked}\n".encode() in printed) if picked else b"filename" not in printed
+
+
+# ---- what dockerd loaded, from daemon.json where the running dockerd started after it last changed ---------------
+
+NVIDIA_CONFIG = '{\n    "runtimes": {\n        "nvidia": {\n            "path": "nvidia-container-runtime"\n        }\n    }\n}\n'
+
+
+@dataclass
+class DockerHost:
+    """A stand-in for /etc/docker, the pid file and the socket, and a process called dockerd started after them."""
+
+    root: Path
+    socket: InfoSocket
+    procs: list[subprocess.Popen[bytes]]
+
+    def snippet(self, name: str, pidfile: str = "docker.pid") -> str:
+        """DOCKER_LOADED reading the directory `name` (the daemon.json in it) and the pid file `pidfile`."""
+        return (containers.DOCKER_LOADED.snippet.replace(containers.DOCKER_SOCKET, str(self.root / "docker.sock"))
+                .replace(containers.DOCKER_PIDFILE, str(self.root / pidfile))
+                .replace(containers.DOCKER_CONFIG, str(self.root / name / "daemon.json"))
+                .replace(containers.DOCKER_CONFIG_DIR, str(self.root / name)))
+
+    def dockerd(self, pidfile: str, *args: str) -> None:
+        """A process whose name is dockerd (a copy of dash, waiting), with `args` on its command line."""
+        proc = subprocess.Popen(["dockerd", "-c", "sleep 120; :", *args], executable=str(self.root / "bin" / "dockerd"))
+        self.procs.append(proc)
+        (self.root / pidfile).write_text(f"{proc.pid}\n")
+
+
+@pytest.fixture(scope="module")
+def docker_host(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dockerhost")
+    (root / "bin").mkdir()
+    shutil.copy(shutil.which("dash") or "/bin/sh", root / "bin" / "dockerd")
+    for tool in ("perl", "cat", "stat"):
+        (root / "bin" / tool).symlink_to(shutil.which(tool) or "")
+    (root / "bin" / "docker").write_text(f"#!/bin/sh\ncat {REAL / 'debian12-docker.io-20.10.24-format.txt'}\n")
+    (root / "bin" / "docker").chmod(0o755)
+    for name, config in (("older", NVIDIA_CONFIG), ("older-none", None), ("older-empty", ""),
+                         ("older-link", NVIDIA_CONFIG)):
+        (root / name).mkdir()
+        if config is not None:
+            (root / name / ("real.json" if name.endswith("link") else "daemon.json")).write_text(config)
+    (root / "older-link" / "daemon.json").symlink_to(root / "older-link" / "real.json")
+    # ctimes in whole seconds (busybox's stat) are taken 1 s later than they may be: wait that long and more
+    time.sleep(2.3)
+    # the daemon answers with what dockerd 20.10 of the VM loaded without the nvidia runtime: not the file
+    api = (REAL / "debian12-docker.io-20.10.24-api-info.json").read_bytes()
+    host = DockerHost(root, InfoSocket(root / "docker.sock", b"HTTP/1.0 200 OK\r\n\r\n" + api), [])
+    host.dockerd("docker.pid", "-H", "fd://", "--containerd=/run/containerd/containerd.sock")
+    host.dockerd("adds.pid", "--add-runtime=nvidia=/usr/bin/nvidia-container-runtime")
+    (root / "other.pid").write_text(f"{os.getpid()}\n")  # a process, but not dockerd
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    (root / "stale.pid").write_text(f"{gone.pid}\n")  # no process
+    (root / "newer").mkdir()  # written after the daemon started: it may not have loaded it
+    (root / "newer" / "daemon.json").write_text(NVIDIA_CONFIG)
+    try:
+        yield host
+    finally:
+        for proc in host.procs:
+            proc.kill()
+            proc.wait()
+        host.socket.close()
+
+
+@pytest.mark.skipif(not (shutil.which("perl") and shutil.which("dash") and shutil.which("stat")),
+                    reason="needs perl, dash and stat")
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: Path(s[0]).name)
+def test_daemon_json_is_read_only_where_the_running_dockerd_started_after_it_changed(shell, docker_host):
+    env = {"PATH": str(docker_host.root / "bin"), "HOME": str(docker_host.root)}
+    api = (REAL / "debian12-docker.io-20.10.24-api-info.json").read_bytes()
+    info = parse_docker_loaded(api.decode())
+    assert info is not None and "nvidia" not in info.runtimes
+    asked = len(docker_host.socket.requests)
+    # the file (and its directory) changed before the daemon started: the file is what it loaded
+    out = as_function(shell, docker_host.snippet("older"), env)
+    head = f"config {docker_host.root / 'older' / 'daemon.json'}\n".encode()
+    assert out == head + NVIDIA_CONFIG.encode() + b"status 0\n"
+    loaded = parse_docker_loaded(out.decode().rsplit("status", 1)[0])
+    assert loaded == LoadedRuntimes(frozenset({"nvidia", "runc"}), "runc") and loaded.satisfies(want_default=False)
+    # no daemon.json: dockerd's defaults
+    out = as_function(shell, docker_host.snippet("older-none"), env)
+    assert out == f"config {docker_host.root / 'older-none' / 'daemon.json'}\nstatus 0\n".encode()
+    assert parse_docker_loaded(out.decode().rsplit("status", 1)[0]) == LoadedRuntimes(frozenset({"runc"}), "runc")
+    assert len(docker_host.socket.requests) == asked  # the daemon was not asked
+    # the twins: the daemon is asked (and answers without the nvidia runtime the file names)
+    for name, pidfile in (("newer", "docker.pid"),  # the file changed after the daemon started
+                          ("older", "adds.pid"),  # its command line adds a runtime
+                          ("older", "other.pid"),  # the pid file names a process that is not dockerd
+                          ("older", "missing.pid"),  # no pid file
+                          ("older", "stale.pid"),  # the pid file names no process
+                          ("older-link", "docker.pid"),  # daemon.json is a symbolic link
+                          ("older-empty", "docker.pid")):  # an empty daemon.json
+        out = as_function(shell, docker_host.snippet(name, pidfile), env)
+        assert out == api + b"status 0\n", (name, pidfile)
+        assert len(docker_host.socket.requests) == asked + 1, (name, pidfile)
+        asked += 1
+    # the CLI would ask another daemon: docker info, as before
+    out = as_function(shell, docker_host.snippet("older"), {**env, "DOCKER_HOST": "tcp://10.0.0.9:2376"})
+    assert out.startswith(b'"runc" {') and len(docker_host.socket.requests) == asked
+
+
+def test_daemon_json_parses_as_dockerd_loads_it():
+    parse = parse_docker_loaded
+    nvidia = {"nvidia": {"path": "nvidia-container-runtime", "runtimeArgs": []}}
+    assert parse("config /etc/docker/daemon.json\n" + json.dumps({"runtimes": nvidia, "default-runtime": "nvidia"})) \
+        == LoadedRuntimes(frozenset({"nvidia", "runc"}), "nvidia")
+    assert parse("config /etc/docker/daemon.json\n{}") == parse("config /etc/docker/daemon.json") \
+        == LoadedRuntimes(frozenset({"runc"}), "runc")
+    for broken in ('{"runtimes": []}', '["x"]', "{"):
+        assert parse("config /etc/docker/daemon.json\n" + broken) is None, broken
+
+
+# ---- the machine from the uname that asked the kernel's release; tools not started where there is nothing ------
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: Path(s[0]).name)
+def test_the_machine_read_from_the_release_uname_prints_what_uname_m_printed(shell, tmp_path):
+    prelude = registry.SHARED[registry.KERNEL_MARKER]
+    assert registry.KERNEL_MARKER in system.ARCH.snippet and in_shell(system.ARCH.snippet)
+    real = subprocess.run(["uname", "-m"], capture_output=True, check=True).stdout
+    path = f"{tmp_path}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+    # uname -rm as it is, failing, printing one word, printing no machine
+    for shim in (None, 'exit 1', 'echo "6.1.0-test"', 'echo "$(/bin/uname -r) "'):
+        if shim is not None:
+            (tmp_path / "uname").write_text(f'#!/bin/sh\n[ "$1" = -rm ] || exec /bin/uname "$@"\n{shim}\n')
+            (tmp_path / "uname").chmod(0o755)
+        env = {"PATH": path}
+        alone = run(shell, system.ARCH.snippet, env)
+        assert alone == real + b"status 0\n"
+        assert run(shell, prelude + "\n" + system.ARCH.snippet, env) == alone, shim
+        assert as_function(shell, prelude + "\n" + system.ARCH.snippet, env) == alone, shim
+        release = run(shell, prelude + "\n" + system.KERNEL.snippet, env)
+        assert release == run(shell, system.KERNEL.snippet, env), shim
+
+
+NVSWITCH_DIR, IB_GLOB = "/proc/driver/nvidia-nvswitch/devices", "/sys/class/infiniband/*/device/vpd"
+OLD_NVSWITCH, OLD_NVLINK5 = f"ls -1 {NVSWITCH_DIR}", f"grep -l SW_MNG {IB_GLOB}"
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: Path(s[0]).name)
+def test_the_switch_sections_parse_as_ls_and_grep_did(shell, tmp_path):
+    for case in ("none", "empty", "some"):
+        root = tmp_path / case
+        devices, ib = root / "nvswitch", root / "ib"
+        if case != "none":
+            devices.mkdir(parents=True)
+            ib.mkdir()
+        if case == "some":
+            for n in ("0", "1", "10", "2"):
+                (devices / n).write_text("")
+            for name, vpd in (("mlx5_0", "PN SW_MNG x"), ("mlx5_1", "PN HCA"), ("mlx5_2", "SW_MNG")):
+                (ib / name / "device").mkdir(parents=True)
+                (ib / name / "device" / "vpd").write_text(vpd)
+        for fact, old, path in ((fabric.NVSWITCH_DEVICES, OLD_NVSWITCH, NVSWITCH_DIR),
+                                (fabric.NVLINK5_SWITCHES, OLD_NVLINK5, IB_GLOB.split("/*")[0])):
+            here = str(devices if fact is fabric.NVSWITCH_DEVICES else ib)
+            new, old = fact.snippet.replace(path, here), old.replace(path, here)
+            assert in_shell(new)
+            before, after = run(shell, old), as_function(shell, new)
+            text, status = before.rsplit(b"status ", 1)
+            now, now_status = after.rsplit(b"status ", 1)
+            assert fact.parse(Section(text.decode(), int(status))) == fact.parse(Section(now.decode(), int(now_status)))
+            assert (now == text) if int(status) == 0 else (now == b"" and int(now_status) != 0), (fact, case)
+            if case == "some":
+                assert fact.parse(Section(now.decode(), 0)), fact  # found: the comparison means something
+
+
+@pytest.mark.skipif(not shutil.which("update-alternatives"), reason="needs dpkg's update-alternatives")
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: Path(s[0]).name)
+def test_update_alternatives_is_asked_only_where_an_nvidia_alternative_is_recorded(shell, tmp_path):
+    old = driver_facts.DEBIAN_NAMES.snippet.split(" && update-alternatives")[0].split(" && {")[0] + \
+        " && update-alternatives" + driver_facts.DEBIAN_NAMES.snippet.split(" && update-alternatives", 1)[1]
+    assert "DPKG_ADMINDIR" not in old and in_shell(driver_facts.DEBIAN_NAMES.snippet)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "gpunode_kernel": "6.1.0-none"}
+    if not Path("/var/lib/dpkg/alternatives/nvidia").exists():
+        assert run(shell, driver_facts.DEBIAN_NAMES.snippet, env) == run(shell, old, env) == b"status 0\n"
+    # an alternative recorded (in an admin directory of its own: DPKG_ADMINDIR): asked, as before
+    admin = tmp_path / "admin"
+    (admin / "alternatives").mkdir(parents=True)
+    (tmp_path / "nvidia-current").mkdir()
+    (admin / "alternatives" / "nvidia").write_text(f"auto\n{tmp_path}/nvidia\n\n{tmp_path}/nvidia-current\n500\n\n")
+    env["DPKG_ADMINDIR"] = str(admin)
+    printed = run(shell, driver_facts.DEBIAN_NAMES.snippet, env)
+    assert printed == run(shell, old, env)
+    assert printed.startswith(b"alt "), printed  # asked: the alternative is known (its link is not made here)
