@@ -93,15 +93,22 @@ def _import_paramiko_without_invoke() -> None:
     if "importlib.metadata" not in sys.modules and "paramiko" not in sys.modules:
         import types
 
+        def real() -> Any:  # the real importlib.metadata, imported in the stand-in's place
+            if sys.modules.get("importlib.metadata") is stand_in:
+                del sys.modules["importlib.metadata"]
+            import importlib.metadata
+            return importlib.metadata
+
         def version(name: str) -> str:
             found = _installed_version(name)
-            if found is None:
-                from importlib import metadata
-                return metadata.version(name)
-            return found
+            return real().version(name) if found is None else found
+
+        def anything_else(name: str) -> Any:  # a paramiko that asks more than its version gets the real module's
+            return getattr(real(), name)
 
         stand_in = types.ModuleType("importlib.metadata")
         stand_in.version = version  # type: ignore[attr-defined]
+        stand_in.__getattr__ = anything_else  # type: ignore[method-assign]
         sys.modules["importlib.metadata"] = stand_in
     try:
         import paramiko

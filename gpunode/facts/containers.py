@@ -623,13 +623,18 @@ class LoadedRuntimes(Frozen):
         return NVIDIA in self.runtimes and (not want_default or self.default == NVIDIA)
 
 
+DOCKER_BUILTIN_SHIMS = "io.containerd."  # dockerd's built-in runtimes named by their containerd shim
+
+
 def parse_docker_loaded(text: str) -> LoadedRuntimes | None:
     """What dockerd loaded, from the Engine API's `GET /info` body (a JSON object: DOCKER_LOADED asks the socket
     itself where it can), from `docker info --format '{{json .DefaultRuntime}} {{json .Runtimes}}'` (the two
     JSON values on one line), or, where the running dockerd started after daemon.json last changed, from that
     file (`config PATH`, then the file; none: dockerd's defaults): its runtimes and runc, the built-in one every
-    dockerd has (it reports others built in, which no check reads), and its default runtime (runc unless it names
-    one). None when the daemon did not answer (not running, no docker)."""
+    dockerd has, and its default runtime (runc unless it names one). The shim names dockerd also reports as built
+    in (`io.containerd.runc.v2`, `io.containerd.runtime.v1.linux`: which ones depends on its version and on whether
+    it was reloaded) are left out of the set, so that both ways of asking give one value. None when the daemon did
+    not answer (not running, no docker)."""
     text = text.strip()
     try:
         if text.startswith("config "):
@@ -649,7 +654,8 @@ def parse_docker_loaded(text: str) -> LoadedRuntimes | None:
         return None
     if not isinstance(runtimes, dict):
         return None
-    return LoadedRuntimes(frozenset(str(k) for k in runtimes), default if isinstance(default, str) else None)
+    return LoadedRuntimes(frozenset(str(k) for k in runtimes if not str(k).startswith(DOCKER_BUILTIN_SHIMS)),
+                          default if isinstance(default, str) else None)
 
 
 def parse_cri_loaded(text: str) -> LoadedRuntimes | None:

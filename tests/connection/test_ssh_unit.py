@@ -197,6 +197,32 @@ def test_paramiko_is_imported_without_importlib_metadata_and_sends_its_own_versi
     assert out == ["False", "True", "True", "True", "False"]
 
 
+@pytest.mark.parametrize("ask", ["version", "anything else"])
+def test_where_the_stand_in_has_no_answer_paramiko_gets_importlib_metadata_s(ask, tmp_path):
+    """A layout _installed_version does not read, or a paramiko asking more of importlib.metadata than its version
+    (here a stand-in paramiko package that does): the real module answers, imported in the stand-in's place with no
+    recursion, and paramiko imports as it would."""
+    import subprocess
+    import sys
+
+    fake = tmp_path / "paramiko"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("from importlib import metadata\n__version__ = metadata.version('paramiko')\n"
+                                      "FOUND = metadata.distribution('paramiko').metadata['Name']\n")
+    code = ("import sys\nimport gpunode.connection.ssh as s\n"
+            "for m in [m for m in sys.modules if m == 'paramiko' or m.startswith('paramiko.')]: del sys.modules[m]\n"
+            "sys.modules.pop('importlib.metadata', None)\nimport importlib\n"
+            "if hasattr(importlib, 'metadata'): del importlib.metadata\n"
+            + ("s._installed_version = lambda name: None\n" if ask == "version" else "")
+            + f"sys.path.insert(0, {str(tmp_path)!r})\n"
+            "s._import_paramiko_without_invoke()\nimport paramiko\nfrom importlib import metadata\n"
+            "print(paramiko.__file__.startswith(sys.path[0]), paramiko.__version__ == metadata.version('paramiko'),"
+            " paramiko.FOUND, type(metadata).__name__, hasattr(metadata, 'distributions'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["True", "True", "paramiko", "module", "True"]
+
+
 def test_the_installed_version_is_importlib_metadata_s_or_none(tmp_path, monkeypatch):
     from importlib import metadata
 

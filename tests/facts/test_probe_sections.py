@@ -240,8 +240,9 @@ def test_the_engine_apis_info_and_docker_infos_format_parse_alike():
     # both captured from the one running dockerd of the Debian 12 VM (docker.io 20.10.24)
     api = (REAL / "debian12-docker.io-20.10.24-api-info.json").read_text()
     cli = (REAL / "debian12-docker.io-20.10.24-format.txt").read_text()
-    assert parse_docker_loaded(api) == parse_docker_loaded(cli) == LoadedRuntimes(
-        frozenset({"io.containerd.runc.v2", "io.containerd.runtime.v1.linux", "runc"}), "runc")
+    # and alike with what the probe reads from daemon.json where that is what dockerd loaded (there: no file)
+    assert parse_docker_loaded(api) == parse_docker_loaded(cli) == parse_docker_loaded(
+        "config /etc/docker/daemon.json\n") == LoadedRuntimes(frozenset({"runc"}), "runc")
     info = json.loads(api)
     info["Runtimes"]["nvidia"] = {"path": "nvidia-container-runtime"}
     info["DefaultRuntime"] = "nvidia"

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 # the simulator's shims cost what the real tools cost, one process per query: its `systemctl show` alone had 206;
 # then the machine came from the release's uname and ls/grep ran only where there are NVSwitches or InfiniBand
 # devices, 2026-11-25; the real Debian 12 VM starts 18); lower it when the probe gets cheaper
-MOST = 37
+MOST = 34
 CASE = "ubuntu2204-t4-installed"
 
 
