@@ -96,8 +96,8 @@ def _import_paramiko_without_invoke() -> None:
         def real() -> Any:  # the real importlib.metadata, imported in the stand-in's place
             if sys.modules.get("importlib.metadata") is stand_in:
                 del sys.modules["importlib.metadata"]
-            import importlib.metadata
-            return importlib.metadata
+            import importlib.metadata as imported
+            return imported
 
         def version(name: str) -> str:
             found = _installed_version(name)
