@@ -118,7 +118,7 @@ def _import_paramiko_without_invoke() -> None:
         if stand_in is not None and sys.modules.get("importlib.metadata") is stand_in:
             del sys.modules["importlib.metadata"]
     if stand_in is not None and getattr(paramiko, "metadata", None) is stand_in:
-        del paramiko.metadata  # the name paramiko's __init__ bound it to: no stand-in left behind
+        delattr(paramiko, "metadata")  # the name paramiko's __init__ bound it to: no stand-in left behind
 
 
 _import_paramiko_without_invoke()
