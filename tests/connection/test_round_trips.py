@@ -173,3 +173,25 @@ def test_a_command_whose_frame_could_not_be_sent_whole_ran_nothing_and_is_sent_a
         with pytest.raises(ConnectError, match="dropped"):
             conn.run(Script("cat >> /root/ran; echo >> /root/ran", (), "append"), stdin=b"twice")
     assert node.read("/root/ran") == "once\n"
+
+
+def test_the_connection_s_socket_acknowledges_at_once(sim_node, tmp_path, monkeypatch):
+    """The socket paramiko reads is the one that sets TCP_QUICKACK after each read (see
+    test_ssh_unit: without it sshd holds a small packet ~40 ms for gpunode's delayed ACK)."""
+    import socket
+
+    from gpunode.connection import ssh
+
+    armed = []
+
+    def record(self, level, option, value):
+        armed.append((level, option))
+        return socket.socket.setsockopt(self, level, option, value)
+
+    monkeypatch.setattr(ssh._AckingSocket, "setsockopt", record)
+    node = sim_node("ubuntu-22.04-nogpu")
+    with open_connection(spec(node, tmp_path)) as conn:
+        assert conn.run(["echo", "hi"]).stdout == "hi\n"
+        transport = conn._client.get_transport()
+        assert isinstance(transport.sock, ssh._AckingSocket)
+        assert armed.count((socket.IPPROTO_TCP, socket.TCP_QUICKACK)) >= 4  # banner, kex, login, command

@@ -287,3 +287,45 @@ def test_the_command_loop_greeting_is_found_after_what_a_login_script_printed():
     assert _greeting(bytearray(b"noise gpunode-serve 1\n")) is None  # only on a line of its own
     assert _greeting(bytearray(b"gpunode-serve 1")) is None  # not yet whole
     assert _greeting(bytearray(b"This account is currently not available.\n")) is None
+
+
+@pytest.mark.skipif(not hasattr(__import__("socket"), "TCP_QUICKACK"), reason="TCP_QUICKACK is Linux's")
+def test_the_tcp_socket_sends_at_once_and_acknowledges_every_read_at_once(monkeypatch):
+    """TCP_NODELAY for what gpunode sends; TCP_QUICKACK set again after each read, since the kernel drops it by
+    itself: otherwise sshd's next small packet waits for gpunode's delayed ACK (~40 ms, right after login)."""
+    import socket
+
+    from gpunode.connection import ssh
+
+    armed: list[tuple[int, int, int]] = []
+
+    def record(self, level, option, value):
+        armed.append((level, option, value))
+        return socket.socket.setsockopt(self, level, option, value)
+
+    monkeypatch.setattr(ssh._AckingSocket, "setsockopt", record)
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        sock = ssh._tcp_socket("127.0.0.1", server.getsockname()[1], 7.0)
+        peer, _ = server.accept()
+        with sock, peer:
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+            assert sock.gettimeout() == 7.0  # the connect timeout still holds on the re-wrapped socket
+            quickack = (socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
+            for round_ in (1, 2):
+                peer.sendall(b"hello")
+                assert sock.recv(5) == b"hello"
+                assert armed.count(quickack) == round_  # each read arms it again
+            sock.sendall(b"ok")
+            assert peer.recv(2) == b"ok"
+            peer.close()
+            assert sock.recv(5) == b""  # the end of the stream reads as ever
+
+
+def test_an_ascii_host_name_is_resolved_without_the_idna_codec():
+    code = ("import socket, sys\nfrom gpunode.connection import ssh\n"
+            "with socket.create_server(('127.0.0.1', 0)) as server:\n"
+            "    before = 'encodings.idna' in sys.modules\n"
+            "    ssh._tcp_socket('localhost', server.getsockname()[1], 5.0).close()\n"
+            "    print(before, 'encodings.idna' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout == "False False\n", done.stderr
