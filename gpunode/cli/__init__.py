@@ -151,12 +151,51 @@ def _main(
     """gpunode: plan, install, doctor, verify, compat."""
 
 
-def main() -> None:
-    """The `gpunode` entry point. Expected errors are handled inside each command (gpunode/cli/_params.py);
-    a reader that closes the pipe early ends the program quietly with 141, like any Unix filter."""
+def run() -> None:
+    """`gpunode` with sys.argv, ending in SystemExit like any typer app. Expected errors are handled inside each
+    command (gpunode/cli/_params.py); a reader that closes the pipe early ends the program quietly with 141, like
+    any Unix filter."""
     try:
         app()
     except BrokenPipeError:
         from gpunode.ui import broken_pipe
 
         broken_pipe()
+
+
+def main() -> None:
+    """The `gpunode` entry point: `run`, then the process ends at once (end_now)."""
+    try:
+        run()
+    except SystemExit as done:
+        end_now(done.code)
+        raise
+    end_now(0)
+
+
+def end_now(code: object) -> None:
+    """End the process with `code` without the interpreter's teardown, which frees every module and object one by
+    one: ~40 ms of CPU after a converged install has printed its report. What that teardown does that matters is
+    done first: the atexit handlers run (logging's flush and close among them) and stdout and stderr are flushed.
+    Returns, for the usual exit, while a thread that is not a daemon still runs (the interpreter waits for it) or
+    when `code` is not a number (SystemExit prints it)."""
+    import atexit
+    import os
+    import sys
+    import threading
+
+    if not (code is None or isinstance(code, int)):
+        return
+    if any(thread is not threading.current_thread() and not thread.daemon and thread.is_alive()
+           for thread in threading.enumerate()):
+        return
+    atexit._run_exitfuncs()
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    except BrokenPipeError:
+        from gpunode.ui import BROKEN_PIPE_EXIT
+
+        os._exit(BROKEN_PIPE_EXIT)
+    os._exit(code or 0)

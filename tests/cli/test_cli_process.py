@@ -41,3 +41,46 @@ def test_head_in_a_shell_pipeline():
     done = subprocess.run(["sh", "-c", f"'{sys.executable}' -m gpunode compat --driver 535.129.03 | head -n 1"],
                           capture_output=True, text=True, timeout=120)
     assert done.stdout == "driver 535.129.03\n" and done.stderr == ""
+
+
+# A module-level object whose finalizer speaks: the interpreter's teardown runs it, os._exit does not.
+_TEARDOWN = ("import atexit, sys\n"
+             "class Spoken:\n    def __del__(self):\n        print('teardown', file=sys.stderr, flush=True)\n"
+             "spoken = Spoken()\n"
+             "atexit.register(lambda: print('atexit ran', file=sys.stderr, flush=True))\n")
+
+
+def _main(argv: list[str], before: str = "") -> subprocess.CompletedProcess[str]:
+    code = f"{_TEARDOWN}{before}\nsys.argv = ['gpunode', *{argv!r}]\nfrom gpunode.cli import main\nmain()\n"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_the_process_ends_without_the_teardown_after_atexit_and_with_its_output_flushed():
+    done = _main(["compat", "--driver", "535.129.03"])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("driver 535.129.03\n") and done.stdout.endswith("\n")  # all of it, through a pipe
+    assert done.stdout == subprocess.run([*GPUNODE, "compat", "--driver", "535.129.03"], capture_output=True,
+                                         text=True, timeout=120).stdout
+    assert done.stderr == "atexit ran\n"  # the handlers ran; the teardown (the finalizer) did not
+
+
+def test_the_exit_code_of_a_usage_error_survives_the_quick_end():
+    done = _main(["plan", "--connect-timeout", "0"])
+    assert done.returncode == 2 and "error: --connect-timeout 0" in done.stderr
+    assert done.stderr.endswith("atexit ran\n") and "teardown" not in done.stderr
+
+
+def test_a_thread_still_running_is_waited_for_by_the_usual_exit():
+    before = ("import threading, time\n"
+              "threading.Thread(target=lambda: (time.sleep(0.3), print('thread done', flush=True))).start()\n")
+    done = _main(["--version"], before)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.endswith("thread done\n")
+    assert done.stderr == "atexit ran\nteardown\n"  # the interpreter's own exit, teardown included
+
+
+def test_a_code_that_is_not_a_number_is_left_to_systemexit():
+    code = f"{_TEARDOWN}from gpunode.cli import end_now\nend_now('bye')\nprint('returned')\nraise SystemExit('bye')\n"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (1, "returned\n")
+    assert done.stderr.startswith("bye\natexit ran\n")

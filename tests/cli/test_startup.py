@@ -21,8 +21,8 @@ HEAVY = ("paramiko", "requests", "yaml", "gpunode.compat", "gpunode.gpus", "gpun
 
 
 def run_main(*argv: str) -> str:
-    return f"import sys\nfrom gpunode.cli import main\nsys.argv = ['gpunode', *{list(argv)!r}]\n" \
-           "try:\n    main()\nexcept SystemExit:\n    pass"
+    return f"import sys\nfrom gpunode.cli import run\nsys.argv = ['gpunode', *{list(argv)!r}]\n" \
+           "try:\n    run()\nexcept SystemExit:\n    pass"
 
 
 def loaded_after(code: str) -> set[str]:

@@ -30,8 +30,8 @@ def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 
 def _main(argv: list[str], before: str = "") -> str:
-    return (f"import sys\n{before}\nfrom gpunode.cli import main\nsys.argv = ['gpunode', *{argv!r}]\n"
-            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+    return (f"import sys\n{before}\nfrom gpunode.cli import run\nsys.argv = ['gpunode', *{argv!r}]\n"
+            "try:\n    run()\nexcept SystemExit:\n    pass\n"
             "print('MODULES', ' '.join(sorted(sys.modules)), file=sys.stderr)\n")
 
 
