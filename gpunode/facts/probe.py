@@ -29,7 +29,9 @@ from gpunode.facts.registry import (
     COMMAND,
     CORE,
     FILES,
+    FILES_STAT_MARKER,
     FULL,
+    FUNCTIONS,
     HUNG,
     NOT_RUN,
     REGISTRY,
@@ -38,6 +40,7 @@ from gpunode.facts.registry import (
     Fact,
     Section,
     facts_of,
+    files_stat,
     load_full,
 )
 from gpunode.facts.system import TOOL_NAMES as TOOLS
@@ -112,21 +115,39 @@ def build_probe(nonce: str | None = None, probe: str = FULL, part: str = ALL, *,
     of RUN's two round trips) and the nonce that frames its sections. `hung`: an earlier part found nvidia-smi
     hung, so this one does not wait for it again."""
     nonce = nonce or secrets.token_hex(8)
-    sections = all_sections(probe, part)
+    facts = registered(probe, part)
+    sections = {f.section: f.snippet for f in facts}
     # A tool two or more sections read is asked once, at the top level just before the first of them, so the
     # calls happen in the order they always did (the first nvidia-smi to hang is the one named): `nvidia-smi -q`
     # (registry.SMI_Q_ONCE) and `systemctl show` (packages.shared_units). Each section then reads that answer.
-    # registry.SHARED holds the others (the running kernel's release, gpunode's journal).
+    # registry.SHARED holds the others (the running kernel's release, gpunode's journal). The file groups take their
+    # mtimes and sizes from one `stat` of all their files (registry.files_stat), and the shell functions several
+    # snippets define (registry.FUNCTIONS) are defined once, before the first section that calls them.
     shared = {marker: prelude for marker, prelude in SHARED.items()
               if sum(marker in s for s in sections.values()) > 1}
     units = packages.shared_units(sections.values())
     if units:
         shared["gpunode_units_set"] = units
+    groups = [f for f in facts if f.kind == FILES]
+    if len(groups) > 1:
+        shared[FILES_STAT_MARKER] = files_stat(tuple(p for f in groups for p in f.patterns))
     parts = ["gpunode_hung=1"] if hung else []
+    defined: set[str] = set()
+
+    def hoisted(text: str) -> str:
+        """`text` without the shell functions the probe defines once (FUNCTIONS), each defined before its first use."""
+        for function in FUNCTIONS:
+            if function in text:
+                if function not in defined:
+                    defined.add(function)
+                    parts.append(function)
+                text = text.replace(function, "")
+        return text
+
     for name, snippet in sections.items():
         for marker in [m for m in shared if m in snippet]:
-            parts.append(shared.pop(marker))
-        body = snippet.replace("@FILE@", f"@{nonce}@file")
+            parts.append(hoisted(shared.pop(marker)))
+        body = hoisted(snippet)
         # The bare `echo` ends a last line that has no newline (an os-release file without a final newline),
         # so the end marker always starts a line; split_sections drops the one empty line it adds otherwise.
         # a section that found nvidia-smi hung (HUNG) spares the later ones the wait (registry.SMI_CALL)
@@ -138,7 +159,7 @@ def build_probe(nonce: str | None = None, probe: str = FULL, part: str = ALL, *,
             run = f'( {body}\n) 2>/dev/null; s=$?; echo\n'
         parts.append(f'echo "@{nonce}@begin {name}"\n{run}'
                      f'[ "$s" != {HUNG} ] || gpunode_hung=1\necho "@{nonce}@end {name} $s"')
-    return Script(body="\n".join(parts) + "\n", name="probe"), nonce
+    return Script(body="\n".join(parts).replace("@FILE@", f"@{nonce}@file") + "\n", name="probe"), nonce
 
 
 def split_sections(output: str, nonce: str) -> dict[str, Section]:

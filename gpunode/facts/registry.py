@@ -225,19 +225,51 @@ def core(name: str, snippet: str, parse: Callable[[str], T], *, module: str = ""
     return register(Fact(name, snippet, _text_or_empty(parse), CORE, module))
 
 
+# One `stat` for every file group of a probe: the files every group's globs find, in probe order, with their mtime,
+# size and name (files_stat, which build_probe runs where two or more groups are gathered). Each group takes its
+# own files' records off the front of that answer, name by name; a record that is not the file the group found (a
+# file made or removed in between) empties the answer, and that group and every later one ask `stat` themselves.
+FILES_STAT_MARKER = "gpunode_stat"
+
+
+def files_stat(patterns: tuple[str, ...]) -> str:
+    """The top-level shell that stats the files of every group (patterns: all their globs, in probe order)."""
+    return ('gpunode_stat_all() { set --; for f in ' + " ".join(patterns) + '; do [ -f "$f" ] && set -- "$@" "$f"; '
+            'done; gpunode_nl="\n"; gpunode_stat=; [ $# = 0 ] || gpunode_stat=$(stat -c "%Y %s %n" -- "$@" 2>/dev/null) '
+            '|| gpunode_stat=; }; gpunode_stat_all; unset f')
+
+
+# A file group's work, a function of the shell defined once per probe (build_probe hoists FUNCTIONS): the files its
+# globs (the arguments) find, each as `@FILE@ MTIME PATH` and its text. One `stat` for the group's mtimes (one line
+# each, in argument order), not one per file: on a real node every process counts (benchmarks/probe.py). Should stat
+# fail (a file gone in between), each file is asked alone. No `exit`: the probe runs a snippet like this one in its
+# own shell, not in a subshell (probe.in_shell). A file of up to CAT_MAX bytes is read by the shell itself (CAT), a
+# larger one by cat.
+FILES_CALL = ('gpunode_files() { n=$#; for f; do [ -f "$f" ] && set -- "$@" "$f"; done; shift $n; '
+              'if [ $# -gt 0 ]; then m=; if [ -n "${' + FILES_STAT_MARKER + ':-}" ]; then for f; do '
+              't=${gpunode_stat%%[!0-9]*}; r=${gpunode_stat#"$t "}; z=${r%%[!0-9]*}; r=${r#"$z "}; '
+              'case $r in "$f"|"$f$gpunode_nl"*) ;; *) r= ;; esac; '
+              'if [ -n "$t" ] && [ -n "$z" ] && [ -n "$r" ]; then m="$m$t $z$gpunode_nl"; gpunode_stat=${r#"$f"}; '
+              'gpunode_stat=${gpunode_stat#?}; else gpunode_stat=; m=; break; fi; done; fi; '
+              '[ -n "$m" ] || m=$(stat -c "%Y %s" -- "$@" 2>/dev/null) || '
+              'm=$(for f; do stat -c "%Y %s" -- "$f" 2>/dev/null || echo "0 99999999"; done); '
+              'for f; do t=${m%%[!0-9]*}; m=${m#"$t"}; m=${m#?}; z=${m%%[!0-9]*}; m=${m#"$z"}; m=${m#?}; '
+              'echo "@FILE@ ${t:-0} $f"; if [ "${z:-' + str(CAT_MAX + 1) + '}" -le ' + str(CAT_MAX) + ' ]; '
+              'then gpunode_cat "$f"; else cat "$f"; fi; echo; done; fi; }; ')
+# Shell functions several sections define: the probe defines each once, at the top level before the first section
+# that names it, and drops it from the sections' text (a long script costs a slow node's shell its parse time).
+# Each snippet still defines what it calls, so it runs alone too.
+FUNCTIONS = (CAT, SMI_CALL, FILES_CALL)
+
+
 def files(name: str, patterns: tuple[str, ...], *, module: str = "", full_only: bool = False) -> Fact[dict[str, str]]:
     """Whole files by glob; reading the fact gives {path: text} of the files found."""
-    # One `stat` for the group's mtimes (one line each, in argument order), not one per file: on a real node every
-    # process counts (benchmarks/probe.py). Should stat fail (a file gone in between), each file is asked alone.
-    # No `exit`: the probe runs a snippet like this one in its own shell, not in a subshell (probe.in_shell).
-    # A file of up to CAT_MAX bytes is read by the shell itself (CAT), a larger one by cat.
-    snippet = (CAT + 'set --; for f in ' + " ".join(patterns) + '; do [ -f "$f" ] && set -- "$@" "$f"; done; '
-               'if [ $# -gt 0 ]; then m=$(stat -c "%Y %s" -- "$@" 2>/dev/null) || '
-               'm=$(for f; do stat -c "%Y %s" -- "$f" 2>/dev/null || echo "0 99999999"; done); '
-               'for f; do t=${m%%[!0-9]*}; m=${m#"$t"}; m=${m#?}; z=${m%%[!0-9]*}; m=${m#"$z"}; m=${m#?}; '
-               'echo "@FILE@ ${t:-0} $f"; if [ "${z:-' + str(CAT_MAX + 1) + '}" -le ' + str(CAT_MAX) + ' ]; '
-               'then gpunode_cat "$f"; else cat "$f"; fi; echo; done; fi; true')
-    return register(Fact(name, snippet, lambda section: {}, FILES, module, patterns, full_only))
+    return register(Fact(name, files_snippet(patterns), lambda section: {}, FILES, module, patterns, full_only))
+
+
+def files_snippet(patterns: tuple[str, ...]) -> str:
+    """A file group's snippet: the files `patterns` find (FILES_CALL)."""
+    return CAT + FILES_CALL + 'gpunode_files ' + " ".join(patterns) + '; true'
 
 
 def text(value: str) -> str:

@@ -563,3 +563,115 @@ def test_update_alternatives_is_asked_only_where_an_nvidia_alternative_is_record
     printed = run(shell, driver_facts.DEBIAN_NAMES.snippet, env)
     assert printed == run(shell, old, env)
     assert printed.startswith(b"alt "), printed  # asked: the alternative is known (its link is not made here)
+
+
+# ---- one stat for every file group ---------------------------------------------------------------------------------
+
+GROUPS = ("a/*.conf", "a/x", "b/*"), ("c/*.conf", "b/*"), ("d/*",)  # b/* twice: a file two groups read
+
+
+def stat_shim(tmp_path: Path) -> dict[str, str]:
+    """A PATH whose `stat` logs its call to tmp_path/stat.log and runs the real stat."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    real = shutil.which("stat")
+    (bin_dir / "stat").write_text(f'#!/bin/sh\necho call >> {tmp_path}/stat.log\nexec {real} "$@"\n')
+    (bin_dir / "stat").chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+
+
+def stat_calls(tmp_path: Path, counted: bool = True) -> int | None:
+    """How many times the shim ran since the last look (None where the shell does not run it: any count passes)."""
+    log = tmp_path / "stat.log"
+    calls = len(log.read_text().splitlines()) if log.exists() else 0
+    log.unlink(missing_ok=True)
+    return calls if counted else None
+
+
+def groups_script(groups: tuple[tuple[str, ...], ...], shared: bool, between: str = "") -> str:
+    """The groups' sections as the probe runs them (functions of its shell, each framed), with or without the
+    shared stat; `between` runs after the first group (a file made or removed meanwhile)."""
+    body = [registry.files_stat(tuple(p for g in groups for p in g))] if shared else []
+    for i, patterns in enumerate(groups):
+        snippet = registry.files_snippet(patterns)
+        assert in_shell(snippet)
+        body.append(f'echo "== {i}"; g() {{ {snippet}\n}}; g 2>/dev/null; echo "status $?"')
+        if i == 0 and between:
+            body.append(between)
+    return "\n".join(body)
+
+
+@pytest.mark.skipif(not shutil.which("stat"), reason="needs stat")
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: Path(s[0]).name)
+def test_the_file_groups_share_one_stat_and_read_as_each_group_alone(shell, tmp_path):
+    root = tmp_path / "root"
+    for name, text in {"a/one.conf": "options x\n", "a/two.conf": "no newline", "a/x": "",
+                       "a/with\n1 2 newline.conf": "odd name\n", "a/9 9 z.conf": "a name like a record\n",
+                       "b/big": "y" * (registry.CAT_MAX + 1), "c/z.conf": "c\n\n", "d/d": "d\n"}.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+    def reset() -> None:
+        for name, text in {"c/z.conf": "c\n\n", "b/big": "y" * (registry.CAT_MAX + 1)}.items():
+            (root / name).write_text(text)
+        for name in ("c/new.conf", "d/e"):
+            (root / name).unlink(missing_ok=True)
+        (root / "d/d").write_text("d\n")
+        for i, path in enumerate(sorted(root.glob("*/*"))):  # each its own mtime: one taken for another shows
+            os.utime(path, (1_000_000_000 + 1000 * i, 1_000_000_000 + 1000 * i))
+
+    reset()
+    env = stat_shim(tmp_path)
+    counted = Path(shell[0]).name != "busybox"  # busybox sh runs its own stat applet, not the one on PATH
+
+    def ran(script: str) -> bytes:
+        out = subprocess.run([*shell, "-c", script], capture_output=True, check=False, env=env, cwd=root).stdout
+        return out
+
+    alone = ran(groups_script(GROUPS, shared=False))
+    assert stat_calls(tmp_path, counted) in (3, None) and b"a/one.conf\noptions x\n" in alone
+    assert b"odd name" in alone and b"a name like a record" in alone and alone.count(b"y" * (registry.CAT_MAX + 1)) == 2
+    assert ran(groups_script(GROUPS, shared=True)) == alone
+    assert stat_calls(tmp_path, counted) in (1, None)  # one for all the groups
+    # no files at all: no stat
+    empty = (("none/*",), ("nothing/*",))
+    assert ran(groups_script(empty, shared=True)) == ran(groups_script(empty, shared=False))
+    assert stat_calls(tmp_path, counted) in (0, None)
+    # twins that must ask stat again: a file made or removed after the shared stat (each group reads what it finds
+    # when it runs), one file put for another. A file only written in between keeps its record (its text is read
+    # then, as always: a stat never was one moment with the read); new mtimes pinned so that the runs compare.
+    pin = "touch -r a/two.conf"
+    for between, again in ((f"echo new > c/new.conf && {pin} c/new.conf", True), ("rm c/z.conf", True),
+                           (f"rm d/d && echo ee > d/e && {pin} d/e", True),
+                           ("touch -r b/big ../kept && echo longer >> b/big && touch -r ../kept b/big", False)):
+        shared = ran(groups_script(GROUPS, shared=True, between=between))
+        calls = stat_calls(tmp_path, counted)
+        assert calls is None or (calls > 1) == again, between
+        reset()
+        assert shared == ran(groups_script(GROUPS, shared=False, between=between)), between
+        assert (b"new\n" in shared) == ("new" in between) and (b"longer\n" in shared) == ("longer" in between)
+        reset()
+        stat_calls(tmp_path)
+    # stat failing in the shared call: every group asks for itself
+    (tmp_path / "bin" / "stat").write_text(f'#!/bin/sh\necho call >> {tmp_path}/stat.log\n'
+                                           f'case "$*" in *%n*) exit 1 ;; esac\nexec {shutil.which("stat")} "$@"\n')
+    assert ran(groups_script(GROUPS, shared=True)) == alone
+    assert stat_calls(tmp_path, counted) in (4, None)
+
+
+def test_the_probe_defines_each_shared_function_once_and_its_sections_still_run_alone():
+    from gpunode.facts.probe import build_probe
+    for probe, part in ((registry.RUN, registry.CHECK), (registry.FULL, registry.ALL)):
+        body = build_probe("n0nce", probe, part)[0].body
+        for function in registry.FUNCTIONS:
+            name = function.split("(")[0]
+            assert body.count(f"{name}()") == 1, (probe, name)
+            # defined before its first call
+            assert body.index(f"{name}()") < body.index(f"{name} ", body.index(f"{name}()") + len(function))
+        assert "@FILE@" not in body and "@n0nce@file" in body
+        assert body.count("gpunode_stat_all()") == 1
+    for fact in registry.REGISTRY.values():
+        for function in registry.FUNCTIONS:
+            name = function.split("(")[0]
+            if f"{name} " in fact.snippet.replace(function, "") or f"$({name}" in fact.snippet:
+                assert function in fact.snippet, (fact, name)  # each snippet defines what it calls
