@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gpunode.facts.packages import parse_packages
-from gpunode.facts.registry import CAT, RELEASE, command, command_section, core, files
+from gpunode.facts.registry import CAT, RELEASE, STAT_TAKE, command, command_section, core, files
 from gpunode.record import Frozen
 
 _M = __name__.rsplit(".", 1)[-1]
@@ -270,10 +270,13 @@ SECURE_BOOT = core("secure_boot", (
 ), parse_secure_boot, module=_M)
 # initramfs images for the running kernel, with their modification time (seconds since the epoch): Debian's
 # initramfs-tools (initrd.img-K), Red Hat's dracut (initramfs-K.img), SUSE's dracut (initrd-K), Arch
+# (their mtimes from the probe's shared stat where it made one: registry.STAT_TAKE)
+INITRAMFS_PATHS = ('"/boot/initrd.img-$k"', '"/boot/initramfs-$k.img"', '"/boot/initrd-$k"', "/boot/initramfs-linux.img")
 INITRAMFS = core("initramfs", (
-    RELEASE + 'for f in "/boot/initrd.img-$k" "/boot/initramfs-$k.img" "/boot/initrd-$k" /boot/initramfs-linux.img; do '
-    '[ -e "$f" ] && echo "$(stat -c %Y "$f") $f"; done; true'
-), parse_initramfs, module=_M)
+    RELEASE + STAT_TAKE + 'set --; for f in ' + " ".join(INITRAMFS_PATHS) + '; do [ -e "$f" ] && set -- "$@" "$f"; '
+    'done; gpunode_take "$@"; for f; do if [ -n "$m" ]; then t=${m%%[!0-9]*}; m=${m#*"$gpunode_nl"}; '
+    'echo "$t $f"; else echo "$(stat -c %Y "$f") $f"; fi; done; true'
+), parse_initramfs, module=_M, stats=INITRAMFS_PATHS)
 MODPROBE_D = files("modprobe_d", tuple(f"{d}/*.conf" for d in MODPROBE_DIRS), module=_M)
 # headers of the running kernel, where DKMS and nvidia-installer look for them
 HEADERS = command("kernel_headers", RELEASE + '[ -d "/lib/modules/$k/build" ] && echo "build /lib/modules/$k/build"; '

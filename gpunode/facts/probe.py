@@ -120,17 +120,18 @@ def build_probe(nonce: str | None = None, probe: str = FULL, part: str = ALL, *,
     # A tool two or more sections read is asked once, at the top level just before the first of them, so the
     # calls happen in the order they always did (the first nvidia-smi to hang is the one named): `nvidia-smi -q`
     # (registry.SMI_Q_ONCE) and `systemctl show` (packages.shared_units). Each section then reads that answer.
-    # registry.SHARED holds the others (the running kernel's release, gpunode's journal). The file groups take their
-    # mtimes and sizes from one `stat` of all their files (registry.files_stat), and the shell functions several
-    # snippets define (registry.FUNCTIONS) are defined once, before the first section that calls them.
+    # registry.SHARED holds the others (the running kernel's release, gpunode's journal). The file groups and the
+    # core facts that declare `stats` (the initramfs) take their mtimes from one `stat` (registry.files_stat), and
+    # the shell functions several snippets define (registry.FUNCTIONS) are defined once, before the first caller.
     shared = {marker: prelude for marker, prelude in SHARED.items()
               if sum(marker in s for s in sections.values()) > 1}
     units = packages.shared_units(sections.values())
     if units:
         shared["gpunode_units_set"] = units
     groups = [f for f in facts if f.kind == FILES]
-    if len(groups) > 1:
-        shared[FILES_STAT_MARKER] = files_stat(tuple(p for f in groups for p in f.patterns))
+    stats = tuple(path for f in facts if f.kind == CORE for path in f.stats)  # the core facts come first
+    if len(groups) + sum(bool(f.stats) for f in facts) > 1:
+        shared[FILES_STAT_MARKER] = files_stat(stats, tuple(p for f in groups for p in f.patterns))
     parts = ["gpunode_hung=1"] if hung else []
     defined: set[str] = set()
 

@@ -146,6 +146,7 @@ class Fact(Generic[T_co]):
     patterns: tuple[str, ...] = ()  # kind FILES: the globs read
     full_only: bool = False  # gathered by the FULL probe only (doctor, verify, facts), never by plan or install
     late: bool = False  # in the RUN probe's second round trip, made only when a decision reads a late fact
+    stats: tuple[str, ...] = ()  # kind CORE: paths (shell words; the kernel release in $k) taken from the shared stat
 
     def gathered_by(self, probe: str) -> bool:
         return probe == FULL or not self.full_only
@@ -221,22 +222,37 @@ def command_section(name: str, snippet: str, parse: Callable[[Section], T], *, m
     return register(Fact(name, snippet, parse, COMMAND, module, full_only=full_only, late=late))
 
 
-def core(name: str, snippet: str, parse: Callable[[str], T], *, module: str = "") -> Fact[T]:
-    return register(Fact(name, snippet, _text_or_empty(parse), CORE, module))
+def core(name: str, snippet: str, parse: Callable[[str], T], *, module: str = "", stats: tuple[str, ...] = ()) -> Fact[T]:
+    """A core fact; `stats`: the paths its snippet takes from the shared stat (files_stat, STAT_TAKE) where one
+    is made, each as a shell word that may name the kernel release as $k."""
+    return register(Fact(name, snippet, _text_or_empty(parse), CORE, module, stats=stats))
 
 
-# One `stat` for every file group of a probe: the files every group's globs find, in probe order, with their mtime,
-# size and name (files_stat, which build_probe runs where two or more groups are gathered). Each group takes its
-# own files' records off the front of that answer, name by name; a record that is not the file the group found (a
-# file made or removed in between) empties the answer, and that group and every later one ask `stat` themselves.
+# One `stat` for every file group of a probe and the paths core facts declare (`stats`: the initramfs images): what
+# they find, in probe order (the core facts' paths that exist, then the files the groups' globs find), with their
+# mtime, size and name (files_stat, which build_probe runs where two or more sections read it). Each section takes
+# its own files' records off the front of that answer, name by name (STAT_TAKE); a record that is not the file the
+# section found (a file made or removed in between) empties the answer, and that section and every later one ask
+# `stat` themselves.
 FILES_STAT_MARKER = "gpunode_stat"
 
 
-def files_stat(patterns: tuple[str, ...]) -> str:
-    """The top-level shell that stats the files of every group (patterns: all their globs, in probe order)."""
-    return ('gpunode_stat_all() { set --; for f in ' + " ".join(patterns) + '; do [ -f "$f" ] && set -- "$@" "$f"; '
-            'done; gpunode_nl="\n"; gpunode_stat=; [ $# = 0 ] || gpunode_stat=$(stat -c "%Y %s %n" -- "$@" 2>/dev/null) '
-            '|| gpunode_stat=; }; gpunode_stat_all; unset f')
+def files_stat(stats: tuple[str, ...], patterns: tuple[str, ...]) -> str:
+    """The top-level shell that stats the paths of `stats` (core facts', $k the kernel release asked once) and the
+    files of every group (patterns: all their globs), in probe order."""
+    return ('gpunode_stat_all() { set --; k=${' + KERNEL_MARKER + ':-}; for f in ' + " ".join(stats) + '; do '
+            '[ -e "$f" ] && set -- "$@" "$f"; done; for f in ' + " ".join(patterns) + '; do [ -f "$f" ] && '
+            'set -- "$@" "$f"; done; gpunode_nl="\n"; gpunode_stat=; [ $# = 0 ] || '
+            'gpunode_stat=$(stat -c "%Y %s %n" -- "$@" 2>/dev/null) || gpunode_stat=; }; gpunode_stat_all; unset f k')
+
+
+# `gpunode_take FILE...`: m = the files' `MTIME SIZE` lines from the shared stat, taken off its front; m empty where
+# there is none or its records are not these files (then none is taken from it again).
+STAT_TAKE = ('gpunode_take() { m=; if [ -n "${' + FILES_STAT_MARKER + ':-}" ]; then for f; do '
+             't=${gpunode_stat%%[!0-9]*}; r=${gpunode_stat#"$t "}; z=${r%%[!0-9]*}; r=${r#"$z "}; '
+             'case $r in "$f"|"$f$gpunode_nl"*) ;; *) r= ;; esac; '
+             'if [ -n "$t" ] && [ -n "$z" ] && [ -n "$r" ]; then m="$m$t $z$gpunode_nl"; gpunode_stat=${r#"$f"}; '
+             'gpunode_stat=${gpunode_stat#?}; else gpunode_stat=; m=; break; fi; done; fi; }; ')
 
 
 # A file group's work, a function of the shell defined once per probe (build_probe hoists FUNCTIONS): the files its
@@ -246,11 +262,7 @@ def files_stat(patterns: tuple[str, ...]) -> str:
 # own shell, not in a subshell (probe.in_shell). A file of up to CAT_MAX bytes is read by the shell itself (CAT), a
 # larger one by cat.
 FILES_CALL = ('gpunode_files() { n=$#; for f; do [ -f "$f" ] && set -- "$@" "$f"; done; shift $n; '
-              'if [ $# -gt 0 ]; then m=; if [ -n "${' + FILES_STAT_MARKER + ':-}" ]; then for f; do '
-              't=${gpunode_stat%%[!0-9]*}; r=${gpunode_stat#"$t "}; z=${r%%[!0-9]*}; r=${r#"$z "}; '
-              'case $r in "$f"|"$f$gpunode_nl"*) ;; *) r= ;; esac; '
-              'if [ -n "$t" ] && [ -n "$z" ] && [ -n "$r" ]; then m="$m$t $z$gpunode_nl"; gpunode_stat=${r#"$f"}; '
-              'gpunode_stat=${gpunode_stat#?}; else gpunode_stat=; m=; break; fi; done; fi; '
+              'if [ $# -gt 0 ]; then gpunode_take "$@"; '
               '[ -n "$m" ] || m=$(stat -c "%Y %s" -- "$@" 2>/dev/null) || '
               'm=$(for f; do stat -c "%Y %s" -- "$f" 2>/dev/null || echo "0 99999999"; done); '
               'for f; do t=${m%%[!0-9]*}; m=${m#"$t"}; m=${m#?}; z=${m%%[!0-9]*}; m=${m#"$z"}; m=${m#?}; '
@@ -259,7 +271,7 @@ FILES_CALL = ('gpunode_files() { n=$#; for f; do [ -f "$f" ] && set -- "$@" "$f"
 # Shell functions several sections define: the probe defines each once, at the top level before the first section
 # that names it, and drops it from the sections' text (a long script costs a slow node's shell its parse time).
 # Each snippet still defines what it calls, so it runs alone too.
-FUNCTIONS = (CAT, SMI_CALL, FILES_CALL)
+FUNCTIONS = (CAT, SMI_CALL, STAT_TAKE, FILES_CALL)
 
 
 def files(name: str, patterns: tuple[str, ...], *, module: str = "", full_only: bool = False) -> Fact[dict[str, str]]:
@@ -269,7 +281,7 @@ def files(name: str, patterns: tuple[str, ...], *, module: str = "", full_only: 
 
 def files_snippet(patterns: tuple[str, ...]) -> str:
     """A file group's snippet: the files `patterns` find (FILES_CALL)."""
-    return CAT + FILES_CALL + 'gpunode_files ' + " ".join(patterns) + '; true'
+    return CAT + STAT_TAKE + FILES_CALL + 'gpunode_files ' + " ".join(patterns) + '; true'
 
 
 def text(value: str) -> str:

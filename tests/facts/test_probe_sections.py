@@ -591,7 +591,7 @@ def stat_calls(tmp_path: Path, counted: bool = True) -> int | None:
 def groups_script(groups: tuple[tuple[str, ...], ...], shared: bool, between: str = "") -> str:
     """The groups' sections as the probe runs them (functions of its shell, each framed), with or without the
     shared stat; `between` runs after the first group (a file made or removed meanwhile)."""
-    body = [registry.files_stat(tuple(p for g in groups for p in g))] if shared else []
+    body = [registry.files_stat((), tuple(p for g in groups for p in g))] if shared else []
     for i, patterns in enumerate(groups):
         snippet = registry.files_snippet(patterns)
         assert in_shell(snippet)
@@ -675,3 +675,41 @@ def test_the_probe_defines_each_shared_function_once_and_its_sections_still_run_
             name = function.split("(")[0]
             if f"{name} " in fact.snippet.replace(function, "") or f"$({name}" in fact.snippet:
                 assert function in fact.snippet, (fact, name)  # each snippet defines what it calls
+
+
+@pytest.mark.skipif(not (shutil.which("unshare") and shutil.which("stat")), reason="needs unshare and stat")
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: Path(s[0]).name)
+def test_the_initramfs_mtimes_taken_from_the_shared_stat_are_what_its_own_stat_printed(shell, tmp_path):
+    from gpunode.facts import kernel
+    assert in_shell(kernel.INITRAMFS.snippet) and kernel.INITRAMFS.stats == kernel.INITRAMFS_PATHS
+    env = stat_shim(tmp_path)
+    counted = Path(shell[0]).name != "busybox"
+    (tmp_path / "old").write_text("")
+    os.utime(tmp_path / "old", (1_000_000_000, 1_000_000_000))
+    (tmp_path / "grp").mkdir()
+    (tmp_path / "grp" / "a.conf").write_text("a\n")
+    group = registry.files_snippet((f"{tmp_path}/grp/*",))
+    # /boot of a mount namespace of its own (a tmpfs): the running kernel's initrd.img (an old mtime) and Arch's
+    # name as a symbolic link (stat without -L: the link's own mtime, as before)
+    boot = (f'mount -t tmpfs none /boot || exit 9; touch -r {tmp_path}/old "/boot/initrd.img-$(uname -r)"; '
+            'ln -s "initrd.img-$(uname -r)" /boot/initramfs-linux.img\n')
+
+    def ran(shared: bool, between: str = "") -> bytes:
+        parts = [boot]
+        if shared:
+            parts += [registry.SHARED[registry.KERNEL_MARKER],
+                      registry.files_stat(kernel.INITRAMFS_PATHS, (f"{tmp_path}/grp/*",))]
+        parts += [between, f'f() {{ {kernel.INITRAMFS.snippet}\n}}; f 2>/dev/null; echo "status $?"',
+                  f'g() {{ {group}\n}}; g 2>/dev/null; echo "status $?"']
+        return subprocess.run(["unshare", "-rm", *shell, "-c", "\n".join(parts)], capture_output=True, check=False,
+                              env=env).stdout
+
+    alone = ran(shared=False)
+    assert alone.startswith(b"1000000000 /boot/initrd.img-") and b" /boot/initramfs-linux.img\n" in alone
+    assert stat_calls(tmp_path, counted) in (3, None)  # two images, one group
+    assert ran(shared=True) == alone
+    assert stat_calls(tmp_path, counted) in (1, None)
+    # twin: an image made after the shared stat is not in it: the section and the group ask stat themselves
+    made = f'touch -r {tmp_path}/old "/boot/initrd-$(uname -r)"'
+    assert ran(shared=True, between=made) == ran(shared=False, between=made)
+    assert stat_calls(tmp_path, counted) in (1 + 3 + 1 + 4, None)  # shared, 3 images, the group; then alone
