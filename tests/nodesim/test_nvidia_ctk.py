@@ -75,3 +75,19 @@ def test_nvidia_ctk_version_and_defaults(ctk_node):
         '            "path": "nvidia-container-runtime"\n        }\n    }\n}')
     assert ctk_node.calls("nvidia-ctk")[-1] == ["nvidia-ctk", "runtime", "configure", "--runtime=docker",
                                                 "--set-as-default"]
+
+
+def test_the_real_os_tiers_stand_in_runs_the_same_python_with_its_version(tmp_path):
+    """tests/realos/toolkit_repo.py packages this python behind a wrapper of its own (`nvidia_ctk.py VERSION ARGS`),
+    run by the guest's python3: the contract the simulator's shim uses too. Run here with the wrapper as packaged,
+    its directory pointed at this checkout's copy (a shim-only change to the contract broke the VM tier once)."""
+    import subprocess
+
+    from tests.realos import toolkit_repo
+
+    files = {path: body for _, packaged in toolkit_repo._packages().values() for path, body in packaged.items()}
+    wrapper = tmp_path / "nvidia-ctk"
+    wrapper.write_text(files["/usr/bin/nvidia-ctk"][0].replace(toolkit_repo.STANDIN_DIR, str(toolkit_repo.SIM_PY)))
+    wrapper.chmod(0o755)
+    out = subprocess.run([str(wrapper), "--version"], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert out.splitlines()[0] == f"NVIDIA Container Toolkit CLI version {toolkit_repo.VERSION.split('-')[0]}"

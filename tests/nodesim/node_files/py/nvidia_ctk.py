@@ -1,8 +1,8 @@
 """nvidia-ctk for simulated nodes: `runtime configure` writes what NVIDIA Container Toolkit 1.20 writes
-(checked against real runs in shared/fixtures/real/nvidia-ctk), plus a small `cdi` subset
-(--version is answered by the shell wrapper, shims/nvidia-ctk, without starting python).
+(checked against real runs in shared/fixtures/real/nvidia-ctk), plus --version and a small `cdi` subset.
 
-Usage (from the shell wrapper): nvidia_ctk.py ARGS...
+Usage (from the shell wrapper: the simulator's shims/nvidia-ctk, the real-OS tier's stand-in package in
+tests/realos/toolkit_repo.py): nvidia_ctk.py TOOLKIT_VERSION ARGS...
 """
 
 import copy
@@ -441,9 +441,15 @@ def create_dev_char_symlinks(args):
     return 0
 
 
-def main(args):
+def main(argv):
+    version = argv[0]
+    args = argv[1:]
     if not args or args[0] in ("-h", "--help", "help"):
         print("NAME:\n   NVIDIA Container Toolkit CLI - Tools to configure the NVIDIA Container Toolkit")
+        return 0
+    if args[0] in ("--version", "-v", "-version"):
+        print("NVIDIA Container Toolkit CLI version {}".format(version.split("-")[0]))
+        print("commit: 6d6a6c5c1b43d0f87d7a77a4f69d4a2c0b1b12f3")
         return 0
     if args[0] == "runtime" and len(args) > 1 and args[1] == "configure":
         return runtime_configure(args[2:])
