@@ -106,7 +106,10 @@ CLASS_SCHEMA = {"class": text_field, "pattern": _regex, "meaning": text_field, "
 GENERIC_SCHEMA = {"id": text_field, "class": text_field, "subject": _regex, "strength": _strength,
                   "source": source_field}
 CODE_SCHEMA = {"family": text_field, "code": _int, "names": optional_field(_names), "message": optional_field(_optional), "id": text_field,
-               "source": source_field}
+               "source": source_field, "string": optional_field(_optional)}
+# A call of the library's API right before its error string: "nvmlDeviceGetHandleByIndex(): Unknown Error",
+# "nvmlInit_v2() failed: GPU is lost". The function's name makes even a common string (Unknown Error) NVML's.
+_CALL = {"nvml": r"\b(?P<call>nvml[A-Z]\w*)(?:\([^()\n]{0,40}\))?[^\n\w]{0,4}(?:(?:failed|returned|error|with|:)\W{0,3}){0,3}"}
 _CONTEXT = {"cuda": re.compile(r"cuda|\bcu[A-Z]\w+|\bGPU", re.IGNORECASE),
             "nvml": re.compile(r"nvml|nvidia-smi|\bGPU", re.IGNORECASE)}
 
@@ -230,6 +233,10 @@ def load() -> tuple[tuple[ErrorClass, ...], tuple[Subject, ...], tuple[Code, ...
         regexes: list[tuple[str, re.Pattern[str], int]] = []
         if row["names"]:
             regexes.append(("name", re.compile(r"\b(?:" + "|".join(map(re.escape, row["names"])) + r")\b"), 58))
+        string = row["string"] or row["message"]  # the library's own words (`string` where too common alone)
+        if string and family in _CALL:
+            regexes.append(("call", re.compile(_CALL[family] + r"\b" + r"[\W_]*".join(
+                map(re.escape, re.findall(r"[A-Za-z0-9]+", string))) + r"\b", re.IGNORECASE), 58))
         if row["message"]:
             regexes.append(("message", re.compile(_loose(row["message"]), re.IGNORECASE), 54))
         number = (r"(?:\berror|\bcode|\berr|\breturn(?:ed|s)?|status|result|init failure)\W{0,3}(?:=\s*|\(\s*)?"
@@ -291,10 +298,14 @@ def _code_hits(start: int, line: str) -> list[tuple[int, int, Finding, tuple[Any
                 continue  # a bare number or a short message means nothing without CUDA/NVML on the line
             name = code.names[0] if code.names else f"{code.family} {code.code}"
             values = {"generic": "error-code", "code": f"{code.family} {code.code}", "error_name": name}
+            read = f"read from its {how}"
+            if how == "call":
+                values["call"] = match["call"]
+                read = f"returned by {match['call']}"
             hits.append((strength, start + match.start(), _finding(
                 code.row, values, line, "generic match: error code",
                 f"Generic finding: recognised by its {code.family.upper() if family == 'nvml' else code.family} "
-                f"error code ({code.code}, {name}, read from its {how}), not by a catalogued message; "
+                f"error code ({code.code}, {name}, {read}), not by a catalogued message; "
                 "this is the code's usual cause on a node.", strength), (code.id, "generic")))
             break
     return hits
