@@ -32,6 +32,7 @@ from typing import Any
 from gpunode.datatables import DataError, data_dir, optional_field, read_table, source_field, text_field
 from gpunode.explain.candidate import fill
 from gpunode.explain.finding import Doc, Finding
+from gpunode.explain.normalise import normalise
 from gpunode.explain.tables import FORMAT_VERB, PLACEHOLDER, Detector, catalogue, group_names, tables
 from gpunode.record import Frozen
 
@@ -210,6 +211,51 @@ def catalogued() -> tuple[Catalogued, ...]:
     return tuple(out)
 
 
+PREFIX_WORDS = 5  # the fixed words a message cut at the end of a line must keep to be read as that message
+
+
+def _cut(template: str) -> re.Pattern[str] | None:
+    """A catalogued message as a pattern for a paste cut short at the end of a line ("... failed: ERROR_LIBRA",
+    "... the client has the vers"): its first PREFIX_WORDS fixed words, then as many of the following words as the
+    line still has, the line ending inside a word or inside what varies (a line ending at a word's end may be a
+    shorter message, complete: only an ellipsis says it was cut there). None for a message with fewer fixed words."""
+    text = re.sub(r"\{\w+\}", "\x00", FORMAT_VERB.sub("\x00", template))
+    tokens: list[str | None] = []  # words, None for what varies
+    for i, part in enumerate(text.split("\x00")):
+        tokens += ([None] if i else []) + re.findall(r"[A-Za-z0-9]+", part)
+    while tokens and tokens[0] is None:
+        tokens.pop(0)
+    words = [i for i, token in enumerate(tokens) if token is not None]
+    if len(words) < PREFIX_WORDS:
+        return None
+    head = words[PREFIX_WORDS - 1] + 1
+
+    def piece(token: str | None) -> str:
+        return r"[^\n]{1,80}?" if token is None else re.escape(token)
+
+    ellipsis = r"[\W_]*(?:\.{3}|\u2026)"  # "..." or "…": the paster says it was cut, at a word's end too
+    rest = "(?!)"  # built from the end: the line ends inside a word, inside a value, or at an ellipsis
+    for token in reversed(tokens[head:]):
+        cut = r"[^\n]{1,80}?" if token is None else "|".join(
+            re.escape(token[:j]) for j in range(len(token) - 1, 0, -1)) or "(?!)"
+        rest = r"[\W_]+(?:" + piece(token) + "(?:" + rest + "|" + ellipsis + ")|" + cut + ")"
+    body = r"[\W_]+".join(piece(token) for token in tokens[:head])
+    return re.compile(r"\b" + body + "(?:" + rest + "|" + ellipsis + r")[\W_]*$", re.IGNORECASE)
+
+
+@lru_cache(maxsize=1)
+def cut_messages() -> tuple[tuple[str, re.Pattern[str], Detector | None], ...]:
+    """(id, pattern, the row a finding shows or None) for every catalogued message long enough to be read cut."""
+    rows = {m.id: m.row for m in catalogued()}
+    out = []
+    for message in catalogue():
+        for line in normalise(message.template).split("\n"):  # as explain reads it: no log prefix
+            regex = _cut(line)
+            if regex is not None:
+                out.append((message.id, regex, rows.get(message.id)))
+    return tuple(out)
+
+
 @lru_cache(maxsize=1)
 def load() -> tuple[tuple[ErrorClass, ...], tuple[Subject, ...], tuple[Code, ...]]:
     """Read and check the three generic tables (a bad row is a DataError naming file and line)."""
@@ -325,6 +371,23 @@ def _catalogue_hits(start: int, line: str) -> list[tuple[int, int, Finding, tupl
     return hits
 
 
+def _cut_hits(start: int, line: str) -> list[tuple[int, int, Finding, tuple[Any, ...]]]:
+    """A line that ends inside a catalogued message (a paste cut mid-word): read as that message when every
+    catalogued message it can be the beginning of has the same finding."""
+    found = [(finding_id, match, row) for finding_id, regex, row in cut_messages()
+             for match in [regex.search(line)] if match]
+    if not found or len({finding_id for finding_id, _, _ in found}) != 1:
+        return []
+    finding_id, match, row = min(found, key=lambda f: f[1].start())
+    if row is None:
+        return []
+    return [(48, start + match.start(), _finding(
+        row, {"generic": "cut-message"}, line, "generic match: a catalogued message cut short",
+        "Generic finding: this line ends inside a catalogued message (the paste was cut at the end of the line) and "
+        "every catalogued message it can be the beginning of has the same cause, the following.", 48),
+        (finding_id, "generic"))]
+
+
 def _class_hits(start: int, line: str) -> list[tuple[int, int, Finding, tuple[Any, ...]]]:
     classes, subjects, _ = load()
     errors = [(c, m) for c in classes for m in c.regex.finditer(line)]
@@ -366,7 +429,8 @@ def findings(doc: Doc, specific: list[tuple[int, int, Finding, tuple[Any, ...]]]
         codes = _code_hits(start, line)
         # a line that names an error code is read by its code: the words around it ("Unable to load cudart library
         # ...: cuda driver library init failure: 3") are the wrapper, the code says what failed
-        for hit in codes + _catalogue_hits(start, line) + ([] if codes else _class_hits(start, line)):
+        for hit in codes + _catalogue_hits(start, line) + _cut_hits(start, line) + (
+                [] if codes else _class_hits(start, line)):
             if hit[2].id in explained_ids or hit[2].id in seen or any(strength > CATCH_ALL for strength in here):
                 continue
             seen.add(hit[2].id)

@@ -61,7 +61,9 @@ _PROMPTS = tuple(re.compile(p) for p in (
 _QUOTE = re.compile(r"^(?:[ \t]{0,3}>[ \t]?)+")
 _FENCE = re.compile(r"^\s*(?:```|~~~)")
 _FENCE_WITH_TEXT = re.compile(r"^(\s*)(```+|~~~+)(.*\S.*)$")  # "```docker: Error ..." (or "```bash", an info string)
-_BULLET = re.compile(r"^(?:[-*+\u2022]|\d{1,2}[.)])\s+")  # a Markdown or chat list item: "- ", "* ", "1. ", "2) "
+_BULLET = re.compile(r"^(?:(?:[-*+\u2022]|\d{1,2}[.)])\s+(?:\[[ xX]\]\s+)?|#{2,6}\s+)")  # a Markdown or chat list
+# item ("- ", "* ", "1. ", "2) ", a task "- [ ] ") or a heading of two levels or more ("## "; "# " is a root prompt)
+_EMPHASIS = re.compile(r"^([*_])(?=[^\s*_])(.*[^\s*_])\1$")  # a whole line in Markdown emphasis: *...*, _..._
 _HTML_BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
 _HTML_ENTITY = re.compile(r"&(?:#\d{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,7});")  # &quot; &#34; &gt; (a page or e-mail copy)
 _HTML_TAG = re.compile(r"</?(?:details|summary|code|pre|kbd|tt|b|strong|em|i|p|div|span)(?:\s[^<>]*)?>", re.IGNORECASE)
@@ -93,7 +95,7 @@ def _fences(line: str) -> list[str]:
     rest = match[3].strip()
     if not re.search(r"\s|:", rest) and not rest.endswith(("`", "~")):
         return [line]
-    return [match[1] + match[2], match[1] + rest]
+    return [match[1] + match[2], match[1] + re.sub(r"\s*(?:`{3,}|~{3,})$", "", rest)]  # and a closing fence
 
 
 _JSON_RECORD = re.compile(r'^\s*\{.*"(?:log|msg|message|MESSAGE)"\s*:.*\}\s*$')
@@ -231,7 +233,7 @@ def _lines(text: str, terminal: bool) -> list[_Line]:
         if _FENCE.match(line):
             raw.append("")  # a fence ends a paragraph
             continue
-        raw.append(_MARKUP.sub("", line).rstrip())
+        raw.append(_EMPHASIS.sub(r"\2", _MARKUP.sub("", line).rstrip()))
     widths = [len(line) - len(line.lstrip()) for line in raw if line.strip()]
     common = min(widths, default=0)
     lines = []
