@@ -109,8 +109,13 @@ GENERIC_SCHEMA = {"id": text_field, "class": text_field, "subject": _regex, "str
 CODE_SCHEMA = {"family": text_field, "code": _int, "names": optional_field(_names), "message": optional_field(_optional), "id": text_field,
                "source": source_field, "string": optional_field(_optional)}
 # A call of the library's API right before its error string: "nvmlDeviceGetHandleByIndex(): Unknown Error",
-# "nvmlInit_v2() failed: GPU is lost". The function's name makes even a common string (Unknown Error) NVML's.
-_CALL = {"nvml": r"\b(?P<call>nvml[A-Z]\w*)(?:\([^()\n]{0,40}\))?[^\n\w]{0,4}(?:(?:failed|returned|error|with|:)\W{0,3}){0,3}"}
+# "nvmlInit_v2() failed: GPU is lost", "cuInit failed: unknown error". The function's name makes even a common
+# string (Unknown Error) the library's. For CUDA only the calls that start it (initialise, count or pick a device,
+# make the first context): there a code's cause is the node's; the same code from a running kernel's call is not.
+_AFTER_CALL = r"(?:\([^()\n]{0,40}\))?[^\n\w]{0,4}(?:(?:failed|returned|error|with|:)\W{0,3}){0,3}"
+_CALL = {"nvml": r"\b(?P<call>nvml[A-Z]\w*)" + _AFTER_CALL,
+         "cuda": r"\b(?P<call>cuInit|cuDeviceGet(?:Count)?|cuCtxCreate\w*|cuDevicePrimaryCtxRetain|cudaGetDeviceCount"
+                 r"|cudaSetDevice|cudaGetDevice|cudaInitDevice)\b" + _AFTER_CALL}
 _CONTEXT = {"cuda": re.compile(r"cuda|\bcu[A-Z]\w+|\bGPU", re.IGNORECASE),
             "nvml": re.compile(r"nvml|nvidia-smi|\bGPU", re.IGNORECASE)}
 

@@ -108,6 +108,20 @@ def test_cuda_codes_a_node_causes_name_their_cause(text: str, expected: str):
     assert _ids(text)[:1] == [expected]
 
 
+@pytest.mark.parametrize("text", ["cuInit failed: unknown error", "cudaGetDeviceCount(): unknown error",
+                                  "Error: cudaSetDevice(0) failed: unknown error",
+                                  "cuDeviceGetCount() returned unknown error"])
+def test_cudas_unknown_error_from_a_call_that_starts_cuda_is_the_nodes_start_up_failure(text: str):
+    finding = explain(text)[0]
+    assert finding.id == "cuda.unknown-error" and finding.values["call"] in text
+
+
+def test_cudas_unknown_error_from_a_running_programs_call_or_alone_is_not_read_by_its_call():
+    for text in ("cudaMemcpy failed: unknown error", "cudaMalloc(): unknown error", "unknown error",
+                 "my_cuInit_wrapper: unknown error"):
+        assert "cuda.unknown-error" not in _ids(text), text
+
+
 def test_a_timeout_or_a_702_that_is_not_cudas_is_not_the_display_watchdog():
     for text in ("ssh: connect to host gpu1 port 22: Connection timed out",
                  "the launch of the job timed out after 600 s", "HTTP error 702 from the proxy"):
