@@ -56,7 +56,8 @@ def evaluate(part: str) -> dict[str, object]:
 # this run prints for the same texts is no longer blind once rules were written after it.
 BLIND_AT_COLLECTION = {"batch 4": (5, 16), "batch 5": (24, 40), "batch 6": (13, 31), "batch 7": (13, 30),
                        "batch 8": (18, 40), "batch 9": (19, 51), "batch 10": (14, 26),
-                       "batch 11": (8, 11), "batch 12": (3, 13), "batch 13": (4, 8)}
+                       "batch 11": (8, 11), "batch 12": (3, 13), "batch 13": (4, 8),
+                       "batch 14": (5, 9)}
 _BATCH = re.compile(r"\((batch \d+), blind")
 
 
