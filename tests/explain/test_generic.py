@@ -671,3 +671,58 @@ def test_the_same_failure_on_a_distribution_kernel_or_a_custom_kernel_alone_is_n
     # another module's build failing beside a custom kernel is not the NVIDIA driver's
     assert "dkms.headers-missing" not in {f.id for f in explain(
         "custom kernel\n/var/lib/dkms/zfs/2.1.5/build/module/os/linux/zfs/zfs_vnops_os.c:10:1: error: unknown type")}
+
+
+# --- batch 14 (explain9): classes of batch 14's misses, each from the emitter's schema or source, each with a twin ---
+
+@pytest.mark.parametrize("text", [
+    'docker-compose up -d fails with error: "services.api.deploy.resources.limits Additional property devices is not '
+    'allowed"',
+    "services.vllm.deploy.resources.limits additional properties 'devices' not allowed",
+    "ERROR: The Compose file './docker-compose.yml' is invalid because:\n"
+    "services.app.deploy.resources.limits value Additional properties are not allowed ('devices' was unexpected)",
+])
+def test_gpu_devices_under_compose_limits_are_a_misplaced_request_not_an_old_compose(text: str) -> None:
+    ids = [f.id for f in explain(text)]
+    assert ids[:1] == ["compose.devices-misplaced"] and "compose.too-old-for-gpus" not in ids
+    assert "reservations" in explain(text)[0].cause
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # devices under reservations refused: the compose binary predates GPU reservations (the older finding)
+    ("services.app.deploy.resources.reservations value Additional properties are not allowed ('devices' was "
+     "unexpected)", "compose.too-old-for-gpus"),
+    # another key refused under limits is not a GPU request
+    ("services.api.deploy.resources.limits Additional property gpus is not allowed", None),
+])
+def test_devices_under_reservations_or_another_key_under_limits_is_not_the_misplaced_request(
+        text: str, expected: str | None) -> None:
+    ids = [f.id for f in explain(text)]
+    assert "compose.devices-misplaced" not in ids
+    if expected:
+        assert ids[:1] == [expected]
+
+
+_V3 = 'time="2026-01-21T12:32:09Z" level=fatal msg="Error: unable to load config: unsupported config version: 3"'
+
+
+def test_the_toolkit_refusing_containerds_config_version_3_is_a_toolkit_older_than_1_17_4() -> None:
+    finding = explain(_V3 + '\ntime="2026-01-21T12:32:09Z" level=error msg="error running nvidia-toolkit: unable to '
+                      'setup runtime: error running containerd command: exit status 1"')[0]
+    assert (finding.id, finding.values.get("version")) == ("toolkit.too-old", "3")
+    assert "v1.17.4" in finding.title and "unsupported config version: 3" in finding.excerpt
+
+
+@pytest.mark.parametrize("text", [
+    # the same loader failing on a broken file is not its version support
+    "level=fatal msg=\"Error: unable to load config: toml: line 12: expected '.' or '=', but got '\\\"' instead\"",
+    # versions 1 and 2 are read by every supported toolkit
+    "unable to load config: unsupported config version: 2",
+])
+def test_a_broken_config_or_an_old_version_number_is_not_the_toolkit_too_old_for_version_3(text: str) -> None:
+    assert "toolkit.too-old" not in {f.id for f in explain(text)}
+
+
+def test_nvidia_ctks_own_wording_of_the_version_3_refusal_is_the_same_old_toolkit() -> None:
+    finding = explain("ERRO[0000] unable to load config for runtime containerd: unsupported config version: 3")[0]
+    assert finding.id == "toolkit.too-old" and "gpunode install --only toolkit" in finding.fix
