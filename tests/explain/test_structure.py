@@ -78,24 +78,18 @@ def test_an_nvml_call_answering_a_programs_mistake_or_a_missing_feature_is_nothi
     assert explain(f"nvmlDeviceGetPowerUsage(): {string}") == []
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("nvmlDeviceCreateGpuInstance failed: Insufficient Resources", "mig.insufficient-resources"),
-    ("pynvml.NVMLError_InUse: In use by another client", "mig.reset-blocked"),
-    ("failed to get device memory info: ERROR_ARGUMENT_VERSION_MISMATCH", "nvml.function-not-found"),
-    ("nvmlInit_v2: NVML_ERROR_GPU_NOT_FOUND", "smi.no-devices"),
-])
-def test_nvml_codes_added_from_nvml_h_name_their_cause(text: str, expected: str):
-    assert _ids(text)[:1] == [expected]
-
-
 def test_nvml_words_that_are_not_an_nvml_answer_are_not_its_codes():
     assert "mig.insufficient-resources" not in _ids("kubelet: 0/3 nodes are available: Insufficient Resources.")
     assert "nvml.function-not-found" not in _ids("pip: argument version mismatch in setup.cfg")
 
 
-# --- CUDA: the node-caused codes added from the CUDA 13.0 headers ------------------------------------------------
+# --- the codes added from nvml.h and the CUDA 13.0 headers -------------------------------------------------------
 
 @pytest.mark.parametrize("text, expected", [
+    ("nvmlDeviceCreateGpuInstance failed: Insufficient Resources", "mig.insufficient-resources"),
+    ("pynvml.NVMLError_InUse: In use by another client", "mig.reset-blocked"),
+    ("failed to get device memory info: ERROR_ARGUMENT_VERSION_MISMATCH", "nvml.function-not-found"),
+    ("nvmlInit_v2: NVML_ERROR_GPU_NOT_FOUND", "smi.no-devices"),
     ("RuntimeError: CUDA error: the launch timed out and was terminated", "cuda.launch-timeout"),
     ("CUDA_ERROR_LAUNCH_TIMEOUT", "cuda.launch-timeout"),
     ("kernel.cu(42): CUDA error 702", "cuda.launch-timeout"),
@@ -104,7 +98,7 @@ def test_nvml_words_that_are_not_an_nvml_answer_are_not_its_codes():
     ("cudaSetDevice failed: exclusive-thread device already in use by a different thread", "cuda.devices-busy"),
     ("cuCtxCreate: CUDA_ERROR_CONTEXT_ALREADY_IN_USE", "cuda.devices-busy"),
 ])
-def test_cuda_codes_a_node_causes_name_their_cause(text: str, expected: str):
+def test_nvml_and_cuda_codes_added_from_their_headers_name_their_cause(text: str, expected: str):
     assert _ids(text)[:1] == [expected]
 
 
