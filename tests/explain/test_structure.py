@@ -97,6 +97,9 @@ def test_nvml_words_that_are_not_an_nvml_answer_are_not_its_codes():
     ("cuInit returned CUDA_ERROR_DEVICE_NOT_LICENSED", "vgpu.unlicensed"),
     ("cudaSetDevice failed: exclusive-thread device already in use by a different thread", "cuda.devices-busy"),
     ("cuCtxCreate: CUDA_ERROR_CONTEXT_ALREADY_IN_USE", "cuda.devices-busy"),
+    ("RuntimeError: CUDA error: PTX JIT compiler library not found", "cuda.ptxjit-missing"),
+    ("cuModuleLoadData failed with CUDA_ERROR_JIT_COMPILER_NOT_FOUND", "cuda.ptxjit-missing"),
+    ("CUDA error 221 while loading the module", "cuda.ptxjit-missing"),
 ])
 def test_nvml_and_cuda_codes_added_from_their_headers_name_their_cause(text: str, expected: str):
     assert _ids(text)[:1] == [expected]
@@ -116,10 +119,13 @@ def test_cudas_unknown_error_from_a_running_programs_call_or_alone_is_not_read_b
         assert "cuda.unknown-error" not in _ids(text), text
 
 
-def test_a_timeout_or_a_702_that_is_not_cudas_is_not_the_display_watchdog():
+def test_a_timeout_a_702_or_a_221_that_is_not_cudas_is_not_its_code():
     for text in ("ssh: connect to host gpu1 port 22: Connection timed out",
                  "the launch of the job timed out after 600 s", "HTTP error 702 from the proxy"):
         assert "cuda.launch-timeout" not in _ids(text), text
+    # nor another compiler's JIT, or a 221 that is not CUDA's
+    for text in ("numba: LLVM JIT compiler library not found", "HTTP/1.1 221 closing connection"):
+        assert "cuda.ptxjit-missing" not in _ids(text), text
 
 
 # --- a catalogued message cut at the end of a line ---------------------------------------------------------------
