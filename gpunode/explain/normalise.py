@@ -69,8 +69,15 @@ _HTML_ENTITY = re.compile(r"&(?:#\d{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-
 _HTML_TAG = re.compile(r"</?(?:details|summary|code|pre|kbd|tt|b|strong|em|i|p|div|span)(?:\s[^<>]*)?>", re.IGNORECASE)
 _TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
 _TABLE_RULE = re.compile(r"^\s*\|?(?:\s*:?-{3,}:?\s*\|)+\s*:?-*:?\s*$")  # |---|:--:| (not nvidia-smi's +---+)
-_MARKUP = re.compile(r"`+|\*\*_(?=\S)|(?<=\S)_\*\*|\*\*|(?<=\s)__|__(?=\s)")  # inline code, bold and bold italic
+_MARKUP = re.compile(r"`+|\*\*_(?=\S)|(?<=\S)_\*\*|\*\*|(?<!\S)__|__(?!\S)")  # inline code, bold and bold italic
 # (**_..._**) around a pasted message or a part of it
+_DUNDER = re.compile(r"(?<!\w)(__[A-Za-z]\w*?__)(?!\w)")  # a Python name (__init__, __call__): a traceback's words, not bold
+
+
+def _unmark(line: str) -> str:
+    """The line without Markdown's inline markup, Python's double-underscore names kept whole."""
+    parts = _DUNDER.split(line)
+    return "".join(part if i % 2 else _MARKUP.sub("", part) for i, part in enumerate(parts))
 # A line that begins a message of its own, never the tail of a wrapped one.
 _RECORD_START = re.compile(r"^(?:[\w.\-/]+(?:\[\d+\])?:\s|[A-Z]{4,}\[|\[|Error\b|ERROR\b|WARNING\b|Failed\b|"
                            r"Unable\b|NVIDIA-SMI\b|NVRM\b|Traceback\b|terminate\b)")
@@ -233,7 +240,7 @@ def _lines(text: str, terminal: bool) -> list[_Line]:
         if _FENCE.match(line):
             raw.append("")  # a fence ends a paragraph
             continue
-        raw.append(_EMPHASIS.sub(r"\2", _MARKUP.sub("", line).rstrip()))
+        raw.append(_EMPHASIS.sub(r"\2", _unmark(line).rstrip()))
     widths = [len(line) - len(line.lstrip()) for line in raw if line.strip()]
     common = min(widths, default=0)
     lines = []
