@@ -195,3 +195,31 @@ def test_the_connection_s_socket_acknowledges_at_once(sim_node, tmp_path, monkey
         transport = conn._client.get_transport()
         assert isinstance(transport.sock, ssh._AckingSocket)
         assert armed.count((socket.IPPROTO_TCP, socket.TCP_QUICKACK)) >= 4  # banner, kex, login, command
+
+
+def test_a_converged_install_s_session_takes_seven_round_trips(sim_node, tmp_path):
+    """The session of a converged install (log in, the node lock taken with the probe, the release), through a relay
+    that delays each direction 50 ms and counts the turns: each time gpunode sends after the node sent (it waited
+    for an answer; benchmarks/relay.py). Seven: the version banners, the key exchange (two), the service request,
+    the login, the command channel's opening, its exec request carrying the lock and the probe (no wait for the
+    channel's greeting: gpunode/connection/ssh.py serve_command), the release. With the greeting waited for, eight."""
+    from benchmarks.relay import DelayRelay
+    from gpunode import nodelock
+    from gpunode.facts import first_probe
+
+    node = sim_node("ubuntu-22.04-nogpu")
+    with DelayRelay(node.port, delay=0.05, lifetime=120) as relay:
+        known = tmp_path / "known_hosts"
+        known.write_text(f"[127.0.0.1]:{relay.port} " + " ".join(Path(node.known_hosts).read_text().split()[1:3]) + "\n")
+        cfg = tmp_path / "ssh_config"
+        cfg.write_text("")
+        relay.mark()
+        conn = open_connection(ConnectionSpec(host=f"root@127.0.0.1:{relay.port}", identity=[node.key_path],
+                                              known_hosts=[str(known)], ssh_config=str(cfg)))
+        with conn:
+            first = first_probe()
+            with nodelock.held(conn, "install", 10, then=first.script, then_timeout=60) as lock:
+                facts = gather(conn, first=(first, lock.then))
+                assert facts.kernel == node.kernel and lock.held is None  # the connection's process holds it
+        assert relay.turns() == 7
+    assert not node.exists(nodelock.LOCK_PATH)
