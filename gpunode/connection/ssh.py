@@ -215,10 +215,51 @@ def gcm_first(ciphers: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(c for c in _GCM if c in ciphers) + tuple(c for c in ciphers if c not in _GCM)
 
 
+class _LoginAtOnce(paramiko.auth_handler.AuthHandler):
+    """paramiko's client login by key, with the login request sent right behind the service request instead of after
+    sshd's acceptance of it: one round trip less. sshd handles a connection's messages in order, and its answer to
+    the service request (ssh-userauth) is what readies it for the login request that follows. For an RSA key whose
+    signature algorithm depends on the server's server-sig-algs not yet received, paramiko's own order is kept."""
+
+    _sent_early = False
+
+    def _request_auth(self) -> None:
+        super()._request_auth()
+        key = self.private_key
+        if self.auth_method != "publickey" or key is None:
+            return
+        if "rsa" in self._get_key_type_and_bits(key)[0] and "server-sig-algs" not in self.transport.server_extensions:
+            return
+        accepted = paramiko.Message()
+        accepted.add_string("ssh-userauth")
+        accepted.rewind()
+        super()._parse_service_accept(accepted)  # paramiko's own login request, as on sshd's acceptance
+        self._sent_early = True
+
+    def _parse_service_accept(self, m: paramiko.Message) -> None:
+        if not self._sent_early:
+            super()._parse_service_accept(m)
+
+
+class _Transport(paramiko.Transport):
+    """paramiko's Transport whose login by key is _LoginAtOnce (every auth_* method makes a fresh AuthHandler)."""
+
+    @property
+    def auth_handler(self) -> paramiko.auth_handler.AuthHandler | None:
+        return self.__dict__.get("_gpunode_auth_handler")
+
+    @auth_handler.setter
+    def auth_handler(self, handler: paramiko.auth_handler.AuthHandler | None) -> None:
+        if type(handler) is paramiko.auth_handler.AuthHandler:
+            handler.__class__ = _LoginAtOnce
+        self.__dict__["_gpunode_auth_handler"] = handler
+
+
 def _transport(sock: str | tuple[str, int] | socket.socket | paramiko.Channel | paramiko.ProxyCommand,
                **kwargs: Any) -> paramiko.Transport:
-    """paramiko's Transport with the cipher order above (the keywords differ between paramiko 3 and 5)."""
-    transport = paramiko.Transport(sock, **kwargs)
+    """paramiko's Transport with the cipher order above (the keywords differ between paramiko 3 and 5) and the
+    login request sent at once (_LoginAtOnce)."""
+    transport = _Transport(sock, **kwargs)
     options = transport.get_security_options()
     options.ciphers = gcm_first(tuple(options.ciphers))
     return transport

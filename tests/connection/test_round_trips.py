@@ -197,12 +197,13 @@ def test_the_connection_s_socket_acknowledges_at_once(sim_node, tmp_path, monkey
         assert armed.count((socket.IPPROTO_TCP, socket.TCP_QUICKACK)) >= 4  # banner, kex, login, command
 
 
-def test_a_converged_install_s_session_takes_seven_round_trips(sim_node, tmp_path):
+def test_a_converged_install_s_session_takes_six_round_trips(sim_node, tmp_path):
     """The session of a converged install (log in, the node lock taken with the probe, the release), through a relay
     that delays each direction 50 ms and counts the turns: each time gpunode sends after the node sent (it waited
-    for an answer; benchmarks/relay.py). Seven: the version banners, the key exchange (two), the service request,
-    the login, the command channel's opening, its exec request carrying the lock and the probe (no wait for the
-    channel's greeting: gpunode/connection/ssh.py serve_command), the release. With the greeting waited for, eight."""
+    for an answer; benchmarks/relay.py, as the benchmark counts them for `ssh node SCRIPT`). Six: the banners and
+    the key exchange (three), the service and login requests together (gpunode/connection/ssh.py _LoginAtOnce), the
+    command channel's opening, its exec request carrying the lock and the probe (serve_command: no wait for the
+    loop's greeting), the release. Eight before either (main at 9c0f4a4)."""
     from benchmarks.relay import DelayRelay
     from gpunode import nodelock
     from gpunode.facts import first_probe
@@ -221,5 +222,37 @@ def test_a_converged_install_s_session_takes_seven_round_trips(sim_node, tmp_pat
             with nodelock.held(conn, "install", 10, then=first.script, then_timeout=60) as lock:
                 facts = gather(conn, first=(first, lock.then))
                 assert facts.kernel == node.kernel and lock.held is None  # the connection's process holds it
-        assert relay.turns() == 7
+        assert relay.turns() == 6
     assert not node.exists(nodelock.LOCK_PATH)
+
+
+def test_the_login_request_sent_at_once_logs_in_with_an_rsa_key_after_a_refused_one(sim_node, tmp_path, monkeypatch):
+    """The login request rides right behind the service request (gpunode/connection/ssh.py _LoginAtOnce): sshd
+    refuses a key it does not know as before (the next identity is tried), and an RSA key, whose signature
+    algorithm follows the server's server-sig-algs, logs in."""
+    import subprocess
+
+    from gpunode.connection import ssh as ssh_module
+
+    node = sim_node("ubuntu-22.04-nogpu")
+    keys = {}
+    for kind in ("ed25519", "rsa"):
+        keys[kind] = tmp_path / f"id_{kind}"
+        subprocess.run(["ssh-keygen", "-q", "-t", kind, "-N", "", "-f", str(keys[kind])], check=True, timeout=60)
+    authorized = Path(node.dir) / "authorized_keys"
+    authorized.write_text(authorized.read_text() + (tmp_path / "id_rsa.pub").read_text())
+    early = []
+    real = ssh_module._LoginAtOnce._request_auth
+
+    def spy(self):
+        real(self)
+        early.append((self._get_key_type_and_bits(self.private_key)[0], self._sent_early))
+
+    monkeypatch.setattr(ssh_module._LoginAtOnce, "_request_auth", spy)
+    s = spec(node, tmp_path)
+    conn = ssh_module.SSHConnection(s.host, ssh_module.SSHOptions(
+        identity=[str(keys["ed25519"]), str(keys["rsa"])], known_hosts=s.known_hosts, ssh_config=s.ssh_config))
+    with conn.connect(defer_checks=True):
+        assert conn.run(["echo", "in"]).stdout == "in\n"
+    assert early[0] == ("ssh-ed25519", True)  # refused, then the next identity on a new connection
+    assert early[1][0] == "ssh-rsa" and len(early) == 2

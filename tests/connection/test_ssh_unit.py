@@ -348,3 +348,16 @@ def test_a_command_the_loop_runs_sees_the_loop_s_parent_as_ppid(shell):
     out = subprocess.run([*shell, "-c", _SERVE], input=frame, capture_output=True, timeout=30, check=False).stdout
     assert out == b"gpunode-serve 1\n%d\nn1 0\nn1 .\n" % os.getpid()
     assert SSHConnection("root@127.0.0.1:22").lock_owner() != conn.lock_owner()  # a fresh word per connection
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_the_channel_s_first_command_rides_in_the_exec_request_and_the_loop_goes_on(shell):
+    """serve_command: the first command (quoted into the command the exec request runs) runs before the loop reads
+    its first frame, with its stdin from /dev/null (the frames stay for the loop), and reports as a frame would."""
+    from gpunode.connection.ssh import serve_command
+
+    first = "cat; printf 'it'\"'\"'s\\n'; echo err >&2; exit 4"  # quotes, a newline escape, stdin it must not take
+    out = subprocess.run([*shell, "-c", serve_command((b"n0", first))], input=b"n1 0 -\necho next\nn1\n",
+                         capture_output=True, timeout=30, check=False)
+    assert out.stdout == b"gpunode-serve 1\nit's\nn0 4\nn0 .\nnext\nn1 0\nn1 .\n"
+    assert out.stderr == b"gpunode-serve\nerr\nn0\nn1\n"
