@@ -195,10 +195,11 @@ _SERVE_LOOP = r"""while IFS= read -r gpunode_h; do
 done
 """
 _SERVE = _SERVE_HEAD + _SERVE_LOOP
-# The first command of a channel rides in the exec request itself when it has no stdin and its line is at most this
-# long (bytes): OpenSSH opens a session channel's window only once the command started, so a frame sent after the
-# request waits a round trip for it. The line is a single argument of `$SHELL -c` (Linux: 128 KiB at most).
-_SERVE_INLINE = 96 * 1024
+# The first command of a channel rides in the exec request itself when it has no stdin and the request's command (the
+# loop with the line quoted into it) is at most this long (bytes): OpenSSH opens a session channel's window only once
+# the command started, so a frame sent after the request waits a round trip for it. That command is a single
+# argument of `$SHELL -c` (Linux: 128 KiB at most).
+_SERVE_INLINE = 120 * 1024
 
 
 def serve_command(first: tuple[bytes, str] | None = None) -> str:
@@ -762,13 +763,13 @@ class SSHConnection(Connection):
         out, err = bytearray(), bytearray()
         deadline = time.monotonic() + 30
         try:
-            while _split_greeting(out, err) is None:
+            while True:
                 _drain(chan, out, err)
-                if _split_greeting(out, err) is not None:
+                split = _split_greeting(out, err)
+                if split is not None:
                     break
-                if (chan.closed or chan.eof_received) and not (chan.recv_ready() or chan.recv_stderr_ready()):
-                    raise self._ended_before_greeting(transport, chan, out, err)
-                if time.monotonic() > deadline or not transport.is_active():
+                ended = (chan.closed or chan.eof_received) and not (chan.recv_ready() or chan.recv_stderr_ready())
+                if ended or time.monotonic() > deadline or not transport.is_active():
                     raise self._ended_before_greeting(transport, chan, out, err)
                 cancel.check_abort(f"connecting to {self.name}")
                 select.select([chan], [], [], 0.05)
@@ -778,10 +779,9 @@ class SSHConnection(Connection):
             if self._shell_unchecked:
                 self.close()
             raise
-        self._greeted(_split_greeting(out, err))
+        self._greeted(split)
 
-    def _greeted(self, split: tuple[bytes, bytes, bytes] | None) -> None:
-        assert split is not None
+    def _greeted(self, split: tuple[bytes, bytes, bytes]) -> None:
         self._shell_unchecked = False
         self._serve_greeted = True
         self._serve_b64 = split[0].split()[:1] == [b"1"]
@@ -814,7 +814,7 @@ class SSHConnection(Connection):
                                  or chan.get_transport() is not transport):
             _drop(chan)
             chan = self._serve = None
-        if chan is None and not stdin and len(self._owned(line).encode()) <= _SERVE_INLINE:
+        if chan is None and not stdin and len(serve_command((b"", self._owned(line))).encode()) <= _SERVE_INLINE:
             return None
         if chan is None:
             chan = self._start_serving(transport)
@@ -1226,6 +1226,8 @@ def _exec_request(chan: paramiko.Channel, command: str) -> None:
     m.add_string("exec")
     m.add_boolean(True)
     m.add_string(command)
+    if not chan.transport.is_active():  # paramiko would drop the request without a word
+        raise paramiko.SSHException("the SSH connection is closed")
     chan._event_pending()
     chan.transport._send_user_message(m)
 

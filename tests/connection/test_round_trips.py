@@ -256,3 +256,31 @@ def test_the_login_request_sent_at_once_logs_in_with_an_rsa_key_after_a_refused_
         assert conn.run(["echo", "in"]).stdout == "in\n"
     assert early[0] == ("ssh-ed25519", True)  # refused, then the next identity on a new connection
     assert early[1][0] == "ssh-rsa" and len(early) == 2
+
+
+def test_a_first_command_too_long_for_the_exec_request_comes_as_a_frame_on_the_same_channel(sim_node, tmp_path):
+    """A channel's first command rides in its exec request only up to _SERVE_INLINE (one argument of the login
+    shell's `-c`); a longer one is the loop's first frame, read after the greeting as any other."""
+    from gpunode.connection import ssh as ssh_module
+    from gpunode.shell import Script
+
+    node = sim_node("ubuntu-22.04-nogpu", sshd_log_level="DEBUG1")
+    before = channels(node)
+    filler = "\n".join(f": {'x' * 70}" for _ in range(ssh_module._SERVE_INLINE // 70 + 10))
+    with open_connection(spec(node, tmp_path)) as conn:
+        long = conn.run(Script(filler + "\necho long; echo err >&2; exit 3", (), "long"))
+        assert (long.exit_code, long.stdout, long.stderr) == (3, "long\n", "err\n")
+        assert conn.run(["echo", "next"]).stdout == "next\n"
+    assert channels(node) - before == 1
+
+
+def test_a_refusing_login_shell_is_named_when_the_first_command_has_stdin(sim_node, tmp_path):
+    """A first command with stdin waits for the loop's greeting (base64 or not): a login shell that refuses
+    commands is named there too."""
+    node = sim_node("ubuntu-22.04-nogpu")
+    shell = pwd.getpwuid(0).pw_shell
+    node.write(shell, "#!/bin/sh\necho 'This account is currently not available.'\nexit 1\n", 0o755)
+    conn = open_connection(spec(node, tmp_path))
+    with pytest.raises(ConnectError) as info:
+        conn.run(["cat"], stdin=b"data")
+    assert "the login shell of root refuses to run commands (it said: 'This account" in info.value.message
