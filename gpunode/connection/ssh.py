@@ -236,6 +236,8 @@ class _LoginAtOnce(paramiko.auth_handler.AuthHandler):
         accepted.rewind()
         super()._parse_service_accept(accepted)  # paramiko's own login request, as on sshd's acceptance
         self._sent_early = True
+        if isinstance(self.transport, _Transport):
+            self.transport.open_early()
 
     def _parse_service_accept(self, m: paramiko.Message) -> None:
         if not self._sent_early:
@@ -243,7 +245,42 @@ class _LoginAtOnce(paramiko.auth_handler.AuthHandler):
 
 
 class _Transport(paramiko.Transport):
-    """paramiko's Transport whose login by key is _LoginAtOnce (every auth_* method makes a fresh AuthHandler)."""
+    """paramiko's Transport whose login by key is _LoginAtOnce (every auth_* method makes a fresh AuthHandler).
+    With `session_early`, the command channel's request to open follows the login request at once, from a thread
+    of its own (paramiko's open_session waits for its answer): RFC 4252 5.1 has a server pass what follows the
+    request that logs in to the service, and OpenSSH's sshd does. Only where this connection tries one key and
+    nothing else: a refused key ends the connection (the next key has one of its own), so the request never
+    meets a second login attempt."""
+
+    session_early = False
+    _early: tuple[threading.Thread, dict[str, Any]] | None = None
+    _early_done = False
+
+    def open_early(self) -> None:
+        if not self.session_early or self._early is not None or self._early_done:
+            return
+        box: dict[str, Any] = {}
+
+        def opener() -> None:
+            try:  # sent once the login request went (the caller holds the transport's lock until then)
+                box["chan"] = self.open_session(timeout=30)
+            except (paramiko.SSHException, EOFError, OSError) as exc:
+                box["error"] = exc
+
+        thread = threading.Thread(target=opener, name="gpunode-session-early", daemon=True)
+        self._early = (thread, box)
+        thread.start()
+
+    def early_session(self) -> paramiko.Channel | None:
+        """The channel opened behind the login request, the first time it is asked for (None: none was opened,
+        or the node refused it: the caller opens one as usual)."""
+        if self._early is None or self._early_done:
+            return None
+        thread, box = self._early
+        self._early_done = True
+        thread.join(30)
+        chan = box.get("chan")
+        return chan if chan is not None and not chan.closed else None
 
     @property
     def auth_handler(self) -> paramiko.auth_handler.AuthHandler | None:
@@ -257,10 +294,11 @@ class _Transport(paramiko.Transport):
 
 
 def _transport(sock: str | tuple[str, int] | socket.socket | paramiko.Channel | paramiko.ProxyCommand,
-               **kwargs: Any) -> paramiko.Transport:
-    """paramiko's Transport with the cipher order above (the keywords differ between paramiko 3 and 5) and the
-    login request sent at once (_LoginAtOnce)."""
+               session_early: bool = False, **kwargs: Any) -> paramiko.Transport:
+    """paramiko's Transport with the cipher order above (the keywords differ between paramiko 3 and 5), the
+    login request sent at once (_LoginAtOnce) and, with `session_early`, the channel's request behind it."""
     transport = _Transport(sock, **kwargs)
+    transport.session_early = session_early
     options = transport.get_security_options()
     options.ciphers = gcm_first(tuple(options.ciphers))
     return transport
@@ -563,6 +601,12 @@ class SSHConnection(Connection):
         keys, encrypted = _load_keys(self.name, r.identities)
         password = self.options.password.value if self.options.password else None
         explicit = bool(r.identities) or password is not None
+        # one key and nothing else per connection: the command channel may be asked for right behind the login
+        single = explicit and not encrypted and password is None
+
+        def factory(sock: Any, **kwargs: Any) -> paramiko.Transport:
+            return _transport(sock, session_early=single, **kwargs)
+
         started = time.monotonic()
         try:
             for index, key in enumerate(keys or [None]):
@@ -575,7 +619,7 @@ class SSHConnection(Connection):
                         # MaxAuthTries is not spent on unrelated keys.
                         allow_agent=encrypted or not explicit, look_for_keys=not explicit,
                         timeout=self.options.connect_timeout, banner_timeout=self.options.connect_timeout,
-                        auth_timeout=30, channel_timeout=30, sock=sock, transport_factory=_transport,
+                        auth_timeout=30, channel_timeout=30, sock=sock, transport_factory=factory,
                     )
                     break
                 except paramiko.AuthenticationException:
@@ -745,7 +789,8 @@ class SSHConnection(Connection):
         """Open the command channel and ask for the loop, running `first` (nonce, command line) before it, without
         waiting for the answer: the loop's greeting is read with the first command's output (_collect_framed) or
         by `_greet`."""
-        chan = transport.open_session(timeout=30)
+        early = transport.early_session() if isinstance(transport, _Transport) else None
+        chan = early if early is not None else transport.open_session(timeout=30)
         try:
             chan.settimeout(SEND_TIMEOUT)
             _exec_request(chan, serve_command(first))

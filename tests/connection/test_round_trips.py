@@ -197,13 +197,13 @@ def test_the_connection_s_socket_acknowledges_at_once(sim_node, tmp_path, monkey
         assert armed.count((socket.IPPROTO_TCP, socket.TCP_QUICKACK)) >= 4  # banner, kex, login, command
 
 
-def test_a_converged_install_s_session_takes_six_round_trips(sim_node, tmp_path):
+def test_a_converged_install_s_session_takes_five_round_trips(sim_node, tmp_path):
     """The session of a converged install (log in, the node lock taken with the probe, the release), through a relay
     that delays each direction 50 ms and counts the turns: each time gpunode sends after the node sent (it waited
-    for an answer; benchmarks/relay.py, as the benchmark counts them for `ssh node SCRIPT`). Six: the banners and
-    the key exchange (three), the service and login requests together (gpunode/connection/ssh.py _LoginAtOnce), the
-    command channel's opening, its exec request carrying the lock and the probe (serve_command: no wait for the
-    loop's greeting), the release. Eight before either (main at 9c0f4a4)."""
+    for an answer; benchmarks/relay.py, as the benchmark counts them for `ssh node SCRIPT`). Five: the banners and
+    the key exchange (three); the service request, the login request and the command channel's opening together
+    (gpunode/connection/ssh.py _LoginAtOnce, _Transport.open_early); the channel's exec request carrying the lock
+    and the probe (serve_command: no wait for the loop's greeting); the release. Eight before (main at 9c0f4a4)."""
     from benchmarks.relay import DelayRelay
     from gpunode import nodelock
     from gpunode.facts import first_probe
@@ -222,7 +222,7 @@ def test_a_converged_install_s_session_takes_six_round_trips(sim_node, tmp_path)
             with nodelock.held(conn, "install", 10, then=first.script, then_timeout=60) as lock:
                 facts = gather(conn, first=(first, lock.then))
                 assert facts.kernel == node.kernel and lock.held is None  # the connection's process holds it
-        assert relay.turns() == 6
+        assert relay.turns() == 5
     assert not node.exists(nodelock.LOCK_PATH)
 
 
