@@ -226,23 +226,24 @@ class _LoginAtOnce(paramiko.auth_handler.AuthHandler):
     _sent_early = False
 
     def _request_auth(self) -> None:
-        super()._request_auth()
+        super()._request_auth()  # type: ignore[misc]  # paramiko's private hook (typeshed leaves it out)
         key = self.private_key
         if self.auth_method != "publickey" or key is None:
             return
-        if "rsa" in self._get_key_type_and_bits(key)[0] and "server-sig-algs" not in self.transport.server_extensions:
+        kind = self._get_key_type_and_bits(key)[0]  # type: ignore[attr-defined]
+        if "rsa" in kind and "server-sig-algs" not in self.transport.server_extensions:  # type: ignore[attr-defined]
             return
         accepted = paramiko.Message()
         accepted.add_string("ssh-userauth")
         accepted.rewind()
-        super()._parse_service_accept(accepted)  # paramiko's own login request, as on sshd's acceptance
+        super()._parse_service_accept(accepted)  # type: ignore[misc]  # paramiko's own login request, as on acceptance
         self._sent_early = True
         if isinstance(self.transport, _Transport):
             self.transport.open_early()
 
     def _parse_service_accept(self, m: paramiko.Message) -> None:
         if not self._sent_early:
-            super()._parse_service_accept(m)
+            super()._parse_service_accept(m)  # type: ignore[misc]
 
 
 class _Transport(paramiko.Transport):
@@ -1328,10 +1329,11 @@ def _exec_request(chan: paramiko.Channel, command: str) -> None:
     m.add_string("exec")
     m.add_boolean(True)
     m.add_string(command)
-    if not chan.transport.is_active():  # paramiko would drop the request without a word
+    transport = chan.get_transport()
+    if transport is None or not transport.is_active():  # paramiko would drop the request without a word
         raise paramiko.SSHException("the SSH connection is closed")
-    chan._event_pending()
-    chan.transport._send_user_message(m)
+    chan._event_pending()  # type: ignore[attr-defined]
+    transport._send_user_message(m)  # type: ignore[attr-defined]
 
 
 def _upto(data: bytearray, nonce: bytes) -> bytes:
