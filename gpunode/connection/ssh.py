@@ -246,6 +246,11 @@ class _LoginAtOnce(paramiko.auth_handler.AuthHandler):
             super()._parse_service_accept(m)  # type: ignore[misc]
 
 
+# the private hooks _LoginAtOnce relies on (paramiko 2.9 to 5.x have them all); without them, paramiko's own order
+_LOGIN_AT_ONCE_HOOKS = all(hasattr(paramiko.auth_handler.AuthHandler, name)
+                           for name in ("_request_auth", "_parse_service_accept", "_get_key_type_and_bits"))
+
+
 class _Transport(paramiko.Transport):
     """paramiko's Transport whose login by key is _LoginAtOnce (every auth_* method makes a fresh AuthHandler).
     With `session_early`, the command channel's request to open follows the login request at once, from a thread
@@ -290,7 +295,7 @@ class _Transport(paramiko.Transport):
 
     @auth_handler.setter
     def auth_handler(self, handler: paramiko.auth_handler.AuthHandler | None) -> None:
-        if type(handler) is paramiko.auth_handler.AuthHandler:
+        if type(handler) is paramiko.auth_handler.AuthHandler and _LOGIN_AT_ONCE_HOOKS:
             handler.__class__ = _LoginAtOnce
         self.__dict__["_gpunode_auth_handler"] = handler
 
