@@ -726,3 +726,110 @@ def test_a_broken_config_or_an_old_version_number_is_not_the_toolkit_too_old_for
 def test_nvidia_ctks_own_wording_of_the_version_3_refusal_is_the_same_old_toolkit() -> None:
     finding = explain("ERRO[0000] unable to load config for runtime containerd: unsupported config version: 3")[0]
     assert finding.id == "toolkit.too-old" and "gpunode install --only toolkit" in finding.fix
+
+
+# --- explain11: frameworks -----------------------------------------------------------------------------------------
+# The ML frameworks' and inference servers' GPU start-up messages, from their sources (rows in
+# data/explain_detectors.csv, messages in data/explain_catalogue.csv). Where two of them appear together, the one
+# that names the reason must come first; a benign neighbour of each message is no finding.
+
+
+def _ids(text: str) -> list[str]:
+    return [f.id for f in explain(text)]
+
+
+def test_vllms_start_up_memory_check_names_what_is_free_and_what_it_wants() -> None:
+    finding = explain("(EngineCore_DP0 pid=212) ERROR 10-06 12:00:02 [core.py:708] ValueError: Free memory on device "
+                      "cuda:0 (10.47/79.44 GiB) on startup is less than desired GPU memory utilization (0.9, 71.5 "
+                      "GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.")[0]
+    assert finding.id == "cuda.out-of-memory"
+    assert finding.title == "Only 10.47 of 79.44 GiB are free on the GPU; vLLM wants 71.5 GiB"
+    assert "(0.9)" in finding.cause and "--query-compute-apps" in finding.fix
+
+
+def test_tensorflows_kernel_and_dso_versions_are_named_in_the_mismatch() -> None:
+    finding = explain("E tensorflow/stream_executor/cuda/cuda_diagnostics.cc:313] kernel version 470.57.2 does not "
+                      "match DSO version 470.63.1 -- cannot find working devices in this configuration")[0]
+    assert finding.id == "cuda.driver-mismatch"
+    assert "470.63.1" in finding.title and "470.57.2" in finding.title
+
+
+def test_a_gpu_below_tensorflows_or_ollamas_minimum_is_the_build_without_code_for_it() -> None:
+    tf = explain("Ignoring visible gpu device (device: 0, name: Tesla K80, pci bus id: 0000:00:1e.0, compute "
+                 "capability: 3.7) with Cuda compute capability 3.7. The minimum required Cuda capability is 7.0.")[0]
+    assert (tf.id, tf.values["capability"], tf.values["minimum"]) == ("cuda.no-kernel-image", "3.7", "7.0")
+    # ollama prints both lines; the one that says why comes first
+    ollama = _ids('level=INFO source=gpu.go:295 msg="[0] CUDA GPU is too old. Compute Capability detected: 3.0"\n'
+                  'level=INFO source=gpu.go:396 msg="no compatible GPUs were discovered"')
+    assert ollama[:2] == ["cuda.no-kernel-image", "cuda.no-device"]
+
+
+@pytest.mark.parametrize(("beside", "first"), [
+    # the driver library failing with 999 is nvidia_uvm's unknown error
+    ('level=WARN source=gpu.go:562 msg="unable to load cuda driver library" library=/usr/lib/x86_64-linux-gnu/'
+     'libcuda.so.550.54.15 error="cuda driver library init failure: 999"', "cuda.unknown-error"),
+    (None, "cuda.no-device"),
+])
+def test_ollama_finding_no_gpu_gives_way_to_the_line_that_says_why(beside: str | None, first: str) -> None:
+    text = 'time=2024-10-15T09:18:18.299Z level=INFO source=gpu.go:347 msg="no compatible GPUs were discovered"'
+    assert _ids(f"{beside}\n{text}" if beside else text)[:1] == [first]
+
+
+@pytest.mark.parametrize(("beside", "first"), [
+    ("ggml_cuda_init: failed to initialize CUDA: unknown error", "cuda.unknown-error"),
+    ("ggml_cuda_init: failed to initialize CUDA: no CUDA-capable device is detected", "cuda.no-device"),
+    ("ggml_cuda_init: failed to initialize CUDA: CUDA driver version is insufficient for CUDA runtime version",
+     "cuda.insufficient-driver"),
+    (None, "cuda.cpu-only-build"),
+])
+def test_llama_cpp_without_a_usable_gpu_gives_way_to_the_cuda_error_beside_it(beside: str | None,
+                                                                              first: str) -> None:
+    text = ("warning: no usable GPU found, --gpu-layers option will be ignored\n"
+            "warning: one possible reason is that llama.cpp was compiled without GPU support")
+    assert _ids(f"{beside}\n{text}" if beside else text)[:1] == [first]
+
+
+@pytest.mark.parametrize(("beside", "first"), [
+    ("CUDA backend failed to initialize: Found cuDNN version 8600, but JAX was built against version 8907, which is "
+     "newer. The copy of cuDNN that is installed must be at least as new as the version against which JAX was built.",
+     "cuda.libraries-missing"),
+    (None, "cuda.cpu-only-build"),
+])
+def test_jax_falling_back_to_the_cpu_gives_way_to_the_reason_its_plugin_printed(beside: str | None,
+                                                                                first: str) -> None:
+    text = "WARNING:jax._src.xla_bridge:No GPU/TPU found, falling back to CPU."
+    assert _ids(f"{beside}\n{text}" if beside else text)[:1] == [first]
+
+
+def test_tensorflow_without_the_kernel_module_gives_way_to_cuinits_no_device_and_stands_alone_otherwise() -> None:
+    diag = ("I tensorflow/stream_executor/cuda/cuda_diagnostics.cc:156] kernel driver does not appear to be running "
+            "on this host (59fb3b9908d3): /proc/driver/nvidia/version does not exist")
+    cuinit = ("E tensorflow/stream_executor/cuda/cuda_driver.cc:351] failed call to cuInit: CUDA_ERROR_NO_DEVICE: no "
+              "CUDA-capable device is detected")
+    assert _ids(f"{cuinit}\n{diag}")[:2] == ["cuda.no-device", "driver.not-loaded"]
+    assert _ids(diag)[:1] == ["driver.not-loaded"]
+
+
+def test_vllm_without_a_platform_gives_way_to_the_missing_driver_library() -> None:
+    text = ("WARNING [__init__.py:26] Failed to import from vllm._C with ImportError('libcuda.so.1: cannot open shared "
+            "object file: No such file or directory')\nRuntimeError: Failed to infer device type")
+    assert _ids(text)[:2] == ["cuda.no-driver", "cuda.no-device"]
+
+
+@pytest.mark.parametrize("text", [
+    # the versions agree: TensorFlow's diagnostics say so at INFO
+    "I tensorflow/stream_executor/cuda/cuda_diagnostics.cc:200] kernel version seems to match DSO: 535.104.5",
+    # a GPU skipped for its size, not its architecture (TF_MIN_GPU_MULTIPROCESSOR_COUNT)
+    "Ignoring visible gpu device (device: 0, name: GeForce GT 710, pci bus id: 0000:01:00.0, compute capability: 3.5) "
+    "with core count: 1. The minimum required count is 8. You can adjust this requirement with the env var "
+    "TF_MIN_GPU_MULTIPROCESSOR_COUNT.",
+    # a vLLM fork that casts to float16 itself only warns
+    "WARNING bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your Tesla T4 GPU has "
+    "compute capability 7.5. bfloat16 will be converted to float16.",
+    # JAX reporting the cuDNN it loaded
+    "I external/xla/xla/stream_executor/cuda/cuda_dnn.cc:517] Loaded cuDNN version 8907",
+    # llama.cpp reporting the GPU it found
+    "ggml_cuda_init: found 1 CUDA devices:\n  Device 0: NVIDIA GeForce RTX 4090, compute capability 8.9, VMM: yes",
+])
+def test_the_benign_neighbours_of_the_framework_messages_are_no_finding(text: str) -> None:
+    assert _ids(text) == []
