@@ -833,3 +833,55 @@ def test_vllm_without_a_platform_gives_way_to_the_missing_driver_library() -> No
 ])
 def test_the_benign_neighbours_of_the_framework_messages_are_no_finding(text: str) -> None:
     assert _ids(text) == []
+
+
+def test_a_gpu_too_old_for_torch_compile_names_the_gpu_and_its_capability() -> None:
+    finding = explain("torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:\nRuntimeError: Found Tesla "
+                      "P100-PCIE-16GB which is too old to be supported by the triton GPU compiler, which is used as the "
+                      "backend. Triton only supports devices of CUDA Capability >= 7.0, but your device is of CUDA "
+                      "capability 6.0")[0]
+    assert (finding.id, finding.values["gpu"], finding.values["capability"]) == (
+        "cuda.capability-too-low", "Tesla P100-PCIE-16GB", "6.0")
+
+
+def test_vllm_asking_for_more_gpus_than_it_sees_names_both_counts() -> None:
+    finding = explain("pydantic_core._pydantic_core.ValidationError: 1 validation error for ParallelConfig\n  Value "
+                      "error, World size (4) is larger than the number of available GPUs (1) in this node.")[0]
+    assert (finding.id, finding.title) == ("cuda.invalid-device", "vLLM needs 4 GPUs and sees 1")
+
+
+@pytest.mark.parametrize(("text", "feature"), [
+    ("2019-04-20 17:20:03.915545: F tensorflow/core/platform/cpu_feature_guard.cc:37] The TensorFlow library was "
+     "compiled to use SSE4.1 instructions, but these aren't available on your machine.\nAborted (core dumped)",
+     "SSE4.1"),
+    ("The TensorFlow library was compiled to use AVX instructions, but these aren't available on your machine.",
+     "AVX"),
+])
+def test_a_cpu_without_the_vector_extensions_a_build_needs_is_the_vcpu_model(text: str, feature: str) -> None:
+    finding = explain(text)[0]
+    assert (finding.id, finding.values["feature"]) == ("cpu.vector-extensions-missing", feature)
+    assert "host-passthrough" in " ".join(str(a) for a in finding.also)
+
+
+def test_onnx_runtimes_cuda_provider_failing_gives_way_to_the_library_it_could_not_load() -> None:
+    text = ("[E:onnxruntime:Default, provider_bridge_ort.cc:2395 TryGetProviderInfo_CUDA] Failed to load library "
+            "libonnxruntime_providers_cuda.so with error: libcublasLt.so.12: cannot open shared object file: No such "
+            "file or directory\n[W:onnxruntime:Default, onnxruntime_pybind_state.cc:1139] Failed to create "
+            "CUDAExecutionProvider. Require cuDNN 9.* and CUDA 12.*")
+    finding = explain(text)[0]
+    assert (finding.id, finding.values["library"]) == ("cuda.libraries-missing", "libcublasLt.so.12")
+
+
+@pytest.mark.parametrize("text", [
+    # the opposite notice: the CPU has more than the build uses
+    "I tensorflow/core/platform/cpu_feature_guard.cc:142] Your CPU supports instructions that this TensorFlow binary "
+    "was not compiled to use: AVX2 FMA",
+    # another provider missing from the CPU package is not a GPU matter
+    "UserWarning: Specified provider 'OpenVINOExecutionProvider' is not in available provider names.Available "
+    "providers: 'AzureExecutionProvider, CPUExecutionProvider'",
+    # triton present but broken is not the GPU's age
+    "RuntimeError: Cannot find a working triton installation. More information on installing Triton can be found at "
+    "https://github.com/openai/triton",
+])
+def test_the_neighbours_of_the_cpu_and_provider_messages_are_not_those_findings(text: str) -> None:
+    assert not {"cpu.vector-extensions-missing", "cuda.cpu-only-build", "cuda.capability-too-low"} & set(_ids(text))
