@@ -885,3 +885,20 @@ def test_onnx_runtimes_cuda_provider_failing_gives_way_to_the_library_it_could_n
 ])
 def test_the_neighbours_of_the_cpu_and_provider_messages_are_not_those_findings(text: str) -> None:
     assert not {"cpu.vector-extensions-missing", "cuda.cpu-only-build", "cuda.capability-too-low"} & set(_ids(text))
+
+
+def test_nccl_finding_two_ranks_on_one_gpu_names_them_and_the_bus_id() -> None:
+    finding = explain("ncclInvalidUsage: This usually reflects invalid usage of NCCL library.\nLast error:\nDuplicate "
+                      "GPU detected : rank 1 and rank 0 both on CUDA device 1000")[0]
+    assert (finding.id, finding.values["rank"], finding.values["other"], finding.values["busid"]) == (
+        "nccl.duplicate-gpu", "1", "0", "1000")
+
+
+def test_nccls_bootstrap_without_an_interface_outranks_the_invalid_usage_it_returns() -> None:
+    text = ("node1:123:123 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to ens5\nnode1:123:123 [0] "
+            "bootstrap.cc:126 NCCL WARN Bootstrap : no socket interface found\ntorch.distributed.DistBackendError: "
+            "NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, invalid usage (run with "
+            "NCCL_DEBUG=INFO for details), NCCL version 2.20.5")
+    assert _ids(text)[:1] == ["nccl.no-socket-interface"]
+    # NCCL naming the interface it did find is no finding
+    assert _ids("node1:123:123 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.2<0>") == []
