@@ -902,3 +902,39 @@ def test_nccls_bootstrap_without_an_interface_outranks_the_invalid_usage_it_retu
     assert _ids(text)[:1] == ["nccl.no-socket-interface"]
     # NCCL naming the interface it did find is no finding
     assert _ids("node1:123:123 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.2<0>") == []
+
+
+@pytest.mark.parametrize("text", [
+    # NCCL's optional network plugin: without it NCCL uses its internal one (every PyTorch job without the plugin)
+    "NCCL INFO NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin.",
+    "NCCL INFO NET/Plugin: Plugin load (libnccl-net.so) returned 2 : libnccl-net.so: cannot open shared object file: "
+    "No such file or directory",
+    "NCCL INFO NET/Plugin : No plugin found (libnccl-net.so), using internal implementation",
+])
+def test_nccl_without_its_optional_network_plugin_is_no_finding(text: str) -> None:
+    assert _ids(text) == []
+
+
+def test_nccl_itself_missing_is_still_the_missing_libraries() -> None:
+    assert _ids("OSError: libnccl.so.2: cannot open shared object file: No such file or directory")[:1] == [
+        "cuda.libraries-missing"]
+    assert _generic("ncclx loader: libnccl.so.2 not found")[0].id == "cuda.libraries-missing"
+
+
+@pytest.mark.parametrize("text", [
+    "I tensorflow/core/common_runtime/gpu/gpu_device.cc:1886] Created device /job:localhost/replica:0/task:0/device:"
+    "GPU:0 with 22272 MB memory:  -> device: 0, name: NVIDIA GeForce RTX 3090, pci bus id: 0000:01:00.0, compute "
+    "capability: 8.6",
+    "E external/local_xla/xla/stream_executor/cuda/cuda_dnn.cc:9261] Unable to register cuDNN factory: Attempting to "
+    "register factory for plugin cuDNN when one has already been registered",
+    "I tensorflow/compiler/xla/stream_executor/cuda/cuda_gpu_executor.cc:894] successful NUMA node read from SysFS had "
+    "negative value (-1), but there must be at least one NUMA node, so returning NUMA node zero",
+    "W tensorflow/compiler/tf2tensorrt/utils/py_utils.cc:38] TF-TRT Warning: Could not find TensorRT",
+    'level=INFO source=types.go:131 msg="inference compute" id=GPU-1234 library=cuda variant=v12 compute=8.6 '
+    'driver=12.4 name="NVIDIA GeForce RTX 3090" total="23.7 GiB" available="23.4 GiB"',
+    "INFO 10-06 12:00:31 [gpu_worker.py:298] Available KV cache memory: 12.25 GiB",
+    "Custom allreduce is disabled because your platform lacks GPU P2P capability or P2P test failed. To silence this "
+    "warning, specify disable_custom_all_reduce=True explicitly.",
+])
+def test_the_frameworks_start_up_lines_on_a_working_gpu_are_no_finding(text: str) -> None:
+    assert _ids(text) == []
