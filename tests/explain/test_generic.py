@@ -938,3 +938,23 @@ def test_nccl_itself_missing_is_still_the_missing_libraries() -> None:
 ])
 def test_the_frameworks_start_up_lines_on_a_working_gpu_are_no_finding(text: str) -> None:
     assert _ids(text) == []
+
+
+def test_paddle_built_for_a_newer_cuda_than_the_driver_is_the_old_driver_and_its_cudnn_warning_is_not() -> None:
+    finding = explain("W0315 gpu_resources.cc:164] WARNING: device: 0. The installed Paddle is compiled with CUDA "
+                      "12.3, but CUDA runtime version in your machine is 11.4, which may cause serious incompatible "
+                      "bug.")[0]
+    assert (finding.id, finding.values["compiled"], finding.values["local"]) == (
+        "cuda.insufficient-driver", "12.3", "11.4")
+    # the same check for cuDNN is the library, not the driver
+    assert "cuda.insufficient-driver" not in _ids(
+        "WARNING: device: 0. The installed Paddle is compiled with CUDNN 8.9, but CUDNN version in your machine is "
+        "8.6, which may cause serious incompatible bug.")
+
+
+def test_xlas_ptxas_warning_names_the_drivers_cuda_and_the_compilers() -> None:
+    finding = explain("W external/xla/xla/service/gpu/nvptx_compiler.cc:760] The NVIDIA driver's CUDA version is 12.4 "
+                      "which is older than the ptxas CUDA version (12.5.40). Because the driver is older than the ptxas "
+                      "version, XLA is disabling parallel compilation, which may slow down compilation.")[0]
+    assert (finding.id, finding.title) == (
+        "cuda.insufficient-driver", "The driver's CUDA (12.4) is older than the CUDA compiler XLA uses (12.5.40)")
