@@ -1,6 +1,7 @@
 """gpunode benchmarks on node-simulator nodes (real sshd on 127.0.0.1; needs root and openssh-server, like the
 integration tests). One entry point: `nox -s bench` (or `python -m benchmarks.bench`). Prints a table and
-writes it to docs/benchmarks.md with the machine it ran on. Every figure is measured in this run and shown
+writes each section's rows into docs/benchmarks.md (or --output) with the machine it ran on, in place of that
+section's earlier rows; the sections not run keep theirs (`merged`). Every figure is measured in this run and shown
 as a ratio to a reference measured in the same run; nothing is typed in.
 
     python -m benchmarks.bench [--latency] [--repeat 5] [--upload-mb 50,400] [--fleet 1,20,100] [--only SECTION]
@@ -72,7 +73,7 @@ def main() -> int:
     load = os.getloadavg()
     wanted = args.only or list(SECTIONS)
     sizes = [int(n) for n in args.fleet.split(",")]
-    rows: list[Row] = []
+    done: dict[str, list[Row]] = {}  # the rows of each section run, by section
     with tempfile.TemporaryDirectory(prefix="gpunode-bench-", dir="/var/tmp") as tmp:
         work = Path(tmp)
         # An installed gpunode has its .pyc files (pip compiles them). Where PYTHONDONTWRITEBYTECODE is set (CI,
@@ -81,32 +82,35 @@ def main() -> int:
         os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
         os.environ["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
         if "startup" in wanted:
-            rows += _report(startup.bench(max(10, 2 * args.repeat + 1)))
+            done["startup"] = _report(startup.bench(max(10, 2 * args.repeat + 1)))
         if "imports" in wanted:
-            rows += _report(imports.bench(args.repeat))
+            done["imports"] = _report(imports.bench(args.repeat))
         if "roundtrips" in wanted or "upload" in wanted or "probe" in wanted:
             started = nodes.start(1, log_level="DEBUG1", prefix="bench-rt")
             try:
                 if "probe" in wanted:
-                    rows += _report(probe.bench(started[0], args.repeat))
+                    done["probe"] = _report(probe.bench(started[0], args.repeat))
                 if "roundtrips" in wanted:
-                    rows += _report(roundtrips.bench(started[0], work, args.repeat, args.latency))
+                    done["roundtrips"] = _report(roundtrips.bench(started[0], work, args.repeat, args.latency))
                 if "upload" in wanted:
-                    rows += _report(upload.bench(started[0], [int(n) for n in args.upload_mb.split(",")],
-                                                 max(3, args.repeat), args.latency, work))
+                    done["upload"] = _report(upload.bench(started[0], [int(n) for n in args.upload_mb.split(",")],
+                                                          max(3, args.repeat), args.latency, work))
             finally:
                 nodes.stop(started)
         if "fleet" in wanted:
             started = nodes.start(max(sizes), prefix="bench-fl")
             try:
-                rows += _report(fleet.bench(started, sizes, work, max(1, args.repeat)))
+                done["fleet"] = _report(fleet.bench(started, sizes, work, max(1, args.repeat)))
             finally:
                 nodes.stop(started)
         if "realvm" in wanted and args.realvm_ssh_config:
-            rows += _report(realvm.bench(args.realvm_ssh_config, args.realvm_host, args.repeat, work))
-    text = table(rows)
-    print(text)
-    _write(Path(args.output), machine(load), text)
+            done["realvm"] = _report(realvm.bench(args.realvm_ssh_config, args.realvm_host, args.repeat, work))
+    print(table([row for rows in done.values() for row in rows]))
+    flags = " ".join(sys.argv[1:]) or "(defaults)"
+    path = Path(args.output)
+    path.write_text(merged(path.read_text() if path.exists() else "", machine(load), flags,
+                           {name: table(rows) for name, rows in done.items()}))
+    print(f"written to {path}")
     return 0
 
 
@@ -116,13 +120,33 @@ def _report(rows: list[Row]) -> list[Row]:
     return rows
 
 
-def _write(path: Path, about: list[str], text: str) -> None:
-    head = path.read_text().split("<!-- results -->")[0] if path.exists() else "# Benchmarks\n\n"
-    flags = " ".join(a for a in sys.argv[1:]) or "(defaults)"
-    body = (f"<!-- results -->\n## Last run\n\n`python -m benchmarks.bench {flags}`\n\n"
-            + "\n".join(f"- {line}" for line in about) + "\n\n" + text + "\n")
-    path.write_text(head.rstrip() + "\n\n" + body)
-    print(f"written to {path}")
+RESULTS, RESULTS_END = "<!-- results -->", "<!-- results end -->"
+_SECTION = "<!-- section {} -->"
+
+
+def merged(old: str, about: list[str], flags: str, tables: dict[str, str]) -> str:
+    """`old` (the results file's text, "" for none) with the results of the sections in `tables` (section name:
+    its table) in place of theirs: the results block holds one part per section, each with the command and the
+    machine of the run that measured it, so a run of some sections keeps what earlier runs wrote for the others.
+    What precedes the block and what follows its end stays as it was; so does the text after an older file's
+    `<!-- results -->` that has no end mark (it follows the new block's end)."""
+    head, marker, rest = old.partition(RESULTS)
+    if not marker:
+        head, rest = (old or "# Benchmarks\n\n"), ""
+    block, ended, tail = rest.partition(RESULTS_END)
+    if not ended:  # a block written before sections were kept apart: kept whole, after the new block
+        block, tail = "", "\n" + rest.replace("\n## Last run\n", "\n## An earlier run\n", 1).lstrip("\n")
+    parts = {}
+    for chunk in block.split("<!-- section ")[1:]:
+        name, _, body = chunk.partition(" -->")
+        parts[name] = _SECTION.format(name) + body.rstrip() + "\n"
+    for name, text in tables.items():
+        parts[name] = (_SECTION.format(name) + f"\n### {name}\n\n`python -m benchmarks.bench {flags}`\n\n"
+                       + "".join(f"- {line}\n" for line in about) + "\n" + text + "\n")
+    order = [name for name in SECTIONS if name in parts] + sorted(set(parts) - set(SECTIONS))
+    body = "\n".join(parts[name] for name in order)
+    return (head.rstrip() + "\n\n" + RESULTS + "\n## Last run\n\nEach section as its latest run measured it.\n\n"
+            + body + "\n" + RESULTS_END + (tail if tail.strip() else "\n"))
 
 
 if __name__ == "__main__":

@@ -46,7 +46,8 @@ STALE_PLACES = (TEMP_PARENT, posixpath.dirname(LOCK_PATH))  # where a run killed
 # or `-held` (exit 75), its own text, `gpunode-lock-other` and the other holder's text (stale, held), then
 # `gpunode-lock-end`.
 # $3 = "keep": this script keeps the lock itself (stdin stays open); a pid: the lock lives while that process runs
-# (and outlives the script); else ("once") the lock outlives the script and names no process.
+# (and outlives the script); "once": the lock outlives the script and names no process. Anything else (an empty
+# pid, 1: a connection's process that is already gone) takes nothing and says so on stderr (exit 1).
 # $4 a fresh marker; $5...: the directories where a run killed hard leaves temp files.
 # Once the lock is taken, in the same command (no round trip of their own): the temp files an earlier run left
 # in $5... are removed (gpunode/connection/base.py) and listed after `gpunode-lock-end`; then `$4 begin`, the
@@ -57,8 +58,12 @@ _LOCK_TAKE = r"""lock=$1; info=$2; keep=$3; mark=$4; shift 4
 mkdir -p -- "${lock%/*}" || exit 1
 boot=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)
 pid=-
-[ "$keep" = keep ] && pid=$$
-case $keep in *[!0-9]*|'') ;; *) pid=$keep ;; esac
+case $keep in
+  keep) pid=$$ ;;
+  once) ;;
+  ''|*[!0-9]*|0|1) printf 'gpunode-lock: no process on the node to name as the lock'"'"'s owner (%s)\n' "$keep" >&2; exit 1 ;;
+  *) pid=$keep ;;
+esac
 me="gpunode-lock pid=$pid boot=$boot
 $info"
 field() { printf '%s\n' "$1" | sed -n "1s/.* $2=\([^ ]*\).*/\1/p"; }

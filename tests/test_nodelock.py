@@ -5,6 +5,7 @@ tests/integration/test_reliability_lock.py."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 
@@ -123,3 +124,20 @@ def test_a_keeper_runs_then_before_its_end_marker_and_removes_the_lock_when_its_
         if keeper.poll() is None:
             keeper.kill()
     assert keeper.returncode == 0 and not lock.is_symlink()
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_lock_whose_owner_did_not_expand_to_a_live_process_pid_takes_nothing(tmp_path, shell):
+    # over SSH the owner is the command loop's "$PPID", expanded on the node (gpunode/connection/ssh.py _owned): an
+    # empty value, 1 (the connection's process already gone) or a word left unexpanded takes no lock at all, and
+    # says why on stderr; a pid does
+    lock = tmp_path / "lib" / "run.lock"
+    for owner in ("", "1", "gpunode.owner.0123abcd"):
+        argv = [*_sh(shell), "-c", nodelock.lock_script("echo probed"), "node-lock", str(lock),
+                "command=gpunode install", owner, "MARK", str(tmp_path)]
+        refused = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 1 and refused.stdout == "" and not lock.is_symlink(), owner
+        assert f"no process on the node to name as the lock's owner ({owner})" in refused.stderr
+    argv[-3] = str(os.getpid())
+    taken = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert taken.returncode == 0 and f"pid={os.getpid()} " in os.readlink(lock)

@@ -152,17 +152,30 @@ _GCM = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 # EXIT trap, so a subshell killed by a signal writes none: "ended without an exit status", as before) and
 # `NONCE .`, and on stderr `NONCE`. The nonce is never in the command's environment, so nothing it prints (a
 # file's content) can end a frame early. Only the builtin `read` (never past a newline) and dd (never past the
-# length it asks for) consume the channel's input, so what follows stays for the next frame. The first line, `gpunode-serve B64 PPID`, proves the login
-# shell runs commands and says whether base64 is there to decode a stdin (without it, a command with stdin runs on
-# a channel of its own) and which process on the node started the loop: sshd's process of this connection, which
-# lives exactly as long as the connection (the node lock names it: Connection.lock_owner); `gpunode-serve` on
-# stderr too, so nothing a login script printed before it is taken for the first command's output.
+# length it asks for) consume the channel's input, so what follows stays for the next frame. The first line, `gpunode-serve B64`,
+# proves the login shell runs commands and says whether base64 is there to decode a stdin (without it, a command with
+# stdin runs on a channel of its own); `gpunode-serve` on stderr too, so nothing a login script printed before it is
+# taken for the first command's output. The client does not wait for it: the channel's first command rides in the
+# exec request (serve_command), run as if it had come as the first frame, and the greeting is read ahead of its
+# output; only a first command with stdin, or too long a line, comes as a frame, after the greeting. A command eval'd by the loop sees the loop's $PPID: sshd's
+# process of this connection, which lives exactly as long as the connection; the node lock names it
+# (Connection.lock_owner: a word that becomes "$PPID" in the command line, expanded by the loop on the node).
 _SERVE_HELLO = b"gpunode-serve "
 _SERVE_DD = 2048  # command lines longer than this (bytes) are read by dd, shorter ones by the builtin read
-_SERVE = r"""if command -v base64 >/dev/null 2>&1; then gpunode_b=1; else gpunode_b=0; fi
-echo "gpunode-serve $gpunode_b $PPID"; echo gpunode-serve >&2
+_SERVE_HEAD = r"""if command -v base64 >/dev/null 2>&1; then gpunode_b=1; else gpunode_b=0; fi
+echo "gpunode-serve $gpunode_b"; echo gpunode-serve >&2
 gpunode_frame() { printf '%s %s\n' "$gpunode_n" "$1"; }
-while IFS= read -r gpunode_h; do
+gpunode_run() {
+  if [ "$gpunode_f" = 1 ]; then
+    IFS= read -r gpunode_l || exit 0
+    printf %s "$gpunode_l" | base64 -d | ( trap 'gpunode_frame $?' EXIT; eval "$gpunode_c" )
+  else
+    ( trap 'gpunode_frame $?' EXIT; eval "$gpunode_c" ) </dev/null
+  fi
+  printf '%s .\n' "$gpunode_n"; printf '%s\n' "$gpunode_n" >&2
+}
+"""
+_SERVE_LOOP = r"""while IFS= read -r gpunode_h; do
   gpunode_n=${gpunode_h%% *}; gpunode_h=${gpunode_h#* }; gpunode_r=${gpunode_h#* }; gpunode_c=
   if [ "$gpunode_r" = - ]; then
     while :; do
@@ -178,25 +191,114 @@ while IFS= read -r gpunode_h; do
       gpunode_c=$gpunode_c$gpunode_l; gpunode_r=$((gpunode_r - ${#gpunode_l}))
     done
   fi
-  if [ "${gpunode_h%% *}" = 1 ]; then
-    IFS= read -r gpunode_l || exit 0
-    printf %s "$gpunode_l" | base64 -d | ( trap 'gpunode_frame $?' EXIT; eval "$gpunode_c" )
-  else
-    ( trap 'gpunode_frame $?' EXIT; eval "$gpunode_c" ) </dev/null
-  fi
-  printf '%s .\n' "$gpunode_n"; printf '%s\n' "$gpunode_n" >&2
+  gpunode_f=${gpunode_h%% *}; gpunode_run
 done
 """
+_SERVE = _SERVE_HEAD + _SERVE_LOOP
+# The first command of a channel rides in the exec request itself when it has no stdin and the request's command (the
+# loop with the line quoted into it) is at most this long (bytes): OpenSSH opens a session channel's window only once
+# the command started, so a frame sent after the request waits a round trip for it. That command is a single
+# argument of `$SHELL -c` (Linux: 128 KiB at most).
+_SERVE_INLINE = 120 * 1024
+
+
+def serve_command(first: tuple[bytes, str] | None = None) -> str:
+    """The command the channel's exec request runs: the loop, with `first` (nonce, command line) run before it as
+    if it had come as a frame without stdin."""
+    if first is None:
+        return _SERVE
+    nonce, line = first
+    return (_SERVE_HEAD + f"gpunode_n={nonce.decode()}; gpunode_f=0; gpunode_c={shlex.quote(line)}\ngpunode_run\n"
+            + _SERVE_LOOP)
 
 
 def gcm_first(ciphers: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(c for c in _GCM if c in ciphers) + tuple(c for c in ciphers if c not in _GCM)
 
 
+class _LoginAtOnce(paramiko.auth_handler.AuthHandler):
+    """paramiko's client login by key, with the login request sent right behind the service request instead of after
+    sshd's acceptance of it: one round trip less. sshd handles a connection's messages in order, and its answer to
+    the service request (ssh-userauth) is what readies it for the login request that follows. For an RSA key whose
+    signature algorithm depends on the server's server-sig-algs not yet received, paramiko's own order is kept."""
+
+    _sent_early = False
+
+    def _request_auth(self) -> None:
+        super()._request_auth()
+        key = self.private_key
+        if self.auth_method != "publickey" or key is None:
+            return
+        if "rsa" in self._get_key_type_and_bits(key)[0] and "server-sig-algs" not in self.transport.server_extensions:
+            return
+        accepted = paramiko.Message()
+        accepted.add_string("ssh-userauth")
+        accepted.rewind()
+        super()._parse_service_accept(accepted)  # paramiko's own login request, as on sshd's acceptance
+        self._sent_early = True
+        if isinstance(self.transport, _Transport):
+            self.transport.open_early()
+
+    def _parse_service_accept(self, m: paramiko.Message) -> None:
+        if not self._sent_early:
+            super()._parse_service_accept(m)
+
+
+class _Transport(paramiko.Transport):
+    """paramiko's Transport whose login by key is _LoginAtOnce (every auth_* method makes a fresh AuthHandler).
+    With `session_early`, the command channel's request to open follows the login request at once, from a thread
+    of its own (paramiko's open_session waits for its answer): RFC 4252 5.1 has a server pass what follows the
+    request that logs in to the service, and OpenSSH's sshd does. Only where this connection tries one key and
+    nothing else: a refused key ends the connection (the next key has one of its own), so the request never
+    meets a second login attempt."""
+
+    session_early = False
+    _early: tuple[threading.Thread, dict[str, Any]] | None = None
+    _early_done = False
+
+    def open_early(self) -> None:
+        if not self.session_early or self._early is not None or self._early_done:
+            return
+        box: dict[str, Any] = {}
+
+        def opener() -> None:
+            try:  # sent once the login request went (the caller holds the transport's lock until then)
+                box["chan"] = self.open_session(timeout=30)
+            except (paramiko.SSHException, EOFError, OSError) as exc:
+                box["error"] = exc
+
+        thread = threading.Thread(target=opener, name="gpunode-session-early", daemon=True)
+        self._early = (thread, box)
+        thread.start()
+
+    def early_session(self) -> paramiko.Channel | None:
+        """The channel opened behind the login request, the first time it is asked for (None: none was opened,
+        or the node refused it: the caller opens one as usual)."""
+        if self._early is None or self._early_done:
+            return None
+        thread, box = self._early
+        self._early_done = True
+        thread.join(30)
+        chan = box.get("chan")
+        return chan if chan is not None and not chan.closed else None
+
+    @property
+    def auth_handler(self) -> paramiko.auth_handler.AuthHandler | None:
+        return self.__dict__.get("_gpunode_auth_handler")
+
+    @auth_handler.setter
+    def auth_handler(self, handler: paramiko.auth_handler.AuthHandler | None) -> None:
+        if type(handler) is paramiko.auth_handler.AuthHandler:
+            handler.__class__ = _LoginAtOnce
+        self.__dict__["_gpunode_auth_handler"] = handler
+
+
 def _transport(sock: str | tuple[str, int] | socket.socket | paramiko.Channel | paramiko.ProxyCommand,
-               **kwargs: Any) -> paramiko.Transport:
-    """paramiko's Transport with the cipher order above (the keywords differ between paramiko 3 and 5)."""
-    transport = paramiko.Transport(sock, **kwargs)
+               session_early: bool = False, **kwargs: Any) -> paramiko.Transport:
+    """paramiko's Transport with the cipher order above (the keywords differ between paramiko 3 and 5), the
+    login request sent at once (_LoginAtOnce) and, with `session_early`, the channel's request behind it."""
+    transport = _Transport(sock, **kwargs)
+    transport.session_early = session_early
     options = transport.get_security_options()
     options.ciphers = gcm_first(tuple(options.ciphers))
     return transport
@@ -459,7 +561,10 @@ class SSHConnection(Connection):
         self._shell_unchecked = False  # the login-shell check rides on the next command (connect(defer_checks))
         self._serve: paramiko.Channel | None = None  # the command channel (_SERVE), opened by the first command
         self._serve_b64 = False  # the node can decode a command's stdin sent on it
-        self._serve_owner: str | None = None  # the pid of sshd's process of this connection on the node
+        self._serve_greeted = False  # the command channel's greeting was read (it follows the first frame's send)
+        # the word a command line carries where the node should put the pid of sshd's process of this connection
+        # (lock_owner): the command loop's $PPID, expanded on the node; random, so no other text is taken for it
+        self._owner_word = f"gpunode.owner.{os.urandom(8).hex()}"
         self._serve_busy = threading.Lock()  # one command at a time on it; another thread's gets its own channel
 
     # -- connecting ------------------------------------------------------------------------------------
@@ -496,6 +601,12 @@ class SSHConnection(Connection):
         keys, encrypted = _load_keys(self.name, r.identities)
         password = self.options.password.value if self.options.password else None
         explicit = bool(r.identities) or password is not None
+        # one key and nothing else per connection: the command channel may be asked for right behind the login
+        single = explicit and not encrypted and password is None
+
+        def factory(sock: Any, **kwargs: Any) -> paramiko.Transport:
+            return _transport(sock, session_early=single, **kwargs)
+
         started = time.monotonic()
         try:
             for index, key in enumerate(keys or [None]):
@@ -508,7 +619,7 @@ class SSHConnection(Connection):
                         # MaxAuthTries is not spent on unrelated keys.
                         allow_agent=encrypted or not explicit, look_for_keys=not explicit,
                         timeout=self.options.connect_timeout, banner_timeout=self.options.connect_timeout,
-                        auth_timeout=30, channel_timeout=30, sock=sock, transport_factory=_transport,
+                        auth_timeout=30, channel_timeout=30, sock=sock, transport_factory=factory,
                     )
                     break
                 except paramiko.AuthenticationException:
@@ -580,7 +691,7 @@ class SSHConnection(Connection):
         transport = self._client.get_transport()
         assert transport is not None
         try:
-            self._start_serving(transport)  # the command channel's greeting is the proof
+            self._greet(transport, self._start_serving(transport))  # the command channel's greeting is the proof
         except (paramiko.SSHException, EOFError, OSError) as exc:
             raise ConnectError(f"{self.name}: the SSH connection dropped right after login ({exc})",
                                fix="check the node and run again") from None
@@ -595,7 +706,6 @@ class SSHConnection(Connection):
 
     def close(self) -> None:
         self._serve = None
-        self._serve_owner = None
         if self._client is not None:
             self._client.close()
             self._client = None
@@ -646,7 +756,7 @@ class SSHConnection(Connection):
         try:
             if self._serve_busy.acquire(blocking=False):
                 try:
-                    chan = self._serving(transport)
+                    chan = self._serving(transport, line, stdin)
                     if not stdin or self._serve_b64:
                         try:
                             return self._exec_framed(transport, chan, line, stdin, timeout)
@@ -655,7 +765,7 @@ class SSHConnection(Connection):
                             # that fails) and send it once more
                             self.close()
                             transport = self._transport()
-                            chan = self._serving(transport)
+                            chan = self._serving(transport, line, stdin)
                         try:
                             return self._exec_framed(transport, chan, line, stdin, timeout)
                         except _Unsent as again:
@@ -674,74 +784,107 @@ class SSHConnection(Connection):
             raise ConnectError(f"{self.name}: the SSH connection dropped while a command was running on the node ({exc})",
                                fix="the node may have rebooted or lost its network; run again") from None
 
-    def _start_serving(self, transport: paramiko.Transport) -> paramiko.Channel:
-        """Open the command channel and wait for its greeting; a login shell that refuses to run commands (nologin,
-        false) is named here, which is the login-shell check."""
-        chan = transport.open_session(timeout=30)
+    def _start_serving(self, transport: paramiko.Transport,
+                       first: tuple[bytes, str] | None = None) -> paramiko.Channel:
+        """Open the command channel and ask for the loop, running `first` (nonce, command line) before it, without
+        waiting for the answer: the loop's greeting is read with the first command's output (_collect_framed) or
+        by `_greet`."""
+        early = transport.early_session() if isinstance(transport, _Transport) else None
+        chan = early if early is not None else transport.open_session(timeout=30)
         try:
             chan.settimeout(SEND_TIMEOUT)
-            chan.exec_command(_SERVE)
-            out, err = bytearray(), bytearray()
-            deadline = time.monotonic() + 30
-            while True:
-                while chan.recv_ready():
-                    out += chan.recv(65536)
-                while chan.recv_stderr_ready():
-                    err += chan.recv_stderr(65536)
-                hello = _greeting(out)
-                if hello is not None and _greeting(err) is not None:
-                    break
-                if (chan.closed or chan.eof_received) and not (chan.recv_ready() or chan.recv_stderr_ready()):
-                    break
-                if time.monotonic() > deadline or not transport.is_active():
-                    break
-                cancel.check_abort(f"connecting to {self.name}")
-                select.select([chan], [], [], 0.05)
-            if hello is None or _greeting(err) is None:
-                if not transport.is_active():
-                    raise self._dropped()
-                code = chan.recv_exit_status() if chan.exit_status_ready() else -1
-                raise self._shell_refuses(code, bytes(out), bytes(err))
+            _exec_request(chan, serve_command(first))
         except BaseException:
             _drop(chan)
             if self._shell_unchecked:
                 self.close()
             raise
-        self._shell_unchecked = False
-        words = hello.split()
-        self._serve_b64 = words[:1] == [b"1"]
-        self._serve_owner = words[1].decode() if len(words) > 1 and words[1].isdigit() and int(words[1]) > 1 else None
-        self._serve = chan
+        self._serve, self._serve_greeted = chan, False
         return chan
 
-    def lock_owner(self) -> str | None:
-        """sshd's process of this connection on the node (the command channel's shell's parent): it ends when the
-        connection does (gpunode done, killed, the network gone), whichever channel is open, so a lock naming it
-        lives exactly as long as this connection. None when the loop did not say (a keeper is used instead)."""
-        with self._serve_busy:
-            try:
-                self._serving(self._transport())
-            except (paramiko.SSHException, EOFError, OSError) as exc:
-                raise ConnectError(f"{self.name}: the SSH connection dropped while opening its command channel ({exc})",
-                                   fix="check the node and its network, then run the same command again") from None
-        return self._serve_owner
+    def _greet(self, transport: paramiko.Transport, chan: paramiko.Channel) -> None:
+        """Wait for the command loop's greeting (nothing was sent on the channel yet); a login shell that refuses to
+        run commands (nologin, false) is named here, which is the login-shell check."""
+        out, err = bytearray(), bytearray()
+        deadline = time.monotonic() + 30
+        try:
+            while True:
+                _drain(chan, out, err)
+                split = _split_greeting(out, err)
+                if split is not None:
+                    break
+                ended = (chan.closed or chan.eof_received) and not (chan.recv_ready() or chan.recv_stderr_ready())
+                if ended or time.monotonic() > deadline or not transport.is_active():
+                    raise self._ended_before_greeting(transport, chan, out, err)
+                cancel.check_abort(f"connecting to {self.name}")
+                select.select([chan], [], [], 0.05)
+        except BaseException:
+            self._serve = None
+            _drop(chan)
+            if self._shell_unchecked:
+                self.close()
+            raise
+        self._greeted(split)
 
-    def _serving(self, transport: paramiko.Transport) -> paramiko.Channel:
-        """The command channel, opened (again) when there is none or it ended."""
+    def _greeted(self, split: tuple[bytes, bytes, bytes]) -> None:
+        self._shell_unchecked = False
+        self._serve_greeted = True
+        self._serve_b64 = split[0].split()[:1] == [b"1"]
+
+    def _ended_before_greeting(self, transport: paramiko.Transport, chan: paramiko.Channel, out: bytearray,
+                               err: bytearray) -> Exception:
+        """Why the command channel ended (or went quiet for 30 s) without the loop's greeting."""
+        if not transport.is_active():
+            return self._dropped()
+        if chan.closed and not chan.event_ready:  # sshd answered the exec request with a failure: nothing ran
+            return ConnectError(f"{self.name}: the node's sshd refused to start a command on a new channel",
+                                fix="check sshd's log on the node (MaxSessions, ForceCommand, a failing "
+                                    "PAM session), then run again")
+        code = chan.recv_exit_status() if chan.exit_status_ready() else -1
+        return self._shell_refuses(code, bytes(out), bytes(err))
+
+    def lock_owner(self) -> str | None:
+        """sshd's process of this connection on the node (the command loop's parent): it ends when the connection
+        does (gpunode done, killed, the network gone), whichever channel is open, so a lock naming it lives exactly
+        as long as this connection. It is a word of the command line that the node itself turns into that pid
+        (the loop's $PPID: see _SERVE), so taking the lock needs no round trip before it."""
+        return self._owner_word
+
+    def _serving(self, transport: paramiko.Transport, line: str, stdin: bytes) -> paramiko.Channel | None:
+        """The command channel for a command, opened (again) when there is none or it ended, and greeted when the
+        command has stdin (whether the node can decode it). None: there is none, and the command is to ride in the
+        exec request that opens it (_exec_framed)."""
         chan = self._serve
         if chan is not None and (chan.closed or chan.eof_received or chan.exit_status_ready()
                                  or chan.get_transport() is not transport):
             _drop(chan)
             chan = self._serve = None
-        return chan if chan is not None else self._start_serving(transport)
+        if chan is None and not stdin and len(serve_command((b"", self._owned(line))).encode()) <= _SERVE_INLINE:
+            return None
+        if chan is None:
+            chan = self._start_serving(transport)
+        if stdin and not self._serve_greeted:
+            self._greet(transport, chan)
+        return chan
 
-    def _exec_framed(self, transport: paramiko.Transport, chan: paramiko.Channel, line: str, stdin: bytes,
+    def _owned(self, line: str) -> str:
+        """`line` with lock_owner's word as the node's "$PPID": expanded by the shell that runs the line (the command
+        loop, or the login shell of a channel of its own), whose parent is sshd's process of this connection."""
+        return line.replace(self._owner_word, '"$PPID"') if self._owner_word in line else line
+
+    def _exec_framed(self, transport: paramiko.Transport, chan: paramiko.Channel | None, line: str, stdin: bytes,
                      timeout: float | None) -> tuple[int, bytes, bytes, bool]:
         """Run one command on the command channel (see _SERVE): the same deadline, Ctrl-C checks and drop
         detection as a channel of its own. A command that times out, is interrupted or fails to frame takes the
         channel with it (closed, as its own channel would be); the next command opens a fresh one."""
         nonce = os.urandom(16).hex().encode()
-        text = line.encode()
+        if chan is None:  # the channel's first command: it rides in the exec request that starts the loop
+            try:
+                chan = self._start_serving(transport, (nonce, self._owned(line)))
+            except (paramiko.SSHException, EOFError, OSError) as exc:
+                raise _Unsent(exc) from None  # the request never went whole, or no channel opened: nothing ran
+            return self._collected(transport, chan, nonce, timeout)
+        text = self._owned(line).encode()
         if len(text) > _SERVE_DD and text.isascii():
             head, body = f" {len(text)}\n".encode(), text  # ASCII: the shell's ${#} counts bytes in any locale
         else:
@@ -753,11 +896,29 @@ class SSHConnection(Connection):
                 if stdin:
                     self._send_stdin(chan, base64.b64encode(stdin) + b"\n")
             except (paramiko.SSHException, EOFError, OSError) as exc:
+                if not self._serve_greeted and transport.is_active():
+                    # the channel ended under a first frame: a shell that refuses commands, or sshd refused the loop
+                    out, err = bytearray(), bytearray()
+                    _drain(chan, out, err)
+                    if _split_greeting(out, err) is None:
+                        raise self._ended_before_greeting(transport, chan, out, err) from None
                 raise _Unsent(exc) from None  # the loop runs only a whole frame: this one ran nothing
+        except BaseException:
+            self._serve = None
+            _drop(chan)
+            raise
+        return self._collected(transport, chan, nonce, timeout)
+
+    def _collected(self, transport: paramiko.Transport, chan: paramiko.Channel, nonce: bytes,
+                   timeout: float | None) -> tuple[int, bytes, bytes, bool]:
+        """_collect_framed; a command that times out or fails takes the channel with it."""
+        try:
             result = self._collect_framed(transport, chan, nonce, timeout)
         except BaseException:
             self._serve = None
             _drop(chan)
+            if not self._serve_greeted and self._shell_unchecked:
+                self.close()
             raise
         if result[3] or result[0] == -1:
             self._serve = None
@@ -767,12 +928,16 @@ class SSHConnection(Connection):
     def _collect_framed(self, transport: paramiko.Transport, chan: paramiko.Channel, nonce: bytes,
                         timeout: float | None) -> tuple[int, bytes, bytes, bool]:
         """Read both streams until the command's end marks (`NONCE .` on stdout, `NONCE` on stderr), the
-        channel ends or `timeout` passes."""
+        channel ends or `timeout` passes. On a channel not yet greeted, the loop's greeting comes first: what
+        precedes it and it are not the command's; a channel that ends (or stays silent 30 s) without it is a
+        login shell that refuses commands."""
         out, err = bytearray(), bytearray()
         out_end, err_end = nonce + b" .\n", nonce + b"\n"
         out_at = err_at = -1
         out_seen = err_seen = 0  # searched up to here (less a mark's length): a large output is scanned once
-        deadline = time.monotonic() + timeout if timeout else None
+        now = time.monotonic()
+        deadline = now + timeout if timeout else None
+        greeting_by = None if self._serve_greeted else now + 30
         while True:
             drained = _drain(chan, out, err)
             if out_at < 0:
@@ -781,14 +946,27 @@ class SSHConnection(Connection):
             if err_at < 0:
                 err_at = err.find(err_end, max(0, err_seen - len(err_end)))
                 err_seen = len(err)
-            if out_at >= 0 and err_at >= 0:
+            if greeting_by is not None:
+                split = _split_greeting(out, err)
+                if split is not None:
+                    greeting_by = None
+                    self._greeted(split)
+                    skip_out, skip_err = len(out) - len(split[1]), len(err) - len(split[2])
+                    del out[:skip_out], err[:skip_err]  # the marks cannot be in what precedes the greeting
+                    out_at, out_seen = (out_at - skip_out if out_at >= 0 else -1), max(0, out_seen - skip_out)
+                    err_at, err_seen = (err_at - skip_err if err_at >= 0 else -1), max(0, err_seen - skip_err)
+            if out_at >= 0 and err_at >= 0 and greeting_by is None:
                 break
             if (chan.closed or chan.eof_received) and not (chan.recv_ready() or chan.recv_stderr_ready()):
-                # the loop itself ended mid-command (killed on the node, its session cut)
+                # the loop itself ended mid-command (killed on the node, its session cut), or never started
+                if greeting_by is not None:
+                    raise self._ended_before_greeting(transport, chan, out, err)
                 _drop(chan)
                 if not _outlives(transport):
                     raise self._dropped()
                 raise self._no_status(_upto(out, nonce), _upto(err, nonce))
+            if greeting_by is not None and time.monotonic() > greeting_by:
+                raise self._ended_before_greeting(transport, chan, out, err)
             if deadline is not None and time.monotonic() > deadline:
                 return -1, _upto(out, nonce), _upto(err, nonce), True
             if not transport.is_active():
@@ -1064,15 +1242,39 @@ def _outlives(transport: paramiko.Transport, wait: float = 1.0) -> bool:
     return transport.is_active()
 
 
-def _greeting(data: bytearray) -> bytes | None:
-    """What follows `gpunode-serve` on its own line in what the command loop printed first (None: not yet); what a
-    login script printed before it is skipped."""
+def _greeting(data: bytearray) -> tuple[bytes, bytes] | None:
+    """What follows `gpunode-serve` on its own line in what the command loop printed first, and what the stream
+    holds after that line (None: not yet); what a login script printed before it is skipped."""
     text = b"\n" + bytes(data)
     at = text.find(b"\n" + _SERVE_HELLO.rstrip())
     if at < 0:
         return None
-    line, ended, _ = text[at + 1:].partition(b"\n")
-    return line[len(_SERVE_HELLO.rstrip()):].strip() if ended else None
+    line, ended, rest = text[at + 1:].partition(b"\n")
+    return (line[len(_SERVE_HELLO.rstrip()):].strip(), rest) if ended else None
+
+
+def _split_greeting(out: bytearray, err: bytearray) -> tuple[bytes, bytes, bytes] | None:
+    """The greeting's words and what follows it on stdout and on stderr, once both streams greeted (else None)."""
+    said, said_err = _greeting(out), _greeting(err)
+    if said is None or said_err is None:
+        return None
+    return said[0], said[1], said_err[1]
+
+
+def _exec_request(chan: paramiko.Channel, command: str) -> None:
+    """paramiko's Channel.exec_command without waiting for sshd's answer: what is sent next on the channel
+    follows the request at once. A refusal closes the channel (paramiko's Channel._request_failed), which whoever
+    reads the channel next finds (chan.closed, event_ready still False)."""
+    m = paramiko.Message()
+    m.add_byte(paramiko.common.cMSG_CHANNEL_REQUEST)
+    m.add_int(chan.remote_chanid)
+    m.add_string("exec")
+    m.add_boolean(True)
+    m.add_string(command)
+    if not chan.transport.is_active():  # paramiko would drop the request without a word
+        raise paramiko.SSHException("the SSH connection is closed")
+    chan._event_pending()
+    chan.transport._send_user_message(m)
 
 
 def _upto(data: bytearray, nonce: bytes) -> bytes:

@@ -32,6 +32,7 @@ from typing import Any
 from gpunode.datatables import DataError, data_dir, optional_field, read_table, source_field, text_field
 from gpunode.explain.candidate import fill
 from gpunode.explain.finding import Doc, Finding
+from gpunode.explain.normalise import normalise
 from gpunode.explain.tables import FORMAT_VERB, PLACEHOLDER, Detector, catalogue, group_names, tables
 from gpunode.record import Frozen
 
@@ -106,7 +107,15 @@ CLASS_SCHEMA = {"class": text_field, "pattern": _regex, "meaning": text_field, "
 GENERIC_SCHEMA = {"id": text_field, "class": text_field, "subject": _regex, "strength": _strength,
                   "source": source_field}
 CODE_SCHEMA = {"family": text_field, "code": _int, "names": optional_field(_names), "message": optional_field(_optional), "id": text_field,
-               "source": source_field}
+               "source": source_field, "string": optional_field(_optional)}
+# A call of the library's API right before its error string: "nvmlDeviceGetHandleByIndex(): Unknown Error",
+# "nvmlInit_v2() failed: GPU is lost", "cuInit failed: unknown error". The function's name makes even a common
+# string (Unknown Error) the library's. For CUDA only the calls that start it (initialise, count or pick a device,
+# make the first context): there a code's cause is the node's; the same code from a running kernel's call is not.
+_AFTER_CALL = r"(?:\([^()\n]{0,40}\))?[^\n\w]{0,4}(?:(?:failed|returned|error|with|:)\W{0,3}){0,3}"
+_CALL = {"nvml": r"\b(?P<call>nvml[A-Z]\w*)" + _AFTER_CALL,
+         "cuda": r"\b(?P<call>cuInit|cuDeviceGet(?:Count)?|cuCtxCreate\w*|cuDevicePrimaryCtxRetain|cudaGetDeviceCount"
+                 r"|cudaSetDevice|cudaGetDevice|cudaInitDevice)\b" + _AFTER_CALL}
 _CONTEXT = {"cuda": re.compile(r"cuda|\bcu[A-Z]\w+|\bGPU", re.IGNORECASE),
             "nvml": re.compile(r"nvml|nvidia-smi|\bGPU", re.IGNORECASE)}
 
@@ -207,6 +216,51 @@ def catalogued() -> tuple[Catalogued, ...]:
     return tuple(out)
 
 
+PREFIX_WORDS = 5  # the fixed words a message cut at the end of a line must keep to be read as that message
+
+
+def _cut(template: str) -> re.Pattern[str] | None:
+    """A catalogued message as a pattern for a paste cut short at the end of a line ("... failed: ERROR_LIBRA",
+    "... the client has the vers"): its first PREFIX_WORDS fixed words, then as many of the following words as the
+    line still has, the line ending inside a word or inside what varies (a line ending at a word's end may be a
+    shorter message, complete: only an ellipsis says it was cut there). None for a message with fewer fixed words."""
+    text = re.sub(r"\{\w+\}", "\x00", FORMAT_VERB.sub("\x00", template))
+    tokens: list[str | None] = []  # words, None for what varies
+    for i, part in enumerate(text.split("\x00")):
+        tokens += ([None] if i else []) + re.findall(r"[A-Za-z0-9]+", part)
+    while tokens and tokens[0] is None:
+        tokens.pop(0)
+    words = [i for i, token in enumerate(tokens) if token is not None]
+    if len(words) < PREFIX_WORDS:
+        return None
+    head = words[PREFIX_WORDS - 1] + 1
+
+    def piece(token: str | None) -> str:
+        return r"[^\n]{1,80}?" if token is None else re.escape(token)
+
+    ellipsis = r"[\W_]*(?:\.{3}|\u2026)"  # "..." or "…": the paster says it was cut, at a word's end too
+    rest = "(?!)"  # built from the end: the line ends inside a word, inside a value, or at an ellipsis
+    for token in reversed(tokens[head:]):
+        cut = r"[^\n]{1,80}?" if token is None else "|".join(
+            re.escape(token[:j]) for j in range(len(token) - 1, 0, -1)) or "(?!)"
+        rest = r"[\W_]+(?:" + piece(token) + "(?:" + rest + "|" + ellipsis + ")|" + cut + ")"
+    body = r"[\W_]+".join(piece(token) for token in tokens[:head])
+    return re.compile(r"\b" + body + "(?:" + rest + "|" + ellipsis + r")[\W_]*$", re.IGNORECASE)
+
+
+@lru_cache(maxsize=1)
+def cut_messages() -> tuple[tuple[str, re.Pattern[str], Detector | None], ...]:
+    """(id, pattern, the row a finding shows or None) for every catalogued message long enough to be read cut."""
+    rows = {m.id: m.row for m in catalogued()}
+    out = []
+    for message in catalogue():
+        for line in normalise(message.template).split("\n"):  # as explain reads it: no log prefix
+            regex = _cut(line)
+            if regex is not None:
+                out.append((message.id, regex, rows.get(message.id)))
+    return tuple(out)
+
+
 @lru_cache(maxsize=1)
 def load() -> tuple[tuple[ErrorClass, ...], tuple[Subject, ...], tuple[Code, ...]]:
     """Read and check the three generic tables (a bad row is a DataError naming file and line)."""
@@ -230,6 +284,10 @@ def load() -> tuple[tuple[ErrorClass, ...], tuple[Subject, ...], tuple[Code, ...
         regexes: list[tuple[str, re.Pattern[str], int]] = []
         if row["names"]:
             regexes.append(("name", re.compile(r"\b(?:" + "|".join(map(re.escape, row["names"])) + r")\b"), 58))
+        string = row["string"] or row["message"]  # the library's own words (`string` where too common alone)
+        if string and family in _CALL:
+            regexes.append(("call", re.compile(_CALL[family] + r"\b" + r"[\W_]*".join(
+                map(re.escape, re.findall(r"[A-Za-z0-9]+", string))) + r"\b", re.IGNORECASE), 58))
         if row["message"]:
             regexes.append(("message", re.compile(_loose(row["message"]), re.IGNORECASE), 54))
         number = (r"(?:\berror|\bcode|\berr|\breturn(?:ed|s)?|status|result|init failure)\W{0,3}(?:=\s*|\(\s*)?"
@@ -291,10 +349,14 @@ def _code_hits(start: int, line: str) -> list[tuple[int, int, Finding, tuple[Any
                 continue  # a bare number or a short message means nothing without CUDA/NVML on the line
             name = code.names[0] if code.names else f"{code.family} {code.code}"
             values = {"generic": "error-code", "code": f"{code.family} {code.code}", "error_name": name}
+            read = f"read from its {how}"
+            if how == "call":
+                values["call"] = match["call"]
+                read = f"returned by {match['call']}"
             hits.append((strength, start + match.start(), _finding(
                 code.row, values, line, "generic match: error code",
                 f"Generic finding: recognised by its {code.family.upper() if family == 'nvml' else code.family} "
-                f"error code ({code.code}, {name}, read from its {how}), not by a catalogued message; "
+                f"error code ({code.code}, {name}, {read}), not by a catalogued message; "
                 "this is the code's usual cause on a node.", strength), (code.id, "generic")))
             break
     return hits
@@ -312,6 +374,23 @@ def _catalogue_hits(start: int, line: str) -> list[tuple[int, int, Finding, tupl
                 "values (no detector row matched it); that message's cause is the following.", 50),
                 (message.id, "generic")))
     return hits
+
+
+def _cut_hits(start: int, line: str) -> list[tuple[int, int, Finding, tuple[Any, ...]]]:
+    """A line that ends inside a catalogued message (a paste cut mid-word): read as that message when every
+    catalogued message it can be the beginning of has the same finding."""
+    found = [(finding_id, match, row) for finding_id, regex, row in cut_messages()
+             for match in [regex.search(line)] if match]
+    if not found or len({finding_id for finding_id, _, _ in found}) != 1:
+        return []
+    finding_id, match, row = min(found, key=lambda f: f[1].start())
+    if row is None:
+        return []
+    return [(48, start + match.start(), _finding(
+        row, {"generic": "cut-message"}, line, "generic match: a catalogued message cut short",
+        "Generic finding: this line ends inside a catalogued message (the paste was cut at the end of the line) and "
+        "every catalogued message it can be the beginning of has the same cause, the following.", 48),
+        (finding_id, "generic"))]
 
 
 def _class_hits(start: int, line: str) -> list[tuple[int, int, Finding, tuple[Any, ...]]]:
@@ -355,7 +434,8 @@ def findings(doc: Doc, specific: list[tuple[int, int, Finding, tuple[Any, ...]]]
         codes = _code_hits(start, line)
         # a line that names an error code is read by its code: the words around it ("Unable to load cudart library
         # ...: cuda driver library init failure: 3") are the wrapper, the code says what failed
-        for hit in codes + _catalogue_hits(start, line) + ([] if codes else _class_hits(start, line)):
+        for hit in codes + _catalogue_hits(start, line) + _cut_hits(start, line) + (
+                [] if codes else _class_hits(start, line)):
             if hit[2].id in explained_ids or hit[2].id in seen or any(strength > CATCH_ALL for strength in here):
                 continue
             seen.add(hit[2].id)

@@ -345,7 +345,7 @@ def _module_missing(c: Candidate, doc: Doc) -> Finding:
 @_hook("secureboot.module-rejected")
 def _secureboot(c: Candidate, doc: Doc) -> Finding | None:
     module = c.values.get("module") or ""
-    if "nvidia" in doc.text.lower():
+    if "nvidia" in doc.text.lower() or c.detector.variant == "installer-unsigned":  # (the NVIDIA installer's words)
         return _render(c, doc)
     if not module:  # the bare key message with nothing of a GPU in sight
         return None

@@ -61,14 +61,23 @@ _PROMPTS = tuple(re.compile(p) for p in (
 _QUOTE = re.compile(r"^(?:[ \t]{0,3}>[ \t]?)+")
 _FENCE = re.compile(r"^\s*(?:```|~~~)")
 _FENCE_WITH_TEXT = re.compile(r"^(\s*)(```+|~~~+)(.*\S.*)$")  # "```docker: Error ..." (or "```bash", an info string)
-_BULLET = re.compile(r"^(?:[-*+\u2022]|\d{1,2}[.)])\s+")  # a Markdown or chat list item: "- ", "* ", "1. ", "2) "
+_BULLET = re.compile(r"^(?:(?:[-*+\u2022]|\d{1,2}[.)])\s+(?:\[[ xX]\]\s+)?|#{2,6}\s+)")  # a Markdown or chat list
+# item ("- ", "* ", "1. ", "2) ", a task "- [ ] ") or a heading of two levels or more ("## "; "# " is a root prompt)
+_EMPHASIS = re.compile(r"^([*_])(?=[^\s*_])(.*[^\s*_])\1$")  # a whole line in Markdown emphasis: *...*, _..._
 _HTML_BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
 _HTML_ENTITY = re.compile(r"&(?:#\d{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,7});")  # &quot; &#34; &gt; (a page or e-mail copy)
 _HTML_TAG = re.compile(r"</?(?:details|summary|code|pre|kbd|tt|b|strong|em|i|p|div|span)(?:\s[^<>]*)?>", re.IGNORECASE)
 _TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
 _TABLE_RULE = re.compile(r"^\s*\|?(?:\s*:?-{3,}:?\s*\|)+\s*:?-*:?\s*$")  # |---|:--:| (not nvidia-smi's +---+)
-_MARKUP = re.compile(r"`+|\*\*_(?=\S)|(?<=\S)_\*\*|\*\*|(?<=\s)__|__(?=\s)")  # inline code, bold and bold italic
+_MARKUP = re.compile(r"`+|\*\*_(?=\S)|(?<=\S)_\*\*|\*\*|(?<!\S)__|__(?!\S)")  # inline code, bold and bold italic
 # (**_..._**) around a pasted message or a part of it
+_DUNDER = re.compile(r"(?<!\w)(__[A-Za-z]\w*?__)(?!\w)")  # a Python name (__init__, __call__): a traceback's words, not bold
+
+
+def _unmark(line: str) -> str:
+    """The line without Markdown's inline markup, Python's double-underscore names kept whole."""
+    parts = _DUNDER.split(line)
+    return "".join(part if i % 2 else _MARKUP.sub("", part) for i, part in enumerate(parts))
 # A line that begins a message of its own, never the tail of a wrapped one.
 _RECORD_START = re.compile(r"^(?:[\w.\-/]+(?:\[\d+\])?:\s|[A-Z]{4,}\[|\[|Error\b|ERROR\b|WARNING\b|Failed\b|"
                            r"Unable\b|NVIDIA-SMI\b|NVRM\b|Traceback\b|terminate\b)")
@@ -93,7 +102,7 @@ def _fences(line: str) -> list[str]:
     rest = match[3].strip()
     if not re.search(r"\s|:", rest) and not rest.endswith(("`", "~")):
         return [line]
-    return [match[1] + match[2], match[1] + rest]
+    return [match[1] + match[2], match[1] + re.sub(r"\s*(?:`{3,}|~{3,})$", "", rest)]  # and a closing fence
 
 
 _JSON_RECORD = re.compile(r'^\s*\{.*"(?:log|msg|message|MESSAGE)"\s*:.*\}\s*$')
@@ -231,7 +240,7 @@ def _lines(text: str, terminal: bool) -> list[_Line]:
         if _FENCE.match(line):
             raw.append("")  # a fence ends a paragraph
             continue
-        raw.append(_MARKUP.sub("", line).rstrip())
+        raw.append(_EMPHASIS.sub(r"\2", _unmark(line).rstrip()))
     widths = [len(line) - len(line.lstrip()) for line in raw if line.strip()]
     common = min(widths, default=0)
     lines = []

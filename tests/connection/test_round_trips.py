@@ -195,3 +195,103 @@ def test_the_connection_s_socket_acknowledges_at_once(sim_node, tmp_path, monkey
         transport = conn._client.get_transport()
         assert isinstance(transport.sock, ssh._AckingSocket)
         assert armed.count((socket.IPPROTO_TCP, socket.TCP_QUICKACK)) >= 4  # banner, kex, login, command
+
+
+def test_a_converged_install_s_session_takes_three_round_trips_after_the_key_exchange(sim_node, tmp_path,
+                                                                                         monkeypatch):
+    """The session of a converged install (log in, the node lock taken with the probe, the release), through a relay
+    that delays each direction 50 ms and counts the turns: each time gpunode sends after the node sent (it waited
+    for an answer; benchmarks/relay.py, as the benchmark counts them). Counted from the login on (paramiko's
+    service request: the key exchange before it is the same for every client, and whether sshd's KEXINIT passes
+    the relay before or after paramiko's ECDH init is a race of no consequence). Three: the service request, the
+    login request and the command channel's opening together (gpunode/connection/ssh.py _LoginAtOnce,
+    _Transport.open_early); the channel's exec request carrying the lock and the probe (serve_command: no wait for
+    the loop's greeting); the release. Six on main at 9c0f4a4, which waited for each of those answers."""
+    import paramiko
+
+    from benchmarks.relay import DelayRelay
+    from gpunode import nodelock
+    from gpunode.facts import first_probe
+
+    node = sim_node("ubuntu-22.04-nogpu")
+    with DelayRelay(node.port, delay=0.05, lifetime=120) as relay:
+        real = paramiko.auth_handler.AuthHandler._request_auth
+
+        def marked(self):  # right before the service request: the key exchange is done
+            relay.mark()
+            real(self)
+
+        monkeypatch.setattr(paramiko.auth_handler.AuthHandler, "_request_auth", marked)
+        known = tmp_path / "known_hosts"
+        known.write_text(f"[127.0.0.1]:{relay.port} " + " ".join(Path(node.known_hosts).read_text().split()[1:3]) + "\n")
+        cfg = tmp_path / "ssh_config"
+        cfg.write_text("")
+        conn = open_connection(ConnectionSpec(host=f"root@127.0.0.1:{relay.port}", identity=[node.key_path],
+                                              known_hosts=[str(known)], ssh_config=str(cfg)))
+        with conn:
+            first = first_probe()
+            with nodelock.held(conn, "install", 10, then=first.script, then_timeout=60) as lock:
+                facts = gather(conn, first=(first, lock.then))
+                assert facts.kernel == node.kernel and lock.held is None  # the connection's process holds it
+        assert relay.turns() == 3
+    assert not node.exists(nodelock.LOCK_PATH)
+
+
+def test_the_login_request_sent_at_once_logs_in_with_an_rsa_key_after_a_refused_one(sim_node, tmp_path, monkeypatch):
+    """The login request rides right behind the service request (gpunode/connection/ssh.py _LoginAtOnce): sshd
+    refuses a key it does not know as before (the next identity is tried), and an RSA key, whose signature
+    algorithm follows the server's server-sig-algs, logs in."""
+    import subprocess
+
+    from gpunode.connection import ssh as ssh_module
+
+    node = sim_node("ubuntu-22.04-nogpu")
+    keys = {}
+    for kind in ("ed25519", "rsa"):
+        keys[kind] = tmp_path / f"id_{kind}"
+        subprocess.run(["ssh-keygen", "-q", "-t", kind, "-N", "", "-f", str(keys[kind])], check=True, timeout=60)
+    authorized = Path(node.dir) / "authorized_keys"
+    authorized.write_text(authorized.read_text() + (tmp_path / "id_rsa.pub").read_text())
+    early = []
+    real = ssh_module._LoginAtOnce._request_auth
+
+    def spy(self):
+        real(self)
+        early.append((self._get_key_type_and_bits(self.private_key)[0], self._sent_early))
+
+    monkeypatch.setattr(ssh_module._LoginAtOnce, "_request_auth", spy)
+    s = spec(node, tmp_path)
+    conn = ssh_module.SSHConnection(s.host, ssh_module.SSHOptions(
+        identity=[str(keys["ed25519"]), str(keys["rsa"])], known_hosts=s.known_hosts, ssh_config=s.ssh_config))
+    with conn.connect(defer_checks=True):
+        assert conn.run(["echo", "in"]).stdout == "in\n"
+    assert early[0] == ("ssh-ed25519", True)  # refused, then the next identity on a new connection
+    assert early[1][0] == "ssh-rsa" and len(early) == 2
+
+
+def test_a_first_command_too_long_for_the_exec_request_comes_as_a_frame_on_the_same_channel(sim_node, tmp_path):
+    """A channel's first command rides in its exec request only up to _SERVE_INLINE (one argument of the login
+    shell's `-c`); a longer one is the loop's first frame, read after the greeting as any other."""
+    from gpunode.connection import ssh as ssh_module
+    from gpunode.shell import Script
+
+    node = sim_node("ubuntu-22.04-nogpu", sshd_log_level="DEBUG1")
+    before = channels(node)
+    filler = "\n".join(f": {'x' * 70}" for _ in range(ssh_module._SERVE_INLINE // 70 + 10))
+    with open_connection(spec(node, tmp_path)) as conn:
+        long = conn.run(Script(filler + "\necho long; echo err >&2; exit 3", (), "long"))
+        assert (long.exit_code, long.stdout, long.stderr) == (3, "long\n", "err\n")
+        assert conn.run(["echo", "next"]).stdout == "next\n"
+    assert channels(node) - before == 1
+
+
+def test_a_refusing_login_shell_is_named_when_the_first_command_has_stdin(sim_node, tmp_path):
+    """A first command with stdin waits for the loop's greeting (base64 or not): a login shell that refuses
+    commands is named there too."""
+    node = sim_node("ubuntu-22.04-nogpu")
+    shell = pwd.getpwuid(0).pw_shell
+    node.write(shell, "#!/bin/sh\necho 'This account is currently not available.'\nexit 1\n", 0o755)
+    conn = open_connection(spec(node, tmp_path))
+    with pytest.raises(ConnectError) as info:
+        conn.run(["cat"], stdin=b"data")
+    assert "the login shell of root refuses to run commands (it said: 'This account" in info.value.message

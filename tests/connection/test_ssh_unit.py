@@ -260,7 +260,7 @@ def test_the_command_loop_runs_whole_frames_and_nothing_of_a_frame_cut_short(she
 
     mark = tmp_path / "ran"
 
-    hello = b"gpunode-serve 1 %d\n" % os.getpid()  # base64 is there; the loop's parent: this process
+    hello = b"gpunode-serve 1\n"  # base64 is there
 
     def serve(data: bytes) -> bytes:
         return subprocess.run([*shell, "-c", _SERVE], input=data, capture_output=True, timeout=30, check=False).stdout
@@ -282,8 +282,10 @@ def test_the_command_loop_runs_whole_frames_and_nothing_of_a_frame_cut_short(she
 def test_the_command_loop_greeting_is_found_after_what_a_login_script_printed():
     from gpunode.connection.ssh import _greeting
 
-    assert _greeting(bytearray(b"Welcome to node-7\nlast login: today\ngpunode-serve 1\n")) == b"1"
-    assert _greeting(bytearray(b"gpunode-serve\n")) == b""  # the stderr greeting
+    assert _greeting(bytearray(b"Welcome to node-7\nlast login: today\ngpunode-serve 1\n")) == (b"1", b"")
+    assert _greeting(bytearray(b"gpunode-serve\n")) == (b"", b"")  # the stderr greeting
+    assert _greeting(bytearray(b"motd\ngpunode-serve 0\nthe first command's output")) == (
+        b"0", b"the first command's output")  # the first frame's output follows it at once
     assert _greeting(bytearray(b"noise gpunode-serve 1\n")) is None  # only on a line of its own
     assert _greeting(bytearray(b"gpunode-serve 1")) is None  # not yet whole
     assert _greeting(bytearray(b"This account is currently not available.\n")) is None
@@ -329,3 +331,33 @@ def test_an_ascii_host_name_is_resolved_without_the_idna_codec():
             "    print(before, 'encodings.idna' in sys.modules)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout == "False False\n", done.stderr
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_a_command_the_loop_runs_sees_the_loop_s_parent_as_ppid(shell):
+    """The node lock names sshd's process of the connection without asking for it first: lock_owner is a word
+    that becomes "$PPID" in the command line (SSHConnection._owned), which the loop's subshell expands to the
+    loop's parent (here this process; on a node, sshd's process), also through `sh -c` and a privilege prefix."""
+    from gpunode.connection.ssh import _SERVE, SSHConnection
+    from gpunode.shell import Script, render
+
+    conn = SSHConnection("root@127.0.0.1:22")
+    line = conn._owned(render(Script('echo "$1"', (conn.lock_owner(),), "owner"), privilege=("env",)))
+    assert conn.lock_owner() not in line and '"$PPID"' in line
+    frame = b"n1 0 -\n" + line.encode() + b"\nn1\n"
+    out = subprocess.run([*shell, "-c", _SERVE], input=frame, capture_output=True, timeout=30, check=False).stdout
+    assert out == b"gpunode-serve 1\n%d\nn1 0\nn1 .\n" % os.getpid()
+    assert SSHConnection("root@127.0.0.1:22").lock_owner() != conn.lock_owner()  # a fresh word per connection
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_the_channel_s_first_command_rides_in_the_exec_request_and_the_loop_goes_on(shell):
+    """serve_command: the first command (quoted into the command the exec request runs) runs before the loop reads
+    its first frame, with its stdin from /dev/null (the frames stay for the loop), and reports as a frame would."""
+    from gpunode.connection.ssh import serve_command
+
+    first = "cat; printf 'it'\"'\"'s\\n'; echo err >&2; exit 4"  # quotes, a newline escape, stdin it must not take
+    out = subprocess.run([*shell, "-c", serve_command((b"n0", first))], input=b"n1 0 -\necho next\nn1\n",
+                         capture_output=True, timeout=30, check=False)
+    assert out.stdout == b"gpunode-serve 1\nit's\nn0 4\nn0 .\nnext\nn1 0\nn1 .\n"
+    assert out.stderr == b"gpunode-serve\nerr\nn0\nn1\n"

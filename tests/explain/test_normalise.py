@@ -139,3 +139,14 @@ def test_bold_italic_markup_inside_a_pasted_message_is_dropped_but_underscores_o
                                "/merged/proc/driver/nvidia/params/version/registry: no such file or directory")
     assert normalise("libnvidia_ml_loader failed: CUDA_ERROR_NO_DEVICE") == \
         "libnvidia_ml_loader failed: CUDA_ERROR_NO_DEVICE"
+
+
+def test_pythons_double_underscore_names_stay_whole_while_double_underscore_bold_is_dropped():
+    assert normalise("RuntimeError: __init__ failed: no CUDA GPUs are available") == \
+        "RuntimeError: __init__ failed: no CUDA GPUs are available"
+    assert normalise('  File "/usr/lib/python3/dist-packages/torch/cuda/__init__.py", line 302, in _lazy_init') == \
+        'File "/usr/lib/python3/dist-packages/torch/cuda/__init__.py", line 302, in _lazy_init'
+    assert normalise("  raise in __call__") == "raise in __call__"
+    # bold written with underscores, at the start of the line as elsewhere, is still markup
+    assert normalise("__docker: Error response from daemon__ here") == "docker: Error response from daemon here"
+    assert normalise("see __could not select device driver__") == "see could not select device driver"

@@ -10,6 +10,7 @@ import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -157,12 +158,16 @@ def test_over_ssh_the_lock_is_the_connections_and_costs_no_channel(sim_node):  #
     node = container_node(sim_node, sshd_log_level="DEBUG1")
     first = ssh(node)
     with first:
-        owner = first.lock_owner()
-        assert owner is not None and owner.isdigit()
-        lock = nodelock.acquire(first, "install driver", 0)
-        assert nodelock.holder(first).pid == owner  # type: ignore[union-attr]
+        lock = nodelock.acquire(first, "install driver", 0)  # the first command: its owner is resolved on the node
+        owner = nodelock.holder(first).pid  # type: ignore[union-attr]
+        assert owner.isdigit()
         code, _, _ = node.ssh(f"kill -0 {owner}")
         assert code == 0  # a live process on the node
+        # sshd's process of this connection (the simulated node's processes are this machine's): the command
+        # loop's shell runs under it
+        assert Path(f"/proc/{owner}/comm").read_text().startswith("sshd")
+        children = Path(f"/proc/{owner}/task/{owner}/children").read_text().split()
+        assert any(b"gpunode-serve" in Path(f"/proc/{child}/cmdline").read_bytes() for child in children)
         with ssh(node) as second, pytest.raises(nodelock.NodeLocked) as caught:
             nodelock.acquire(second, "uninstall", 0)
         assert f"pid {owner} on the node" in caught.value.message
