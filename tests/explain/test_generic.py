@@ -830,6 +830,20 @@ def test_vllm_without_a_platform_gives_way_to_the_missing_driver_library() -> No
     "I external/xla/xla/stream_executor/cuda/cuda_dnn.cc:517] Loaded cuDNN version 8907",
     # llama.cpp reporting the GPU it found
     "ggml_cuda_init: found 1 CUDA devices:\n  Device 0: NVIDIA GeForce RTX 4090, compute capability 8.9, VMM: yes",
+    # start-up lines of a working GPU
+    "I tensorflow/core/common_runtime/gpu/gpu_device.cc:1886] Created device /job:localhost/replica:0/task:0/device:"
+    "GPU:0 with 22272 MB memory:  -> device: 0, name: NVIDIA GeForce RTX 3090, pci bus id: 0000:01:00.0, compute "
+    "capability: 8.6",
+    "E external/local_xla/xla/stream_executor/cuda/cuda_dnn.cc:9261] Unable to register cuDNN factory: Attempting to "
+    "register factory for plugin cuDNN when one has already been registered",
+    "I tensorflow/compiler/xla/stream_executor/cuda/cuda_gpu_executor.cc:894] successful NUMA node read from SysFS had "
+    "negative value (-1), but there must be at least one NUMA node, so returning NUMA node zero",
+    "W tensorflow/compiler/tf2tensorrt/utils/py_utils.cc:38] TF-TRT Warning: Could not find TensorRT",
+    'level=INFO source=types.go:131 msg="inference compute" id=GPU-1234 library=cuda variant=v12 compute=8.6 '
+    'driver=12.4 name="NVIDIA GeForce RTX 3090" total="23.7 GiB" available="23.4 GiB"',
+    "INFO 10-06 12:00:31 [gpu_worker.py:298] Available KV cache memory: 12.25 GiB",
+    "Custom allreduce is disabled because your platform lacks GPU P2P capability or P2P test failed. To silence this "
+    "warning, specify disable_custom_all_reduce=True explicitly.",
 ])
 def test_the_benign_neighbours_of_the_framework_messages_are_no_finding(text: str) -> None:
     assert _ids(text) == []
@@ -920,24 +934,6 @@ def test_nccl_itself_missing_is_still_the_missing_libraries() -> None:
         "cuda.libraries-missing"]
     assert _generic("ncclx loader: libnccl.so.2 not found")[0].id == "cuda.libraries-missing"
 
-
-@pytest.mark.parametrize("text", [
-    "I tensorflow/core/common_runtime/gpu/gpu_device.cc:1886] Created device /job:localhost/replica:0/task:0/device:"
-    "GPU:0 with 22272 MB memory:  -> device: 0, name: NVIDIA GeForce RTX 3090, pci bus id: 0000:01:00.0, compute "
-    "capability: 8.6",
-    "E external/local_xla/xla/stream_executor/cuda/cuda_dnn.cc:9261] Unable to register cuDNN factory: Attempting to "
-    "register factory for plugin cuDNN when one has already been registered",
-    "I tensorflow/compiler/xla/stream_executor/cuda/cuda_gpu_executor.cc:894] successful NUMA node read from SysFS had "
-    "negative value (-1), but there must be at least one NUMA node, so returning NUMA node zero",
-    "W tensorflow/compiler/tf2tensorrt/utils/py_utils.cc:38] TF-TRT Warning: Could not find TensorRT",
-    'level=INFO source=types.go:131 msg="inference compute" id=GPU-1234 library=cuda variant=v12 compute=8.6 '
-    'driver=12.4 name="NVIDIA GeForce RTX 3090" total="23.7 GiB" available="23.4 GiB"',
-    "INFO 10-06 12:00:31 [gpu_worker.py:298] Available KV cache memory: 12.25 GiB",
-    "Custom allreduce is disabled because your platform lacks GPU P2P capability or P2P test failed. To silence this "
-    "warning, specify disable_custom_all_reduce=True explicitly.",
-])
-def test_the_frameworks_start_up_lines_on_a_working_gpu_are_no_finding(text: str) -> None:
-    assert _ids(text) == []
 
 
 def test_paddle_built_for_a_newer_cuda_than_the_driver_is_the_old_driver_and_its_cudnn_warning_is_not() -> None:
