@@ -14,18 +14,18 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpunode import compat as cm
 from gpunode import fixes, versions
 from gpunode import options as table
-from gpunode import steps as pipeline
 from gpunode.artifacts.naming import is_url
 from gpunode.artifacts.request import check_sha256_option
 from gpunode.artifacts.request import request as driver_request
 from gpunode.errors import UsageError
 from gpunode.options import Options, OptionSpec, Request, choices_of
-from gpunode.steps.base import Step
+
+if TYPE_CHECKING:
+    from gpunode.steps.base import Step
 
 Spelling = Callable[[str], str]
 
@@ -72,6 +72,9 @@ def defaults(front: str) -> dict[str, Any]:
 
 
 def steps(only: list[str] | None, skip: list[str] | None, spell: Spelling = cli_spelling) -> tuple[Step, ...]:
+    # the pipeline (its facts, its rules): only when the steps are selected
+    from gpunode import steps as pipeline
+
     selected = pipeline.select(only or [], skip or [])
     if not selected:
         given = " ".join([*(f"{spell('only')} {s}" for s in only or []), *(f"{spell('skip')} {s}" for s in skip or [])])
@@ -84,9 +87,11 @@ def table_checks(values: Mapping[str, Any], spell: Spelling = cli_spelling) -> N
     """What the table itself says about each given value: a row with `choices` takes only those (the options
     with checks of their own above have already said more)."""
     for row in table.option_table():
-        allowed = choices_of(row)
         value = values.get(row.name)
-        if not allowed or value is None or value == row.default:
+        if value is None or value == row.default:
+            continue
+        allowed = choices_of(row)  # the step names load the pipeline: only for a value given
+        if not allowed:
             continue
         given = value.split(row.split) if row.split and isinstance(value, str) else value
         for item in given if isinstance(given, (list, tuple)) else [given]:
@@ -97,9 +102,23 @@ def table_checks(values: Mapping[str, Any], spell: Spelling = cli_spelling) -> N
 
 def request(values: Mapping[str, Any], spell: Spelling = cli_spelling) -> Request:
     """The pipeline options (named as in the option table, every one present) -> a Request."""
-    chosen = steps(values["only"], values["skip"], spell)
+    return selected(values, checked(values, spell))
+
+
+def checked(values: Mapping[str, Any], spell: Spelling = cli_spelling) -> Options:
+    """Every check of `request`, in its order, and the Options: each problem is raised here. The pipeline is loaded
+    only to check step names that were given (with neither --only nor --skip every step runs), so a front door can
+    start connecting before it selects the steps (gpunode/cli/pipeline.py)."""
+    if values["only"] or values["skip"]:
+        steps(values["only"], values["skip"], spell)
     options = pipeline_options(values, spell)
     table_checks(values, spell)
+    return options
+
+
+def selected(values: Mapping[str, Any], options: Options) -> Request:
+    """The Request of options `checked` accepted: the steps selected, in pipeline order (this loads the pipeline)."""
+    chosen = steps(values["only"], values["skip"])
     if options.bake:  # the steps that need no GPU, then the marker (gpunode/bake.py)
         from gpunode import bake
         from gpunode.steps import bake as bake_step
@@ -184,6 +203,8 @@ def _image(value: str | None, spell: Spelling) -> str | None:
     """--image for plan/install: reference syntax; nvidia/cuda tags must carry a known CUDA."""
     if value is None:
         return None
+    from gpunode import compat as cm  # the compat tables: only for an --image given
+
     try:
         cm.image_needs(value)
     except UsageError as exc:
@@ -193,8 +214,12 @@ def _image(value: str | None, spell: Spelling) -> str | None:
 
 def _cuda(value: str | None, spell: Spelling) -> str | None:
     """--cuda for plan/install: a CUDA release gpunode knows."""
+    if value is None:
+        return None
+    from gpunode import compat as cm  # the compat tables: only for a --cuda given
+
     try:
-        return None if value is None else cm.driver_needed_for_cuda(value).cuda
+        return cm.driver_needed_for_cuda(value).cuda
     except UsageError as exc:
         raise _respelled(exc, spell, "cuda") from None
 

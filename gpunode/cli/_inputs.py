@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import shlex
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,11 +21,13 @@ from gpunode.errors import UsageError
 from gpunode.fleetlog import LOG_LEVELS
 from gpunode.option_checks import Request, kubernetes, seconds
 from gpunode.options import Options
+from gpunode.record import Record
 
 if TYPE_CHECKING:
     from gpunode.inventory import InventoryHost
+    from gpunode.steps.base import Step
 
-__all__ = ["Request", "kubernetes", "local_only", "pipeline_options", "request", "seconds", "target",
+__all__ = ["Checked", "Request", "kubernetes", "local_only", "pipeline_options", "request", "seconds", "target",
            "verify_options"]
 
 
@@ -115,12 +119,26 @@ def _fleet(t: Target) -> list[InventoryHost] | None:
     return chosen
 
 
-def request(a: dict[str, Any], reach: Target | None) -> Request:
-    """The pipeline options (and --reboot) -> a Request, checked below the CLI (gpunode/option_checks.py).
-    Progress bars only for one node and human output."""
-    chosen = option_checks.request(a)
+@dataclass(eq=False, repr=False)
+class Checked(Record):
+    """A Request whose options are checked (every usage error raised) and whose steps are selected when first
+    read: selecting loads the pipeline, its facts and rules, which `plan` and `install` do while their connection
+    is being made (gpunode/cli/pipeline.py)."""
+
+    values: dict[str, Any]
+    options: Options
+
+    @cached_property
+    def steps(self) -> tuple[Step, ...]:
+        return option_checks.selected(self.values, self.options).steps
+
+
+def request(a: dict[str, Any], reach: Target | None) -> Checked:
+    """The pipeline options (and --reboot), checked below the CLI (gpunode/option_checks.py); the steps are selected
+    when the run reads them. Progress bars only for one node and human output."""
+    options = option_checks.checked(a)
     quiet = reach is not None and (reach.json_output or reach.fleet is not None)
-    return Request(chosen.steps, dataclasses.replace(chosen.options, progress=None if quiet else rich_bars))
+    return Checked(dict(a), dataclasses.replace(options, progress=None if quiet else rich_bars))
 
 
 def pipeline_options(a: dict[str, Any], *, progress: bool) -> Options:

@@ -101,13 +101,16 @@ class Target(Record):
             self._secrets = (password, become)
         return self._secrets
 
-    def open(self, host: InventoryHost | None = None) -> Connection:
+    def open(self, host: InventoryHost | None = None, *, ahead: bool = False) -> Connection:
+        """The connection to this node (or one node of the fleet); with `ahead`, logging in goes on in its own
+        thread (gpunode/connection/__init__.py open_connection)."""
         password, become = self.secrets()
         address = host.target if host is not None else self.host
         identity = [host.identity] if host is not None and host.identity else list(self.identity)
         spec = ConnectionSpec(host=address, identity=identity, known_hosts=list(self.known_hosts),
                               accept_new_host_key=self.accept_new_host_key, ssh_config=self.ssh_config,
-                              password=password, become_password=become, connect_timeout=self.connect_timeout)
+                              password=password, become_password=become, connect_timeout=self.connect_timeout,
+                              ahead=ahead)
         return connection.open_connection(spec)
 
     def node_args(self, host: InventoryHost | None = None) -> list[str]:

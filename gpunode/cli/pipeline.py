@@ -17,7 +17,7 @@ from gpunode.errors import UsageError
 
 if TYPE_CHECKING:
     from gpunode import cancel
-    from gpunode.cli._inputs import Request
+    from gpunode.cli._inputs import Checked
     from gpunode.cli._target import Target
     from gpunode.cli.events import JsonlReporter
     from gpunode.fleet import HostResult, QueueReporter
@@ -45,23 +45,23 @@ def _late(name: str) -> Any:
 
 
 @command(reach="rolling", pipeline=True)
-def plan(target: Target, request: Request, argv: list[str], progress: ProgressFormatOpt = "human") -> None:
+def plan(target: Target, request: Checked, argv: list[str], progress: ProgressFormatOpt = "human") -> None:
     """Show what `install` would change, step by step, with exact commands and file diffs. Changes nothing."""
     _run("plan", target, request, argv, progress)
 
 
 @command(reach="rolling", pipeline=True, reboot=True)
-def install(target: Target, request: Request, argv: list[str], dry_run: DryRunOpt = False,
+def install(target: Target, request: Checked, argv: list[str], dry_run: DryRunOpt = False,
             progress: ProgressFormatOpt = "human") -> None:
     """Apply the pipeline: each step is planned, applied, then planned again and must report `ok`."""
     _run("plan" if dry_run else "install", target, request, [w for w in argv if w != "--dry-run"], progress)
 
 
-def _events(progress: str, mode: str, target: Target, request: Request) -> JsonlReporter | None:
-    """--progress: None for human output, else the event writer (docs/engines.md). Usage errors exit 2."""
+def _check_progress(progress: str, target: Target) -> None:
+    """--progress: its usage errors (exit 2), before anything connects."""
     if progress == "human":  # the default: the event writer stays unloaded
-        return None
-    from gpunode.cli.events import FORMATS, JsonlReporter
+        return
+    from gpunode.cli.events import FORMATS
 
     with expected_errors():
         if progress not in FORMATS:
@@ -73,7 +73,15 @@ def _events(progress: str, mode: str, target: Target, request: Request) -> Jsonl
         if target.fleet is not None:
             raise UsageError("--progress jsonl describes one node", fix="run gpunode with --local on each node (a "
                              "DaemonSet, docs/engines.md), or drop --progress for the fleet view")
-    return JsonlReporter(mode, request.steps, target.fixer())
+
+
+def _events(progress: str, mode: str, target: Target, steps: tuple[Step, ...]) -> JsonlReporter | None:
+    """--progress (checked by _check_progress): None for human output, else the event writer (docs/engines.md)."""
+    if progress == "human":
+        return None
+    from gpunode.cli.events import JsonlReporter
+
+    return JsonlReporter(mode, steps, target.fixer())
 
 
 def next_step(mode: str, report: RunReport, target: Target, argv: list[str]) -> str | None:
@@ -93,31 +101,38 @@ def next_step(mode: str, report: RunReport, target: Target, argv: list[str]) -> 
     return None
 
 
-def _run(mode: str, target: Target, request: Request, argv: list[str], progress: str = "human") -> None:
-    """One implementation of plan and install, for one node or a fleet. Every option was checked already."""
-    from gpunode import cancel
-    from gpunode.cli._pipeline_view import render_install, render_plan
-    from gpunode.cli._target import rewrite_fixes
-    from gpunode.runner import RunInterrupted
-    from gpunode.ui import err, print_json
-
-    events = _events(progress, mode, target, request)
-    if events is not None:  # stdout holds events only: no progress bars, the recap goes to stderr
-        request = dataclasses.replace(request, options=dataclasses.replace(request.options, progress=None))
+def _run(mode: str, target: Target, request: Checked, argv: list[str], progress: str = "human") -> None:
+    """One implementation of plan and install, for one node or a fleet. Every option was checked already (--progress
+    here, first). One node over SSH is connected to ahead (gpunode/connection/ssh.py connect_ahead): the steps,
+    the facts and the output are loaded while the network and the node log in."""
+    _check_progress(progress, target)
     with expected_errors(target.fixer()):
         if target.fleet is not None:
             _run_fleet(mode, target, target.fleet, request.steps, request.options)
-        with target.open() as conn:
+        with target.open(ahead=True) as conn:
+            from gpunode import cancel
+            from gpunode.cli._pipeline_view import render_install, render_plan
+            from gpunode.runner import RunInterrupted
+
+            steps = request.steps  # the pipeline is loaded here
+            events = _events(progress, mode, target, steps)
+            # stdout holds events only: no progress bars, the recap goes to stderr
+            options = request.options if events is None else dataclasses.replace(request.options, progress=None)
             if mode == "plan":
-                report = _late("plan_pipeline")(conn, request.steps, request.options, events, check_artifacts=True)
+                conn.wait_connected()  # a failed login is reported as it always was, before any step
+                report = _late("plan_pipeline")(conn, steps, options, events, check_artifacts=True)
             else:
                 reporter = events or (None if target.json_output else _late("ConsoleReporter")())
+                conn.wait_connected()
                 with two_stage_interrupt() as token, cancel.bind(token):
                     try:
-                        report = _late("apply_pipeline")(conn, request.steps, request.options, reporter)
+                        report = _late("apply_pipeline")(conn, steps, options, reporter)
                     except RunInterrupted as stopped:
                         report = stopped.report
                 stopped_by(report, token)
+    from gpunode.cli._target import rewrite_fixes
+    from gpunode.ui import err, print_json
+
     follow = next_step(mode, report, target, argv)
     if events is not None:
         events.finish(report, follow)

@@ -23,9 +23,13 @@ class ConnectionSpec(Record):
     password: Secret | None = None
     become_password: Secret | None = None
     connect_timeout: float = 15.0
+    ahead: bool = False  # SSH: log in in the background while the caller prepares its first command
 
 
 def open_connection(spec: ConnectionSpec) -> Connection:
+    """The connection `spec` asks for. A node over SSH is logged into now, or with `spec.ahead` in a thread of its
+    own while the caller goes on (gpunode/connection/ssh.py connect_ahead: its errors come at `wait_connected` or
+    the first use). This machine needs no connecting."""
     if spec.host is None or spec.host in ("local", "localhost-direct"):
         from gpunode.connection.local import LocalConnection
 
@@ -35,4 +39,5 @@ def open_connection(spec: ConnectionSpec) -> Connection:
     options = SSHOptions(identity=spec.identity, known_hosts=spec.known_hosts,
                          accept_new_host_key=spec.accept_new_host_key, ssh_config=spec.ssh_config,
                          password=spec.password, connect_timeout=spec.connect_timeout)
-    return SSHConnection(spec.host, options, become_password=spec.become_password).connect(defer_checks=True)
+    conn = SSHConnection(spec.host, options, become_password=spec.become_password)
+    return conn.connect_ahead() if spec.ahead else conn.connect(defer_checks=True)

@@ -443,6 +443,10 @@ class Connection(ABC):
         ended). None: this transport cannot keep a command running (the caller falls back)."""
         return None
 
+    def wait_connected(self) -> None:  # noqa: B027 - optional hook: only SSH connects ahead
+        """Wait for a connection made ahead (gpunode/connection/ssh.py connect_ahead) and raise what making it
+        raised; at once for any other."""
+
     def close(self) -> None:  # noqa: B027 - optional hook: only SSH holds a transport
         """Release the transport. Safe to call twice."""
 

@@ -127,6 +127,7 @@ import paramiko  # noqa: E402
 _known_hosts_lock = threading.Lock()
 log = logging.getLogger("gpunode.ssh")
 _SHELL_OK = "gpunode-shell-ok"
+_AHEAD_STOP = 2.0  # seconds close() waits for connect_ahead's thread to end
 SEND_TIMEOUT = 120.0  # seconds a command's stdin may wait for the node to accept more data
 # how to go on after a command's fate is unknown: every step re-plans from what it finds on the node
 _GO_ON = ("once the node answers again (it may have rebooted or lost its network), check it with "
@@ -566,12 +567,16 @@ class SSHConnection(Connection):
         # (lock_owner): the command loop's $PPID, expanded on the node; random, so no other text is taken for it
         self._owner_word = f"gpunode.owner.{os.urandom(8).hex()}"
         self._serve_busy = threading.Lock()  # one command at a time on it; another thread's gets its own channel
+        self._ahead: _Ahead | None = None  # connect_ahead's thread, until the first use waits for it
+        self._ahead_error: BaseException | None = None  # what connecting raised there, raised again by that use
+        self._connecting: Any = None  # the socket a login uses while it is made: shut to stop connect_ahead's
 
     # -- connecting ------------------------------------------------------------------------------------
     def connect(self, *, defer_checks: bool = False) -> SSHConnection:
         """Log in and check that the login shell runs commands. With `defer_checks` that check (and learning
         whether the login user is root) rides on the first command instead of costing round trips of its own:
         `gpunode plan` and `doctor` then open exactly one SSH channel, the probe."""
+        self._await_ahead()
         if self._client is not None:
             return self
         r = self.resolved
@@ -613,6 +618,9 @@ class SSHConnection(Connection):
                 try:
                     if not (r.proxy_jump or r.proxy_command):
                         sock = _tcp_socket(r.host, r.port, self.options.connect_timeout)
+                    self._connecting = sock
+                    if sock is not None and _Ahead.abandoned_here():  # closed meanwhile (close() may have missed this socket): stop
+                        _shut(sock)
                     client.connect(
                         r.host, port=r.port, username=r.user, pkey=key, password=password,
                         # An encrypted identity is expected to be in the agent; otherwise no guessing, so
@@ -667,6 +675,8 @@ class SSHConnection(Connection):
             reason = "; ".join(sorted({e.strerror or str(e) for e in reasons.values()})) if reasons else None
             raise ConnectError(f"{self.name}: cannot connect to {r.host}:{r.port}: {reason or exc.strerror or exc}",
                                fix="check the node is up, the port is right and sshd is running") from None
+        finally:
+            self._connecting = None
         transport = client.get_transport()
         if transport is not None:
             transport.set_keepalive(15)
@@ -680,6 +690,52 @@ class SSHConnection(Connection):
             self.close()
             raise
         return self
+
+    def connect_ahead(self) -> SSHConnection:
+        """`connect(defer_checks=True)` in a thread of its own; returns at once, so that the caller's own work
+        (imports, building the first command) overlaps the network's round trips. The first use (a command, an upload, `connect`) waits for that thread and raises what connecting
+        raised, as `connect` would have; `close` stops it. Host keys are checked exactly as `connect` checks them."""
+        if self._client is None and self._ahead is None:
+            self._ahead = _Ahead(target=self._connect_ahead, name=f"gpunode-connect {self.name}", daemon=True)
+            self._ahead.start()
+        return self
+
+    def _connect_ahead(self) -> None:
+        """The login (and, behind its request, the command channel's open: _Login/open_early); the first command
+        then rides in the exec request that starts the command loop, so there is nothing more to do ahead."""
+        try:
+            self.connect(defer_checks=True)
+        except BaseException as exc:  # noqa: BLE001 - raised again in the thread that uses the connection
+            self._ahead_error = exc
+            return
+        if _Ahead.abandoned_here():  # closed meanwhile: nothing may outlive that close
+            self.close()
+
+    def wait_connected(self) -> None:
+        self._await_ahead()
+
+    def _await_ahead(self) -> None:
+        """Wait for connect_ahead's thread (a Ctrl-C interrupts the wait) and raise what it raised."""
+        ahead = self._ahead
+        if ahead is None or ahead is threading.current_thread():
+            return
+        ahead.join()
+        self._ahead = None
+        error, self._ahead_error = self._ahead_error, None
+        if error is not None:
+            raise error
+
+    def _stop_ahead(self) -> None:
+        """Stop connect_ahead's thread if it still runs (close, a Ctrl-C, an error meanwhile): it is told, the login's
+        stream is shut, and it is waited for a moment; whatever it still opens it closes itself."""
+        ahead = self._ahead
+        if ahead is None or ahead is threading.current_thread():
+            return
+        ahead.abandoned = True
+        if self._connecting is not None:
+            _shut(self._connecting)  # the login in that thread reads the end of the stream and fails at once
+        ahead.join(_AHEAD_STOP)  # a daemon: one stuck in the kernel's TCP connect ends with the process
+        self._ahead, self._ahead_error = None, None
 
     def _learns_root_inline(self) -> bool:
         return True
@@ -705,6 +761,7 @@ class SSHConnection(Connection):
                                 f"the node: chsh -s /bin/sh {user}")
 
     def close(self) -> None:
+        self._stop_ahead()
         self._serve = None
         if self._client is not None:
             self._client.close()
@@ -1297,6 +1354,30 @@ def _send_packets(chan: paramiko.Channel, data: bytes) -> None:
 
 def _hex(digest: Any) -> str:
     return digest.hexdigest() if digest is not None else ""
+
+
+class _Ahead(threading.Thread):
+    """connect_ahead's thread; `abandoned` once the connection was closed while it ran."""
+
+    abandoned = False
+
+    @staticmethod
+    def abandoned_here() -> bool:
+        """Whether the calling thread is a connect_ahead whose connection was closed meanwhile."""
+        current = threading.current_thread()
+        return isinstance(current, _Ahead) and current.abandoned
+
+
+def _shut(sock: socket.socket | paramiko.Channel | paramiko.ProxyCommand) -> None:
+    """End a login's stream from another thread: a socket is shut down (its reader sees the end at once, and the
+    socket is closed by its owner), a proxy closed."""
+    try:
+        if isinstance(sock, socket.socket):
+            sock.shutdown(socket.SHUT_RDWR)
+        else:
+            sock.close()
+    except (OSError, paramiko.SSHException):
+        pass
 
 
 def _drop(chan: paramiko.Channel) -> None:
