@@ -142,7 +142,7 @@ def _container_requirement(c: Candidate, doc: Doc) -> Finding:
 
 @_hook("cuda.insufficient-driver")
 def _insufficient(c: Candidate, doc: Doc) -> Finding:
-    values: dict[str, Any] = {}
+    values: dict[str, Any] = dict(c.values)  # each variant's own values (versions it names) fill its texts
     if "found" in c.values:
         found = int(c.values["found"])
         values["driver_cuda"] = f"{found // 1000}.{found % 1000 // 10}"

@@ -726,3 +726,231 @@ def test_a_broken_config_or_an_old_version_number_is_not_the_toolkit_too_old_for
 def test_nvidia_ctks_own_wording_of_the_version_3_refusal_is_the_same_old_toolkit() -> None:
     finding = explain("ERRO[0000] unable to load config for runtime containerd: unsupported config version: 3")[0]
     assert finding.id == "toolkit.too-old" and "gpunode install --only toolkit" in finding.fix
+
+
+# --- explain11: frameworks -----------------------------------------------------------------------------------------
+# The ML frameworks' and inference servers' GPU start-up messages, from their sources (rows in
+# data/explain_detectors.csv, messages in data/explain_catalogue.csv). Where two of them appear together, the one
+# that names the reason must come first; a benign neighbour of each message is no finding.
+
+
+def _ids(text: str) -> list[str]:
+    return [f.id for f in explain(text)]
+
+
+def test_vllms_start_up_memory_check_names_what_is_free_and_what_it_wants() -> None:
+    finding = explain("(EngineCore_DP0 pid=212) ERROR 10-06 12:00:02 [core.py:708] ValueError: Free memory on device "
+                      "cuda:0 (10.47/79.44 GiB) on startup is less than desired GPU memory utilization (0.9, 71.5 "
+                      "GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.")[0]
+    assert finding.id == "cuda.out-of-memory"
+    assert finding.title == "Only 10.47 of 79.44 GiB are free on the GPU; vLLM wants 71.5 GiB"
+    assert "(0.9)" in finding.cause and "--query-compute-apps" in finding.fix
+
+
+def test_tensorflows_kernel_and_dso_versions_are_named_in_the_mismatch() -> None:
+    finding = explain("E tensorflow/stream_executor/cuda/cuda_diagnostics.cc:313] kernel version 470.57.2 does not "
+                      "match DSO version 470.63.1 -- cannot find working devices in this configuration")[0]
+    assert finding.id == "cuda.driver-mismatch"
+    assert "470.63.1" in finding.title and "470.57.2" in finding.title
+
+
+def test_a_gpu_below_tensorflows_or_ollamas_minimum_is_the_build_without_code_for_it() -> None:
+    tf = explain("Ignoring visible gpu device (device: 0, name: Tesla K80, pci bus id: 0000:00:1e.0, compute "
+                 "capability: 3.7) with Cuda compute capability 3.7. The minimum required Cuda capability is 7.0.")[0]
+    assert (tf.id, tf.values["capability"], tf.values["minimum"]) == ("cuda.no-kernel-image", "3.7", "7.0")
+    # ollama prints both lines; the one that says why comes first
+    ollama = _ids('level=INFO source=gpu.go:295 msg="[0] CUDA GPU is too old. Compute Capability detected: 3.0"\n'
+                  'level=INFO source=gpu.go:396 msg="no compatible GPUs were discovered"')
+    assert ollama[:2] == ["cuda.no-kernel-image", "cuda.no-device"]
+
+
+@pytest.mark.parametrize(("beside", "first"), [
+    # the driver library failing with 999 is nvidia_uvm's unknown error
+    ('level=WARN source=gpu.go:562 msg="unable to load cuda driver library" library=/usr/lib/x86_64-linux-gnu/'
+     'libcuda.so.550.54.15 error="cuda driver library init failure: 999"', "cuda.unknown-error"),
+    (None, "cuda.no-device"),
+])
+def test_ollama_finding_no_gpu_gives_way_to_the_line_that_says_why(beside: str | None, first: str) -> None:
+    text = 'time=2024-10-15T09:18:18.299Z level=INFO source=gpu.go:347 msg="no compatible GPUs were discovered"'
+    assert _ids(f"{beside}\n{text}" if beside else text)[:1] == [first]
+
+
+@pytest.mark.parametrize(("beside", "first"), [
+    ("ggml_cuda_init: failed to initialize CUDA: unknown error", "cuda.unknown-error"),
+    ("ggml_cuda_init: failed to initialize CUDA: no CUDA-capable device is detected", "cuda.no-device"),
+    ("ggml_cuda_init: failed to initialize CUDA: CUDA driver version is insufficient for CUDA runtime version",
+     "cuda.insufficient-driver"),
+    (None, "cuda.cpu-only-build"),
+])
+def test_llama_cpp_without_a_usable_gpu_gives_way_to_the_cuda_error_beside_it(beside: str | None,
+                                                                              first: str) -> None:
+    text = ("warning: no usable GPU found, --gpu-layers option will be ignored\n"
+            "warning: one possible reason is that llama.cpp was compiled without GPU support")
+    assert _ids(f"{beside}\n{text}" if beside else text)[:1] == [first]
+
+
+@pytest.mark.parametrize(("beside", "first"), [
+    ("CUDA backend failed to initialize: Found cuDNN version 8600, but JAX was built against version 8907, which is "
+     "newer. The copy of cuDNN that is installed must be at least as new as the version against which JAX was built.",
+     "cuda.libraries-missing"),
+    (None, "cuda.cpu-only-build"),
+])
+def test_jax_falling_back_to_the_cpu_gives_way_to_the_reason_its_plugin_printed(beside: str | None,
+                                                                                first: str) -> None:
+    text = "WARNING:jax._src.xla_bridge:No GPU/TPU found, falling back to CPU."
+    assert _ids(f"{beside}\n{text}" if beside else text)[:1] == [first]
+
+
+def test_tensorflow_without_the_kernel_module_gives_way_to_cuinits_no_device_and_stands_alone_otherwise() -> None:
+    diag = ("I tensorflow/stream_executor/cuda/cuda_diagnostics.cc:156] kernel driver does not appear to be running "
+            "on this host (59fb3b9908d3): /proc/driver/nvidia/version does not exist")
+    cuinit = ("E tensorflow/stream_executor/cuda/cuda_driver.cc:351] failed call to cuInit: CUDA_ERROR_NO_DEVICE: no "
+              "CUDA-capable device is detected")
+    assert _ids(f"{cuinit}\n{diag}")[:2] == ["cuda.no-device", "driver.not-loaded"]
+    assert _ids(diag)[:1] == ["driver.not-loaded"]
+
+
+def test_vllm_without_a_platform_gives_way_to_the_missing_driver_library() -> None:
+    text = ("WARNING [__init__.py:26] Failed to import from vllm._C with ImportError('libcuda.so.1: cannot open shared "
+            "object file: No such file or directory')\nRuntimeError: Failed to infer device type")
+    assert _ids(text)[:2] == ["cuda.no-driver", "cuda.no-device"]
+
+
+@pytest.mark.parametrize("text", [
+    # the versions agree: TensorFlow's diagnostics say so at INFO
+    "I tensorflow/stream_executor/cuda/cuda_diagnostics.cc:200] kernel version seems to match DSO: 535.104.5",
+    # a GPU skipped for its size, not its architecture (TF_MIN_GPU_MULTIPROCESSOR_COUNT)
+    "Ignoring visible gpu device (device: 0, name: GeForce GT 710, pci bus id: 0000:01:00.0, compute capability: 3.5) "
+    "with core count: 1. The minimum required count is 8. You can adjust this requirement with the env var "
+    "TF_MIN_GPU_MULTIPROCESSOR_COUNT.",
+    # a vLLM fork that casts to float16 itself only warns
+    "WARNING bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your Tesla T4 GPU has "
+    "compute capability 7.5. bfloat16 will be converted to float16.",
+    # JAX reporting the cuDNN it loaded
+    "I external/xla/xla/stream_executor/cuda/cuda_dnn.cc:517] Loaded cuDNN version 8907",
+    # llama.cpp reporting the GPU it found
+    "ggml_cuda_init: found 1 CUDA devices:\n  Device 0: NVIDIA GeForce RTX 4090, compute capability 8.9, VMM: yes",
+    # start-up lines of a working GPU
+    "I tensorflow/core/common_runtime/gpu/gpu_device.cc:1886] Created device /job:localhost/replica:0/task:0/device:"
+    "GPU:0 with 22272 MB memory:  -> device: 0, name: NVIDIA GeForce RTX 3090, pci bus id: 0000:01:00.0, compute "
+    "capability: 8.6",
+    "E external/local_xla/xla/stream_executor/cuda/cuda_dnn.cc:9261] Unable to register cuDNN factory: Attempting to "
+    "register factory for plugin cuDNN when one has already been registered",
+    "I tensorflow/compiler/xla/stream_executor/cuda/cuda_gpu_executor.cc:894] successful NUMA node read from SysFS had "
+    "negative value (-1), but there must be at least one NUMA node, so returning NUMA node zero",
+    "W tensorflow/compiler/tf2tensorrt/utils/py_utils.cc:38] TF-TRT Warning: Could not find TensorRT",
+    'level=INFO source=types.go:131 msg="inference compute" id=GPU-1234 library=cuda variant=v12 compute=8.6 '
+    'driver=12.4 name="NVIDIA GeForce RTX 3090" total="23.7 GiB" available="23.4 GiB"',
+    "INFO 10-06 12:00:31 [gpu_worker.py:298] Available KV cache memory: 12.25 GiB",
+    "Custom allreduce is disabled because your platform lacks GPU P2P capability or P2P test failed. To silence this "
+    "warning, specify disable_custom_all_reduce=True explicitly.",
+])
+def test_the_benign_neighbours_of_the_framework_messages_are_no_finding(text: str) -> None:
+    assert _ids(text) == []
+
+
+def test_a_gpu_too_old_for_torch_compile_names_the_gpu_and_its_capability() -> None:
+    finding = explain("torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:\nRuntimeError: Found Tesla "
+                      "P100-PCIE-16GB which is too old to be supported by the triton GPU compiler, which is used as the "
+                      "backend. Triton only supports devices of CUDA Capability >= 7.0, but your device is of CUDA "
+                      "capability 6.0")[0]
+    assert (finding.id, finding.values["gpu"], finding.values["capability"]) == (
+        "cuda.capability-too-low", "Tesla P100-PCIE-16GB", "6.0")
+
+
+def test_vllm_asking_for_more_gpus_than_it_sees_names_both_counts() -> None:
+    finding = explain("pydantic_core._pydantic_core.ValidationError: 1 validation error for ParallelConfig\n  Value "
+                      "error, World size (4) is larger than the number of available GPUs (1) in this node.")[0]
+    assert (finding.id, finding.title) == ("cuda.invalid-device", "vLLM needs 4 GPUs and sees 1")
+
+
+@pytest.mark.parametrize(("text", "feature"), [
+    ("2019-04-20 17:20:03.915545: F tensorflow/core/platform/cpu_feature_guard.cc:37] The TensorFlow library was "
+     "compiled to use SSE4.1 instructions, but these aren't available on your machine.\nAborted (core dumped)",
+     "SSE4.1"),
+    ("The TensorFlow library was compiled to use AVX instructions, but these aren't available on your machine.",
+     "AVX"),
+])
+def test_a_cpu_without_the_vector_extensions_a_build_needs_is_the_vcpu_model(text: str, feature: str) -> None:
+    finding = explain(text)[0]
+    assert (finding.id, finding.values["feature"]) == ("cpu.vector-extensions-missing", feature)
+    assert "host-passthrough" in " ".join(str(a) for a in finding.also)
+
+
+def test_onnx_runtimes_cuda_provider_failing_gives_way_to_the_library_it_could_not_load() -> None:
+    text = ("[E:onnxruntime:Default, provider_bridge_ort.cc:2395 TryGetProviderInfo_CUDA] Failed to load library "
+            "libonnxruntime_providers_cuda.so with error: libcublasLt.so.12: cannot open shared object file: No such "
+            "file or directory\n[W:onnxruntime:Default, onnxruntime_pybind_state.cc:1139] Failed to create "
+            "CUDAExecutionProvider. Require cuDNN 9.* and CUDA 12.*")
+    finding = explain(text)[0]
+    assert (finding.id, finding.values["library"]) == ("cuda.libraries-missing", "libcublasLt.so.12")
+
+
+@pytest.mark.parametrize("text", [
+    # the opposite notice: the CPU has more than the build uses
+    "I tensorflow/core/platform/cpu_feature_guard.cc:142] Your CPU supports instructions that this TensorFlow binary "
+    "was not compiled to use: AVX2 FMA",
+    # another provider missing from the CPU package is not a GPU matter
+    "UserWarning: Specified provider 'OpenVINOExecutionProvider' is not in available provider names.Available "
+    "providers: 'AzureExecutionProvider, CPUExecutionProvider'",
+    # triton present but broken is not the GPU's age
+    "RuntimeError: Cannot find a working triton installation. More information on installing Triton can be found at "
+    "https://github.com/openai/triton",
+])
+def test_the_neighbours_of_the_cpu_and_provider_messages_are_not_those_findings(text: str) -> None:
+    assert not {"cpu.vector-extensions-missing", "cuda.cpu-only-build", "cuda.capability-too-low"} & set(_ids(text))
+
+
+def test_nccl_finding_two_ranks_on_one_gpu_names_them_and_the_bus_id() -> None:
+    finding = explain("ncclInvalidUsage: This usually reflects invalid usage of NCCL library.\nLast error:\nDuplicate "
+                      "GPU detected : rank 1 and rank 0 both on CUDA device 1000")[0]
+    assert (finding.id, finding.values["rank"], finding.values["other"], finding.values["busid"]) == (
+        "nccl.duplicate-gpu", "1", "0", "1000")
+
+
+def test_nccls_bootstrap_without_an_interface_outranks_the_invalid_usage_it_returns() -> None:
+    text = ("node1:123:123 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to ens5\nnode1:123:123 [0] "
+            "bootstrap.cc:126 NCCL WARN Bootstrap : no socket interface found\ntorch.distributed.DistBackendError: "
+            "NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, invalid usage (run with "
+            "NCCL_DEBUG=INFO for details), NCCL version 2.20.5")
+    assert _ids(text)[:1] == ["nccl.no-socket-interface"]
+    # NCCL naming the interface it did find is no finding
+    assert _ids("node1:123:123 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.2<0>") == []
+
+
+@pytest.mark.parametrize("text", [
+    # NCCL's optional network plugin: without it NCCL uses its internal one (every PyTorch job without the plugin)
+    "NCCL INFO NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin.",
+    "NCCL INFO NET/Plugin: Plugin load (libnccl-net.so) returned 2 : libnccl-net.so: cannot open shared object file: "
+    "No such file or directory",
+    "NCCL INFO NET/Plugin : No plugin found (libnccl-net.so), using internal implementation",
+])
+def test_nccl_without_its_optional_network_plugin_is_no_finding(text: str) -> None:
+    assert _ids(text) == []
+
+
+def test_nccl_itself_missing_is_still_the_missing_libraries() -> None:
+    assert _ids("OSError: libnccl.so.2: cannot open shared object file: No such file or directory")[:1] == [
+        "cuda.libraries-missing"]
+    assert _generic("ncclx loader: libnccl.so.2 not found")[0].id == "cuda.libraries-missing"
+
+
+
+def test_paddle_built_for_a_newer_cuda_than_the_driver_is_the_old_driver_and_its_cudnn_warning_is_not() -> None:
+    finding = explain("W0315 gpu_resources.cc:164] WARNING: device: 0. The installed Paddle is compiled with CUDA "
+                      "12.3, but CUDA runtime version in your machine is 11.4, which may cause serious incompatible "
+                      "bug.")[0]
+    assert (finding.id, finding.values["compiled"], finding.values["local"]) == (
+        "cuda.insufficient-driver", "12.3", "11.4")
+    # the same check for cuDNN is the library, not the driver
+    assert "cuda.insufficient-driver" not in _ids(
+        "WARNING: device: 0. The installed Paddle is compiled with CUDNN 8.9, but CUDNN version in your machine is "
+        "8.6, which may cause serious incompatible bug.")
+
+
+def test_xlas_ptxas_warning_names_the_drivers_cuda_and_the_compilers() -> None:
+    finding = explain("W external/xla/xla/service/gpu/nvptx_compiler.cc:760] The NVIDIA driver's CUDA version is 12.4 "
+                      "which is older than the ptxas CUDA version (12.5.40). Because the driver is older than the ptxas "
+                      "version, XLA is disabling parallel compilation, which may slow down compilation.")[0]
+    assert (finding.id, finding.title) == (
+        "cuda.insufficient-driver", "The driver's CUDA (12.4) is older than the CUDA compiler XLA uses (12.5.40)")
