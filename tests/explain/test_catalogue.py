@@ -154,3 +154,25 @@ def test_every_catalogued_message_is_recognised_in_every_log_form(form, rows_onl
     wrap = PASTE_FORMS[form]
     missed = [(m.line, m.id) for m in MESSAGES if [f.id for f in explain(wrap(m.render()))][:1] != [m.id]]
     assert missed == []
+
+
+_UNFILLED = re.compile(r"%\(\w+\)s")
+
+
+def test_no_finding_for_a_catalogued_message_prints_a_placeholder_it_did_not_fill():
+    """A row's texts may name only values its own pattern captures: a fix with '%(pci)s' left in is not runnable."""
+    unfilled = set()
+    for message in MESSAGES:
+        for finding in explain(message.render()):
+            for text in (finding.title, finding.cause, finding.fix, *finding.also):
+                unfilled.update((finding.id, name) for name in _UNFILLED.findall(text))
+    assert unfilled == set()
+
+
+def test_the_vfio_hint_alone_gives_a_fix_without_a_pci_address_and_beside_the_group_line_the_addressed_one():
+    hint = "Please ensure all devices within the iommu_group are bound to their vfio bus driver."
+    alone = explain(hint)[0]
+    assert alone.id == "virt.iommu-group-not-viable" and "%(" not in alone.fix + alone.title + alone.cause
+    both = explain("qemu-system-x86_64: -device vfio-pci,host=0000:01:00.0: vfio 0000:01:00.0: group 1 is not "
+                   f"viable\n{hint}")[0]
+    assert both.id == "virt.iommu-group-not-viable" and "/sys/bus/pci/devices/0000:01:00.0/iommu_group" in both.fix
