@@ -25,7 +25,8 @@ pytestmark = pytest.mark.integration
 # the simulator's shims cost what the real tools cost, one process per query: its `systemctl show` alone had 206;
 # then the machine came from the release's uname and ls/grep ran only where there are NVSwitches or InfiniBand
 # devices, 2026-11-25; 34 before every file group and the initramfs took their mtimes from one shared `stat`;
-# the real Debian 12 VM starts 14); lower it when the probe gets cheaper
+# the real Debian 12 VM starts 14; 32 still after `systemctl list-units` told `show` which units to ask about
+# and the shell picked modinfo's lines without grep); lower it when the probe gets cheaper
 MOST = 32
 CASE = "ubuntu2204-t4-installed"
 
