@@ -282,9 +282,19 @@ MODPROBE_D = files("modprobe_d", tuple(f"{d}/*.conf" for d in MODPROBE_DIRS), mo
 HEADERS = command("kernel_headers", RELEASE + '[ -d "/lib/modules/$k/build" ] && echo "build /lib/modules/$k/build"; '
                   '[ -d "/usr/src/kernels/$k" ] && echo "devel /usr/src/kernels/$k"; true', parse_headers, module=_M)
 # NVIDIA device nodes and the /dev/char links to them (runc needs those links after a systemd reload)
+# (the links from `ls -l /dev/char`: of a line with nvidia in it, the last ` MAJ:MIN -> ` and what follows, picked
+# by the shell, as `sed -n "/nvidia/s/.* \([0-9][0-9]*:[0-9][0-9]*\) -> /link \1 /p"` printed them: a process
+# fewer. The lines are read from a here-document, not cut off the answer one by one: on the real VM bash took
+# ~95 ms to cut 125 lines and 20 ms to read them. Where no line names nvidia, none is read. An ls -l line has a
+# blank before the link's name.)
 DEV_CHAR = command("doctor_dev_char", (
     'for d in /dev/nvidia*; do [ -e "$d" ] && [ ! -d "$d" ] && echo "dev $d"; done; '
-    'ls -l /dev/char 2>/dev/null | sed -n "/nvidia/s/.* \\([0-9][0-9]*:[0-9][0-9]*\\) -> /link \\1 /p"; true'
+    'o=$(ls -l /dev/char 2>/dev/null); case $o in *nvidia*) '
+    'while IFS= read -r l; do case $l in *nvidia*) t=$l; '
+    'while case $t in *" -> "*) true ;; *) false ;; esac; do p=${t%" -> "*}; n=${p##* }; t=$p; '
+    'case $n in [0-9]*:[0-9]*) case ${n%%:*}${n#*:} in *[!0-9]*) ;; *) '
+    'printf "link %s %s\\n" "$n" "${l#"$p -> "}"; break ;; esac ;; esac; done ;; esac; done <<GPUNODE_LS\n'
+    '$o\nGPUNODE_LS\n;; esac; true'
 ), parse_dev_char, module=_M)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gpunode.facts import containers, fabric, holders, packages, registry, system
+from gpunode.facts import containers, fabric, holders, kernel, packages, registry, system
 from gpunode.facts import driver as driver_facts
 from gpunode.facts.containers import LoadedRuntimes, parse_docker_loaded
 from gpunode.facts.probe import in_shell
@@ -419,6 +419,35 @@ def test_modinfos_lines_picked_by_the_shell_print_what_grep_printed(shell, answe
         assert (b"version:" in printed) == found
         calls = (tmp_path / "calls").read_text().splitlines()
         assert calls == (["nvidia"] * 3 if found else ["nvidia", f"{root}/6.1.0-test/updates/dkms/nvidia.ko"] * 3)
+
+
+# ---- the /dev/char links to NVIDIA devices, picked out of `ls -l` by the shell -------------------------------------
+
+OLD_DEV_CHAR_LINKS = 'ls -l /dev/char 2>/dev/null | sed -n "/nvidia/s/.* \\([0-9][0-9]*:[0-9][0-9]*\\) -> /link \\1 /p"; true'
+DEV_CHAR_LINKS = {  # link name -> target: links udev and nvidia-ctk make, and look-alikes around sed's pattern
+    "195:0": "../nvidia0", "195:255": "../nvidiactl", "511:1": "../nvidia-uvm-tools", "10:1": "../psaux",
+    "1:3": "../null", "195:7": "x -> ../nvidia7", "a 1:2": "../nvidia-caps/nvidia-cap1", "1:2:3": "../nvidia3",
+    "x:1": "../nvidia4", "195:9": "../nvidia9 -> 1:2 -> ../z", "nvidia 1:4 -> b": "c", "195:1": "/gone/nvidia1",
+}
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: Path(s[0]).name)
+def test_the_dev_char_links_picked_by_the_shell_print_what_sed_printed(shell, tmp_path):
+    links = tmp_path / "char"
+    links.mkdir()
+    snippet = kernel.DEV_CHAR.snippet.replace("/dev/char", str(links)).replace("/dev/nvidia*", str(tmp_path / "n*"))
+    assert "sed" not in kernel.DEV_CHAR.snippet and in_shell(kernel.DEV_CHAR.snippet)
+    env = {"PATH": "/usr/bin:/bin"}
+    old = OLD_DEV_CHAR_LINKS.replace("/dev/char", str(links))
+    assert run(shell, snippet, env) == run(shell, old, env) == b"status 0\n"  # none
+    for name, target in DEV_CHAR_LINKS.items():
+        (links / name).symlink_to(target)
+    (links / "nvidia").write_text("")  # not a link
+    printed = run(shell, snippet, env)
+    assert printed == run(shell, old, env) and printed == as_function(shell, snippet, env)
+    assert kernel.parse_dev_char(printed.decode()).links == {
+        "nvidia0": "/dev/char/195:0", "nvidiactl": "/dev/char/195:255", "nvidia-uvm-tools": "/dev/char/511:1",
+        "nvidia-cap1": "/dev/char/1:2", "z": "/dev/char/1:2", "nvidia1": "/dev/char/195:1"}  # sed's last match
 
 
 # ---- what dockerd loaded, from daemon.json where the running dockerd started after it last changed ---------------
