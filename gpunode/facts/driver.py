@@ -30,6 +30,7 @@ from gpunode.facts.registry import (
     command,
     command_section,
     files,
+    hushed,
     smi_output,
 )
 from gpunode.record import Frozen
@@ -364,7 +365,7 @@ _FIND_EXTRA = 'find "/lib/modules/$k/updates" "/lib/modules/$k/extra" -name "nvi
 # modinfo's lines MODULE reads, picked out of its answer by the shell (`grep -E "^(filename|...):"` before: a
 # process, ~45 ms on the real VM); status 1 where there is none, as grep's
 _MODINFO_PICK = (
-    'gpunode_modinfo() { p=$(modinfo "$1" 2>/dev/null); f=; while [ -n "$p" ]; do l=${p%%"\n"*}; '
+    'gpunode_modinfo() { ' + hushed('p=$(modinfo "$1")') + '; f=; while [ -n "$p" ]; do l=${p%%"\n"*}; '
     'case $l in filename:*|version:*|license:*|signer:*|name:*) printf "%s\\n" "$l"; f=1 ;; esac; '
     'case $p in *"\n"*) p=${p#*"\n"} ;; *) p= ;; esac; done; [ -n "$f" ]; }; ')
 MODULE = command("driver_module", (

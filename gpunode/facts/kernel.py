@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gpunode.facts.packages import parse_packages
-from gpunode.facts.registry import CAT, RELEASE, STAT_TAKE, command, command_section, core, files
+from gpunode.facts.registry import CAT, RELEASE, STAT_TAKE, command, command_section, core, files, hushed
 from gpunode.record import Frozen
 
 _M = __name__.rsplit(".", 1)[-1]
@@ -289,7 +289,7 @@ HEADERS = command("kernel_headers", RELEASE + '[ -d "/lib/modules/$k/build" ] &&
 # blank before the link's name.)
 DEV_CHAR = command("doctor_dev_char", (
     'for d in /dev/nvidia*; do [ -e "$d" ] && [ ! -d "$d" ] && echo "dev $d"; done; '
-    'o=$(ls -l /dev/char 2>/dev/null); case $o in *nvidia*) '
+    + hushed('o=$(ls -l /dev/char)') + '; case $o in *nvidia*) '
     'while IFS= read -r l; do case $l in *nvidia*) t=$l; '
     'while case $t in *" -> "*) true ;; *) false ;; esac; do p=${t%" -> "*}; n=${p##* }; t=$p; '
     'case $n in [0-9]*:[0-9]*) case ${n%%:*}${n#*:} in *[!0-9]*) ;; *) '
@@ -482,7 +482,7 @@ FIRST_MAIN_MODULE = (
     'case $t in *[!0-9]*) ;; *) m=$p;; esac;; esac; done; ')
 KERNELS = command_section("doctor_kernels", (
     'for d in /lib/modules/*; do [ -d "$d/kernel" ] || continue; k=${d##*/}; '
-    'r=$(find "$d/" -name "nvidia*.ko*" 2>/dev/null); ' + FIRST_MAIN_MODULE + 'h=-; [ -e "$d/build" ] && h=headers; '
+    + hushed('r=$(find "$d/" -name "nvidia*.ko*")') + '; ' + FIRST_MAIN_MODULE + 'h=-; [ -e "$d/build" ] && h=headers; '
     'i=-; { [ -e "/boot/vmlinuz-$k" ] || [ -e "$d/vmlinuz" ]; } && i=image; '
     'echo "kernel $k $h ${m:--} $i"; done; '
     'command -v dkms >/dev/null 2>&1 && dkms status 2>/dev/null | sed "s/^/dkms /"; '

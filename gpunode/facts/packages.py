@@ -12,7 +12,7 @@ import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpunode.facts.registry import command, files, shared
+from gpunode.facts.registry import command, files, hushed, shared
 from gpunode.facts.registry import text as raw_text
 from gpunode.record import Frozen
 
@@ -174,7 +174,7 @@ SHOW_CALL = (
     'gpunode_all="$gpunode_all$gpunode_u\n"; done; gpunode_x=1; if [ -r /proc/1/environ ]; then gpunode_x=; '
     'while IFS= read -r gpunode_r || [ -n "$gpunode_r" ]; do case $gpunode_r in *SYSTEMD_UNIT_PATH=*) gpunode_x=1 ;; '
     'esac; done < /proc/1/environ; fi; if [ -z "$gpunode_x" ] && '
-    'gpunode_l="\n$(systemctl list-units --all --plain --no-legend --full "$@" 2>/dev/null)"; then '
+    + hushed('gpunode_l="\n$(systemctl list-units --all --plain --no-legend --full "$@")"') + '; then '
     f'gpunode_ds=; for gpunode_d in {" ".join(UNIT_DIRS)}; do [ ! -d "$gpunode_d" ] || '
     'gpunode_ds="$gpunode_ds $gpunode_d"; done; '
     'for gpunode_u; do gpunode_f=; case $gpunode_u in *@*) gpunode_f=1 ;; esac; '
@@ -188,7 +188,7 @@ SHOW_CALL = (
     'else gpunode_f=1; fi ;; *) gpunode_k="$gpunode_k$gpunode_u\tinactive\t\n" ;; esac; fi; '
     '[ -z "$gpunode_f" ] || set -- "$@" "$gpunode_u"; done; else for gpunode_u; do set -- "$@" "$gpunode_u"; done; '
     'fi; shift $gpunode_n; gpunode_o="\n"; [ $# -eq 0 ] || '
-    'gpunode_o="\n$(systemctl show -p Id -p ActiveState -p UnitFileState "$@" 2>/dev/null)"; gpunode_shown="\n"; '
+    + hushed('gpunode_o="\n$(systemctl show -p Id -p ActiveState -p UnitFileState "$@")"') + '; gpunode_shown="\n"; '
     'while [ -n "$gpunode_all" ]; do gpunode_u=${gpunode_all%%"\n"*}; gpunode_all=${gpunode_all#*"\n"}; '
     'case $gpunode_k in '
     '*"\n$gpunode_u\t"*) gpunode_r=${gpunode_k#*"\n$gpunode_u\t"}; '
