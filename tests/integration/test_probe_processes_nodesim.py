@@ -27,8 +27,8 @@ pytestmark = pytest.mark.integration
 # devices, 2026-11-25; 34 before every file group and the initramfs took their mtimes from one shared `stat`;
 # the real Debian 12 VM starts 14; 32 still after `systemctl list-units` told `show` which units to ask about
 # and the shell picked modinfo's lines without grep, 31 with /dev/char's links read without sed; the simulator's
-# shell is dash, where `$(cmd 2>/dev/null)` is one process as `{ x=$(cmd); } 2>/dev/null` is: bash's second fork
-# for the former shows only on the real VM); lower it when the probe gets cheaper
+# /bin/sh forks once for `$(cmd 2>/dev/null)` as for `{ x=$(cmd); } 2>/dev/null`: bash's second fork for the former
+# shows only on the real VM, 21 -> 15 there); lower it when the probe gets cheaper
 MOST = 31
 CASE = "ubuntu2204-t4-installed"
 
