@@ -155,7 +155,8 @@ UNIT_DIRS = ("/etc/systemd/system.control", "/run/systemd/system.control", "/run
 # gpunode_show (a shell function: its arguments the units, its answer in $gpunode_shown) asks `show` only about the
 # units systemd could say more of than "inactive, no file state":
 # - those named in a unit directory (UNIT_DIRS, those that are directories: a file, an alias or mask link, a drop-in
-#   directory) and template instances (foo@bar.service: their file is foo@.service);
+#   directory), template instances (foo@bar.service: their file is foo@.service) and names without a type (show
+#   reads `docker` as docker.service);
 # - those systemd holds in memory other than as not-found: ONE `systemctl list-units --all` for the names (a unit
 #   whose file went away stays there, active or failed, until it stops or is reset).
 # A not-found unit in memory reads its ActiveState off that list, with an empty file state (systemd has no
@@ -177,7 +178,7 @@ SHOW_CALL = (
     + hushed('gpunode_l="\n$(systemctl list-units --all --plain --no-legend --full "$@")"') + '; then '
     f'gpunode_ds=; for gpunode_d in {" ".join(UNIT_DIRS)}; do [ ! -d "$gpunode_d" ] || '
     'gpunode_ds="$gpunode_ds $gpunode_d"; done; '
-    'for gpunode_u; do gpunode_f=; case $gpunode_u in *@*) gpunode_f=1 ;; esac; '
+    'for gpunode_u; do gpunode_f=; case $gpunode_u in *@*) gpunode_f=1 ;; *.*) ;; *) gpunode_f=1 ;; esac; '
     'for gpunode_d in $gpunode_ds; do [ -z "$gpunode_f" ] || break; '
     'if [ -e "$gpunode_d/$gpunode_u" ] || [ -h "$gpunode_d/$gpunode_u" ] || [ -e "$gpunode_d/$gpunode_u.d" ]; '
     'then gpunode_f=1; fi; done; '

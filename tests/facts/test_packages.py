@@ -251,7 +251,7 @@ list-units) [ -z "$LIST_FAILS" ] || exit 1; shift 5
         [ "$n" = "$u" ] && [ "$n" = "$id" ] && [ "$mem" = mem ] && printf '%-22s %-9s %-8s %-7s %s\n' "$n" "$load" "$active" sub "a $n"
     done < "$TABLE"; done; exit 0 ;;
 show) shift 7; sep=
-    for u; do i=$u; a=inactive; e=
+    for u; do case $u in *.*) ;; *) u=$u.service ;; esac; i=$u; a=inactive; e=
         while read -r n id load active fs mem; do [ "$n" = "$u" ] && { i=$id; a=$active; e=${fs#-}; }; done < "$TABLE"
         [ -z "$sep" ] || echo; sep=1; printf 'Id=%s\nActiveState=%s\nUnitFileState=%s\n' "$i" "$a" "$e"
     done ;;
@@ -274,8 +274,9 @@ def test_systemctl_show_is_asked_only_about_units_named_in_a_unit_directory_or_h
 
     units = ("docker.service", "containerd.service", "crio.service", "gone-failed.service", "gone-active.service",
              "kubelet.service", "dcgm.service", "masked.service", "dropin.service", "tmpl@x.service", "gen.service",
-             "runtime.service", "nvidia-dcgm.service")
+             "runtime.service", "nvidia-dcgm.service", "docker")
     table = {row.split()[0]: row.split() for row in SYSTEMD.splitlines()}
+    table["docker"] = table["docker.service"]  # show reads a name without a type as a service
     expected = {u: (table[u][3], table[u][4].strip("-")) if u in table else ("inactive", "") for u in units}
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "systemctl").write_text(SYSTEMCTL)
@@ -300,7 +301,7 @@ def test_systemctl_show_is_asked_only_about_units_named_in_a_unit_directory_or_h
     assert got == expected
     assert calls == ["list-units " + " ".join(units),
                      "show docker.service containerd.service gone-active.service dcgm.service masked.service "
-                     "dropin.service tmpl@x.service gen.service runtime.service nvidia-dcgm.service"]
+                     "dropin.service tmpl@x.service gen.service runtime.service nvidia-dcgm.service docker"]
     assert got["gone-failed.service"] == ("failed", "") and got["dcgm.service"] == ("active", "enabled")
     for twin in (("SYSTEMD_UNIT_PATH=/srv/units:",), ("LIST_FAILS=1",)):
         got, calls = probe(*twin)
