@@ -140,7 +140,7 @@ def build_probe(nonce: str | None = None, probe: str = FULL, part: str = ALL, *,
     defined: set[str] = set()
 
     def hoisted(text: str) -> str:
-        """`text` without the shell functions the probe defines once (FUNCTIONS), each defined before its first use."""
+        """`text` without the shell functions the probe defines once (_FUNCTIONS), each defined before its first use."""
         for function in _FUNCTIONS:
             if function in text:
                 if function not in defined:
