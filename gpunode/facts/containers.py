@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from gpunode.facts.registry import CAT, CAT_MAX, command, files, shared
+from gpunode.facts.registry import CAT, CAT_MAX, command, files, hushed, shared
 from gpunode.journal import JOURNAL_PATH, owed_targets
 from gpunode.record import Frozen
 
@@ -722,7 +722,7 @@ _DOCKER_STARTED_AFTER = (  # sets j when daemon.json is what the running dockerd
     # margin where whole
     f'set -- /proc/self {DOCKER_PIDFILE} {DOCKER_CONFIG_DIR}; if [ -f {DOCKER_CONFIG} ]; then e=1; '
     f'set -- "$@" {DOCKER_CONFIG}; else e=; set -- "$@" {DOCKER_CONFIG_DIR}; fi; '
-    'm=$(stat -L -c "%.2Z %s" -- "$@" 2>/dev/null) && read -r up x < /proc/uptime && '
+    + hushed('m=$(stat -L -c "%.2Z %s" -- "$@")') + ' && read -r up x < /proc/uptime && '
     'case $m in *.*) g=10 ;; *) g=110 ;; esac && t= && while [ -n "$m" ]; do v=${m%%"\n"*}; m=${m#"$v"}; '
     'm=${m#"\n"}; z=${v#* }; v=${v%% *}; case $v in [1-9]*.[0-9][0-9]) v=${v%.*}${v#*.} ;; [1-9]*) v=${v}00 ;; '
     '*) v=x ;; esac; t="$t $v"; done && '
@@ -747,7 +747,7 @@ CONTAINERD_LOADED = command("containerd_loaded_runtimes", "command -v crictl >/d
 # exit 3: no journal (runs that change the node, and the driver step, read the journal from this section: journal_text)
 # The journal is read once per probe (registry.SHARED): this fact and holders.OWED_STARTS print it.
 JOURNAL = shared("gpunode_journal_rc", f"gpunode_journal_rc=3; [ -e {JOURNAL_PATH} ] && "
-                 f"{{ gpunode_journal=$(cat {JOURNAL_PATH} 2>/dev/null); gpunode_journal_rc=$?; }}")
+                 + hushed(f"gpunode_journal=$(cat {JOURNAL_PATH}); gpunode_journal_rc=$?"))
 PENDING_RESTARTS = command("gpunode_pending_restarts", (
     f'if [ -n "${JOURNAL}" ]; then [ ${JOURNAL} != 3 ] || exit 3; [ -z "$gpunode_journal" ] || printf "%s\\n" "$gpunode_journal"; exit ${JOURNAL}; '
     f'fi; [ -e {JOURNAL_PATH} ] || exit 3; cat {JOURNAL_PATH} 2>/dev/null'),

@@ -12,7 +12,7 @@ import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpunode.facts.registry import command, files, shared
+from gpunode.facts.registry import command, files, hushed, shared
 from gpunode.facts.registry import text as raw_text
 from gpunode.record import Frozen
 
@@ -140,23 +140,70 @@ def parse_units(text: str) -> dict[str, UnitState]:
     return units
 
 
-def _show_units(units: tuple[str, ...], into: str, tmp: str = "") -> str:
+# systemd's search path for system units (`systemd-analyze unit-paths`, systemd 252 on Debian 12; the same compiled
+# list on the RHEL and SUSE families, /lib/... being /usr/lib/... where /usr is merged). A unit systemd has a file,
+# an alias link, a mask or a drop-in directory for is named in one of them.
+UNIT_DIRS = ("/etc/systemd/system.control", "/run/systemd/system.control", "/run/systemd/transient",
+             "/run/systemd/generator.early", "/etc/systemd/system", "/etc/systemd/system.attached",
+             "/run/systemd/system", "/run/systemd/system.attached", "/run/systemd/generator",
+             "/usr/local/lib/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system",
+             "/run/systemd/generator.late")
+
+
+# `systemctl show` costs a D-Bus GetAll of every property per unit (~20 ms a unit on the real VM, whatever -p asks
+# for, whether the unit exists or not), and most of the units the probe asks about are absent from a node. So
+# gpunode_show (a shell function: its arguments the units, its answer in $gpunode_shown) asks `show` only about the
+# units systemd could say more of than "inactive, no file state":
+# - those named in a unit directory (UNIT_DIRS, those that are directories: a file, an alias or mask link, a drop-in
+#   directory), template instances (foo@bar.service: their file is foo@.service) and names without a type (show
+#   reads `docker` as docker.service);
+# - those systemd holds in memory other than as not-found: ONE `systemctl list-units --all` for the names (a unit
+#   whose file went away stays there, active or failed, until it stops or is reset).
+# A not-found unit in memory reads its ActiveState off that list, with an empty file state (systemd has no
+# fragment for it). A unit neither named in a directory nor in memory is what `show` would load and report:
+# inactive, no file state. Where PID 1's environment sets SYSTEMD_UNIT_PATH (another search path) or cannot be
+# read, or the list fails (no systemctl, no systemd), every unit is asked, as before.
+# Each unit's block in show's answer starts with its Id= line (systemd prints Id first; an alias shows its
+# target's Id, hence by position, not by name). A unit `show` says nothing of has empty states, as before.
+def _field(var: str, key: str) -> str:  # var = the value of show's block's line KEY=..., if it has one
+    return f'case $gpunode_b in *"\n{key}="*) {var}=${{gpunode_b#*"\n{key}="}}; {var}=${{{var}%%"\n"*}} ;; esac'
+
+
+_STRIP = 'gpunode_r=${gpunode_r#"${gpunode_r%%[! ]*}"}'  # leading blanks off
+SHOW_CALL = (
+    'gpunode_show() { gpunode_n=$#; gpunode_k="\n"; gpunode_all=; for gpunode_u; do '
+    'gpunode_all="$gpunode_all$gpunode_u\n"; done; gpunode_x=1; if [ -r /proc/1/environ ]; then gpunode_x=; '
+    'while IFS= read -r gpunode_r || [ -n "$gpunode_r" ]; do case $gpunode_r in *SYSTEMD_UNIT_PATH=*) gpunode_x=1 ;; '
+    'esac; done < /proc/1/environ; fi; if [ -z "$gpunode_x" ] && '
+    + hushed('gpunode_l="\n$(systemctl list-units --all --plain --no-legend --full "$@")"') + '; then '
+    f'gpunode_ds=; for gpunode_d in {" ".join(UNIT_DIRS)}; do [ ! -d "$gpunode_d" ] || '
+    'gpunode_ds="$gpunode_ds $gpunode_d"; done; '
+    'for gpunode_u; do gpunode_f=; case $gpunode_u in *@*) gpunode_f=1 ;; *.*) ;; *) gpunode_f=1 ;; esac; '
+    'for gpunode_d in $gpunode_ds; do [ -z "$gpunode_f" ] || break; '
+    'if [ -e "$gpunode_d/$gpunode_u" ] || [ -h "$gpunode_d/$gpunode_u" ] || [ -e "$gpunode_d/$gpunode_u.d" ]; '
+    'then gpunode_f=1; fi; done; '
+    'if [ -z "$gpunode_f" ]; then case $gpunode_l in *"\n$gpunode_u "*) '
+    'gpunode_r=${gpunode_l#*"\n$gpunode_u "}; gpunode_r=${gpunode_r%%"\n"*}; ' + _STRIP + '; '
+    'gpunode_a=${gpunode_r%% *}; gpunode_r=${gpunode_r#"$gpunode_a"}; ' + _STRIP + '; '
+    'if [ "$gpunode_a" = not-found ]; then gpunode_k="$gpunode_k$gpunode_u\t${gpunode_r%% *}\t\n"; '
+    'else gpunode_f=1; fi ;; *) gpunode_k="$gpunode_k$gpunode_u\tinactive\t\n" ;; esac; fi; '
+    '[ -z "$gpunode_f" ] || set -- "$@" "$gpunode_u"; done; else for gpunode_u; do set -- "$@" "$gpunode_u"; done; '
+    'fi; shift $gpunode_n; gpunode_o="\n"; [ $# -eq 0 ] || '
+    + hushed('gpunode_o="\n$(systemctl show -p Id -p ActiveState -p UnitFileState "$@")"') + '; gpunode_shown="\n"; '
+    'while [ -n "$gpunode_all" ]; do gpunode_u=${gpunode_all%%"\n"*}; gpunode_all=${gpunode_all#*"\n"}; '
+    'case $gpunode_k in '
+    '*"\n$gpunode_u\t"*) gpunode_r=${gpunode_k#*"\n$gpunode_u\t"}; '
+    'gpunode_shown="$gpunode_shown$gpunode_u\t${gpunode_r%%"\n"*}\n"; continue ;; esac; gpunode_a=; gpunode_e=; '
+    'case $gpunode_o in *"\nId="*) gpunode_o=${gpunode_o#*"\nId="}; gpunode_b=${gpunode_o%%"\nId="*}; '
+    + _field("gpunode_a", "ActiveState") + "; " + _field("gpunode_e", "UnitFileState") + ' ;; esac; '
+    'gpunode_shown="$gpunode_shown$gpunode_u\t$gpunode_a\t$gpunode_e\n"; done; }; ')
+
+
+def _show_units(units: tuple[str, ...], into: str) -> str:
     """Shell that sets `into` to a newline, then `UNIT<TAB>ActiveState<TAB>UnitFileState` and a newline for each
-    unit, in the order given, from ONE `systemctl show` (two `systemctl is-*` processes per unit before), picked
-    out of its answer with the shell's own expansions (an awk before: a process). Each unit's block starts with its
-    Id= line (systemd prints Id first; an alias shows its target's Id, hence by position, not by name). A unit that
-    does not exist is `inactive` with an empty file state, as is-active and is-enabled said; no systemctl, or one
-    that cannot reach systemd: every unit with empty states, as before. `tmp` prefixes the helper variables."""
-    names = " ".join(shlex.quote(u) for u in units)
-    o, b, a, e, u = (tmp + v for v in ("o", "b", "a", "e", "u"))
-
-    def field(var: str, key: str) -> str:  # var = the value of the block's line KEY=..., if it has one
-        return f'case ${b} in *"\n{key}="*) {var}=${{{b}#*"\n{key}="}}; {var}=${{{var}%%"\n"*}} ;; esac'
-
-    return (f'{o}="\n$(systemctl show -p Id -p ActiveState -p UnitFileState {names} 2>/dev/null)"; {into}="\n"; '
-            f'for {u} in {names}; do {a}=; {e}=; case ${o} in *"\nId="*) {o}=${{{o}#*"\nId="}}; '
-            f'{b}=${{{o}%%"\nId="*}}; ' + field(a, "ActiveState") + "; " + field(e, "UnitFileState") + ' ;; esac; '
-            f'{into}="${into}${u}\t${a}\t${e}\n"; done')
+    unit, in the order given (SHOW_CALL: at most one `systemctl list-units` and one `systemctl show`; two
+    `systemctl is-*` processes per unit before)."""
+    return SHOW_CALL + f'gpunode_show {" ".join(shlex.quote(u) for u in units)}; {into}=$gpunode_shown'
 
 
 # Several sections read unit states (the engines, the k8s units, the GPU services): where two of them are in one
@@ -187,7 +234,7 @@ def shared_units(snippets: Iterable[str]) -> str | None:
     if len(wanted) < 2:
         return None
     union = tuple(dict.fromkeys(u for units in wanted for u in units))
-    return f'{_show_units(union, _SHARED_ROWS, "gpunode_")}; {_SHARED_ROWS}_set=1'
+    return f'{_show_units(union, _SHARED_ROWS)}; {_SHARED_ROWS}_set=1'
 
 
 def unit(units: Mapping[str, UnitState], name: str) -> UnitState:

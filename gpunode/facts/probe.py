@@ -110,6 +110,10 @@ def assigned(snippet: str) -> list[str]:
     return sorted(n for n in names if not n.startswith("gpunode_") and n not in ("s", "IFS"))
 
 
+# the shell functions several snippets define: registry's and the unit states' (packages.SHOW_CALL)
+_FUNCTIONS = (*FUNCTIONS, packages.SHOW_CALL)
+
+
 def build_probe(nonce: str | None = None, probe: str = FULL, part: str = ALL, *, hung: bool = False) -> tuple[Script, str]:
     """The probe script (the facts `probe` gathers: RUN for plan and install, FULL for doctor; `part` keeps one
     of RUN's two round trips) and the nonce that frames its sections. `hung`: an earlier part found nvidia-smi
@@ -122,7 +126,7 @@ def build_probe(nonce: str | None = None, probe: str = FULL, part: str = ALL, *,
     # (registry.SMI_Q_ONCE) and `systemctl show` (packages.shared_units). Each section then reads that answer.
     # registry.SHARED holds the others (the running kernel's release, gpunode's journal). The file groups and the
     # core facts that declare `stats` (the initramfs) take their mtimes from one `stat` (registry.files_stat), and
-    # the shell functions several snippets define (registry.FUNCTIONS) are defined once, before the first caller.
+    # the shell functions several snippets define (_FUNCTIONS) are defined once, before the first caller.
     shared = {marker: prelude for marker, prelude in SHARED.items()
               if sum(marker in s for s in sections.values()) > 1}
     units = packages.shared_units(sections.values())
@@ -136,8 +140,8 @@ def build_probe(nonce: str | None = None, probe: str = FULL, part: str = ALL, *,
     defined: set[str] = set()
 
     def hoisted(text: str) -> str:
-        """`text` without the shell functions the probe defines once (FUNCTIONS), each defined before its first use."""
-        for function in FUNCTIONS:
+        """`text` without the shell functions the probe defines once (_FUNCTIONS), each defined before its first use."""
+        for function in _FUNCTIONS:
             if function in text:
                 if function not in defined:
                     defined.add(function)

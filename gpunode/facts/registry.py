@@ -79,9 +79,17 @@ def shared(marker: str, prelude: str) -> str:
 
 
 shared("gpunode_smi_q_rc", SMI_Q_ONCE)
+# `VAR=$(command)` with the command's error text dropped: the redirection stands around the assignment, not inside
+# the substitution (`$(command 2>/dev/null)`), where bash forks once more before it runs the command (a process more
+# where the probe's shell is bash, root's login shell on Debian; dash forks once either way). The status is the
+# command's.
+def hushed(assignment: str) -> str:
+    return "{ " + assignment + "; } 2>/dev/null"
+
+
 # the running kernel's release (`uname -r`): read by five sections of the RUN probe; the same `uname` prints the
 # machine (`uname -m`) for ARCH (gpunode/facts/system.py), which reads it where the release was asked
-KERNEL_MARKER = shared("gpunode_kernel", 'gpunode_kernel=$(uname -rm 2>/dev/null); case $gpunode_kernel in '
+KERNEL_MARKER = shared("gpunode_kernel", hushed('gpunode_kernel=$(uname -rm)') + '; case $gpunode_kernel in '
                        '*" "*) gpunode_arch=${gpunode_kernel##* }; gpunode_kernel=${gpunode_kernel% *} ;; '
                        '*) gpunode_kernel= ;; esac')
 RELEASE = 'k=${' + KERNEL_MARKER + ':-$(uname -r)}; '
@@ -243,7 +251,7 @@ def files_stat(stats: tuple[str, ...], patterns: tuple[str, ...]) -> str:
     return ('gpunode_stat_all() { set --; k=${' + KERNEL_MARKER + ':-}; for f in ' + " ".join(stats) + '; do '
             '[ -e "$f" ] && set -- "$@" "$f"; done; for f in ' + " ".join(patterns) + '; do [ -f "$f" ] && '
             'set -- "$@" "$f"; done; gpunode_nl="\n"; gpunode_stat=; [ $# = 0 ] || '
-            'gpunode_stat=$(stat -c "%Y %s %n" -- "$@" 2>/dev/null) || gpunode_stat=; }; gpunode_stat_all; unset f k')
+            + hushed('gpunode_stat=$(stat -c "%Y %s %n" -- "$@")') + ' || gpunode_stat=; }; gpunode_stat_all; unset f k')
 
 
 # `gpunode_take FILE...`: m = the files' `MTIME SIZE` lines from the shared stat, taken off its front; m empty where
@@ -263,7 +271,7 @@ STAT_TAKE = ('gpunode_take() { m=; if [ -n "${' + FILES_STAT_MARKER + ':-}" ]; t
 # larger one by cat.
 FILES_CALL = ('gpunode_files() { n=$#; for f; do [ -f "$f" ] && set -- "$@" "$f"; done; shift $n; '
               'if [ $# -gt 0 ]; then gpunode_take "$@"; '
-              '[ -n "$m" ] || m=$(stat -c "%Y %s" -- "$@" 2>/dev/null) || '
+              '[ -n "$m" ] || ' + hushed('m=$(stat -c "%Y %s" -- "$@")') + ' || '
               'm=$(for f; do stat -c "%Y %s" -- "$f" 2>/dev/null || echo "0 99999999"; done); '
               'for f; do t=${m%%[!0-9]*}; m=${m#"$t"}; m=${m#?}; z=${m%%[!0-9]*}; m=${m#"$z"}; m=${m#?}; '
               'echo "@FILE@ ${t:-0} $f"; if [ "${z:-' + str(CAT_MAX + 1) + '}" -le ' + str(CAT_MAX) + ' ]; '

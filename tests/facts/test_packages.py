@@ -1,5 +1,7 @@
 """Installed packages, holds, unit states and version order, from probe output."""
 
+import shutil
+
 import pytest
 
 from gpunode.facts.packages import (
@@ -81,13 +83,18 @@ def test_versions():
     assert pin_spec("dnf", "nvidia-fabric-manager", "535.129.03-1") == "nvidia-fabric-manager-535.129.03-1"
 
 
+# a fake systemctl's answer to `list-units --all --plain --no-legend --full UNITS`: every unit in memory, loaded
+LIST_ALL = ('if [ "$1" = list-units ]; then shift 5; for u; do echo "$u loaded active running $u"; done; exit 0; fi\n')
+
+
 def _systemctl_show(tmp_path, output: str, shell: str):
     import subprocess
 
     from gpunode.facts.packages import unit_states
 
     tool = tmp_path / "systemctl"
-    tool.write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path}/calls\nprintf '%s' '{output}'\n")
+    # list-units: every unit named is in systemd's memory, loaded (so each is asked of `show`)
+    tool.write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path}/calls\n{LIST_ALL}printf '%s' '{output}'\n")
     tool.chmod(0o755)
     snippet = unit_states("docker.service", "containerd.service", "crio.service", "x.timer")
     out = subprocess.run([shell, "-c", snippet], capture_output=True, text=True, check=True,
@@ -103,8 +110,9 @@ def test_unit_states_is_one_systemctl_show_for_every_unit(tmp_path, shell):
              "Id=containerd.service\nActiveState=inactive\nUnitFileState=\n\n"
              "Id=cri-o.service\nActiveState=failed\nUnitFileState=masked\n")
     units, calls = _systemctl_show(tmp_path, shown, shell)
-    assert calls == ["show -p Id -p ActiveState -p UnitFileState docker.service containerd.service crio.service "
-                     "x.timer"]
+    assert calls[-1] == ("show -p Id -p ActiveState -p UnitFileState docker.service containerd.service crio.service "
+                         "x.timer")
+    assert len(calls) == 2 and calls[0].startswith("list-units --all ")
     assert [(u.name, u.active, u.enabled) for u in units.values()] == [
         ("docker.service", "active", "enabled"), ("containerd.service", "inactive", ""),
         ("crio.service", "failed", "masked"), ("x.timer", "inactive", "")]
@@ -188,7 +196,7 @@ def test_sections_that_read_unit_states_share_one_systemctl_show_and_read_the_sa
               "kubelet.service": ("activating", "enabled-runtime")}
     cases = " ".join(f'{u}) a={a}; e={e} ;;' for u, (a, e) in states.items())
     tool = tmp_path / "systemctl"
-    tool.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/calls\nshift 7\nfor u; do a=inactive; e=; '
+    tool.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/calls\n{LIST_ALL}shift 7\nfor u; do a=inactive; e=; '
                     f'case $u in {cases} esac; printf "Id=%s\\nActiveState=%s\\nUnitFileState=%s\\n\\n" "$u" "$a" "$e"; '
                     'done\n')
     tool.chmod(0o755)
@@ -203,9 +211,99 @@ def test_sections_that_read_unit_states_share_one_systemctl_show_and_read_the_sa
     together = subprocess.run([shell, "-c", shared + "\n" + "\n".join(f"( {f.snippet}\n); echo {marker}"
                                                                       for f in facts)],
                               capture_output=True, text=True, env=env).stdout.split(marker + "\n")
-    assert len((tmp_path / "calls").read_text().splitlines()) == 1
+    assert [c.split()[0] for c in (tmp_path / "calls").read_text().splitlines()] == ["list-units", "show"]
     for fact, out in zip(facts, together[:-1], strict=True):
         assert out == alone[fact.name], fact
         assert parse_units(out)  # rows were printed, so the comparison means something
     assert parse_units(together[0])["docker.service"].active == "active"
     assert parse_units(together[2])["nvidia-persistenced.service"].enabled == "masked"
+
+
+# ---- systemctl show asked only about the units systemd can say more of ----------------------------------------
+# A model of systemd for the fake systemctl: UNIT ID LOAD ACTIVE FILESTATE MEMORY, FILESTATE "-" for empty; MEMORY
+# "mem" for a unit systemd holds (list-units lists it under its Id). A unit not in the table: `show` loads it and
+# finds nothing: inactive, no file state. Every row without "mem" has a file below (as in systemd: a unit known
+# only by its file is loaded when asked).
+SYSTEMD = """docker.service docker.service loaded active enabled mem
+containerd.service containerd.service loaded inactive disabled -
+gone-failed.service gone-failed.service not-found failed - mem
+gone-active.service gone-active.service loaded active bad mem
+kubelet.service kubelet.service not-found inactive - mem
+dcgm.service nvidia-dcgm.service loaded active enabled -
+nvidia-dcgm.service nvidia-dcgm.service loaded active enabled mem
+masked.service masked.service masked inactive masked -
+tmpl@x.service tmpl@x.service loaded inactive disabled -
+gen.service gen.service loaded active generated mem
+runtime.service runtime.service loaded inactive enabled-runtime -
+"""
+# the unit directories' contents, made in a mount namespace over tmpfs (nothing of this machine's is read)
+UNIT_FILES = ("mkdir -p /etc/systemd/system /run/systemd/system/dropin.service.d /run/systemd/generator "
+              "/usr/lib/systemd/system; for u in docker containerd nvidia-dcgm tmpl@; do "
+              "echo '[Service]' > /usr/lib/systemd/system/$u.service; done; "
+              "ln -s /usr/lib/systemd/system/nvidia-dcgm.service /etc/systemd/system/dcgm.service; "
+              "ln -s /dev/null /etc/systemd/system/masked.service; echo '[Service]' > /run/systemd/generator/gen.service; "
+              "echo '[Service]' > /run/systemd/system/runtime.service")
+SYSTEMCTL = r"""#!/bin/sh
+echo "$@" >> "$CALLS"
+case $1 in
+list-units) [ -z "$LIST_FAILS" ] || exit 1; shift 5
+    for u; do while read -r n id load active fs mem; do
+        [ "$n" = "$u" ] && [ "$n" = "$id" ] && [ "$mem" = mem ] && printf '%-22s %-9s %-8s %-7s %s\n' "$n" "$load" "$active" sub "a $n"
+    done < "$TABLE"; done; exit 0 ;;
+show) shift 7; sep=
+    for u; do case $u in *.*) ;; *) u=$u.service ;; esac; i=$u; a=inactive; e=
+        while read -r n id load active fs mem; do [ "$n" = "$u" ] && { i=$id; a=$active; e=${fs#-}; }; done < "$TABLE"
+        [ -z "$sep" ] || echo; sep=1; printf 'Id=%s\nActiveState=%s\nUnitFileState=%s\n' "$i" "$a" "$e"
+    done ;;
+*) exit 1 ;;
+esac
+"""
+
+
+@pytest.mark.skipif(not shutil.which("unshare"), reason="needs unshare")
+@pytest.mark.parametrize("shell", [s for s in ("dash", "bash", "busybox") if shutil.which(s)])
+def test_systemctl_show_is_asked_only_about_units_named_in_a_unit_directory_or_held_by_systemd(tmp_path, shell):
+    """Every unit reads as `systemctl show` says of it, but `show` (a D-Bus GetAll per unit) is asked only about
+    those with a file, link or drop-in directory in a unit directory, template instances, and those systemd holds
+    other than as not-found; a not-found unit it holds (failed, its file gone) reads its state off list-units;
+    a unit neither named nor held is inactive with no file state, what show says. Where PID 1's environment sets
+    SYSTEMD_UNIT_PATH, or list-units fails, every unit is asked, as before."""
+    import subprocess
+
+    from gpunode.facts.packages import unit_states
+
+    units = ("docker.service", "containerd.service", "crio.service", "gone-failed.service", "gone-active.service",
+             "kubelet.service", "dcgm.service", "masked.service", "dropin.service", "tmpl@x.service", "gen.service",
+             "runtime.service", "nvidia-dcgm.service", "docker")
+    table = {row.split()[0]: row.split() for row in SYSTEMD.splitlines()}
+    table["docker"] = table["docker.service"]  # show reads a name without a type as a service
+    expected = {u: (table[u][3], table[u][4].strip("-")) if u in table else ("inactive", "") for u in units}
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "systemctl").write_text(SYSTEMCTL)
+    (tmp_path / "bin" / "systemctl").chmod(0o755)
+    (tmp_path / "table").write_text(SYSTEMD)
+    hide = ("for p in /run /etc/systemd /usr/lib/systemd /lib/systemd /usr/local/lib/systemd; do "
+            '[ ! -d "$p" ] || mount -t tmpfs none "$p" || exit 9; done; ')
+    argv = [shell, "sh"] if shell == "busybox" else [shell]
+
+    def probe(*env: str) -> tuple[dict[str, tuple[str, str]], list[str]]:
+        calls = tmp_path / "calls"
+        calls.write_text("")
+        out = subprocess.run(["unshare", "-rm", "-pf", "--mount-proc", "env", "-i",
+                              f"PATH={tmp_path}/bin:/usr/bin:/bin", f"TABLE={tmp_path}/table", f"CALLS={calls}",
+                              *env, *argv, "-c", hide + UNIT_FILES + "\n" + unit_states(*units)],
+                             capture_output=True, text=True, check=True).stdout
+        return ({u.name: (u.active, u.enabled) for u in parse_units(out).values()},
+                [c.split()[0] + " " + " ".join(c.split()[5 if c.startswith("list") else 7:])
+                 for c in calls.read_text().splitlines()])
+
+    got, calls = probe()
+    assert got == expected
+    assert calls == ["list-units " + " ".join(units),
+                     "show docker.service containerd.service gone-active.service dcgm.service masked.service "
+                     "dropin.service tmpl@x.service gen.service runtime.service nvidia-dcgm.service docker"]
+    assert got["gone-failed.service"] == ("failed", "") and got["dcgm.service"] == ("active", "enabled")
+    for twin in (("SYSTEMD_UNIT_PATH=/srv/units:",), ("LIST_FAILS=1",)):
+        got, calls = probe(*twin)
+        assert got == expected, twin
+        assert calls[-1] == "show " + " ".join(units), twin

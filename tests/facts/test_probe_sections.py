@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gpunode.facts import containers, fabric, holders, packages, registry, system
+from gpunode.facts import containers, fabric, holders, kernel, packages, registry, system
 from gpunode.facts import driver as driver_facts
 from gpunode.facts.containers import LoadedRuntimes, parse_docker_loaded
 from gpunode.facts.probe import in_shell
@@ -156,7 +156,9 @@ def fake_systemctl(tmp_path: Path, show: str | None) -> dict[str, str]:
                 target.symlink_to(shutil.which(tool) or "")
     if show is not None:
         (tmp_path / "show.txt").write_text(show)
-        (bin_dir / "systemctl").write_text(f"#!/bin/sh\ncat {tmp_path / 'show.txt'}\n")
+        # list-units: every unit named is in memory and loaded, so each is asked of `show`, as before
+        (bin_dir / "systemctl").write_text('#!/bin/sh\nif [ "$1" = list-units ]; then shift 5; for u; do '
+                                           f'echo "$u loaded active running"; done; exit 0; fi\ncat {tmp_path / "show.txt"}\n')
         (bin_dir / "systemctl").chmod(0o755)
     elif (bin_dir / "systemctl").exists():
         (bin_dir / "systemctl").unlink()
@@ -377,6 +379,75 @@ def test_the_main_module_is_picked_by_the_kernels_rule_as_grep_picked_it(shell, 
     picked = {"debian-dkms": "nvidia-current.ko", "tesla-open-compressed": "nvidia-tesla-535-open.ko.xz",
               "installer": "nvidia.ko"}.get(tree)
     assert (f"/{picked}\n".encode() in printed) if picked else b"filename" not in printed
+
+
+MODINFO_ANSWERS = {  # what `modinfo nvidia` printed (a real one's shape, cut) and twins around the lines MODULE reads
+    "dkms": ("filename:       /lib/modules/6.1.0-18-amd64/updates/dkms/nvidia-current.ko\nalias:          char-major-195-*\n"
+             "version:        535.216.01\nsupported:      external\nlicense:        NVIDIA\nfirmware:       nvidia/535/gsp.bin\n"
+             "srcversion:     1A2B3C\nalias:          pci:v000010DEd*sv*sd*bc03sc02i00*\ndepends:        \nretpoline:      Y\n"
+             "name:           nvidia\nvermagic:       6.1.0-18-amd64 SMP preempt mod_unload modversions \n"
+             "sig_id:         PKCS#7\nsigner:         DKMS module signing key\nsig_key:        2C:4F:0A\n"
+             "sig_hashalgo:   sha256\nsignature:      30:65:02:31:00\n\t\t9A:BC\n"
+             "parm:           NvSwitchRegDwords:NvSwitch regkey (charp)\nparm:           NVreg_Mobile:int\n"),
+    "no final newline": "version:        550.54.15\nlicense:        NVIDIA",
+    "look-alikes only": ("versionmagic:   6.1\n version:       1\nfilename\nname :x\nsigner\\:%s -x\n\n"
+                         "srcversion: version: 2\n"),
+    "odd text": "name:%s %d \\n -e\nversion:-n\n\nlicense:\nsigner:   \\\\ end  \n\n",
+    "nothing": "",
+}
+
+
+@pytest.mark.parametrize("answer", sorted(MODINFO_ANSWERS))
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: Path(s[0]).name)
+def test_modinfos_lines_picked_by_the_shell_print_what_grep_printed(shell, answer, tmp_path):
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    (tmp_path / "answer").write_text(MODINFO_ANSWERS[answer])
+    (shims / "modinfo").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/calls\ncat {tmp_path}/answer\nexit 1\n')
+    (shims / "modinfo").chmod(0o755)
+    root = tmp_path / "lib" / "modules"
+    (root / "6.1.0-test" / "updates" / "dkms").mkdir(parents=True)
+    (root / "6.1.0-test" / "updates" / "dkms" / "nvidia.ko").write_text("")  # asked where `nvidia` gave no line
+    env = {"PATH": f"{shims}:/usr/bin:/bin", "gpunode_kernel": "6.1.0-test"}
+    new, old = (s.replace("/lib/modules/", f"{root}/") for s in (driver_facts.MODULE.snippet, OLD_MODULE))
+    assert "grep" not in driver_facts.MODULE.snippet and in_shell(driver_facts.MODULE.snippet)
+    printed = run(shell, new, env)
+    assert printed == run(shell, old, env)
+    assert printed == as_function(shell, new, env)
+    if Path(shell[0]).name != "busybox":  # busybox's sh runs its own modinfo applet
+        found = answer in ("dkms", "no final newline", "odd text")
+        assert (b"version:" in printed) == found
+        calls = (tmp_path / "calls").read_text().splitlines()
+        assert calls == (["nvidia"] * 3 if found else ["nvidia", f"{root}/6.1.0-test/updates/dkms/nvidia.ko"] * 3)
+
+
+# ---- the /dev/char links to NVIDIA devices, picked out of `ls -l` by the shell -------------------------------------
+
+OLD_DEV_CHAR_LINKS = 'ls -l /dev/char 2>/dev/null | sed -n "/nvidia/s/.* \\([0-9][0-9]*:[0-9][0-9]*\\) -> /link \\1 /p"; true'
+DEV_CHAR_LINKS = {  # link name -> target: links udev and nvidia-ctk make, and look-alikes around sed's pattern
+    "195:0": "../nvidia0", "195:255": "../nvidiactl", "511:1": "../nvidia-uvm-tools", "10:1": "../psaux",
+    "1:3": "../null", "195:7": "x -> ../nvidia7", "a 1:2": "../nvidia-caps/nvidia-cap1", "1:2:3": "../nvidia3",
+    "x:1": "../nvidia4", "195:9": "../nvidia9 -> 1:2 -> ../z", "nvidia 1:4 -> b": "c", "195:1": "/gone/nvidia1",
+}
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: Path(s[0]).name)
+def test_the_dev_char_links_picked_by_the_shell_print_what_sed_printed(shell, tmp_path):
+    links = tmp_path / "char"
+    links.mkdir()
+    snippet = kernel.DEV_CHAR.snippet.replace("/dev/char", str(links)).replace("/dev/nvidia*", str(tmp_path / "n*"))
+    assert "sed" not in kernel.DEV_CHAR.snippet and in_shell(kernel.DEV_CHAR.snippet)
+    env = {"PATH": "/usr/bin:/bin"}
+    old = OLD_DEV_CHAR_LINKS.replace("/dev/char", str(links))
+    assert run(shell, snippet, env) == run(shell, old, env) == b"status 0\n"  # none
+    for name, target in DEV_CHAR_LINKS.items():
+        (links / name).symlink_to(target)
+    (links / "nvidia").write_text("")  # not a link
+    printed = run(shell, snippet, env)
+    assert printed == run(shell, old, env) and printed == as_function(shell, snippet, env)
+    assert kernel.parse_dev_char(printed.decode()).links == {
+        "nvidia0": "/dev/char/195:0", "nvidiactl": "/dev/char/195:255", "nvidia-uvm-tools": "/dev/char/511:1",
+        "nvidia-cap1": "/dev/char/1:2", "z": "/dev/char/1:2", "nvidia1": "/dev/char/195:1"}  # sed's last match
 
 
 # ---- what dockerd loaded, from daemon.json where the running dockerd started after it last changed ---------------

@@ -19,6 +19,7 @@ QUERIES = [
     "systemctl is-active docker.service nvidia-persistenced.service",
     "systemctl is-enabled docker containerd",
     "systemctl list-units",
+    f"systemctl list-units --all --plain --no-legend --full {UNITS}",
     "modinfo nvidia",
     "modinfo -F version nvidia",
     "nvidia-smi --query-gpu=driver_version --format=csv,noheader",
@@ -82,6 +83,23 @@ def test_systemctl_show_prints_a_block_per_unit_in_systemds_order(sim_node):
                    "Id=nvidia-persistenced.service\nActiveState=inactive\nUnitFileState=\n")
     assert node.ssh("systemctl show -p SubState,ActiveState --value docker containerd")[1] == \
         "active\nrunning\n\nactive\nrunning\n"
+
+
+def test_systemctl_list_units_lists_the_units_systemd_holds_by_pattern(sim_node):
+    """`list-units --all PATTERNS` (packages.SHOW_CALL's question): the units systemd holds whose name matches,
+    inactive ones included, as UNIT LOAD ACTIVE SUB DESCRIPTION; without --all the inactive ones are left out; a
+    unit systemd does not hold is not listed, and the list loads nothing (a unit file named there stays unread)."""
+    node = sim_node("ubuntu-22.04-nogpu", engines=("docker",))
+    rc, _, err = node.ssh("systemctl stop docker; mkdir -p /etc/systemd/system; printf '[Service]\\nExecStart=/bin/true\\n' > /etc/systemd/system/x.service")
+    assert rc == 0, err
+    rc, out, _ = node.ssh("systemctl list-units --all --plain --no-legend --full docker.service 'contai*' crio.service "
+                          "x.service")
+    assert rc == 0
+    assert [line.split()[:4] for line in out.splitlines()] == [
+        ["containerd.service", "loaded", "active", "running"], ["docker.service", "loaded", "inactive", "dead"]]
+    assert node.ssh("systemctl list-units --plain --no-legend docker.service containerd.service")[1].split()[:4] == \
+        ["containerd.service", "loaded", "active", "running"]
+    assert "x.service" in node.ssh("systemctl show -p Id x.service")[1]  # show loads the unit file it names
 
 
 def test_dpkg_query_shows_each_package_once_in_name_order(sim_node):

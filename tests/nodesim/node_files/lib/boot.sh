@@ -25,6 +25,8 @@ rm -f "$NS/loaded.env" "$NS/smi.persistence" "$NS/kmsg.clock"
 for _bootp in $(cat "$NS/held.pids" 2>/dev/null); do kill "$_bootp" 2>/dev/null; done
 rm -f "$NS/held.pids" "$NS/compute-apps"; rm -rf "$NS/daemons"
 for _bootp in /proc/[0-9]*; do [ -d "$_bootp" ] && rm -rf "$_bootp"; done
+# PID 1 is systemd, with the environment the kernel hands init (gpunode's probe reads it: packages.SHOW_CALL)
+mkdir -p /proc/1 && printf 'HOME=/\0init=/sbin/init\0TERM=linux\0' > /proc/1/environ && echo systemd > /proc/1/comm
 # power-on: no unit runs yet; systemd loads the unit files afresh (udev rules may start units as modules load)
 for _bootf in "$NS"/units/*; do [ -f "$_bootf" ] && ns_unit_set "${_bootf##*/}" ACTIVE inactive; done
 ns_units_reload
