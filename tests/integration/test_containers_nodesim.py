@@ -13,6 +13,7 @@ from gpunode.actions import fabric as fabric_actions
 from gpunode.cli import app
 from gpunode.facts import containers as c
 from tests.nodesim.fixtures import host_guard, nodesim_available, sim_node  # noqa: F401 - pytest fixtures
+from tests.nodesim.node import changes_systemd
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +43,7 @@ def changes(node) -> list[list[str]]:
             if (call[0] in ("apt-get", "dnf", "yum") and any(w in call for w in ("install", "update", "remove")))
             or call[0] in ("apt-mark", "curl", "gpg") or (call[0] == "dpkg" and "-i" in call)
             or (call[0] == "nvidia-ctk" and "configure" in call)
-            or (call[0] == "systemctl" and not call[1].startswith(("is-", "show")))]
+            or changes_systemd(call)]
 
 
 def rerun_changes_nothing(node, *extra: str) -> None:

@@ -15,6 +15,7 @@ from gpunode.cli import app
 from tests.integration.test_doctor_nodesim import Mirror, V, invoke
 from tests.nodesim import SimNode, get_profile
 from tests.nodesim.fixtures import host_guard, nodesim_available  # noqa: F401 - pytest fixtures
+from tests.nodesim.node import changes_systemd
 
 pytestmark = pytest.mark.integration
 
@@ -62,7 +63,7 @@ KUBECONFIG = {"kubelet": "/etc/kubernetes/admin.conf", "k3s": "/etc/rancher/k3s/
 
 def changes(node: SimNode) -> list[list[str]]:
     return [c for c in node.calls() if (c[0] in ("kubectl", "k3s") and "apply" in c)
-            or (c[0] == "nvidia-ctk" and "configure" in c) or (c[0] == "systemctl" and not c[1].startswith(("is-", "show")))
+            or (c[0] == "nvidia-ctk" and "configure" in c) or changes_systemd(c)
             or (c[0] == "apt-get" and "install" in c)]
 
 

@@ -13,6 +13,7 @@ from gpunode.cli import app
 from gpunode.steps import nodesettings as ns
 from tests.nodesim import SimNode
 from tests.nodesim.fixtures import host_guard, nodesim_available, sim_node  # noqa: F401 - pytest fixtures
+from tests.nodesim.node import changes_systemd
 
 pytestmark = pytest.mark.integration
 
@@ -53,7 +54,7 @@ def persistence(node: SimNode) -> str:
 
 
 def changes(node: SimNode) -> list[list[str]]:
-    return [c for c in node.calls() if (c[0] == "systemctl" and not c[1].startswith(("is-", "show"))) or c[0] == "nvidia-ctk"
+    return [c for c in node.calls() if changes_systemd(c) or c[0] == "nvidia-ctk"
             and "create-dev-char-symlinks" in c]
 
 

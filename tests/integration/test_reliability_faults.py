@@ -24,6 +24,7 @@ from gpunode.steps import PIPELINE
 from tests.integration.test_driver_nodesim import V, mirror  # noqa: F401 - pytest fixture
 from tests.integration.test_driver_nodesim import install as install_driver
 from tests.nodesim.fixtures import host_guard, nodesim_available, sim_node  # noqa: F401 - pytest fixtures
+from tests.nodesim.node import changes_systemd
 
 pytestmark = pytest.mark.integration
 cli = CliRunner()
@@ -64,7 +65,7 @@ def changing_calls(node) -> list[list[str]]:
     return [c for c in node.calls()
             if (c[0] in ("apt-get", "dnf") and any(w in c for w in ("install", "update", "remove")))
             or (c[0] == "nvidia-ctk" and ("configure" in c or "create-dev-char-symlinks" in c))
-            or (c[0] == "systemctl" and not c[1].startswith(("is-", "show")))
+            or changes_systemd(c)
             or c[0] in ("reboot", "update-initramfs", "dracut", "udevadm")]
 
 

@@ -16,6 +16,7 @@ from gpunode.cli._target import runnable
 from tests.integration.test_doctor_nodesim import Mirror, V, finish, invoke
 from tests.nodesim import SimNode, get_profile
 from tests.nodesim.fixtures import host_guard, nodesim_available, sim_node  # noqa: F401 - pytest fixtures
+from tests.nodesim.node import changes_systemd
 
 pytestmark = pytest.mark.integration
 
@@ -118,7 +119,7 @@ def test_verify_changes_no_configuration(t4):
     t4.clear_calls()
     run_verify(t4, "--engine", "docker")
     assert {p: t4.read(p) for p in before} == before
-    changing = [c for c in t4.calls() if (c[0] == "systemctl" and not c[1].startswith(("is-", "show")))
+    changing = [c for c in t4.calls() if changes_systemd(c)
                 or (c[0] == "nvidia-ctk" and "configure" in c) or c[0] in ("modprobe", "rmmod", "reboot")
                 or (c[0] in ("apt-get", "dnf") and "install" in c)]
     assert changing == []

@@ -191,6 +191,14 @@ atexit.register(_stop_all_at_exit)
 # ----------------------------------------------------------------------------------------------------------
 
 
+SYSTEMCTL_QUERIES = ("is-", "show", "status", "list-", "cat")  # verbs that only read systemd's state
+
+
+def changes_systemd(call: list[str]) -> bool:
+    """A recorded call (argv, argv[0] the tool) that is systemctl changing something, not one of its queries."""
+    return call[0] == "systemctl" and not (len(call) > 1 and call[1].startswith(SYSTEMCTL_QUERIES))
+
+
 class SimNode:
     host = "127.0.0.1"
     user = "root"
