@@ -22,10 +22,12 @@ when there is one (`Lock.unlock`). A converged install sends two commands: lock 
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import posixpath
 import secrets
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -251,18 +253,79 @@ def _try(conn: Connection, info: str, then: Script | None, then_timeout: float) 
     return _Answer(state, ours, other, keeper, [line for line in removed_text.splitlines() if line], shown)
 
 
+_ABANDON_STOP = 5.0  # seconds an abandoned first try gets to end once its connection is closed
+
+
+class Sent:
+    """`acquire`'s first try, sent at once by a thread of its own, while the caller loads what the run needs
+    (gpunode/cli/pipeline.py: an install's first command goes out as soon as the login is done). `acquire(...,
+    sent=this)` reads its answer instead of making the first try; `abandon()` releases a lock it took when the run
+    ends before that (a failed start-up), so no run finds it stale. Nothing else uses the connection meanwhile."""
+
+    def __init__(self, conn: Connection, command: str, then: Script | None = None, then_timeout: float = 0.0) -> None:
+        self.conn, self.command, self.then, self.then_timeout = conn, command, then, then_timeout
+        self.info = _me(command)
+        self.started = time.monotonic()  # --lock-timeout counts from here
+        self._answer: _Answer | None = None
+        self._error: BaseException | None = None
+        self._read = False
+        self._stop = cancel.CancelToken()  # the thread's own: abandon() aborts the try under way
+        self._thread = threading.Thread(target=self._send, name="gpunode-first-command", daemon=True)
+        self._thread.start()
+
+    def _send(self) -> None:
+        try:
+            with cancel.bind(self._stop):
+                self._answer = _try(self.conn, self.info, self.then, self.then_timeout)
+        except BaseException as exc:  # noqa: BLE001 - raised again by answer(), in the caller's thread
+            self._error = exc
+
+    def answer(self) -> _Answer:
+        """The first try's answer, waited for (a hard abort, the second Ctrl-C, stops the wait), or what it raised."""
+        while self._thread.is_alive():
+            self._thread.join(0.05)
+            cancel.check_abort("taking the node's gpunode lock")
+        self._read = True
+        if self._error is not None:
+            raise self._error
+        assert self._answer is not None
+        return self._answer
+
+    def abandon(self, wait: float) -> None:
+        """The run ends before reading the answer (a failed start-up, Ctrl-C): wait up to `wait` seconds for it and
+        release a lock it took. With no answer by then the try is aborted and the connection closed (a lock the try
+        took dies with the connection's process: stale for the next run). Nothing once `answer()` returned."""
+        if self._read:
+            return
+        self._read = True
+        self._thread.join(wait)
+        if self._thread.is_alive():
+            self._stop.abort()  # no new login, no more waiting on the node (cancel.check_abort)
+            self.conn.close()
+            self._thread.join(_ABANDON_STOP)
+            return
+        answer = self._answer
+        if answer is not None and answer.state != "held":
+            with contextlib.suppress(GpunodeError):
+                Lock(self.conn, "" if answer.keeper is not None else answer.ours, answer.keeper, None, []).release()
+
+
 def acquire(conn: Connection, command: str, timeout: float, note: Callable[[str], None] = lambda text: None,
-            then: Script | None = None, then_timeout: float = 0.0) -> Lock:
+            then: Script | None = None, then_timeout: float = 0.0, sent: Sent | None = None) -> Lock:
     """Take the node's lock, waiting up to `timeout` seconds while another run holds it; NodeLocked (exit 2)
     naming the holder when it is still held then. A stale lock (its keeper gone) is taken over, with a note.
     `then`, a read-only script (the RUN probe's first part), runs as root in the same command once the lock is
     taken: one round trip for both, `then_timeout` seconds more for it. A try that finds the lock held does not
     run it (nothing of that try is used); its output is `Lock.then`."""
-    info = _me(command)
-    deadline = time.monotonic() + timeout
+    if sent is not None and (sent.conn, sent.command, sent.then, sent.then_timeout) != (conn, command, then,
+                                                                                         then_timeout):
+        raise ValueError("the lock's first try was sent for another command")
+    info = _me(command) if sent is None else sent.info
+    deadline = (time.monotonic() if sent is None else sent.started) + timeout
     announced = False
     while True:
-        answer = _try(conn, info, then, then_timeout)
+        answer = _try(conn, info, then, then_timeout) if sent is None else sent.answer()
+        sent = None
         if answer.state != "held":
             stale = Holder.parse(answer.other) if answer.state == "stale" else None
             if stale is not None:
@@ -289,11 +352,11 @@ def acquire(conn: Connection, command: str, timeout: float, note: Callable[[str]
 
 @contextmanager
 def held(conn: Connection, command: str, timeout: float, note: Callable[[str], None] = lambda text: None,
-         then: Script | None = None, then_timeout: float = 0.0) -> Iterator[Lock]:
+         then: Script | None = None, then_timeout: float = 0.0, sent: Sent | None = None) -> Iterator[Lock]:
     """The node's lock for the duration of the block, released on every way out of it (errors, Ctrl-C,
     SIGTERM). Taking it removes the temp files an earlier run left behind (no other run is active) and runs
     `then` (see `acquire`). A release that fails (the connection is gone) leaves a lock the next run finds stale."""
-    lock = acquire(conn, command, timeout, note, then, then_timeout)
+    lock = acquire(conn, command, timeout, note, then, then_timeout, sent)
     try:
         if lock.removed:
             note(f"removed {len(lock.removed)} temporary file(s) an earlier run left behind: {', '.join(lock.removed)}")

@@ -127,6 +127,16 @@ def selected(values: Mapping[str, Any], options: Options) -> Request:
     return Request(chosen, options)
 
 
+def step_names(values: Mapping[str, Any], options: Options) -> tuple[str, ...]:
+    """The names of the steps `selected` selects. With neither --only nor --skip nor --bake every step runs, named
+    by the pipeline's ORDER without loading the steps (an install's first command names them, gpunode/cli/pipeline.py)."""
+    if values["only"] or values["skip"] or options.bake:
+        return tuple(s.name for s in selected(values, options).steps)
+    from gpunode.steps import ORDER
+
+    return ORDER
+
+
 def bake_options(a: Mapping[str, Any], driver: str | None, spell: Spelling = cli_spelling) -> tuple[bool, str | None]:
     """--bake and --kernel: an image build needs a driver version, never reboots, and names a kernel release."""
     bake, kernel = bool(a.get("bake")), a.get("bake_kernel")

@@ -19,8 +19,9 @@ from typing import Protocol, runtime_checkable
 from gpunode import SCHEMA_VERSION, __version__, cancel, fixes, nodelock, preflight
 from gpunode.connection.base import Connection
 from gpunode.errors import CommandError, ConnectError, GpunodeError
-from gpunode.facts import PROBE_TIMEOUT, Facts, first_probe, gather
+from gpunode.facts import Facts, gather
 from gpunode.facts.containers import journal_text
+from gpunode.firstcommand import FirstCommand, install_command
 from gpunode.options import Options
 from gpunode.plan import Action, Reboot, Status, StepPlan
 from gpunode.record import Frozen, Record
@@ -272,26 +273,29 @@ def _preflight(conn: Connection, steps: Sequence[Step], options: Options, report
 
 
 def apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options,
-                   reporter: Reporter | None = None, *, journal: bool = True) -> RunReport:
+                   reporter: Reporter | None = None, *, journal: bool = True,
+                   first: FirstCommand | None = None) -> RunReport:
     """Apply the pipeline in order, converging each step before the next one starts.
     Progress is recorded in the node's journal (gpunode/journal.py) unless `journal` is False. The whole run
-    holds the node's lock (gpunode/nodelock.py): one gpunode run at a time changes a node."""
+    holds the node's lock (gpunode/nodelock.py): one gpunode run at a time changes a node. `first`: the run's
+    first command, already sent (gpunode/cli/pipeline.py); it must be the one these steps make."""
     shown = reporter or NullReporter()
-    with locked(conn, "install " + " ".join(s.name for s in steps), options, shown) as (lock, facts):
+    with locked(conn, install_command(s.name for s in steps), options, shown, first) as (lock, facts):
         return _apply_pipeline(conn, steps, options, shown, facts, lock, journal=journal)
 
 
 @contextlib.contextmanager
-def locked(conn: Connection, command: str, options: Options, reporter: Reporter
+def locked(conn: Connection, command: str, options: Options, reporter: Reporter, first: FirstCommand | None = None
            ) -> Iterator[tuple[nodelock.Lock, Facts]]:
     """The node's lock for the block (nodelock.held: released on every way out) and the facts of the probe that
     ran in the same command once the lock was taken: a run that changes a node starts with one round trip.
-    For install and `gpunode uninstall` (gpunode/undo/engine.py)."""
-    first = first_probe()
-    with nodelock.held(conn, command, options.lock_timeout, lambda text: reporter.message(conn.name, text),
-                       first.script, PROBE_TIMEOUT) as lock:
+    For install and `gpunode uninstall` (gpunode/undo/engine.py). `first`: that command, sent ahead."""
+    first = first or FirstCommand(command)
+    if first.command != command:
+        raise ValueError(f"the first command was sent for {first.command!r}, not {command!r}")
+    with first.held(conn, options.lock_timeout, lambda text: reporter.message(conn.name, text)) as lock:
         assert lock.then is not None  # given a script, a taken lock has its output
-        yield lock, gather(conn, first=(first, lock.then))
+        yield lock, gather(conn, first=(first.probe, lock.then))
 
 
 def _apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options, reporter: Reporter, facts: Facts,
@@ -299,7 +303,7 @@ def _apply_pipeline(conn: Connection, steps: Sequence[Step], options: Options, r
     report = RunReport(conn.name, "install")
     report.node, report.facts = facts.summary(), facts
     reporter.node(conn.name, facts)
-    record = Journal(conn, "install " + " ".join(s.name for s in steps), journal_text(facts)) if journal else None
+    record = Journal(conn, install_command(s.name for s in steps), journal_text(facts)) if journal else None
     if record is not None:
         record.settle(_reboots_done(record, facts))  # a reboot owed since another boot has happened
     if record is not None and record.interrupted:

@@ -132,6 +132,11 @@ class Checked(Record):
     def steps(self) -> tuple[Step, ...]:
         return option_checks.selected(self.values, self.options).steps
 
+    @property
+    def step_names(self) -> tuple[str, ...]:
+        """The names of `steps`, known without loading them when no option names a step."""
+        return option_checks.step_names(self.values, self.options)
+
 
 def request(a: dict[str, Any], reach: Target | None) -> Checked:
     """The pipeline options (and --reboot), checked below the CLI (gpunode/option_checks.py); the steps are selected

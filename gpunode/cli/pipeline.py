@@ -7,7 +7,7 @@ import importlib
 import json
 import shlex
 import sys
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, TextIO
 
 import typer
@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from gpunode.cli._inputs import Checked
     from gpunode.cli._target import Target
     from gpunode.cli.events import JsonlReporter
+    from gpunode.connection.base import Connection
+    from gpunode.firstcommand import FirstCommand
     from gpunode.fleet import HostResult, QueueReporter
     from gpunode.inventory import InventoryHost
     from gpunode.options import Options
@@ -84,6 +86,17 @@ def _events(progress: str, mode: str, target: Target, steps: tuple[Step, ...]) -
     return JsonlReporter(mode, steps, target.fixer())
 
 
+def _first_command(mode: str, request: Checked, conn: Connection) -> AbstractContextManager[FirstCommand | None]:
+    """An install's first command (the node's lock and the RUN probe, gpunode/firstcommand.py), sent as soon as the
+    login is done: the steps, the runner and the output load while the node works, and the runner reads the answer.
+    A plan sends nothing ahead."""
+    if mode != "install":
+        return nullcontext()
+    from gpunode.firstcommand import install_command, sent_ahead
+
+    return sent_ahead(conn, install_command(request.step_names))
+
+
 def next_step(mode: str, report: RunReport, target: Target, argv: list[str]) -> str | None:
     """What to run after this run, for this node, runnable as printed."""
     state = report.state
@@ -109,7 +122,7 @@ def _run(mode: str, target: Target, request: Checked, argv: list[str], progress:
     with expected_errors(target.fixer()):
         if target.fleet is not None:
             _run_fleet(mode, target, target.fleet, request.steps, request.options)
-        with target.open(ahead=True) as conn:
+        with target.open(ahead=True) as conn, _first_command(mode, request, conn) as first:
             from gpunode import cancel
             from gpunode.cli._pipeline_view import render_install, render_plan
             from gpunode.runner import RunInterrupted
@@ -126,7 +139,7 @@ def _run(mode: str, target: Target, request: Checked, argv: list[str], progress:
                 conn.wait_connected()
                 with two_stage_interrupt() as token, cancel.bind(token):
                     try:
-                        report = _late("apply_pipeline")(conn, steps, options, reporter)
+                        report = _late("apply_pipeline")(conn, steps, options, reporter, first=first)
                     except RunInterrupted as stopped:
                         report = stopped.report
                 stopped_by(report, token)

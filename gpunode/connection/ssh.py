@@ -585,6 +585,7 @@ class SSHConnection(Connection):
         self._await_ahead()
         if self._client is not None:
             return self
+        cancel.check_abort(f"connecting to {self.name}")  # a thread whose run was aborted starts no login
         r = self.resolved
         client = paramiko.SSHClient()
         _load_known_hosts(client, r.known_hosts)

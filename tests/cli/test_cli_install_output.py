@@ -156,7 +156,7 @@ def test_progress_bars_are_off_for_json_and_fleets(monkeypatch, node, tmp_path, 
 
     seen = []
 
-    def capture(conn, steps, options, reporter=None):
+    def capture(conn, steps, options, reporter=None, first=None):
         seen.append(options.progress is not None)
         return runner_module.plan_pipeline(conn, steps, options)
 

@@ -238,8 +238,9 @@ NOT_ON_THE_CONVERGED_PATH = (
 # gpunode's own modules a converged single-node install over the fake connection loads, measured 2026-11-25
 # (docs/benchmarks.md, "the converged path's imports": 89 before the first cut, 75 after it; "client CPU, round 5":
 # 73, gpunode/record.py added and the FULL probe's three fact modules gone; the SSH connection adds connection.ssh
-# on a real node). A new module-level import a converged run does not use moves it into the function that needs it.
-CONVERGED_GPUNODE_MODULES = 73
+# on a real node; 74: gpunode/firstcommand.py, an install's first command sent ahead). A new module-level import a
+# converged run does not use moves it into the function that needs it.
+CONVERGED_GPUNODE_MODULES = 74
 
 
 def _converged_run(tmp_path: Path) -> tuple[str, set[str]]:
