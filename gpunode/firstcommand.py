@@ -37,8 +37,6 @@ class FirstCommand(Record):
         return nodelock.held(conn, self.command, timeout, note, self.probe.script, PROBE_TIMEOUT, self.sent)
 
 
-
-
 ABANDON_WAIT = 5.0  # seconds a failed start-up waits for the answer of a command sent ahead, to release its lock
 
 
