@@ -208,6 +208,10 @@ class _Answer(Record):
     removed: list[str]
     then: Result | None
 
+    def lock(self, conn: Connection, stale: Holder | None = None) -> Lock:
+        """The lock this try took (state taken or stale): a keeper releases it, else the text we wrote does."""
+        return Lock(conn, "" if self.keeper is not None else self.ours, self.keeper, stale, self.removed, self.then)
+
 
 def _try(conn: Connection, info: str, then: Script | None, then_timeout: float) -> _Answer:
     if then is not None and then.args:
@@ -307,7 +311,7 @@ class Sent:
         answer = self._answer
         if answer is not None and answer.state != "held":
             with contextlib.suppress(GpunodeError):
-                Lock(self.conn, "" if answer.keeper is not None else answer.ours, answer.keeper, None, []).release()
+                answer.lock(self.conn).release()
 
 
 def acquire(conn: Connection, command: str, timeout: float, note: Callable[[str], None] = lambda text: None,
@@ -330,8 +334,7 @@ def acquire(conn: Connection, command: str, timeout: float, note: Callable[[str]
             stale = Holder.parse(answer.other) if answer.state == "stale" else None
             if stale is not None:
                 note(f"took over a stale gpunode lock (its run is gone from the node): {stale.describe()}")
-            return Lock(conn, "" if answer.keeper is not None else answer.ours, answer.keeper, stale, answer.removed,
-                        answer.then)
+            return answer.lock(conn, stale)
         holder = Holder.parse(answer.other)
         left = deadline - time.monotonic()
         if left <= 0:
