@@ -90,7 +90,7 @@ def table_checks(values: Mapping[str, Any], spell: Spelling = cli_spelling) -> N
         value = values.get(row.name)
         if value is None or value == row.default:
             continue
-        allowed = choices_of(row)  # the step names load the pipeline: only for a value given
+        allowed = choices_of(row)  # the step names import gpunode.steps: only for a value given
         if not allowed:
             continue
         given = value.split(row.split) if row.split and isinstance(value, str) else value
@@ -125,16 +125,6 @@ def selected(values: Mapping[str, Any], options: Options) -> Request:
 
         chosen = (*(s for s in chosen if s.name in bake.BAKE_STEPS), bake_step.STEP)
     return Request(chosen, options)
-
-
-def step_names(values: Mapping[str, Any], options: Options) -> tuple[str, ...]:
-    """The names of the steps `selected` selects. With neither --only nor --skip nor --bake every step runs, named
-    by the pipeline's ORDER without loading the steps (an install's first command names them, gpunode/cli/pipeline.py)."""
-    if values["only"] or values["skip"] or options.bake:
-        return tuple(s.name for s in selected(values, options).steps)
-    from gpunode.steps import ORDER
-
-    return ORDER
 
 
 def bake_options(a: Mapping[str, Any], driver: str | None, spell: Spelling = cli_spelling) -> tuple[bool, str | None]:

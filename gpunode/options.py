@@ -201,9 +201,10 @@ def options_for(front: str, command: str | None = None) -> tuple[OptionSpec, ...
 
 
 def step_names() -> tuple[str, ...]:
-    from gpunode.steps import PIPELINE  # the pipeline imports this module: its names only when asked
+    # the pipeline's order: its steps import this module, but their names load none of them
+    from gpunode.steps import ORDER
 
-    return tuple(s.name for s in PIPELINE)
+    return ORDER
 
 
 def choices_of(spec: OptionSpec) -> tuple[str, ...] | None:

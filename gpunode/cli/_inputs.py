@@ -134,8 +134,13 @@ class Checked(Record):
 
     @property
     def step_names(self) -> tuple[str, ...]:
-        """The names of `steps`, known without loading them when no option names a step."""
-        return option_checks.step_names(self.values, self.options)
+        """The names of `steps`. With neither --only nor --skip nor --bake every step runs, named by the pipeline's
+        ORDER without loading the steps (an install's first command names them, gpunode/cli/pipeline.py)."""
+        if self.values["only"] or self.values["skip"] or self.options.bake:
+            return tuple(s.name for s in self.steps)
+        from gpunode.steps import ORDER
+
+        return ORDER
 
 
 def request(a: dict[str, Any], reach: Target | None) -> Checked:

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from gpunode import nodelock, option_checks
 from gpunode.cli import app
+from gpunode.cli._inputs import Checked
 from tests.integration.test_reliability_faults import container_node
 from tests.nodesim.fixtures import host_guard, nodesim_available, sim_node  # noqa: F401 - pytest fixtures
 
@@ -81,7 +82,7 @@ def test_a_named_step_names_the_lock_from_the_selection_and_a_plan_sends_nothing
 def test_the_default_selection_is_named_without_loading_the_steps_and_agrees_with_it():
     values = option_checks.defaults("cli")
     options = option_checks.checked(values)
-    assert option_checks.step_names(values, options) == tuple(
+    assert Checked(values, options).step_names == tuple(
         s.name for s in option_checks.selected(values, options).steps)
 
 
