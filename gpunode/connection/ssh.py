@@ -153,14 +153,15 @@ _GCM = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 # EXIT trap, so a subshell killed by a signal writes none: "ended without an exit status", as before) and
 # `NONCE .`, and on stderr `NONCE`. The nonce is never in the command's environment, so nothing it prints (a
 # file's content) can end a frame early. Only the builtin `read` (never past a newline) and dd (never past the
-# length it asks for) consume the channel's input, so what follows stays for the next frame. The first line, `gpunode-serve B64`,
-# proves the login shell runs commands and says whether base64 is there to decode a stdin (without it, a command with
-# stdin runs on a channel of its own); `gpunode-serve` on stderr too, so nothing a login script printed before it is
-# taken for the first command's output. The client does not wait for it: the channel's first command rides in the
-# exec request (serve_command), run as if it had come as the first frame, and the greeting is read ahead of its
-# output; only a first command with stdin, or too long a line, comes as a frame, after the greeting. A command eval'd by the loop sees the loop's $PPID: sshd's
-# process of this connection, which lives exactly as long as the connection; the node lock names it
-# (Connection.lock_owner: a word that becomes "$PPID" in the command line, expanded by the loop on the node).
+# length it asks for) consume the channel's input, so what follows stays for the next frame. The first line,
+# `gpunode-serve B64`, proves the login shell runs commands and says whether base64 is there to decode a stdin
+# (without it, a command with stdin runs on a channel of its own); `gpunode-serve` on stderr too, so nothing a login
+# script printed before it is taken for the first command's output. The client does not wait for it: the channel's
+# first command rides in the exec request (serve_command), run as if it had come as the first frame, and the greeting
+# is read ahead of its output; only a first command with stdin, or too long a line, comes as a frame, after the
+# greeting. A command eval'd by the loop sees the loop's $PPID: sshd's process of this connection, which lives
+# exactly as long as the connection; the node lock names it (Connection.lock_owner: a word that becomes "$PPID" in
+# the command line, expanded by the loop on the node).
 _SERVE_HELLO = b"gpunode-serve "
 _SERVE_DD = 2048  # command lines longer than this (bytes) are read by dd, shorter ones by the builtin read
 _SERVE_HEAD = r"""if command -v base64 >/dev/null 2>&1; then gpunode_b=1; else gpunode_b=0; fi
@@ -626,8 +627,8 @@ class SSHConnection(Connection):
                     if not (r.proxy_jump or r.proxy_command):
                         sock = _tcp_socket(r.host, r.port, self.options.connect_timeout)
                     self._connecting = sock
-                    if sock is not None and _Ahead.abandoned_here():  # closed meanwhile (close() may have missed this socket): stop
-                        _shut(sock)
+                    if sock is not None and _Ahead.abandoned_here():
+                        _shut(sock)  # closed meanwhile (close() may have missed this socket): stop
                     client.connect(
                         r.host, port=r.port, username=r.user, pkey=key, password=password,
                         # An encrypted identity is expected to be in the agent; otherwise no guessing, so
@@ -700,16 +701,17 @@ class SSHConnection(Connection):
 
     def connect_ahead(self) -> SSHConnection:
         """`connect(defer_checks=True)` in a thread of its own; returns at once, so that the caller's own work
-        (imports, building the first command) overlaps the network's round trips. The first use (a command, an upload, `connect`) waits for that thread and raises what connecting
-        raised, as `connect` would have; `close` stops it. Host keys are checked exactly as `connect` checks them."""
+        (imports, building the first command) overlaps the network's round trips. The first use (a command, an
+        upload, `connect`) waits for that thread and raises what connecting raised, as `connect` would have; `close`
+        stops it. Host keys are checked exactly as `connect` checks them."""
         if self._client is None and self._ahead is None:
             self._ahead = _Ahead(target=self._connect_ahead, name=f"gpunode-connect {self.name}", daemon=True)
             self._ahead.start()
         return self
 
     def _connect_ahead(self) -> None:
-        """The login (and, behind its request, the command channel's open: _Login/open_early); the first command
-        then rides in the exec request that starts the command loop, so there is nothing more to do ahead."""
+        """The login (and, behind its request, the command channel's open: _LoginAtOnce, _Transport.open_early); the
+        first command then rides in the exec request that starts the command loop, so nothing more is done ahead."""
         try:
             self.connect(defer_checks=True)
         except BaseException as exc:  # noqa: BLE001 - raised again in the thread that uses the connection
