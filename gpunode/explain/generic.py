@@ -219,11 +219,12 @@ def catalogued() -> tuple[Catalogued, ...]:
 PREFIX_WORDS = 5  # the fixed words a message cut at the end of a line must keep to be read as that message
 
 
-def _cut(template: str) -> re.Pattern[str] | None:
+def _cut(template: str) -> tuple[str, re.Pattern[str]] | None:
     """A catalogued message as a pattern for a paste cut short at the end of a line ("... failed: ERROR_LIBRA",
     "... the client has the vers"): its first PREFIX_WORDS fixed words, then as many of the following words as the
     line still has, the line ending inside a word or inside what varies (a line ending at a word's end may be a
-    shorter message, complete: only an ellipsis says it was cut there). None for a message with fewer fixed words."""
+    shorter message, complete: only an ellipsis says it was cut there), with its first word in lower case (a line
+    without it cannot match: no search needed). None for a message with fewer fixed words."""
     text = re.sub(r"\{\w+\}", "\x00", FORMAT_VERB.sub("\x00", template))
     tokens: list[str | None] = []  # words, None for what varies
     for i, part in enumerate(text.split("\x00")):
@@ -245,19 +246,22 @@ def _cut(template: str) -> re.Pattern[str] | None:
             re.escape(token[:j]) for j in range(len(token) - 1, 0, -1)) or "(?!)"
         rest = r"[\W_]+(?:" + piece(token) + "(?:" + rest + "|" + ellipsis + ")|" + cut + ")"
     body = r"[\W_]+".join(piece(token) for token in tokens[:head])
-    return re.compile(r"\b" + body + "(?:" + rest + "|" + ellipsis + r")[\W_]*$", re.IGNORECASE)
+    first = tokens[0]
+    assert first is not None  # leading values were dropped above
+    return first.lower(), re.compile(r"\b" + body + "(?:" + rest + "|" + ellipsis + r")[\W_]*$", re.IGNORECASE)
 
 
 @lru_cache(maxsize=1)
-def cut_messages() -> tuple[tuple[str, re.Pattern[str], Detector | None], ...]:
-    """(id, pattern, the row a finding shows or None) for every catalogued message long enough to be read cut."""
+def cut_messages() -> tuple[tuple[str, str, re.Pattern[str], Detector | None], ...]:
+    """(id, first word, pattern, the row a finding shows or None) for every catalogued message long enough to be
+    read cut."""
     rows = {m.id: m.row for m in catalogued()}
     out = []
     for message in catalogue():
         for line in normalise(message.template).split("\n"):  # as explain reads it: no log prefix
-            regex = _cut(line)
-            if regex is not None:
-                out.append((message.id, regex, rows.get(message.id)))
+            cut = _cut(line)
+            if cut is not None:
+                out.append((message.id, *cut, rows.get(message.id)))
     return tuple(out)
 
 
@@ -379,8 +383,9 @@ def _catalogue_hits(start: int, line: str) -> list[tuple[int, int, Finding, tupl
 def _cut_hits(start: int, line: str) -> list[tuple[int, int, Finding, tuple[Any, ...]]]:
     """A line that ends inside a catalogued message (a paste cut mid-word): read as that message when every
     catalogued message it can be the beginning of has the same finding."""
-    found = [(finding_id, match, row) for finding_id, regex, row in cut_messages()
-             for match in [regex.search(line)] if match]
+    low = line.lower()
+    found = [(finding_id, match, row) for finding_id, first, regex, row in cut_messages()
+             if first in low for match in [regex.search(line)] if match]
     if not found or len({finding_id for finding_id, _, _ in found}) != 1:
         return []
     finding_id, match, row = min(found, key=lambda f: f[1].start())
