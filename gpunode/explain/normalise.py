@@ -71,16 +71,16 @@ _TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
 _TABLE_RULE = re.compile(r"^\s*\|?(?:\s*:?-{3,}:?\s*\|)+\s*:?-*:?\s*$")  # |---|:--:| (not nvidia-smi's +---+)
 _MARKUP = re.compile(r"`+|\*\*_(?=\S)|(?<=\S)_\*\*|\*\*|(?<!\S)__|__(?!\S)")  # inline code, bold and bold italic
 # (**_..._**) around a pasted message or a part of it
-_DUNDER = re.compile(r"(?<!\w)(__[A-Za-z]\w*?__)(?!\w)")  # a Python name (__init__, __call__): a traceback's words, not bold
+_DUNDER = re.compile(r"(?<!\w)(__[A-Za-z]\w*?__)(?!\w)")  # a Python name (__init__): a traceback's words, not bold
+# A line that begins a message of its own, never the tail of a wrapped one.
+_RECORD_START = re.compile(r"^(?:[\w.\-/]+(?:\[\d+\])?:\s|[A-Z]{4,}\[|\[|Error\b|ERROR\b|WARNING\b|Failed\b|"
+                           r"Unable\b|NVIDIA-SMI\b|NVRM\b|Traceback\b|terminate\b)")
 
 
 def _unmark(line: str) -> str:
     """The line without Markdown's inline markup, Python's double-underscore names kept whole."""
     parts = _DUNDER.split(line)
     return "".join(part if i % 2 else _MARKUP.sub("", part) for i, part in enumerate(parts))
-# A line that begins a message of its own, never the tail of a wrapped one.
-_RECORD_START = re.compile(r"^(?:[\w.\-/]+(?:\[\d+\])?:\s|[A-Z]{4,}\[|\[|Error\b|ERROR\b|WARNING\b|Failed\b|"
-                           r"Unable\b|NVIDIA-SMI\b|NVRM\b|Traceback\b|terminate\b)")
 
 
 @dataclass(eq=False, repr=False)
